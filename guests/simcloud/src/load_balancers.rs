@@ -1,0 +1,206 @@
+//! `LoadBalancer`: one simulator load balancer per Service, named with upstream's
+//! `DefaultLoadBalancerName` (`"a"` + UID without dashes, ≤ 32 characters) and looked up by
+//! that name within the cluster. Owns the mapping from a Service and its nodes to listeners,
+//! targets and source ranges, and from a load balancer to the Service's status.
+
+use std::time::Duration;
+
+use wasm_ccm_sdk::{
+    Error, IpMode, LbIngress, LbStatus, Node, PortStatus, Service, ServicePort,
+    default_load_balancer_name,
+};
+
+use crate::SimCloud;
+use crate::api::Api;
+use crate::config::Config;
+use crate::instances::instance_id_of;
+use crate::model::{LbSpec, LbState, Listener, LoadBalancer, NewLoadBalancer, set};
+
+/// How long the host waits before asking again about a provisioning load balancer.
+const PROVISIONING_RETRY: Duration = Duration::from_secs(2);
+
+impl wasm_ccm_sdk::LoadBalancers for SimCloud {
+    fn get_load_balancer(cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
+        let lb =
+            Api::load()?.load_balancer_named(&default_load_balancer_name(&svc), &cluster_name)?;
+        Ok(lb.map(|lb| LbStatus {
+            ingress: ingress(&lb).into_iter().collect(),
+        }))
+    }
+
+    fn ensure_load_balancer(
+        cluster_name: String,
+        svc: Service,
+        nodes: Vec<Node>,
+    ) -> Result<LbStatus, Error> {
+        let config = Config::load()?;
+        let api = Api::new(&config);
+        let name = default_load_balancer_name(&svc);
+        let spec = desired(&svc, &nodes, config.proxy_protocol)?;
+        let lb = match api.load_balancer_named(&name, &cluster_name)? {
+            None => create(&api, &name, &cluster_name, &svc, spec)?,
+            Some(lb) if spec.matches(&lb) => lb,
+            Some(lb) => update(&api, &lb, &spec)?,
+        };
+        ready_status(&lb)
+    }
+
+    fn update_load_balancer(
+        cluster_name: String,
+        svc: Service,
+        nodes: Vec<Node>,
+    ) -> Result<(), Error> {
+        let api = Api::load()?;
+        let lb = existing(&api, &cluster_name, &svc)?;
+        let targets = target_ids(&nodes);
+        if set(&targets) != set(&lb.targets) {
+            api.set_targets(&lb.id, &targets)?;
+            wasm_ccm_sdk::info!(
+                "load balancer {} ({}) now targets {targets:?}",
+                lb.name,
+                lb.id
+            );
+        }
+        Ok(())
+    }
+
+    fn ensure_load_balancer_deleted(cluster_name: String, svc: Service) -> Result<(), Error> {
+        let api = Api::load()?;
+        let name = default_load_balancer_name(&svc);
+        let Some(lb) = api.load_balancer_named(&name, &cluster_name)? else {
+            return Ok(());
+        };
+        if api.delete_load_balancer(&lb.id)? {
+            wasm_ccm_sdk::info!(
+                "deleted load balancer {name} ({}) of service {}/{}",
+                lb.id,
+                svc.namespace,
+                svc.name
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The load balancer of `svc`; absence is a `not-found` error.
+fn existing(api: &Api, cluster: &str, svc: &Service) -> Result<LoadBalancer, Error> {
+    let name = default_load_balancer_name(svc);
+    api.load_balancer_named(&name, cluster)?.ok_or_else(|| {
+        Error::not_found(format!(
+            "load balancer {name} of service {}/{} does not exist",
+            svc.namespace, svc.name
+        ))
+    })
+}
+
+fn create(
+    api: &Api,
+    name: &str,
+    cluster: &str,
+    svc: &Service,
+    spec: LbSpec,
+) -> Result<LoadBalancer, Error> {
+    let new = NewLoadBalancer {
+        name,
+        cluster,
+        service_uid: &svc.uid,
+        spec,
+    };
+    let lb = api.create_load_balancer(&new)?;
+    wasm_ccm_sdk::info!(
+        "created load balancer {name} ({}) for service {}/{}",
+        lb.id,
+        svc.namespace,
+        svc.name
+    );
+    Ok(lb)
+}
+
+fn update(api: &Api, lb: &LoadBalancer, spec: &LbSpec) -> Result<LoadBalancer, Error> {
+    let updated = api.update_load_balancer(&lb.id, spec)?;
+    wasm_ccm_sdk::info!("updated load balancer {} ({})", lb.name, lb.id);
+    Ok(updated)
+}
+
+/// What the load balancer of `svc` should look like for `nodes`.
+fn desired(svc: &Service, nodes: &[Node], proxy_protocol: bool) -> Result<LbSpec, Error> {
+    Ok(LbSpec {
+        listeners: svc.ports.iter().map(listener).collect::<Result<_, _>>()?,
+        targets: target_ids(nodes),
+        source_ranges: svc.load_balancer_source_ranges.clone(),
+        proxy_protocol,
+    })
+}
+
+fn listener(port: &ServicePort) -> Result<Listener, Error> {
+    let node_port = port.node_port.ok_or_else(|| {
+        let name = port.name.as_deref().unwrap_or("(unnamed)");
+        Error::other(format!(
+            "service port {name} ({}) has no node port",
+            port.port
+        ))
+    })?;
+    Ok(Listener {
+        port: port.port,
+        protocol: port.protocol.into(),
+        node_port,
+    })
+}
+
+/// The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
+/// provider ID are skipped.
+fn target_ids(nodes: &[Node]) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        match node.provider_id.as_deref().and_then(instance_id_of) {
+            Some(id) if ids.iter().any(|known| known == id) => {}
+            Some(id) => ids.push(id.to_string()),
+            None => wasm_ccm_sdk::info!(
+                "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",
+                node.name,
+                node.provider_id
+            ),
+        }
+    }
+    ids
+}
+
+/// The status of an active load balancer; a `retry-after` while it is provisioning.
+fn ready_status(lb: &LoadBalancer) -> Result<LbStatus, Error> {
+    match ingress(lb) {
+        Some(ingress) => Ok(LbStatus {
+            ingress: vec![ingress],
+        }),
+        None => Err(Error::retry_after(
+            PROVISIONING_RETRY,
+            format!("load balancer {} is being provisioned", lb.name),
+        )),
+    }
+}
+
+/// The ingress point of `lb`, once it is active and has an address.
+fn ingress(lb: &LoadBalancer) -> Option<LbIngress> {
+    if lb.status != LbState::Active || (lb.ip.is_none() && lb.hostname.is_none()) {
+        return None;
+    }
+    let mode = if lb.proxy_protocol {
+        IpMode::Proxy
+    } else {
+        IpMode::Vip
+    };
+    Some(LbIngress {
+        ip: lb.ip.clone(),
+        hostname: lb.hostname.clone(),
+        // Kubernetes accepts an ip-mode only next to an IP.
+        ip_mode: lb.ip.as_ref().map(|_| mode),
+        ports: lb.listeners.iter().map(port_status).collect(),
+    })
+}
+
+fn port_status(listener: &Listener) -> PortStatus {
+    PortStatus {
+        port: listener.port,
+        protocol: listener.protocol.into(),
+        error: None,
+    }
+}

@@ -1,0 +1,143 @@
+//! The command line: flags parsed once into typed, validated settings, and the subcommands.
+//!
+//! Flag groups shared by every command that runs a provider ([`EgressFlags`],
+//! [`SandboxFlags`]) live here; each subcommand has its own module.
+
+mod provider_cmd;
+mod units;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
+use crate::metrics::Metrics;
+use crate::sandbox::{Sandbox, SandboxConfig};
+pub use provider_cmd::ProviderCommand;
+pub use units::{parse_duration, parse_size};
+
+/// wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasm-ccm", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect and call provider components (for provider authors and operators).
+    #[command(subcommand)]
+    Provider(ProviderCommand),
+}
+
+impl Cli {
+    /// Run the chosen command; the process exit code is the result.
+    pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        match self.command {
+            Command::Provider(command) => command.run().await,
+        }
+    }
+}
+
+/// What a provider may reach, and with which credentials.
+#[derive(Debug, Clone, Args)]
+pub struct EgressFlags {
+    /// Grant the provider a cloud API host: scheme, host (or *.domain) and port, e.g.
+    /// https://api.example.com, https://*.example.com:8443, http://127.0.0.1:8080. Repeatable.
+    #[arg(long = "allow", value_name = "HOSTPATTERN")]
+    pub allow: Vec<HostPattern>,
+
+    /// Inject a credential into requests to a host: HOSTPATTERN=bearer:env:VAR,
+    /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH). Repeatable.
+    #[arg(long = "credential", value_name = "RULE")]
+    pub credentials: Vec<CredentialRule>,
+
+    /// Requests per second each destination host may receive from the provider.
+    #[arg(long, value_name = "RATE", default_value_t = 50.0, value_parser = positive_rate)]
+    pub egress_rate: f64,
+
+    /// Burst of requests above the rate each destination host may receive.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub egress_burst: u32,
+
+    /// Time allowed to resolve, connect and finish TLS with a cloud API host.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub egress_connect_timeout: std::time::Duration,
+
+    /// Time allowed from sending a request to the first byte of its response.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub egress_first_byte_timeout: std::time::Duration,
+
+    /// Largest response body a provider may receive (e.g. 8Mi).
+    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
+    pub egress_max_response: u64,
+}
+
+impl EgressFlags {
+    /// The validated egress configuration; fails if a credential cannot be read now.
+    pub fn config(&self) -> EgressConfig {
+        EgressConfig {
+            allow: self.allow.clone(),
+            credentials: self.credentials.clone(),
+            budget: RateBudget {
+                per_second: self.egress_rate,
+                burst: self.egress_burst,
+            },
+            limits: Limits {
+                connect_timeout: self.egress_connect_timeout,
+                first_byte_timeout: self.egress_first_byte_timeout,
+                between_bytes_timeout: self.egress_first_byte_timeout,
+                max_response_bytes: self.egress_max_response,
+            },
+        }
+    }
+}
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a positive number of requests per second"
+        )),
+    }
+}
+
+/// Limits every provider call runs under.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxFlags {
+    /// Most linear memory one provider call may use (e.g. 64Mi).
+    #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = parse_size)]
+    pub memory_limit: u64,
+
+    /// Longest one provider call may take (e.g. 30s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+
+    /// Most provider calls in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_concurrent_calls: u32,
+
+    /// Preallocate sandbox slots with wasmtime's pooling allocator (faster calls).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pooling_allocator: bool,
+
+    /// Directory for precompiled providers (keyed by digest and engine); none disables it.
+    #[arg(long, value_name = "DIR")]
+    pub compile_cache_dir: Option<PathBuf>,
+}
+
+impl SandboxFlags {
+    /// The sandbox these flags describe.
+    pub fn sandbox(&self, metrics: Arc<Metrics>) -> anyhow::Result<Sandbox> {
+        let config = SandboxConfig {
+            memory_limit: self.memory_limit,
+            call_timeout: self.timeout,
+            pooling: self.pooling_allocator,
+            max_concurrent_calls: self.max_concurrent_calls,
+            cache_dir: self.compile_cache_dir.clone(),
+        };
+        Ok(Sandbox::new(config, metrics)?)
+    }
+}

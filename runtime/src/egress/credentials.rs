@@ -1,0 +1,228 @@
+//! Credential injection: rules that bind a host pattern to a header whose value the host
+//! reads (from an environment variable or a file) and adds to requests bound for that
+//! host. The value is read when a request is sent, so a rotated file takes effect at once,
+//! and it is never shown to the provider, logged, or printed by `Debug`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use http::HeaderName;
+
+use super::policy::{Destination, HostPattern};
+
+/// Where a secret value comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// An environment variable of the manager's process.
+    Env(String),
+    /// A file (e.g. a mounted Secret); surrounding whitespace is trimmed.
+    File(PathBuf),
+}
+
+impl fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::Env(var) => write!(f, "env:{var}"),
+            SecretSource::File(path) => write!(f, "file:{}", path.display()),
+        }
+    }
+}
+
+impl SecretSource {
+    /// Read the value now.
+    pub fn read(&self) -> Result<String, String> {
+        let value = match self {
+            SecretSource::Env(var) => {
+                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?
+            }
+            SecretSource::File(path) => std::fs::read_to_string(path)
+                .map_err(|err| format!("cannot read {}: {err}", path.display()))?
+                .trim()
+                .to_string(),
+        };
+        if value.is_empty() {
+            return Err(format!("{self:?} is empty"));
+        }
+        Ok(value)
+    }
+}
+
+/// How the secret becomes a header value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Format {
+    /// `Authorization: Bearer <value>`.
+    Bearer,
+    /// `<name>: <value>`.
+    Raw,
+}
+
+/// One credential rule: for requests to `target`, set `header` from `source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialRule {
+    target: HostPattern,
+    header: HeaderName,
+    format: Format,
+    source: SecretSource,
+}
+
+/// Why a credential rule could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR)"
+)]
+pub struct CredentialError {
+    pub rule: String,
+    pub problem: String,
+}
+
+impl FromStr for CredentialRule {
+    type Err = CredentialError;
+
+    fn from_str(rule: &str) -> Result<Self, Self::Err> {
+        let fail = |problem: String| CredentialError {
+            rule: rule.to_string(),
+            problem,
+        };
+        let (target, spec) = rule
+            .split_once('=')
+            .ok_or_else(|| fail("missing '=' between host pattern and value".into()))?;
+        let target: HostPattern = target
+            .parse()
+            .map_err(|err: super::PatternError| fail(err.to_string()))?;
+        let (header, format, source) = if let Some(source) = spec.strip_prefix("bearer:") {
+            (http::header::AUTHORIZATION, Format::Bearer, source)
+        } else if let Some(rest) = spec.strip_prefix("header:") {
+            let (name, source) = rest.split_once(':').ok_or_else(|| {
+                fail("header:NAME must be followed by :env:VAR or :file:PATH".into())
+            })?;
+            let header = HeaderName::from_str(name)
+                .map_err(|_| fail(format!("{name:?} is not a valid header name")))?;
+            (header, Format::Raw, source)
+        } else {
+            return Err(fail("value must start with bearer: or header:".into()));
+        };
+        let source = if let Some(var) = source.strip_prefix("env:") {
+            if var.is_empty() {
+                return Err(fail("env: needs a variable name".into()));
+            }
+            SecretSource::Env(var.to_string())
+        } else if let Some(path) = source.strip_prefix("file:") {
+            if path.is_empty() {
+                return Err(fail("file: needs a path".into()));
+            }
+            SecretSource::File(PathBuf::from(path))
+        } else {
+            return Err(fail(format!("{source:?} must be env:VAR or file:PATH")));
+        };
+        Ok(CredentialRule {
+            target,
+            header,
+            format,
+            source,
+        })
+    }
+}
+
+impl CredentialRule {
+    /// Whether requests to `dest` get this credential.
+    pub fn applies_to(&self, dest: &Destination) -> bool {
+        self.target.matches(dest)
+    }
+
+    /// The header this rule sets; providers may not set it themselves.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// Check now that the secret can be read, so a bad rule fails at start-up.
+    pub fn check(&self) -> Result<(), String> {
+        self.source
+            .read()
+            .map(drop)
+            .map_err(|err| format!("credential for {}: {err}", self.target))
+    }
+
+    /// The header value to send, read from the source now.
+    pub fn header_value(&self) -> Result<http::HeaderValue, String> {
+        let secret = self.source.read()?;
+        let value = match self.format {
+            Format::Bearer => format!("Bearer {secret}"),
+            Format::Raw => secret,
+        };
+        let mut value = http::HeaderValue::from_str(&value)
+            .map_err(|_| format!("{:?} holds characters not allowed in a header", self.source))?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_forms() {
+        let bearer: CredentialRule = "https://api.example.com=bearer:env:TOKEN".parse().unwrap();
+        assert_eq!(bearer.header(), http::header::AUTHORIZATION);
+        assert_eq!(bearer.source, SecretSource::Env("TOKEN".into()));
+        let file: CredentialRule = "https://*.example.com=bearer:file:/run/secret"
+            .parse()
+            .unwrap();
+        assert_eq!(file.source, SecretSource::File("/run/secret".into()));
+        let header: CredentialRule = "http://127.0.0.1:80=header:X-Auth-Token:env:T"
+            .parse()
+            .unwrap();
+        assert_eq!(header.header().as_str(), "x-auth-token");
+        assert_eq!(header.format, Format::Raw);
+    }
+
+    #[test]
+    fn bad_rules_name_the_problem() {
+        for (rule, problem) in [
+            ("https://api.example.com", "missing '='"),
+            ("api.example.com=bearer:env:T", "missing scheme"),
+            ("https://a.example.com=basic:env:T", "bearer: or header:"),
+            (
+                "https://a.example.com=bearer:vault:T",
+                "env:VAR or file:PATH",
+            ),
+            ("https://a.example.com=bearer:env:", "variable name"),
+            (
+                "https://a.example.com=header:bad name:env:T",
+                "not a valid header name",
+            ),
+        ] {
+            let err = rule.parse::<CredentialRule>().unwrap_err().to_string();
+            assert!(err.contains(problem), "{rule}: {err}");
+        }
+    }
+
+    #[test]
+    fn file_values_are_read_fresh_and_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let rule: CredentialRule = format!("https://a.example.com=bearer:file:{}", path.display())
+            .parse()
+            .unwrap();
+        assert_eq!(rule.header_value().unwrap(), "Bearer first");
+        std::fs::write(&path, "second").unwrap();
+        assert_eq!(rule.header_value().unwrap(), "Bearer second");
+        assert!(rule.header_value().unwrap().is_sensitive());
+        std::fs::remove_file(&path).unwrap();
+        assert!(rule.check().unwrap_err().contains("cannot read"));
+    }
+
+    #[test]
+    fn debug_never_shows_the_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cr3t").unwrap();
+        let rule: CredentialRule = format!("https://a.example.com=bearer:file:{}", path.display())
+            .parse()
+            .unwrap();
+        assert!(!format!("{rule:?}").contains("s3cr3t"));
+        assert!(!format!("{:?}", rule.header_value().unwrap()).contains("s3cr3t"));
+    }
+}

@@ -1,0 +1,342 @@
+//! The egress gate: the only way out of the sandbox.
+//!
+//! Every `wasi:http` request a provider makes passes through [`GateHooks`], in this order:
+//! 1. **grant**: scheme, host and port must match an allow-list entry (deny by default);
+//! 2. **address**: the name is resolved here and internal addresses (private, loopback,
+//!    link-local, cloud metadata) are refused unless the entry names that very address;
+//! 3. **budget**: a per-destination token bucket; an exhausted budget answers a synthetic
+//!    `429` with `Retry-After`, which the guest SDK turns into `retry-after`;
+//! 4. **credentials**: headers bound to the destination are added from the host's secrets;
+//!    providers can neither read nor set them (`authorization`, `proxy-authorization`,
+//!    `cookie` and every injected header are forbidden to guests);
+//! 5. **transport**: connect and first-byte timeouts, a between-bytes timeout and a response
+//!    size cap;
+//! 6. **audit**: one record per request, allowed or not.
+
+mod audit;
+mod budget;
+mod credentials;
+mod policy;
+mod transport;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::HeaderName;
+use http_body_util::BodyExt;
+use wasmtime_wasi_http::{
+    DEFAULT_FORBIDDEN_HEADERS, Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
+    WasiHttpHooks,
+};
+
+pub use audit::{Audit, AuditRecord};
+pub use budget::RateBudget;
+pub use credentials::{CredentialError, CredentialRule};
+pub use policy::{HostPattern, PatternError};
+pub use transport::Limits;
+
+use crate::metrics::Metrics;
+use policy::Destination;
+use transport::ConnectRefusal;
+
+/// Headers a provider may never set, whatever the credential rules.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
+
+/// What providers may reach and with which credentials; validated once at start-up.
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    pub allow: Vec<HostPattern>,
+    pub credentials: Vec<CredentialRule>,
+    pub budget: RateBudget,
+    pub limits: Limits,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            allow: Vec::new(),
+            credentials: Vec::new(),
+            budget: RateBudget::default(),
+            limits: Limits {
+                connect_timeout: Duration::from_secs(5),
+                first_byte_timeout: Duration::from_secs(30),
+                between_bytes_timeout: Duration::from_secs(30),
+                max_response_bytes: 8 * 1024 * 1024,
+            },
+        }
+    }
+}
+
+/// The shared gate: policy, budgets, TLS and audit of one manager.
+#[derive(Debug)]
+pub struct EgressGate {
+    config: EgressConfig,
+    forbidden: Arc<Vec<HeaderName>>,
+    budgets: budget::Budgets,
+    tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    audit: Audit,
+}
+
+/// Who is calling: the provider's name and version, for audit and error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub provider: String,
+    pub version: String,
+}
+
+/// A request the gate refused during one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// `METHOD scheme://host:port/path`.
+    pub request: String,
+    pub reason: String,
+}
+
+impl EgressGate {
+    pub fn new(config: EgressConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+        let mut forbidden: Vec<HeaderName> = DEFAULT_FORBIDDEN_HEADERS.to_vec();
+        forbidden.extend(CREDENTIAL_HEADERS.map(HeaderName::from_static));
+        forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
+        forbidden.dedup();
+        Arc::new(EgressGate {
+            budgets: budget::Budgets::new(config.budget),
+            forbidden: Arc::new(forbidden),
+            tls: transport::tls_config(),
+            audit: Audit::new(metrics),
+            config,
+        })
+    }
+
+    /// Check that every credential can be read now, so a bad rule fails at start-up.
+    pub fn check_credentials(&self) -> Result<(), String> {
+        self.config
+            .credentials
+            .iter()
+            .try_for_each(CredentialRule::check)
+    }
+
+    /// The audit trail.
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
+    /// The `wasi:http` hooks for one call by `caller`.
+    pub fn hooks(self: &Arc<Self>, caller: Arc<Caller>) -> GateHooks {
+        GateHooks {
+            gate: self.clone(),
+            caller,
+            denials: Arc::default(),
+        }
+    }
+
+    fn granted_list(&self) -> String {
+        if self.config.allow.is_empty() {
+            return "none".into();
+        }
+        let granted: Vec<String> = self.config.allow.iter().map(ToString::to_string).collect();
+        granted.join(", ")
+    }
+}
+
+/// The gate as seen by one call's `wasi:http` implementation; also collects the call's denials.
+pub struct GateHooks {
+    gate: Arc<EgressGate>,
+    caller: Arc<Caller>,
+    denials: Arc<Mutex<Vec<Denial>>>,
+}
+
+impl GateHooks {
+    /// The requests refused so far during this call.
+    pub fn denials(&self) -> Vec<Denial> {
+        self.denials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+type SendResult = Result<(http::Response<WasiBody>, transport::ConnectionTask), Error>;
+
+impl WasiHttpHooks for GateHooks {
+    fn is_forbidden_header(&mut self, name: &HeaderName) -> bool {
+        self.gate.forbidden.contains(name)
+    }
+
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        let forbidden = self.gate.forbidden.clone();
+        Arc::new(move |name| forbidden.contains(name))
+    }
+
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let attempt = Attempt {
+            gate: self.gate.clone(),
+            caller: self.caller.clone(),
+            denials: self.denials.clone(),
+            started: Instant::now(),
+            method: request.method().to_string(),
+            path: request.uri().path().to_string(),
+            host: String::new(),
+        };
+        Box::new(attempt.send(request))
+    }
+}
+
+/// One request on its way through the gate.
+struct Attempt {
+    gate: Arc<EgressGate>,
+    caller: Arc<Caller>,
+    denials: Arc<Mutex<Vec<Denial>>>,
+    started: Instant,
+    method: String,
+    path: String,
+    host: String,
+}
+
+impl Attempt {
+    async fn send(mut self, mut request: http::Request<WasiBody>) -> SendResult {
+        let Some(dest) = Destination::from_uri(request.uri()) else {
+            self.host = request.uri().to_string();
+            return Err(self.deny("the URL has no http(s) scheme or host".into()));
+        };
+        self.host = dest.to_string();
+        let gate = self.gate.clone();
+        let Some(grant) = gate.config.allow.iter().find(|p| p.matches(&dest)) else {
+            let granted = gate.granted_list();
+            return Err(self.deny(format!("not in allowedHosts (granted: {granted})")));
+        };
+        let limits = gate.config.limits;
+        let addresses = match transport::resolve_allowed(&dest, grant, &limits).await {
+            Ok(addresses) => addresses,
+            Err(refusal) => return Err(self.refused(refusal)),
+        };
+        if let Err(wait) = gate.budgets.take(&self.host) {
+            return Ok(self.rate_limited(wait));
+        }
+        let headers = request.headers_mut();
+        for name in CREDENTIAL_HEADERS {
+            headers.remove(name);
+        }
+        for rule in gate
+            .config
+            .credentials
+            .iter()
+            .filter(|r| r.applies_to(&dest))
+        {
+            match rule.header_value() {
+                Ok(value) => {
+                    headers.insert(rule.header().clone(), value);
+                }
+                Err(err) => return Err(self.deny(format!("credential unavailable: {err}"))),
+            }
+        }
+        let stream = match transport::connect(&dest, &addresses, &gate.tls, &limits).await {
+            Ok(stream) => stream,
+            Err(refusal) => return Err(self.refused(refusal)),
+        };
+        let (response, connection) = match transport::exchange(stream, request, &limits).await {
+            Ok(exchanged) => exchanged,
+            Err((error, message)) => return Err(self.failed(error, message)),
+        };
+        let status = response.status().as_u16();
+        if let Some(length) = response.headers().get(http::header::CONTENT_LENGTH)
+            && let Some(length) = length.to_str().ok().and_then(|l| l.parse::<u64>().ok())
+            && length > limits.max_response_bytes
+        {
+            let cap = limits.max_response_bytes;
+            let message = format!("response of {length} bytes exceeds the {cap}-byte cap");
+            return Err(self.failed(Error::HttpResponseBodySize(Some(length)), message));
+        }
+        let record = self.record(Some(status), None);
+        let audit = gate.audit.clone();
+        let started = self.started;
+        let response = response.map(move |body| {
+            transport::CappedBody::new(body, &limits, move |bytes, failure| {
+                audit.record(AuditRecord {
+                    response_bytes: bytes,
+                    denied: failure.map(|f| format!("failed: {f}")),
+                    latency: started.elapsed(),
+                    ..record
+                })
+            })
+            .boxed_unsync()
+        });
+        Ok((response, connection))
+    }
+
+    fn record(&self, status: Option<u16>, denied: Option<String>) -> AuditRecord {
+        AuditRecord {
+            provider: self.caller.provider.clone(),
+            version: self.caller.version.clone(),
+            method: self.method.clone(),
+            host: self.host.clone(),
+            path: self.path.clone(),
+            status,
+            denied,
+            response_bytes: 0,
+            latency: self.started.elapsed(),
+        }
+    }
+
+    fn deny(&self, reason: String) -> Error {
+        tracing::warn!(
+            provider = %self.caller.provider,
+            version = %self.caller.version,
+            "egress denied: {} {}{}: {reason}",
+            self.method,
+            self.host,
+            self.path
+        );
+        self.denials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Denial {
+                request: format!("{} {}{}", self.method, self.host, self.path),
+                reason: reason.clone(),
+            });
+        self.gate.audit.record(self.record(None, Some(reason)));
+        Error::HttpRequestDenied
+    }
+
+    fn refused(&self, refusal: ConnectRefusal) -> Error {
+        match refusal {
+            ConnectRefusal::Internal { address, reason } => self.deny(format!(
+                "{} resolves to {address}, a {reason}; only an allowedHosts entry naming that address may reach it",
+                self.host
+            )),
+            ConnectRefusal::Failed(error, message) => self.failed(error, message),
+        }
+    }
+
+    fn failed(&self, error: Error, message: String) -> Error {
+        self.gate
+            .audit
+            .record(self.record(None, Some(format!("failed: {message}"))));
+        error
+    }
+
+    fn rate_limited(
+        &self,
+        wait: Duration,
+    ) -> (http::Response<WasiBody>, transport::ConnectionTask) {
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let reason = format!(
+            "rate budget for {} exhausted; retry in {seconds}s",
+            self.host
+        );
+        self.gate
+            .audit
+            .record(self.record(Some(429), Some(reason.clone())));
+        let response = http::Response::builder()
+            .status(http::StatusCode::TOO_MANY_REQUESTS)
+            .header(http::header::RETRY_AFTER, seconds.to_string())
+            .header("x-wasm-ccm-egress", "rate-limited")
+            .body(transport::full_body(reason))
+            .unwrap_or_else(|_| http::Response::new(transport::full_body("rate limited")));
+        (response, Box::new(async { Ok(()) }))
+    }
+}

@@ -1,0 +1,374 @@
+//! What a provider may reach: allow-list entries (`https://api.example.com`,
+//! `https://*.example.com:8443`, `http://127.0.0.1:8080`) and the rule that an address
+//! inside the cluster or cloud network (private, loopback, link-local, metadata) is never
+//! reached through a *name*: only an entry that names that very address allows it.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    /// The port a URL of this scheme uses when it names none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+
+    fn parse(text: &str) -> Option<Scheme> {
+        match text.to_ascii_lowercase().as_str() {
+            "http" => Some(Scheme::Http),
+            "https" => Some(Scheme::Https),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        })
+    }
+}
+
+/// The host part of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum HostMatch {
+    /// Exactly this DNS name (lower case).
+    Name(String),
+    /// Any name ending in `.suffix` (from `*.suffix`); not `suffix` itself.
+    Subdomains(String),
+    /// Exactly this address; also the one entry kind that may reach an internal address.
+    Address(IpAddr),
+}
+
+/// One allow-list entry or credential target: scheme, host (or `*.` wildcard) and port,
+/// all of which must match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPattern {
+    scheme: Scheme,
+    host: HostMatch,
+    port: u16,
+}
+
+/// A destination as a request names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub scheme: Scheme,
+    /// Lower-case DNS name or IP literal (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.scheme, self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+}
+
+/// Why a host pattern could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid host pattern {pattern:?}: {problem} (expected e.g. https://api.example.com, https://*.example.com:8443 or http://127.0.0.1:8080)"
+)]
+pub struct PatternError {
+    pub pattern: String,
+    pub problem: String,
+}
+
+impl FromStr for HostPattern {
+    type Err = PatternError;
+
+    fn from_str(pattern: &str) -> Result<Self, Self::Err> {
+        let fail = |problem: &str| PatternError {
+            pattern: pattern.to_string(),
+            problem: problem.to_string(),
+        };
+        let (scheme, rest) = pattern
+            .split_once("://")
+            .ok_or_else(|| fail("missing scheme"))?;
+        let scheme = Scheme::parse(scheme).ok_or_else(|| fail("scheme must be http or https"))?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#', '@']) {
+            return Err(fail(
+                "only scheme, host and port are allowed, no path or user",
+            ));
+        }
+        let (host, port) = split_host_port(rest).map_err(|problem| fail(&problem))?;
+        let port = port.unwrap_or(scheme.default_port());
+        let host = if let Some(suffix) = host.strip_prefix("*.") {
+            validate_dns_name(suffix).map_err(|problem| fail(&problem))?;
+            HostMatch::Subdomains(suffix.to_ascii_lowercase())
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
+            HostMatch::Address(ip)
+        } else {
+            validate_dns_name(host).map_err(|problem| fail(&problem))?;
+            HostMatch::Name(host.to_ascii_lowercase())
+        };
+        Ok(HostPattern { scheme, host, port })
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://", self.scheme)?;
+        match &self.host {
+            HostMatch::Name(name) => f.write_str(name)?,
+            HostMatch::Subdomains(suffix) => write!(f, "*.{suffix}")?,
+            HostMatch::Address(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+            HostMatch::Address(ip) => write!(f, "{ip}")?,
+        }
+        if self.port != self.scheme.default_port() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+impl HostPattern {
+    /// Whether `dest` matches scheme, host and port.
+    pub fn matches(&self, dest: &Destination) -> bool {
+        if self.scheme != dest.scheme || self.port != dest.port {
+            return false;
+        }
+        match &self.host {
+            HostMatch::Name(name) => *name == dest.host,
+            HostMatch::Subdomains(suffix) => dest
+                .host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            HostMatch::Address(ip) => dest.host.parse::<IpAddr>().is_ok_and(|d| d == *ip),
+        }
+    }
+
+    /// Whether this entry names `ip` itself, which is what allows an internal address.
+    pub fn names_address(&self, ip: IpAddr) -> bool {
+        matches!(self.host, HostMatch::Address(own) if own == canonical(ip))
+    }
+}
+
+impl Destination {
+    /// The destination of an absolute URI, or `None` if it has no usable scheme or host.
+    pub fn from_uri(uri: &http::Uri) -> Option<Destination> {
+        let scheme = Scheme::parse(uri.scheme_str()?)?;
+        let host = uri.host()?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+            .to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        Some(Destination { scheme, host, port })
+    }
+}
+
+fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
+    let (host, port) = if let Some(bracketed) = text.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or("unclosed [ in IPv6 address")?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or("junk after ]")?)),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("missing host".into());
+    }
+    let port = match port {
+        None => None,
+        Some(port) => match port.parse::<u16>() {
+            Ok(0) | Err(_) => return Err(format!("port {port:?} is not a number from 1 to 65535")),
+            Ok(port) => Some(port),
+        },
+    };
+    Ok((host, port))
+}
+
+fn validate_dns_name(name: &str) -> Result<(), String> {
+    let valid_label = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.len() > 253 || !name.split('.').all(valid_label) {
+        return Err(format!("{name:?} is not a valid DNS name"));
+    }
+    Ok(())
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Why `ip` is inside a network no provider may reach by name, or `None` if it is public.
+pub fn internal_address_reason(ip: IpAddr) -> Option<&'static str> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => internal_v4(v4),
+        IpAddr::V6(v6) => internal_v6(v6),
+    }
+}
+
+fn internal_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    if ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(169, 254, 170, 2) {
+        Some("cloud metadata address")
+    } else if ip == Ipv4Addr::new(100, 100, 100, 200) {
+        Some("cloud metadata address")
+    } else if ip.is_loopback() {
+        Some("loopback address")
+    } else if ip.is_private() {
+        Some("private address")
+    } else if ip.is_link_local() {
+        Some("link-local address")
+    } else if ip.is_unspecified() || a == 0 {
+        Some("unspecified address")
+    } else if a == 100 && (64..128).contains(&b) {
+        Some("shared (carrier-grade NAT) address")
+    } else if a == 192 && b == 0 && c == 0 {
+        Some("IETF protocol assignment address")
+    } else if ip.is_broadcast() || ip.is_multicast() || a >= 240 {
+        Some("broadcast, multicast or reserved address")
+    } else {
+        None
+    }
+}
+
+fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let first = ip.segments()[0];
+    if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
+        Some("cloud metadata address")
+    } else if ip.is_loopback() {
+        Some("loopback address")
+    } else if ip.is_unspecified() {
+        Some("unspecified address")
+    } else if first & 0xfe00 == 0xfc00 {
+        Some("unique-local (private) address")
+    } else if first & 0xffc0 == 0xfe80 {
+        Some("link-local address")
+    } else if ip.is_multicast() {
+        Some("multicast address")
+    } else if let Some(v4) = ip.to_ipv4() {
+        // IPv4-compatible and NAT64-embedded forms of an internal IPv4 address.
+        internal_v4(v4)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(url: &str) -> Destination {
+        Destination::from_uri(&url.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn scheme_host_and_port_must_all_match() {
+        let p: HostPattern = "https://api.example.com".parse().unwrap();
+        assert!(p.matches(&dest("https://api.example.com/v1")));
+        assert!(p.matches(&dest("https://API.example.com:443/")));
+        assert!(!p.matches(&dest("http://api.example.com/")));
+        assert!(!p.matches(&dest("https://api.example.com:8443/")));
+        assert!(!p.matches(&dest("https://api.example.com.evil.test/")));
+        assert!(!p.matches(&dest("https://xapi.example.com/")));
+    }
+
+    #[test]
+    fn wildcard_matches_subdomains_only() {
+        let p: HostPattern = "https://*.example.com:8443".parse().unwrap();
+        assert!(p.matches(&dest("https://a.example.com:8443/")));
+        assert!(p.matches(&dest("https://a.b.example.com:8443/")));
+        assert!(!p.matches(&dest("https://example.com:8443/")));
+        assert!(!p.matches(&dest("https://evilexample.com:8443/")));
+        assert!(!p.matches(&dest("https://a.example.com/")));
+    }
+
+    #[test]
+    fn address_entries_match_the_address_and_name_it() {
+        let p: HostPattern = "http://127.0.0.1:8080".parse().unwrap();
+        assert!(p.matches(&dest("http://127.0.0.1:8080/x")));
+        assert!(!p.matches(&dest("http://localhost:8080/x")));
+        assert!(p.names_address("127.0.0.1".parse().unwrap()));
+        assert!(p.names_address("::ffff:127.0.0.1".parse().unwrap()));
+        let v6: HostPattern = "http://[::1]:9000".parse().unwrap();
+        assert!(v6.matches(&dest("http://[::1]:9000/")));
+        assert_eq!(v6.to_string(), "http://[::1]:9000");
+    }
+
+    #[test]
+    fn bad_patterns_say_what_is_wrong() {
+        for (pattern, problem) in [
+            ("api.example.com", "missing scheme"),
+            ("ftp://api.example.com", "scheme must be http or https"),
+            ("https://api.example.com/v1", "no path"),
+            ("https://api.example.com:0", "port"),
+            ("https://api.example.com:99999", "port"),
+            ("https://under_score.example.com", "not a valid DNS name"),
+            ("https://", "missing host"),
+            ("https://user@api.example.com", "no path or user"),
+        ] {
+            let err = pattern.parse::<HostPattern>().unwrap_err().to_string();
+            assert!(err.contains(problem), "{pattern}: {err}");
+            assert!(err.contains(pattern), "{pattern}: {err}");
+        }
+    }
+
+    #[test]
+    fn internal_addresses_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "169.254.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "fc00::1",
+            "::ffff:10.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(
+                internal_address_reason(ip.parse().unwrap()).is_some(),
+                "{ip}"
+            );
+        }
+        for ip in ["93.184.216.34", "198.51.100.7", "2606:4700::1111"] {
+            assert_eq!(internal_address_reason(ip.parse().unwrap()), None, "{ip}");
+        }
+        assert_eq!(
+            internal_address_reason("169.254.169.254".parse().unwrap()),
+            Some("cloud metadata address")
+        );
+    }
+}

@@ -1,0 +1,337 @@
+//! Sending a request the gate allowed: resolve the name, refuse internal addresses the
+//! grant does not name, connect (with TLS for `https`), speak HTTP/1.1, and enforce the
+//! connect, first-byte and between-bytes timeouts and the response size cap.
+//!
+//! Resolution happens here, not in the OS's connect, so the address checked is the address
+//! connected to: a granted name that resolves inward is refused at connect time.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls;
+use wasmtime_wasi_http::{Error, WasiBody};
+
+use super::policy::{Destination, HostPattern, Scheme, internal_address_reason};
+
+/// Timeouts and limits of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub between_bytes_timeout: Duration,
+    pub max_response_bytes: u64,
+}
+
+/// Why no connection was made.
+#[derive(Debug)]
+pub enum ConnectRefusal {
+    /// Every address of the destination is internal and the grant names none of them.
+    Internal {
+        address: IpAddr,
+        reason: &'static str,
+    },
+    /// The transport failed (DNS, TCP, TLS); the error is the guest-visible code.
+    Failed(Error, String),
+}
+
+/// The TLS client configuration: the Mozilla root set, ring crypto.
+pub fn tls_config() -> Arc<rustls::ClientConfig> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
+    match config {
+        Ok(config) => Arc::new(config),
+        // ring supports the default protocol versions; this cannot fail, but never panic.
+        Err(err) => unreachable!("ring lacks default TLS versions: {err}"),
+    }
+}
+
+/// The addresses of `dest` a request may connect to under `grant`.
+pub async fn resolve_allowed(
+    dest: &Destination,
+    grant: &HostPattern,
+    limits: &Limits,
+) -> Result<Vec<SocketAddr>, ConnectRefusal> {
+    let addresses: Vec<SocketAddr> = match dest.host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, dest.port)],
+        Err(_) => {
+            let lookup = tokio::net::lookup_host((dest.host.as_str(), dest.port));
+            match tokio::time::timeout(limits.connect_timeout, lookup).await {
+                Err(_) => {
+                    return Err(ConnectRefusal::Failed(
+                        Error::DnsTimeout,
+                        "DNS lookup timed out".into(),
+                    ));
+                }
+                Ok(Err(err)) => {
+                    let error = Error::DnsError {
+                        rcode: Some(err.to_string()),
+                        info_code: None,
+                    };
+                    return Err(ConnectRefusal::Failed(
+                        error,
+                        format!("DNS lookup failed: {err}"),
+                    ));
+                }
+                Ok(Ok(found)) => found.collect(),
+            }
+        }
+    };
+    let mut refused = None;
+    let allowed: Vec<SocketAddr> = addresses
+        .into_iter()
+        .filter(|addr| match internal_address_reason(addr.ip()) {
+            None => true,
+            Some(_) if grant.names_address(addr.ip()) => true,
+            Some(reason) => {
+                refused.get_or_insert((addr.ip(), reason));
+                false
+            }
+        })
+        .collect();
+    match (allowed.is_empty(), refused) {
+        (true, Some((address, reason))) => Err(ConnectRefusal::Internal { address, reason }),
+        (true, None) => Err(ConnectRefusal::Failed(
+            Error::DestinationNotFound,
+            "the name has no addresses".into(),
+        )),
+        (false, _) => Ok(allowed),
+    }
+}
+
+/// A connected byte stream, plain or TLS.
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// Connect to the first reachable address and, for `https`, complete TLS for `dest.host`.
+pub async fn connect(
+    dest: &Destination,
+    addresses: &[SocketAddr],
+    tls: &Arc<rustls::ClientConfig>,
+    limits: &Limits,
+) -> Result<Box<dyn Stream>, ConnectRefusal> {
+    let attempt = async {
+        let mut last_error = None;
+        for addr in addresses {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(err) => last_error = Some(err),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
+    };
+    let tcp = match tokio::time::timeout(limits.connect_timeout, attempt).await {
+        Err(_) => {
+            return Err(ConnectRefusal::Failed(
+                Error::ConnectionTimeout,
+                "connect timed out".into(),
+            ));
+        }
+        Ok(Err(err)) => {
+            let message = format!("connect failed: {err}");
+            return Err(ConnectRefusal::Failed(Error::ConnectionRefused, message));
+        }
+        Ok(Ok(tcp)) => tcp,
+    };
+    if dest.scheme == Scheme::Http {
+        return Ok(Box::new(tcp));
+    }
+    let server_name = match dest.host.parse::<IpAddr>() {
+        Ok(ip) => rustls::pki_types::ServerName::from(ip),
+        Err(_) => rustls::pki_types::ServerName::try_from(dest.host.clone()).map_err(|err| {
+            ConnectRefusal::Failed(Error::TlsProtocolError, format!("invalid TLS name: {err}"))
+        })?,
+    };
+    let handshake = TlsConnector::from(tls.clone()).connect(server_name, tcp);
+    match tokio::time::timeout(limits.connect_timeout, handshake).await {
+        Err(_) => Err(ConnectRefusal::Failed(
+            Error::ConnectionTimeout,
+            "TLS handshake timed out".into(),
+        )),
+        Ok(Err(err)) => {
+            let message = format!("TLS handshake failed: {err}");
+            Err(ConnectRefusal::Failed(Error::TlsCertificateError, message))
+        }
+        Ok(Ok(tls_stream)) => Ok(Box::new(tls_stream)),
+    }
+}
+
+/// The connection's I/O future, to be driven by whoever keeps the response.
+pub type ConnectionTask = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+/// Send `request` over `stream` with HTTP/1.1 and return the response head, whose body is
+/// capped and timed, plus the connection task that must keep running while it is read.
+pub async fn exchange(
+    stream: Box<dyn Stream>,
+    mut request: http::Request<WasiBody>,
+    limits: &Limits,
+) -> Result<(http::Response<Incoming>, ConnectionTask), (Error, String)> {
+    let handshake = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream));
+    let (mut sender, connection) =
+        match tokio::time::timeout(limits.connect_timeout, handshake).await {
+            Err(_) => return Err((Error::ConnectionTimeout, "HTTP handshake timed out".into())),
+            Ok(Err(err)) => return Err((Error::Hyper(err), "HTTP handshake failed".into())),
+            Ok(Ok(pair)) => pair,
+        };
+    // Origin form on the wire: the authority travels in the Host header.
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    *request.uri_mut() = match http::Uri::builder().path_and_query(path).build() {
+        Ok(uri) => uri,
+        Err(err) => return Err((Error::HttpRequestUriInvalid, format!("invalid path: {err}"))),
+    };
+
+    let mut connection = Box::pin(connection);
+    let response = sender.send_request(request);
+    let response = tokio::time::timeout(limits.first_byte_timeout, async {
+        tokio::pin!(response);
+        // Drive the connection while waiting for the response head.
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = response.as_mut().poll(cx) {
+                return Poll::Ready(
+                    result.map_err(|err| (Error::Hyper(err), "request failed".to_string())),
+                );
+            }
+            match connection.as_mut().poll(cx) {
+                Poll::Ready(Err(err)) => {
+                    Poll::Ready(Err((Error::Hyper(err), "connection failed".to_string())))
+                }
+                _ => Poll::Pending,
+            }
+        })
+        .await
+    })
+    .await;
+    let response = match response {
+        Err(_) => {
+            return Err((
+                Error::ConnectionReadTimeout,
+                "no response before the first-byte timeout".into(),
+            ));
+        }
+        Ok(result) => result?,
+    };
+    let task: ConnectionTask = Box::new(async move { connection.await.map_err(Error::Hyper) });
+    Ok((response, task))
+}
+
+/// A response body that fails once it exceeds `limit` bytes or stalls longer than
+/// `between_bytes` between frames, and calls `on_end` with the byte count when it ends,
+/// fails, or is dropped unread.
+pub struct CappedBody<F: FnOnce(u64, Option<String>) + Send + Unpin + 'static> {
+    inner: Incoming,
+    limit: u64,
+    received: u64,
+    stall: Pin<Box<tokio::time::Sleep>>,
+    between_bytes: Duration,
+    on_end: Option<F>,
+}
+
+impl<F: FnOnce(u64, Option<String>) + Send + Unpin + 'static> CappedBody<F> {
+    pub fn new(inner: Incoming, limits: &Limits, on_end: F) -> Self {
+        CappedBody {
+            inner,
+            limit: limits.max_response_bytes,
+            received: 0,
+            stall: Box::pin(tokio::time::sleep(limits.between_bytes_timeout)),
+            between_bytes: limits.between_bytes_timeout,
+            on_end: Some(on_end),
+        }
+    }
+
+    fn end(&mut self, failure: Option<String>) {
+        if let Some(on_end) = self.on_end.take() {
+            on_end(self.received, failure);
+        }
+    }
+}
+
+impl<F: FnOnce(u64, Option<String>) + Send + Unpin + 'static> Body for CappedBody<F> {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = self.get_mut();
+        if this.on_end.is_none() {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                ready!(this.stall.as_mut().poll(cx));
+                this.end(Some(
+                    "response stalled past the between-bytes timeout".into(),
+                ));
+                Poll::Ready(Some(Err(Error::ConnectionReadTimeout)))
+            }
+            Poll::Ready(None) => {
+                this.end(None);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(err))) => {
+                this.end(Some(format!("response body failed: {err}")));
+                Poll::Ready(Some(Err(Error::Hyper(err))))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                let deadline = tokio::time::Instant::now() + this.between_bytes;
+                this.stall.as_mut().reset(deadline);
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                    if this.received > this.limit {
+                        let limit = this.limit;
+                        this.end(Some(format!("response body exceeds the {limit}-byte cap")));
+                        return Poll::Ready(Some(Err(Error::HttpResponseBodySize(Some(limit)))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.on_end.is_none() || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<F: FnOnce(u64, Option<String>) + Send + Unpin + 'static> Drop for CappedBody<F> {
+    fn drop(&mut self) {
+        if self.on_end.is_some() {
+            let received = self.received;
+            self.end(if self.inner.is_end_stream() {
+                None
+            } else {
+                Some(format!("response dropped after {received} bytes"))
+            });
+        }
+    }
+}
+
+/// A body of fixed bytes, for responses the gate makes itself.
+pub fn full_body(text: impl Into<Bytes>) -> WasiBody {
+    http_body_util::Full::new(text.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}

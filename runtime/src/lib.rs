@@ -1,0 +1,17 @@
+//! wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly
+//! components.
+//!
+//! Modules in the order data flows through them:
+
+/// The command line: flags, subcommands.
+pub mod cli;
+/// The provider contract as plain Rust types.
+pub mod contract;
+/// The egress gate: allow-list, address checks, budgets, credential injection, audit.
+pub mod egress;
+/// Prometheus metrics of providers, sandbox and egress.
+pub mod metrics;
+/// Typed async facade over one provider version; what controllers call.
+pub mod provider;
+/// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
+pub mod sandbox;

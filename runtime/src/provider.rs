@@ -1,0 +1,430 @@
+//! The typed provider facade: async Rust methods for every contract function over one
+//! loaded provider version. This is all controllers see of a provider: they do not know
+//! wasm exists.
+//!
+//! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
+//! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
+//! (trap, deadline, memory, egress denied) and never deletes a node on the latter.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::contract::{Capabilities, CloudError, InstanceMetadata, LbStatus, Node, Route, Service};
+use crate::egress::{Caller, Denial, EgressGate};
+use crate::metrics::{CallLabels, FunctionLabels, Metrics};
+use crate::sandbox::{
+    CallFailure, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache, Sandbox,
+};
+
+/// Why a provider call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("provider {provider} {function}: {kind}")]
+pub struct ProviderError {
+    /// `name@sha256:…` of the provider version.
+    pub provider: String,
+    /// The contract function, as named in the WIT.
+    pub function: &'static str,
+    pub kind: ErrorKind,
+}
+
+/// What went wrong, by who is to blame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    /// The provider answered with a contract error.
+    #[error(transparent)]
+    Cloud(CloudError),
+    /// The sandbox ended the call (trap, deadline, memory, instantiation).
+    #[error(transparent)]
+    Sandbox(CallFailure),
+    /// The provider failed after the egress gate refused one of its requests.
+    #[error("egress denied: {}; the provider said: {message}", describe(denials))]
+    EgressDenied {
+        denials: Vec<Denial>,
+        message: String,
+    },
+}
+
+fn describe(denials: &[Denial]) -> String {
+    let all: Vec<String> = denials
+        .iter()
+        .map(|d| format!("{}: {}", d.request, d.reason))
+        .collect();
+    all.join("; ")
+}
+
+impl ProviderError {
+    /// The provider said the thing definitely does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.kind, ErrorKind::Cloud(CloudError::NotFound { .. }))
+    }
+
+    /// The provider does not implement the function.
+    pub fn is_not_implemented(&self) -> bool {
+        matches!(self.kind, ErrorKind::Cloud(CloudError::NotImplemented))
+    }
+
+    /// Another controller owns the load balancer.
+    pub fn is_implemented_elsewhere(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Cloud(CloudError::ImplementedElsewhere)
+        )
+    }
+
+    /// The fixed delay the provider asked for, if it asked to be called again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.kind {
+            ErrorKind::Cloud(CloudError::RetryAfter { delay_ms, .. }) => {
+                Some(Duration::from_millis(delay_ms))
+            }
+            _ => None,
+        }
+    }
+
+    /// A short label for metrics and logs.
+    pub fn outcome(&self) -> &'static str {
+        match &self.kind {
+            ErrorKind::Cloud(CloudError::NotFound { .. }) => "not-found",
+            ErrorKind::Cloud(CloudError::NotImplemented) => "not-implemented",
+            ErrorKind::Cloud(CloudError::ImplementedElsewhere) => "implemented-elsewhere",
+            ErrorKind::Cloud(CloudError::RetryAfter { .. }) => "retry-after",
+            ErrorKind::Cloud(CloudError::Other { .. }) => "error",
+            ErrorKind::Sandbox(CallFailure::Trap { .. }) => "trap",
+            ErrorKind::Sandbox(CallFailure::Deadline { .. }) => "deadline",
+            ErrorKind::Sandbox(CallFailure::MemoryLimit { .. }) => "memory",
+            ErrorKind::Sandbox(CallFailure::Instantiate { .. }) => "instantiate",
+            ErrorKind::EgressDenied { .. } => "egress-denied",
+        }
+    }
+}
+
+/// Why a provider version could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderLoadError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("{origin}: init rejected the configuration: {error}")]
+    Init {
+        origin: String,
+        error: ProviderError,
+    },
+}
+
+/// One loaded provider version and what it said it supports.
+#[derive(Clone)]
+pub struct Provider {
+    guest: Guest,
+    capabilities: Capabilities,
+    metrics: Arc<Metrics>,
+}
+
+/// Everything needed to load a provider version.
+pub struct ProviderSource {
+    /// The component's bytes.
+    pub wasm: Arc<[u8]>,
+    /// Where they came from (a path or reference), for messages.
+    pub origin: String,
+    /// The bytes of `--cloud-config`, passed to `init` and readable by every call.
+    pub cloud_config: Option<Vec<u8>>,
+}
+
+impl Provider {
+    /// Compile (or load from cache), link, and `init` a provider version.
+    pub async fn load(
+        sandbox: &Sandbox,
+        egress: Arc<EgressGate>,
+        source: ProviderSource,
+        metrics: Arc<Metrics>,
+    ) -> Result<Provider, ProviderLoadError> {
+        let image = sandbox.load(source.wasm, &source.origin).await?;
+        let version = short_version(&image);
+        let guest = image.bind(GuestEnv {
+            caller: Arc::new(Caller {
+                provider: origin_name(&source.origin),
+                version: version.clone(),
+            }),
+            egress,
+            cache: ProviderCache::default(),
+            cloud_config: source.cloud_config.clone().map(Into::into),
+        });
+        let loading = Provider {
+            guest,
+            capabilities: Capabilities {
+                name: origin_name(&source.origin),
+                instances: false,
+                load_balancer: false,
+                routes: false,
+                has_cluster_id: false,
+            },
+            metrics,
+        };
+        let config = source.cloud_config.as_deref();
+        let capabilities = loading
+            .finish("init", Instant::now(), loading.guest.init(config).await)
+            .map_err(|error| ProviderLoadError::Init {
+                origin: source.origin.clone(),
+                error,
+            })?;
+        let guest = loading.guest.renamed(Caller {
+            provider: capabilities.name.clone(),
+            version,
+        });
+        Ok(Provider {
+            guest,
+            capabilities,
+            metrics: loading.metrics,
+        })
+    }
+
+    /// What the provider supports, as `init` answered.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// `name@sha256:<12 hex>`.
+    pub fn label(&self) -> String {
+        let caller = self.guest.caller();
+        format!("{}@{}", caller.provider, caller.version)
+    }
+
+    /// `sha256:<hex>` of the component.
+    pub fn digest(&self) -> &str {
+        self.guest.image().digest()
+    }
+
+    /// The egress gate this provider's requests pass (for its audit trail).
+    pub fn egress(&self) -> &Arc<EgressGate> {
+        self.guest.egress()
+    }
+
+    /// Whether the instance behind `node` exists (`false` only on definite absence).
+    pub async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "instance-exists",
+            started,
+            self.guest.instance_exists(node).await,
+        )
+    }
+
+    /// Whether the instance behind `node` is shut down.
+    pub async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "instance-shutdown",
+            started,
+            self.guest.instance_shutdown(node).await,
+        )
+    }
+
+    /// Identity, type, addresses and placement of the instance behind `node`.
+    pub async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "instance-metadata",
+            started,
+            self.guest.instance_metadata(node).await,
+        )
+    }
+
+    /// The load balancer of `svc`, or `None` if it does not exist.
+    pub async fn get_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &Service,
+    ) -> Result<Option<LbStatus>, ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "get-load-balancer",
+            started,
+            self.guest.get_load_balancer(cluster, svc).await,
+        )
+    }
+
+    /// The cloud-side name of the load balancer of `svc`.
+    pub async fn get_load_balancer_name(
+        &self,
+        cluster: &str,
+        svc: &Service,
+    ) -> Result<String, ProviderError> {
+        let started = Instant::now();
+        let result = self.guest.get_load_balancer_name(cluster, svc).await;
+        self.finish("get-load-balancer-name", started, result.map(|f| f.map(Ok)))
+    }
+
+    /// Create or update the load balancer of `svc` for `nodes`.
+    pub async fn ensure_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &Service,
+        nodes: &[Node],
+    ) -> Result<LbStatus, ProviderError> {
+        let started = Instant::now();
+        let result = self.guest.ensure_load_balancer(cluster, svc, nodes).await;
+        self.finish("ensure-load-balancer", started, result)
+    }
+
+    /// Point the load balancer of `svc` at `nodes`.
+    pub async fn update_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &Service,
+        nodes: &[Node],
+    ) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        let result = self.guest.update_load_balancer(cluster, svc, nodes).await;
+        self.finish("update-load-balancer", started, result)
+    }
+
+    /// Delete the load balancer of `svc`; `Ok` if already gone.
+    pub async fn ensure_load_balancer_deleted(
+        &self,
+        cluster: &str,
+        svc: &Service,
+    ) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        let result = self.guest.ensure_load_balancer_deleted(cluster, svc).await;
+        self.finish("ensure-load-balancer-deleted", started, result)
+    }
+
+    /// The routes of `cluster`.
+    pub async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "list-routes",
+            started,
+            self.guest.list_routes(cluster).await,
+        )
+    }
+
+    /// Create `route` (`name_hint` is the node's UID).
+    pub async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        let result = self.guest.create_route(cluster, name_hint, route).await;
+        self.finish("create-route", started, result)
+    }
+
+    /// Delete `route`.
+    pub async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        self.finish(
+            "delete-route",
+            started,
+            self.guest.delete_route(cluster, route).await,
+        )
+    }
+
+    /// Turn a sandbox result into the facade's, recording metrics.
+    fn finish<T>(
+        &self,
+        function: &'static str,
+        started: Instant,
+        result: Result<Finished<Result<T, CloudError>>, CallFailure>,
+    ) -> Result<T, ProviderError> {
+        let kind = match result {
+            Ok(Finished {
+                value: Ok(value), ..
+            }) => {
+                self.observe(function, started, "ok");
+                return Ok(value);
+            }
+            Ok(Finished {
+                value: Err(CloudError::Other { message }),
+                denials,
+            }) if !denials.is_empty() => ErrorKind::EgressDenied { denials, message },
+            Ok(Finished {
+                value: Err(error), ..
+            }) => ErrorKind::Cloud(error),
+            Err(failure) => ErrorKind::Sandbox(failure),
+        };
+        let error = ProviderError {
+            provider: self.label(),
+            function,
+            kind,
+        };
+        self.observe(function, started, error.outcome());
+        Err(error)
+    }
+
+    fn observe(&self, function: &str, started: Instant, outcome: &str) {
+        let caller = self.guest.caller();
+        let labels = FunctionLabels {
+            provider: caller.provider.clone(),
+            version: caller.version.clone(),
+            function: function.to_string(),
+        };
+        self.metrics
+            .provider_call_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .provider_calls
+            .get_or_create(&CallLabels {
+                provider: labels.provider,
+                version: labels.version,
+                function: labels.function,
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// `sha256:` and the first 12 hex digits of the component's digest.
+fn short_version(image: &Image) -> String {
+    image.digest().chars().take("sha256:".len() + 12).collect()
+}
+
+/// A provider's name before `init` has told it: the file stem of its origin.
+fn origin_name(origin: &str) -> String {
+    let last = origin.rsplit(['/', '\\']).next().unwrap_or(origin);
+    let stem = last.split(['.', ':', '@']).next().unwrap_or(last);
+    if stem.is_empty() {
+        "provider".into()
+    } else {
+        stem.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_names_are_file_stems() {
+        assert_eq!(origin_name("/x/y/simcloud.wasm"), "simcloud");
+        assert_eq!(origin_name("file:///x/hostile.wasm"), "hostile");
+        assert_eq!(origin_name(""), "provider");
+    }
+
+    #[test]
+    fn errors_keep_contract_kinds_apart_from_sandbox_failures() {
+        let error = |kind| ProviderError {
+            provider: "p@sha256:0".into(),
+            function: "instance-exists",
+            kind,
+        };
+        let not_found = error(ErrorKind::Cloud(CloudError::NotFound {
+            message: "gone".into(),
+        }));
+        assert!(not_found.is_not_found());
+        let trap = error(ErrorKind::Sandbox(CallFailure::Trap {
+            message: "boom".into(),
+        }));
+        assert!(!trap.is_not_found());
+        assert_eq!(trap.outcome(), "trap");
+        let retry = error(ErrorKind::Cloud(CloudError::RetryAfter {
+            delay_ms: 1500,
+            message: "busy".into(),
+        }));
+        assert_eq!(retry.retry_after(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            trap.to_string(),
+            "provider p@sha256:0 instance-exists: the provider trapped: boom"
+        );
+    }
+}

@@ -1,0 +1,758 @@
+//! The wasmtime sandbox that runs provider components: engine, linker, limits, compile
+//! cache, and one fresh `Store` per call.
+//!
+//! A loaded component is linked once into an `InstancePre`; every call instantiates it in a
+//! new `Store`, runs one export and drops everything, so no state leaks between calls and a
+//! trap or runaway guest ends only its own call. Each call gets:
+//! - a memory cap (all linear memories together) and a deadline, enforced by epoch
+//!   interruption for guest CPU and by a timer for time spent waiting on the host;
+//! - no preopened files, no environment, no arguments, no stdin, no sockets; stdout and
+//!   stderr are captured (bounded) and logged tagged with provider and version;
+//! - `wasi:http` through the egress gate only, and the contract's `host` interface.
+//!
+//! This module and `egress` are the only ones that touch wasmtime types.
+
+mod bindings;
+mod compile_cache;
+mod host;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use wasmtime::component::types::{ComponentExtern, ComponentItem};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::contract::{self as c, CloudError};
+use crate::egress::{Caller, Denial, EgressGate, GateHooks};
+use crate::metrics::{CompileLabels, Metrics};
+use bindings::{CloudProvider, CloudProviderPre};
+pub use compile_cache::Origin;
+pub use host::ProviderCache;
+
+/// How often the epoch advances; deadlines are counted in these ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// How much guest stdout and stderr one call may write before writes fail.
+const OUTPUT_CAPACITY: usize = 64 * 1024;
+
+/// Limits and set-up of the sandbox, validated at the edge.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Most bytes of linear memory one call may use.
+    pub memory_limit: u64,
+    /// Longest one call may take, instantiation included.
+    pub call_timeout: Duration,
+    /// Preallocate instance slots (faster instantiation, reserves address space).
+    pub pooling: bool,
+    /// Most calls in flight at once; further calls wait for a slot.
+    pub max_concurrent_calls: u32,
+    /// Where precompiled components are kept; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            memory_limit: 64 * 1024 * 1024,
+            call_timeout: Duration::from_secs(30),
+            pooling: true,
+            max_concurrent_calls: 128,
+            cache_dir: None,
+        }
+    }
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot set up the wasm engine: {0}")]
+    Engine(String),
+    #[error("{origin} is not a valid WebAssembly component: {detail}")]
+    Invalid { origin: String, detail: String },
+    #[error(
+        "{origin} imports `{import}`, which this host does not offer (a provider may import the wasm-ccm:provider/host interface, wasi:http/outgoing-handler and the WASI 0.2 CLI interfaces): {detail}"
+    )]
+    UnsatisfiedImport {
+        origin: String,
+        import: String,
+        detail: String,
+    },
+    #[error("{origin} does not implement the wasm-ccm:provider@{version} contract: {detail}", version = c::CONTRACT_VERSION)]
+    NotAProvider { origin: String, detail: String },
+}
+
+/// Why a call did not produce an answer from the provider.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallFailure {
+    #[error("the provider trapped: {message}")]
+    Trap { message: String },
+    #[error("the provider exceeded its {limit_ms} ms deadline")]
+    Deadline { limit_ms: u64 },
+    #[error("the provider exceeded its memory limit of {limit_bytes} bytes")]
+    MemoryLimit { limit_bytes: u64 },
+    #[error("the provider could not be instantiated: {message}")]
+    Instantiate { message: String },
+}
+
+/// What a call produced: the provider's answer and the requests the egress gate refused.
+#[derive(Debug)]
+pub struct Finished<T> {
+    pub value: T,
+    pub denials: Vec<Denial>,
+}
+
+/// The wasmtime engine and linker, shared by every provider version of a manager.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<SandboxInner>,
+}
+
+struct SandboxInner {
+    engine: Engine,
+    linker: Linker<CallState>,
+    config: SandboxConfig,
+    cache: Option<compile_cache::CompileCache>,
+    metrics: Arc<Metrics>,
+    slots: Semaphore,
+}
+
+impl Sandbox {
+    /// Build the engine and linker; starts the epoch ticker that enforces deadlines.
+    pub fn new(config: SandboxConfig, metrics: Arc<Metrics>) -> Result<Sandbox, LoadError> {
+        let engine = build_engine(&config).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let linker = build_linker(&engine).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        start_epoch_ticker(&engine);
+        let cache = config
+            .cache_dir
+            .clone()
+            .map(|dir| compile_cache::CompileCache::new(dir, &engine));
+        let slots = Semaphore::new(config.max_concurrent_calls as usize);
+        Ok(Sandbox {
+            inner: Arc::new(SandboxInner {
+                engine,
+                linker,
+                config,
+                cache,
+                metrics,
+                slots,
+            }),
+        })
+    }
+
+    /// The limits calls run under.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Compile (or load from the cache) and link the component in `wasm`. `origin` names it
+    /// in errors (a path or reference).
+    pub async fn load(&self, wasm: Arc<[u8]>, origin: &str) -> Result<Image, LoadError> {
+        let (component, digest, source) = self.compile(wasm, origin).await?;
+        let pre = self.link(&component, origin)?;
+        Ok(Image {
+            sandbox: self.inner.clone(),
+            pre,
+            digest,
+            size: 0,
+            origin: source,
+        })
+        .map(|image| Image {
+            size: component_size(&component),
+            ..image
+        })
+    }
+
+    /// Describe the component in `wasm`: digest, imports, exports, and whether it satisfies
+    /// the host contract.
+    pub async fn inspect(&self, wasm: Arc<[u8]>, origin: &str) -> Result<Inspection, LoadError> {
+        let size = wasm.len();
+        let (component, digest, _) = self.compile(wasm, origin).await?;
+        let engine = &self.inner.engine;
+        let ty = component.component_type();
+        let describe = |(name, item): (&str, ComponentExtern<'_>)| match item.ty {
+            ComponentItem::ComponentInstance(_) => format!("instance {name}"),
+            ComponentItem::ComponentFunc(_) => format!("func {name}"),
+            ComponentItem::Resource(_) => format!("resource {name}"),
+            _ => format!("item {name}"),
+        };
+        let imports: Vec<String> = ty.imports(engine).map(describe).collect();
+        let exports: Vec<String> = ty.exports(engine).map(describe).collect();
+        let contract_version = ty.exports(engine).find_map(|(name, _)| {
+            let rest = name.strip_prefix(c::CONTRACT_PACKAGE)?;
+            rest.split_once('@').map(|(_, version)| version.to_string())
+        });
+        let problem = self.link(&component, origin).err().map(|e| e.to_string());
+        Ok(Inspection {
+            digest,
+            size,
+            contract_version,
+            imports,
+            exports,
+            problem,
+        })
+    }
+
+    async fn compile(
+        &self,
+        wasm: Arc<[u8]>,
+        origin: &str,
+    ) -> Result<(Component, String, Origin), LoadError> {
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
+        let inner = self.inner.clone();
+        let hex_digest = digest["sha256:".len()..].to_string();
+        let compiled = tokio::task::spawn_blocking(move || match &inner.cache {
+            Some(cache) => cache.load_or_compile(&inner.engine, &wasm, &hex_digest),
+            None => Component::new(&inner.engine, &*wasm).map(|c| (c, Origin::Compiled)),
+        })
+        .await
+        .map_err(|e| LoadError::Engine(format!("compile task failed: {e}")))?;
+        let (component, source) = compiled.map_err(|e| LoadError::Invalid {
+            origin: origin.to_string(),
+            detail: format!("{e:#}"),
+        })?;
+        self.inner
+            .metrics
+            .compiles
+            .get_or_create(&CompileLabels {
+                source: source.label().into(),
+            })
+            .inc();
+        Ok((component, digest, source))
+    }
+
+    fn link(
+        &self,
+        component: &Component,
+        origin: &str,
+    ) -> Result<CloudProviderPre<CallState>, LoadError> {
+        let instance_pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
+            let detail = format!("{e:#}");
+            let import = detail
+                .split('`')
+                .nth(1)
+                .unwrap_or("an unknown import")
+                .to_string();
+            LoadError::UnsatisfiedImport {
+                origin: origin.to_string(),
+                import,
+                detail,
+            }
+        })?;
+        CloudProviderPre::new(instance_pre).map_err(|e| LoadError::NotAProvider {
+            origin: origin.to_string(),
+            detail: format!("{e:#}"),
+        })
+    }
+}
+
+/// What `inspect` found in a component.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Inspection {
+    pub digest: String,
+    pub size: usize,
+    pub contract_version: Option<String>,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// Why the component does not satisfy the host contract, if it does not.
+    pub problem: Option<String>,
+}
+
+fn component_size(component: &Component) -> usize {
+    let range = component.image_range();
+    range.end.addr() - range.start.addr()
+}
+
+fn build_engine(config: &SandboxConfig) -> wasmtime::Result<Engine> {
+    let mut wasm = wasmtime::Config::new();
+    wasm.epoch_interruption(true);
+    wasm.wasm_component_model(true);
+    if config.pooling {
+        let slots = config.max_concurrent_calls;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots.saturating_mul(16))
+            .total_memories(slots.saturating_mul(2))
+            .total_tables(slots.saturating_mul(16))
+            .total_stacks(slots)
+            .max_memory_size(usize::try_from(config.memory_limit).unwrap_or(usize::MAX));
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&wasm)
+}
+
+fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    CloudProvider::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+    Ok(linker)
+}
+
+/// Advance the engine's epoch every tick until the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|err| {
+            tracing::error!("cannot start the epoch ticker, deadlines rely on timers only: {err}")
+        });
+}
+
+/// A compiled and linked provider component, ready to be bound to an environment.
+#[derive(Clone)]
+pub struct Image {
+    sandbox: Arc<SandboxInner>,
+    pre: CloudProviderPre<CallState>,
+    digest: String,
+    size: usize,
+    origin: Origin,
+}
+
+impl Image {
+    /// `sha256:<hex>` of the component's bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Where its machine code came from.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// Size of its machine code.
+    pub fn code_size(&self) -> usize {
+        self.size
+    }
+
+    /// This image with the environment its calls see.
+    pub fn bind(&self, env: GuestEnv) -> Guest {
+        Guest {
+            image: self.clone(),
+            env: Arc::new(env),
+        }
+    }
+}
+
+/// What calls of one provider version share: who it is (for logs and audit), its egress
+/// gate, its cache and its cloud configuration.
+pub struct GuestEnv {
+    pub caller: Arc<Caller>,
+    pub egress: Arc<EgressGate>,
+    pub cache: ProviderCache,
+    pub cloud_config: Option<Arc<[u8]>>,
+}
+
+/// A provider version ready to be called; cheap to clone.
+#[derive(Clone)]
+pub struct Guest {
+    image: Image,
+    env: Arc<GuestEnv>,
+}
+
+/// The state of one call's `Store`.
+pub(crate) struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: GateHooks,
+    limiter: MemoryCap,
+    env: Arc<GuestEnv>,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+/// Caps the sum of all linear memories of one call and remembers hitting the cap.
+struct MemoryCap {
+    limit: usize,
+    used: usize,
+    exceeded: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let used = self.used - current.min(self.used) + desired;
+        if used > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        self.used = used;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+impl Guest {
+    /// The image this guest runs.
+    pub fn image(&self) -> &Image {
+        &self.image
+    }
+
+    /// Who this guest is in logs and audit.
+    pub fn caller(&self) -> &Caller {
+        &self.env.caller
+    }
+
+    /// The egress gate this guest's requests pass.
+    pub fn egress(&self) -> &Arc<EgressGate> {
+        &self.env.egress
+    }
+
+    /// This guest under another identity, sharing image, cache and configuration.
+    pub fn renamed(&self, caller: Caller) -> Guest {
+        Guest {
+            image: self.image.clone(),
+            env: Arc::new(GuestEnv {
+                caller: Arc::new(caller),
+                egress: self.env.egress.clone(),
+                cache: self.env.cache.clone(),
+                cloud_config: self.env.cloud_config.clone(),
+            }),
+        }
+    }
+
+    fn new_store(&self) -> Store<CallState> {
+        let sandbox = &self.image.sandbox;
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
+        let state = CallState {
+            wasi,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            hooks: self.env.egress.hooks(self.env.caller.clone()),
+            limiter: MemoryCap {
+                limit: usize::try_from(sandbox.config.memory_limit).unwrap_or(usize::MAX),
+                used: 0,
+                exceeded: false,
+            },
+            env: self.env.clone(),
+            stdout,
+            stderr,
+        };
+        let mut store = Store::new(&sandbox.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        let ticks = sandbox.config.call_timeout.as_millis() / EPOCH_TICK.as_millis() + 1;
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// Run one export in a fresh instance under the call's limits.
+    async fn call<R>(
+        &self,
+        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<Finished<R>, CallFailure> {
+        let sandbox = &self.image.sandbox;
+        let _slot = sandbox
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| CallFailure::Instantiate {
+                message: "the sandbox is shutting down".into(),
+            })?;
+        let mut store = self.new_store();
+        let mut instantiated = false;
+        let run = async {
+            let provider = self.image.pre.instantiate_async(&mut store).await?;
+            instantiated = true;
+            invoke(&provider, &mut store).await
+        };
+        let timeout = sandbox.config.call_timeout;
+        let outcome = tokio::time::timeout(timeout, run).await;
+        let state = store.data();
+        host::log_output(&self.env.caller, "stdout", &state.stdout.contents());
+        host::log_output(&self.env.caller, "stderr", &state.stderr.contents());
+        let denials = state.hooks.denials();
+        let limit_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        match outcome {
+            Err(_elapsed) => Err(CallFailure::Deadline { limit_ms }),
+            Ok(Ok(value)) => Ok(Finished { value, denials }),
+            Ok(Err(_)) if state.limiter.exceeded => Err(CallFailure::MemoryLimit {
+                limit_bytes: sandbox.config.memory_limit,
+            }),
+            Ok(Err(err)) if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+                Err(CallFailure::Deadline { limit_ms })
+            }
+            Ok(Err(err)) if !instantiated => Err(CallFailure::Instantiate {
+                message: format!("{err:#}"),
+            }),
+            Ok(Err(err)) => {
+                let reason = match err.downcast_ref::<Trap>() {
+                    Some(trap) => trap.to_string(),
+                    None => format!("{err:#}"),
+                };
+                Err(CallFailure::Trap {
+                    message: trap_message(&reason, &state.stderr.contents()),
+                })
+            }
+        }
+    }
+
+    /// `provider.init`.
+    pub async fn init(
+        &self,
+        config: Option<&[u8]>,
+    ) -> Result<Finished<Result<c::Capabilities, CloudError>>, CallFailure> {
+        let config = config.map(<[u8]>::to_vec);
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_provider()
+                .call_init(store, config.as_deref())
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
+    }
+
+    /// `instances.instance-exists`.
+    pub async fn instance_exists(
+        &self,
+        node: &c::Node,
+    ) -> Result<Finished<Result<bool, CloudError>>, CallFailure> {
+        let node = node.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_instances()
+                .call_instance_exists(store, &node)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    /// `instances.instance-shutdown`.
+    pub async fn instance_shutdown(
+        &self,
+        node: &c::Node,
+    ) -> Result<Finished<Result<bool, CloudError>>, CallFailure> {
+        let node = node.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_instances()
+                .call_instance_shutdown(store, &node)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    /// `instances.instance-metadata`.
+    pub async fn instance_metadata(
+        &self,
+        node: &c::Node,
+    ) -> Result<Finished<Result<c::InstanceMetadata, CloudError>>, CallFailure> {
+        let node = node.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_instances()
+                .call_instance_metadata(store, &node)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
+    }
+
+    /// `load-balancer.get-load-balancer`.
+    pub async fn get_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &c::Service,
+    ) -> Result<Finished<Result<Option<c::LbStatus>, CloudError>>, CallFailure> {
+        let svc = svc.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_load_balancer()
+                .call_get_load_balancer(store, cluster, &svc)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map(|s| s.map(Into::into)).map_err(Into::into)))
+    }
+
+    /// `load-balancer.get-load-balancer-name`.
+    pub async fn get_load_balancer_name(
+        &self,
+        cluster: &str,
+        svc: &c::Service,
+    ) -> Result<Finished<String>, CallFailure> {
+        let svc = svc.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_load_balancer()
+                .call_get_load_balancer_name(store, cluster, &svc)
+                .await
+        })
+        .await
+    }
+
+    /// `load-balancer.ensure-load-balancer`.
+    pub async fn ensure_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &c::Service,
+        nodes: &[c::Node],
+    ) -> Result<Finished<Result<c::LbStatus, CloudError>>, CallFailure> {
+        let svc = svc.into();
+        let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_load_balancer()
+                .call_ensure_load_balancer(store, cluster, &svc, &nodes)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
+    }
+
+    /// `load-balancer.update-load-balancer`.
+    pub async fn update_load_balancer(
+        &self,
+        cluster: &str,
+        svc: &c::Service,
+        nodes: &[c::Node],
+    ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
+        let svc = svc.into();
+        let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_load_balancer()
+                .call_update_load_balancer(store, cluster, &svc, &nodes)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    /// `load-balancer.ensure-load-balancer-deleted`.
+    pub async fn ensure_load_balancer_deleted(
+        &self,
+        cluster: &str,
+        svc: &c::Service,
+    ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
+        let svc = svc.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_load_balancer()
+                .call_ensure_load_balancer_deleted(store, cluster, &svc)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    /// `routes.list-routes`.
+    pub async fn list_routes(
+        &self,
+        cluster: &str,
+    ) -> Result<Finished<Result<Vec<c::Route>, CloudError>>, CallFailure> {
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_routes()
+                .call_list_routes(store, cluster)
+                .await
+        })
+        .await
+        .map(|f| {
+            f.map(|r| {
+                r.map(|routes| routes.into_iter().map(Into::into).collect())
+                    .map_err(Into::into)
+            })
+        })
+    }
+
+    /// `routes.create-route`.
+    pub async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        route: &c::Route,
+    ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
+        let route = route.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_routes()
+                .call_create_route(store, cluster, name_hint, &route)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    /// `routes.delete-route`.
+    pub async fn delete_route(
+        &self,
+        cluster: &str,
+        route: &c::Route,
+    ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
+        let route = route.into();
+        self.call(async |p, store| {
+            p.wasm_ccm_provider_routes()
+                .call_delete_route(store, cluster, &route)
+                .await
+        })
+        .await
+        .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+}
+
+impl<T> Finished<T> {
+    /// Transform the answer, keeping the denials.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Finished<U> {
+        Finished {
+            value: f(self.value),
+            denials: self.denials,
+        }
+    }
+}
+
+/// The trap reason plus the guest's last words on stderr (a Rust panic message lands there).
+fn trap_message(reason: &str, stderr: &[u8]) -> String {
+    let stderr = String::from_utf8_lossy(stderr);
+    let last: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let reason = reason.lines().next().unwrap_or(reason);
+    match last.len() {
+        0 => reason.to_string(),
+        n => format!(
+            "{reason}; guest stderr: {}",
+            last[n.saturating_sub(3)..].join(" | ")
+        ),
+    }
+}

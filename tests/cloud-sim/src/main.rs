@@ -1,0 +1,75 @@
+//! The `cloud-sim` binary: parses flags, starts the simulator, prints
+//! `cloud-sim listening on http://ADDR` on stdout once ready, and runs until
+//! Ctrl-C or SIGTERM. Logs go to stderr (`RUST_LOG` adjusts the level).
+
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use cloud_sim::{CloudSim, Faults, SimOptions};
+use tracing_subscriber::EnvFilter;
+
+/// A small REST cloud for testing wasm-ccm providers.
+#[derive(Parser, Debug)]
+#[command(name = "cloud-sim", version)]
+struct Args {
+    /// Address to listen on, e.g. 127.0.0.1:8080 (port 0 picks a free one).
+    #[arg(long, env = "CLOUD_SIM_LISTEN")]
+    listen: SocketAddr,
+    /// Bearer token that /v1 requests must present.
+    #[arg(long, env = "CLOUD_SIM_TOKEN", hide_env_values = true)]
+    token: String,
+    /// How long new load balancers stay "provisioning", in milliseconds.
+    #[arg(long, env = "CLOUD_SIM_LB_PROVISION_MS", default_value_t = 1000)]
+    lb_provision_ms: u64,
+    /// Latency added to every authorised /v1 request, in milliseconds.
+    #[arg(long, env = "CLOUD_SIM_LATENCY_MS", default_value_t = 0)]
+    latency_ms: u64,
+    /// Region reported for every instance.
+    #[arg(long, env = "CLOUD_SIM_REGION", default_value = "sim-central-1")]
+    region: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let args = Args::parse();
+    let options = SimOptions {
+        token: args.token,
+        lb_provision: Duration::from_millis(args.lb_provision_ms),
+        region: args.region,
+    };
+    let sim = CloudSim::start(args.listen, options).await?;
+    sim.state().set_faults(Faults {
+        latency_ms: args.latency_ms,
+        ..Faults::default()
+    });
+    println!("cloud-sim listening on {}", sim.url());
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM where there is such a thing.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result?,
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

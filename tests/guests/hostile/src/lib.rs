@@ -1,0 +1,94 @@
+//! `hostile`: a provider that misbehaves on purpose, so tests can prove the sandbox contains
+//! bad providers. This file owns the provider surface and the command dispatch; the
+//! behaviours live in the modules.
+//!
+//! `instance-metadata(node)` runs the command named by `node.name` (`COMMAND` or
+//! `COMMAND:ARG`, split at the first `:`). Non-fatal commands answer
+//! `Ok(InstanceMetadata { provider_id: "hostile://report", instance_type: "report", .. })`
+//! whose only additional label is `("report", <JSON>)`:
+//!
+//! | command | behaviour | report |
+//! |---|---|---|
+//! | `loop` | spins forever on pure CPU, never yields | — |
+//! | `alloc` | keeps 1 MiB buffers, touching every page, until allocation fails (trap) | — |
+//! | `trap` | `panic!("hostile guest panics on purpose")` | — |
+//! | `fetch:URL` | `GET URL` with the SDK | `{"status","headers":[[name,value]…],"body"}` or `{"error","kind"}` |
+//! | `set-auth:URL` | `GET URL` setting `Authorization: Bearer stolen` with the SDK, then raw `wasi:http` header attempts | `{"sdk": <fetch report>, "raw": [{"header","via","result"}…]}` |
+//! | `snoop:URL` | reads everything a guest might see | `{"env","args","fs","config","cache_secret","fetch"}` |
+//! | `huge:URL` | `GET URL` with the SDK (expects a huge body) | `{"status","bytes"}` or `{"error","kind"}` |
+//! | `cache-set:KEY=VALUE` | stores VALUE for 60 s | `{"key","value": <read back>}` |
+//! | `cache-get:KEY` | reads KEY | `{"key","value": string or null}` |
+//! | `log:MESSAGE` | host log (info), stdout and stderr | `{"ok":true,"stdout","stderr"}` |
+//!
+//! `kind` is one of `invalid-url`, `denied`, `forbidden-header`, `transport`, `status`,
+//! `decode`. An unknown command is `Err(other("unknown hostile command <node.name>"))`.
+//! `instance-exists` answers `Ok(true)`; every other function is `not-implemented`.
+
+mod exhaust;
+mod host;
+mod net;
+mod snoop;
+
+use serde_json::Value;
+use wasm_ccm_sdk::{Capabilities, Error, InstanceMetadata, Node, export_provider};
+
+/// The provider.
+struct Hostile;
+
+impl wasm_ccm_sdk::Provider for Hostile {
+    fn init(_config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
+        Ok(Capabilities {
+            name: "hostile".into(),
+            instances: true,
+            load_balancer: true,
+            routes: true,
+            has_cluster_id: true,
+        })
+    }
+}
+
+impl wasm_ccm_sdk::Instances for Hostile {
+    fn instance_exists(_node: Node) -> Result<bool, Error> {
+        Ok(true)
+    }
+
+    fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
+        run(&node.name).map(report)
+    }
+}
+
+impl wasm_ccm_sdk::LoadBalancers for Hostile {}
+
+impl wasm_ccm_sdk::Routes for Hostile {}
+
+export_provider!(Hostile);
+
+/// Run `command` (`COMMAND` or `COMMAND:ARG`).
+fn run(command: &str) -> Result<Value, Error> {
+    let (name, arg) = command.split_once(':').unwrap_or((command, ""));
+    match name {
+        "loop" => exhaust::spin(),
+        "alloc" => exhaust::hoard(),
+        "trap" => panic!("hostile guest panics on purpose"),
+        "fetch" => Ok(net::fetch(arg)),
+        "set-auth" => Ok(net::set_auth(arg)),
+        "snoop" => Ok(snoop::snoop(arg)),
+        "huge" => Ok(net::huge(arg)),
+        "cache-set" => host::cache_set(arg),
+        "cache-get" => Ok(host::cache_get(arg)),
+        "log" => Ok(host::log(arg)),
+        _ => Err(Error::other(format!("unknown hostile command {command}"))),
+    }
+}
+
+/// The metadata that carries a command's report.
+fn report(value: Value) -> InstanceMetadata {
+    InstanceMetadata {
+        provider_id: "hostile://report".into(),
+        instance_type: "report".into(),
+        node_addresses: Vec::new(),
+        zone: String::new(),
+        region: String::new(),
+        additional_labels: vec![("report".into(), value.to_string())],
+    }
+}

@@ -1,0 +1,94 @@
+//! Outgoing HTTP: plain fetches, huge responses, and attempts to set the credential headers
+//! the host keeps for itself, through the SDK and through raw `wasi:http` fields.
+
+use serde_json::{Value, json};
+use wasip2::http::types::{Fields, HeaderError, Method};
+use wasm_ccm_sdk::http::{self, HttpError, Request, Response};
+
+/// Header names a guest must not set, in the spellings tried.
+const CREDENTIAL_HEADERS: [&str; 4] = [
+    "authorization",
+    "Authorization",
+    "proxy-authorization",
+    "cookie",
+];
+/// The credential a guest tries to smuggle.
+const STOLEN: &[u8] = b"Bearer stolen";
+
+/// `GET url`: status, headers and body, or the error.
+pub fn fetch(url: &str) -> Value {
+    outcome(http::get(url), response_report)
+}
+
+/// `GET url`, counting the body bytes received.
+pub fn huge(url: &str) -> Value {
+    outcome(
+        http::get(url),
+        |response| json!({"status": response.status, "bytes": response.body.len()}),
+    )
+}
+
+/// Try to set `Authorization` through the SDK (sending the request) and through each raw
+/// `wasi:http` way of building fields.
+pub fn set_auth(url: &str) -> Value {
+    let sdk = Request::new(Method::Get, url)
+        .header("Authorization", "Bearer stolen")
+        .send();
+    json!({"sdk": outcome(sdk, response_report), "raw": raw_attempts()})
+}
+
+/// The report of `result`: `ok` turned into JSON, or `{"error","kind"}`.
+pub fn outcome(result: Result<Response, HttpError>, ok: impl FnOnce(Response) -> Value) -> Value {
+    match result {
+        Ok(response) => ok(response),
+        Err(err) => json!({"error": err.to_string(), "kind": kind(&err)}),
+    }
+}
+
+/// Status, headers and body (as lossy UTF-8) of `response`.
+pub fn response_report(response: Response) -> Value {
+    json!({
+        "status": response.status,
+        "headers": response.headers,
+        "body": String::from_utf8_lossy(&response.body),
+    })
+}
+
+fn kind(err: &HttpError) -> &'static str {
+    match err {
+        HttpError::InvalidUrl(_) => "invalid-url",
+        HttpError::Denied { .. } => "denied",
+        HttpError::ForbiddenHeader(_) => "forbidden-header",
+        HttpError::Transport { .. } => "transport",
+        HttpError::Status { .. } => "status",
+        HttpError::Decode { .. } => "decode",
+    }
+}
+
+/// Every credential header through `Fields::from_list`, `Fields::append` and `Fields::set`.
+fn raw_attempts() -> Vec<Value> {
+    CREDENTIAL_HEADERS
+        .iter()
+        .flat_map(|name| {
+            [
+                attempt(name, "from_list", from_list(name)),
+                attempt(name, "append", Fields::new().append(name, STOLEN)),
+                attempt(name, "set", Fields::new().set(name, &[STOLEN.to_vec()])),
+            ]
+        })
+        .collect()
+}
+
+fn from_list(name: &str) -> Result<(), HeaderError> {
+    Fields::from_list(&[(name.to_string(), STOLEN.to_vec())]).map(drop)
+}
+
+fn attempt(name: &str, via: &str, result: Result<(), HeaderError>) -> Value {
+    let result = match result {
+        Ok(()) => "ok",
+        Err(HeaderError::Forbidden) => "forbidden",
+        Err(HeaderError::InvalidSyntax) => "invalid-syntax",
+        Err(HeaderError::Immutable) => "immutable",
+    };
+    json!({"header": name, "via": via, "result": result})
+}
