@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Guest packages and the env var that carries each one's path.
-const GUESTS: &[(&str, &str)] = &[("simcloud", "GUEST_SIMCLOUD"), ("hostile", "GUEST_HOSTILE")];
+const GUESTS: &[(&str, &str)] = &[
+    ("simcloud", "GUEST_SIMCLOUD"),
+    ("hostile", "GUEST_HOSTILE"),
+    ("overreach", "GUEST_OVERREACH"),
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));

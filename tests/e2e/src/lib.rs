@@ -28,7 +28,9 @@ impl Cloud {
             lb_provision: Duration::from_millis(300),
             ..SimOptions::default()
         };
-        let sim = CloudSim::start(loopback(), options).await.expect("cloud-sim starts");
+        let sim = CloudSim::start(loopback(), options)
+            .await
+            .expect("cloud-sim starts");
         let token_file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(token_file.path(), format!("{TOKEN}\n")).expect("write token");
         Cloud { sim, token_file }
@@ -41,9 +43,13 @@ impl Cloud {
 
     /// Inject the token as a bearer credential into requests to the simulator.
     pub fn credential(&self) -> CredentialRule {
-        format!("{}=bearer:file:{}", self.sim.url(), self.token_file.path().display())
-            .parse()
-            .expect("credential rule")
+        format!(
+            "{}=bearer:file:{}",
+            self.sim.url(),
+            self.token_file.path().display()
+        )
+        .parse()
+        .expect("credential rule")
     }
 
     /// Egress that reaches the simulator, with its credential.
@@ -57,7 +63,9 @@ impl Cloud {
 
     /// simcloud's cloud config pointing at this simulator.
     pub fn simcloud_config(&self) -> Vec<u8> {
-        serde_json::json!({ "api_url": self.sim.url() }).to_string().into_bytes()
+        serde_json::json!({ "api_url": self.sim.url() })
+            .to_string()
+            .into_bytes()
     }
 }
 
@@ -91,7 +99,12 @@ pub async fn load(
 /// simcloud loaded against `cloud`.
 pub async fn simcloud(cloud: &Cloud) -> Provider {
     let sandbox = sandbox(SandboxConfig::default());
-    load(&sandbox, guest_builds::SIMCLOUD, cloud.egress(), Some(cloud.simcloud_config()))
-        .await
-        .expect("simcloud loads")
+    load(
+        &sandbox,
+        guest_builds::SIMCLOUD,
+        cloud.egress(),
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("simcloud loads")
 }
