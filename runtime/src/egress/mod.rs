@@ -39,6 +39,10 @@ use crate::metrics::Metrics;
 use policy::Destination;
 use transport::ConnectRefusal;
 
+/// How long a credential value read from its source is reused before it is read again
+/// (a rotated secret file takes effect within this time).
+const CREDENTIAL_REFRESH: Duration = Duration::from_secs(1);
+
 /// Headers a provider may never set, whatever the credential rules.
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
 
@@ -75,6 +79,8 @@ pub struct EgressGate {
     budgets: budget::Budgets,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
     audit: Audit,
+    /// The last value read for each credential rule (by index), and when.
+    credential_values: Mutex<Vec<Option<(Instant, http::HeaderValue)>>>,
 }
 
 /// Who is calling: the provider's name and version, for audit and error messages.
@@ -103,6 +109,7 @@ impl EgressGate {
             forbidden: Arc::new(forbidden),
             tls: transport::tls_config(),
             audit: Audit::new(metrics),
+            credential_values: Mutex::new(vec![None; config.credentials.len()]),
             config,
         })
     }
@@ -127,6 +134,23 @@ impl EgressGate {
             caller,
             denials: Arc::default(),
         }
+    }
+
+    /// The header value of credential rule `index`, read from its source at most once per
+    /// [`CREDENTIAL_REFRESH`].
+    fn credential_value(&self, index: usize) -> Result<http::HeaderValue, String> {
+        let mut values = self
+            .credential_values
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(Some((read_at, value))) = values.get(index)
+            && read_at.elapsed() < CREDENTIAL_REFRESH
+        {
+            return Ok(value.clone());
+        }
+        let value = self.config.credentials[index].header_value()?;
+        values[index] = Some((Instant::now(), value.clone()));
+        Ok(value)
     }
 
     fn granted_list(&self) -> String {
@@ -221,13 +245,11 @@ impl Attempt {
         for name in CREDENTIAL_HEADERS {
             headers.remove(name);
         }
-        for rule in gate
-            .config
-            .credentials
-            .iter()
-            .filter(|r| r.applies_to(&dest))
-        {
-            match rule.header_value() {
+        for (index, rule) in gate.config.credentials.iter().enumerate() {
+            if !rule.applies_to(&dest) {
+                continue;
+            }
+            match gate.credential_value(index) {
                 Ok(value) => {
                     headers.insert(rule.header().clone(), value);
                 }

@@ -38,6 +38,10 @@ pub use host::ProviderCache;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Bytes of a pooled slot's linear memory, tables and async stack kept resident between calls.
+const KEEP_RESIDENT_MEMORY: usize = 2 * 1024 * 1024;
+const KEEP_RESIDENT_TABLES: usize = 64 * 1024;
+const KEEP_RESIDENT_STACK: usize = 128 * 1024;
 /// How much guest stdout and stderr one call may write before writes fail.
 const OUTPUT_CAPACITY: usize = 64 * 1024;
 
@@ -280,7 +284,12 @@ fn build_engine(config: &SandboxConfig) -> wasmtime::Result<Engine> {
             .total_memories(slots.saturating_mul(2))
             .total_tables(slots.saturating_mul(16))
             .total_stacks(slots)
-            .max_memory_size(usize::try_from(config.memory_limit).unwrap_or(usize::MAX));
+            .max_memory_size(usize::try_from(config.memory_limit).unwrap_or(usize::MAX))
+            // A provider's memory, tables and stack are small after most calls: resetting a
+            // slot by zeroing what stays resident is cheaper than returning it to the kernel.
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+            .table_keep_resident(KEEP_RESIDENT_TABLES)
+            .async_stack_keep_resident(KEEP_RESIDENT_STACK);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&wasm)

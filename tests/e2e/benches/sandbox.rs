@@ -1,1 +1,245 @@
-fn main() {}
+//! Sandbox and egress benchmark: prints a table, asserts nothing.
+//!
+//! - per-call cost of a fresh Store + instantiate + trivial call (get-load-balancer-name),
+//!   with the pooling allocator on and off;
+//! - compiling a provider vs loading its precompiled code from the cache;
+//! - simcloud instance-metadata through the egress gate vs the same HTTP request made
+//!   natively from Rust (new connection each time, as the gate makes).
+//!
+//! Run: `make bench` (or `cargo bench -p e2e --bench sandbox`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e2e::{Cloud, TOKEN, load, sandbox};
+use native::get_native;
+use wasm_ccm::contract::{Node, Service};
+use wasm_ccm::egress::EgressConfig;
+use wasm_ccm::metrics::Metrics;
+use wasm_ccm::sandbox::{Origin, Sandbox, SandboxConfig};
+
+const TRIVIAL_CALLS: usize = 5_000;
+const HTTP_CALLS: usize = 1_000;
+const COMPILES: usize = 5;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let mut rows = Vec::new();
+    for pooling in [true, false] {
+        let stats = fresh_store_calls(pooling).await;
+        let allocator = if pooling { "pooling" } else { "on-demand" };
+        rows.push((
+            format!("fresh Store + instantiate + trivial call ({allocator})"),
+            stats,
+        ));
+    }
+    let (compile, cached) = compile_vs_cache().await;
+    rows.push((
+        "compile simcloud.wasm (Component::new)".to_string(),
+        compile,
+    ));
+    rows.push(("load simcloud from the compile cache".to_string(), cached));
+    let (gated, native) = egress_vs_native().await;
+    let overhead = (gated.median.as_secs_f64() / native.median.as_secs_f64() - 1.0) * 100.0;
+    rows.push((
+        "instance-metadata via sandbox + egress gate".to_string(),
+        gated,
+    ));
+    rows.push((
+        "same HTTP request natively (hyper, new connection)".to_string(),
+        native,
+    ));
+
+    println!();
+    println!("| measurement | runs | median | p90 | p99 |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, s) in &rows {
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            s.runs,
+            show(s.median),
+            show(s.p90),
+            show(s.p99)
+        );
+    }
+    println!();
+    println!("egress overhead over a native loopback call (medians): {overhead:+.1}%");
+}
+
+struct Stats {
+    runs: usize,
+    median: Duration,
+    p90: Duration,
+    p99: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        runs: samples.len(),
+        median: at(0.5),
+        p90: at(0.9),
+        p99: at(0.99),
+    }
+}
+
+fn show(d: Duration) -> String {
+    let micros = d.as_secs_f64() * 1e6;
+    if micros < 1000.0 {
+        format!("{micros:.1} µs")
+    } else {
+        format!("{:.2} ms", micros / 1000.0)
+    }
+}
+
+async fn fresh_store_calls(pooling: bool) -> Stats {
+    let sandbox = sandbox(SandboxConfig {
+        pooling,
+        ..SandboxConfig::default()
+    });
+    let provider = load(
+        &sandbox,
+        guest_builds::SIMCLOUD,
+        EgressConfig::default(),
+        Some(br#"{"api_url":"http://127.0.0.1:1"}"#.to_vec()),
+    )
+    .await
+    .expect("simcloud loads");
+    let svc = Service {
+        name: "web".into(),
+        uid: "3f2a-11ee".into(),
+        ..Service::default()
+    };
+    for _ in 0..200 {
+        provider
+            .get_load_balancer_name("kubernetes", &svc)
+            .await
+            .expect("warm-up");
+    }
+    let mut samples = Vec::with_capacity(TRIVIAL_CALLS);
+    for _ in 0..TRIVIAL_CALLS {
+        let started = Instant::now();
+        provider
+            .get_load_balancer_name("kubernetes", &svc)
+            .await
+            .expect("call");
+        samples.push(started.elapsed());
+    }
+    stats(samples)
+}
+
+async fn compile_vs_cache() -> (Stats, Stats) {
+    let wasm: Arc<[u8]> = guest_builds::read(guest_builds::SIMCLOUD).into();
+    let mut compiled = Vec::new();
+    let mut cached = Vec::new();
+    for _ in 0..COMPILES {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sandbox = Sandbox::new(
+            SandboxConfig {
+                cache_dir: Some(dir.path().to_path_buf()),
+                ..SandboxConfig::default()
+            },
+            Arc::new(Metrics::default()),
+        )
+        .expect("sandbox");
+        let started = Instant::now();
+        let image = sandbox
+            .load(wasm.clone(), "simcloud")
+            .await
+            .expect("compiles");
+        compiled.push(started.elapsed());
+        assert_eq!(image.origin(), Origin::Compiled);
+        let started = Instant::now();
+        let image = sandbox.load(wasm.clone(), "simcloud").await.expect("loads");
+        cached.push(started.elapsed());
+        assert_eq!(image.origin(), Origin::Cache);
+    }
+    (stats(compiled), stats(cached))
+}
+
+async fn egress_vs_native() -> (Stats, Stats) {
+    let cloud = Cloud::start().await;
+    let instance = cloud.sim.state().add_instance(cloud_sim::NewInstance {
+        name: "node-1".into(),
+        instance_type: "sim.small".into(),
+        zone: "sim-central-1a".into(),
+        ..cloud_sim::NewInstance::default()
+    });
+    let provider = load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::SIMCLOUD,
+        EgressConfig {
+            budget: wasm_ccm::egress::RateBudget {
+                per_second: 1e6,
+                burst: 1_000_000,
+            },
+            ..cloud.egress()
+        },
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("simcloud loads");
+    let node = Node {
+        name: instance.name.clone(),
+        ..Node::default()
+    };
+    let url = format!("{}/v1/instances?name={}", cloud.sim.url(), instance.name);
+
+    let mut gated = Vec::with_capacity(HTTP_CALLS);
+    let mut native = Vec::with_capacity(HTTP_CALLS);
+    for _ in 0..50 {
+        provider.instance_metadata(&node).await.expect("warm-up");
+        get_native(&url, TOKEN).await;
+    }
+    // Interleave so both see the same machine conditions.
+    for _ in 0..HTTP_CALLS {
+        let started = Instant::now();
+        provider.instance_metadata(&node).await.expect("metadata");
+        gated.push(started.elapsed());
+        let started = Instant::now();
+        get_native(&url, TOKEN).await;
+        native.push(started.elapsed());
+    }
+    (stats(gated), stats(native))
+}
+
+/// The native baseline: what a Rust provider linked into the manager would do.
+mod native {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
+
+    /// GET `url` on a new connection with a bearer token and parse the JSON body.
+    pub async fn get_native(url: &str, token: &str) -> serde_json::Value {
+        let uri: hyper::Uri = url.parse().expect("url");
+        let authority = uri.authority().expect("authority").to_string();
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .expect("connect");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(connection);
+        let request = hyper::Request::get(uri.path_and_query().expect("path").as_str())
+            .header("host", authority)
+            .header("authorization", format!("Bearer {token}"))
+            .header("accept", "application/json")
+            .body(Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let response = sender.send_request(request).await.expect("response");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        serde_json::from_slice(&body).expect("json")
+    }
+}

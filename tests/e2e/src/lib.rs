@@ -2,7 +2,9 @@
 //! bearer token in a file, and providers loaded from the guests built from source.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cloud_sim::{CloudSim, SimOptions};
@@ -107,4 +109,71 @@ pub async fn simcloud(cloud: &Cloud) -> Provider {
     )
     .await
     .expect("simcloud loads")
+}
+
+/// The `wasm-ccm` binary, built on first use (once per test process) with
+/// `cargo build -p wasm-ccm --bin wasm-ccm` in the workspace root.
+///
+/// `CARGO_BIN_EXE_wasm-ccm` exists only for the tests of the crate that owns the binary, so
+/// the e2e tests build it themselves. The path is the `executable` cargo reports, so
+/// `CARGO_TARGET_DIR` and `build.target-dir` are respected. Blocking.
+pub fn wasm_ccm_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(build_wasm_ccm).clone()
+}
+
+fn build_wasm_ccm() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(&cargo);
+    // Cargo runs this test with the e2e package's own variables (`CARGO_MANIFEST_DIR`,
+    // `CARGO_PKG_*`…). Build scripts that track them (ring's does) would see a change and
+    // rebuild half the tree on every run, then again on the next plain `cargo build`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let per_package = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&&*name);
+        if per_package {
+            build.env_remove(&*name);
+        }
+    }
+    let output = build
+        .current_dir(&root)
+        .args(["build", "-p", "wasm-ccm", "--bin", "wasm-ccm"])
+        .arg("--message-format=json-render-diagnostics")
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {}: {err}", cargo.to_string_lossy()));
+    assert!(
+        output.status.success(),
+        "cargo build -p wasm-ccm failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reported = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| message["target"]["name"] == "wasm-ccm")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from));
+    let binary = reported.unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(|dir| root.join(dir))
+            .unwrap_or_else(|| root.join("target"));
+        target
+            .join("debug")
+            .join(format!("wasm-ccm{}", std::env::consts::EXE_SUFFIX))
+    });
+    assert!(
+        binary.is_file(),
+        "no wasm-ccm binary at {}",
+        binary.display()
+    );
+    binary
 }

@@ -1,0 +1,622 @@
+//! `wasm-ccm provider inspect|call` through the real binary, as a provider author or an
+//! operator runs it: exit codes, what goes to stdout and stderr, and what reached the cloud.
+//!
+//! The simulator runs in this process; the CLI runs as a child process.
+
+use std::ffi::OsString;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cloud_sim::{Instance, NewInstance};
+use e2e::{Cloud, TOKEN, wasm_ccm_binary};
+use sha2::{Digest, Sha256};
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn succeeded(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The run ended by an error of its own making: an exit code, never a panic or a signal.
+    fn assert_failed_cleanly(&self) {
+        assert!(
+            matches!(self.code, Some(code) if code != 0),
+            "expected a non-zero exit: {self:#?}"
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+        assert!(!self.stderr.contains("RUST_BACKTRACE"), "{}", self.stderr);
+    }
+
+    /// Refused as bad input: exit code 2 and every one of `needles` in the message.
+    fn assert_usage_error(&self, needles: &[&str]) {
+        self.assert_failed_cleanly();
+        assert_eq!(self.code, Some(2), "bad input exits 2: {self:#?}");
+        assert!(self.stdout.is_empty(), "nothing on stdout: {self:#?}");
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "stderr should contain {needle:?}:\n{}",
+                self.stderr
+            );
+        }
+    }
+
+    /// Neither output stream holds the simulator's token.
+    fn assert_no_token(&self) {
+        assert!(!self.stdout.contains(TOKEN), "token on stdout");
+        assert!(!self.stderr.contains(TOKEN), "token on stderr");
+    }
+}
+
+/// Run `wasm-ccm ARGS` with `env` added to a clean credential environment. Blocking.
+fn wasm_ccm<I, S>(args: I, env: &[(&str, &str)]) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let mut command = Command::new(wasm_ccm_binary());
+    command
+        .args(args.into_iter().map(Into::into))
+        .env_remove("RUST_LOG")
+        .env_remove("SIM_TOKEN")
+        .env_remove("WASM_CCM_TEST_UNSET_TOKEN");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let started = Instant::now();
+    let output = command.output().expect("wasm-ccm runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// [`wasm_ccm`] off the async threads, so the in-process simulator keeps serving.
+async fn wasm_ccm_async(args: Vec<String>, env: Vec<(&'static str, String)>) -> Run {
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        wasm_ccm(args, &env)
+    })
+    .await
+    .expect("the child process runs")
+}
+
+/// `provider call FILE FUNCTION --args ARGS` and `extra`.
+fn call_args(file: &str, function: &str, args: &str, extra: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = ["provider", "call", file, function, "--args", args]
+        .map(String::from)
+        .to_vec();
+    all.extend(extra.iter().map(|s| s.to_string()));
+    all
+}
+
+fn node1_args() -> &'static str {
+    r#"{"node":{"name":"node-1"}}"#
+}
+
+/// The simulator with a `node-1` instance, and simcloud's config for it in a file.
+async fn cloud_with_node() -> (Cloud, Instance, tempfile::NamedTempFile) {
+    let cloud = Cloud::start().await;
+    let instance = cloud.sim.state().add_instance(NewInstance {
+        name: "node-1".into(),
+        instance_type: "sim.large".into(),
+        zone: "sim-central-1c".into(),
+        private_ip: Some("10.0.3.7".into()),
+        public_ip: Some("203.0.113.7".into()),
+        ..NewInstance::default()
+    });
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(config.path(), cloud.simcloud_config()).expect("write config");
+    (cloud, instance, config)
+}
+
+fn path(file: &tempfile::NamedTempFile) -> String {
+    file.path().display().to_string()
+}
+
+fn sha256_of(file: &str) -> String {
+    hex::encode(Sha256::digest(std::fs::read(file).expect("read component")))
+}
+
+// ---- provider inspect -----------------------------------------------------------------------
+
+#[test]
+fn inspect_describes_simcloud_and_says_it_satisfies_the_contract() {
+    let run = wasm_ccm(["provider", "inspect", guest_builds::SIMCLOUD], &[]);
+    assert!(run.succeeded(), "{run:#?}");
+    let out = &run.stdout;
+    let size = std::fs::metadata(guest_builds::SIMCLOUD).unwrap().len();
+    assert!(
+        out.contains(&format!("sha256:{}", sha256_of(guest_builds::SIMCLOUD))),
+        "{out}"
+    );
+    assert!(out.contains(&format!("{size} bytes")), "{out}");
+    assert!(out.contains(guest_builds::SIMCLOUD), "{out}");
+    assert!(out.contains("wasm-ccm:provider@0.1.0"), "{out}");
+    let imports = out
+        .split("imports:")
+        .nth(1)
+        .and_then(|rest| rest.split("exports:").next())
+        .expect("an imports section");
+    assert!(imports.contains("wasi:http/outgoing-handler"), "{imports}");
+    assert!(imports.contains("wasm-ccm:provider/host"), "{imports}");
+    let exports = out.split("exports:").nth(1).expect("an exports section");
+    for interface in ["provider", "instances", "load-balancer", "routes"] {
+        assert!(
+            exports.contains(&format!("wasm-ccm:provider/{interface}@0.1.0")),
+            "{exports}"
+        );
+    }
+    assert!(out.contains("satisfies the host contract: yes"), "{out}");
+}
+
+#[test]
+fn inspect_json_has_the_same_facts() {
+    let run = wasm_ccm(
+        ["provider", "inspect", "--json", guest_builds::SIMCLOUD],
+        &[],
+    );
+    assert!(run.succeeded(), "{run:#?}");
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    let size = std::fs::metadata(guest_builds::SIMCLOUD).unwrap().len();
+    assert_eq!(
+        json["digest"],
+        format!("sha256:{}", sha256_of(guest_builds::SIMCLOUD))
+    );
+    assert_eq!(json["size"], size);
+    assert_eq!(json["contract_version"], "0.1.0");
+    let imports: Vec<&str> = json["imports"]
+        .as_array()
+        .expect("imports list")
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    assert!(
+        imports
+            .iter()
+            .any(|i| i.contains("wasi:http/outgoing-handler")),
+        "{imports:?}"
+    );
+    assert!(
+        imports.iter().any(|i| i.contains("wasm-ccm:provider/host")),
+        "{imports:?}"
+    );
+    let exports = json["exports"].as_array().expect("exports list");
+    assert!(
+        exports
+            .iter()
+            .any(|e| e.as_str().unwrap().contains("wasm-ccm:provider/instances"))
+    );
+    assert!(json["problem"].is_null(), "{json}");
+}
+
+#[test]
+fn inspect_of_a_text_file_fails_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("provider.wasm");
+    std::fs::write(&file, "this is not WebAssembly\n").unwrap();
+    let run = wasm_ccm(
+        ["provider".as_ref(), "inspect".as_ref(), file.as_os_str()],
+        &[],
+    );
+    run.assert_failed_cleanly();
+    assert!(
+        run.stderr.contains(&file.display().to_string()),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("not a valid WebAssembly component"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn inspect_of_a_truncated_component_fails_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("simcloud-truncated.wasm");
+    let bytes = std::fs::read(guest_builds::SIMCLOUD).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    for args in [
+        vec!["provider", "inspect"],
+        vec!["provider", "inspect", "--json"],
+    ] {
+        let mut args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
+        args.push(file.clone().into_os_string());
+        let run = wasm_ccm(args, &[]);
+        run.assert_failed_cleanly();
+        assert!(
+            run.stderr.contains(&file.display().to_string()),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("not a valid WebAssembly component"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn inspect_of_a_missing_file_fails_naming_it() {
+    let run = wasm_ccm(["provider", "inspect", "/nonexistent/provider.wasm"], &[]);
+    run.assert_usage_error(&["/nonexistent/provider.wasm"]);
+}
+
+// ---- provider call: success -----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_instance_metadata_with_an_env_credential_prints_the_metadata() {
+    let (cloud, instance, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "instance-metadata",
+        node1_args(),
+        &[
+            "--config",
+            &path(&config),
+            "--allow",
+            &url,
+            "--credential",
+            &format!("{url}=bearer:env:SIM_TOKEN"),
+            "--audit",
+        ],
+    );
+    let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
+    assert!(run.succeeded(), "{run:#?}");
+    let md: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(md["providerID"], format!("simcloud://{}", instance.id));
+    assert_eq!(md["instanceType"], "sim.large");
+    assert_eq!(md["zone"], "sim-central-1c");
+    assert_eq!(md["region"], "sim-central-1");
+    assert_eq!(
+        md["nodeAddresses"][0],
+        serde_json::json!({"type": "InternalIP", "address": "10.0.3.7"})
+    );
+    assert_eq!(
+        md["nodeAddresses"][1],
+        serde_json::json!({"type": "ExternalIP", "address": "203.0.113.7"})
+    );
+    assert_eq!(
+        md["additionalLabels"],
+        serde_json::json!([["simcloud.example/instance-id", instance.id]])
+    );
+
+    // --audit: one JSON line per request, on stderr.
+    let audit: Vec<serde_json::Value> = run
+        .stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    assert_eq!(audit.len(), 1, "{}", run.stderr);
+    assert_eq!(audit[0]["host"], url);
+    assert_eq!(audit[0]["path"], "/v1/instances");
+    assert_eq!(audit[0]["status"], 200);
+
+    let log = cloud.sim.state().requests();
+    assert_eq!(log.len(), 1);
+    assert!(log[0].authorized, "the token was injected");
+    run.assert_no_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_instance_metadata_with_a_file_credential_prints_the_metadata() {
+    let (cloud, instance, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "instance-metadata",
+        node1_args(),
+        &[
+            "--config",
+            &path(&config),
+            "--allow",
+            &url,
+            "--credential",
+            &format!("{url}=bearer:file:{}", path(&cloud.token_file)),
+        ],
+    );
+    let run = wasm_ccm_async(args, vec![]).await;
+    assert!(run.succeeded(), "{run:#?}");
+    let md: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(md["providerID"], format!("simcloud://{}", instance.id));
+    assert!(cloud.sim.state().requests().iter().all(|r| r.authorized));
+    run.assert_no_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_init_prints_the_capabilities() {
+    let (cloud, _, config) = cloud_with_node().await;
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "init",
+        "{}",
+        &["--config", &path(&config)],
+    );
+    let run = wasm_ccm_async(args, vec![]).await;
+    assert!(run.succeeded(), "{run:#?}");
+    let caps: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
+    assert_eq!(
+        caps,
+        serde_json::json!({
+            "name": "simcloud", "instances": true, "loadBalancer": true,
+            "routes": true, "hasClusterId": true
+        })
+    );
+    assert!(cloud.sim.state().requests().is_empty());
+}
+
+// ---- provider call: provider errors ---------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_without_allow_is_egress_denied_and_reaches_nothing() {
+    let (cloud, _, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "instance-metadata",
+        node1_args(),
+        &[
+            "--config",
+            &path(&config),
+            "--credential",
+            &format!("{url}=bearer:env:SIM_TOKEN"),
+        ],
+    );
+    let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "a provider error exits 1: {run:#?}");
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(run.stderr.contains("egress-denied"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&cloud.sim.addr().to_string()),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("not in allowedHosts"), "{}", run.stderr);
+    assert!(
+        cloud.sim.state().requests().is_empty(),
+        "nothing reached the cloud"
+    );
+    run.assert_no_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_for_an_unknown_node_reports_not_found() {
+    let (cloud, _, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "instance-metadata",
+        r#"{"node":{"name":"ghost"}}"#,
+        &[
+            "--config",
+            &path(&config),
+            "--allow",
+            &url,
+            "--credential",
+            &format!("{url}=bearer:env:SIM_TOKEN"),
+        ],
+    );
+    let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert!(run.stderr.contains("(not-found)"), "{}", run.stderr);
+    assert!(run.stderr.contains("ghost"), "{}", run.stderr);
+    run.assert_no_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_ensure_load_balancer_while_provisioning_reports_retry_after() {
+    let (cloud, instance, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let svc = serde_json::json!({
+        "name": "web", "uid": "11112222-3333-4444-5555-666677778888",
+        "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}]
+    });
+    let nodes = serde_json::json!([{"name": "node-1", "providerID": format!("simcloud://{}", instance.id)}]);
+    let args = serde_json::json!({"cluster-name": "kubernetes", "svc": svc, "nodes": nodes});
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "ensure-load-balancer",
+        &args.to_string(),
+        &[
+            "--config",
+            &path(&config),
+            "--allow",
+            &url,
+            "--credential",
+            &format!("{url}=bearer:env:SIM_TOKEN"),
+        ],
+    );
+    let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
+    run.assert_failed_cleanly();
+    assert!(run.stderr.contains("(retry-after)"), "{}", run.stderr);
+    let lbs = cloud.sim.state().load_balancers();
+    assert_eq!(lbs.len(), 1);
+    assert_eq!(lbs[0].name, "a1111222233334444555566667777888");
+    assert_eq!(lbs[0].targets, vec![instance.id]);
+}
+
+#[test]
+fn a_runaway_provider_is_stopped_at_the_timeout() {
+    let args = call_args(
+        guest_builds::HOSTILE,
+        "instance-metadata",
+        r#"{"node":{"name":"loop"}}"#,
+        &["--timeout", "1s"],
+    );
+    let run = wasm_ccm(args, &[]);
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert!(run.stderr.contains("(deadline)"), "{}", run.stderr);
+    assert!(run.stderr.contains("1000 ms"), "{}", run.stderr);
+    // Compiling the guest takes a moment; the loop itself is cut at one second.
+    assert!(
+        run.elapsed < Duration::from_secs(15),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
+// ---- provider call: bad input ---------------------------------------------------------------
+
+/// `provider call simcloud instance-metadata` with `extra` flags; the input is refused before
+/// anything is loaded.
+fn call_simcloud(args: &str, extra: &[&str]) -> Run {
+    wasm_ccm(
+        call_args(guest_builds::SIMCLOUD, "instance-metadata", args, extra),
+        &[],
+    )
+}
+
+#[test]
+fn an_unknown_function_is_refused_listing_the_known_ones() {
+    let run = wasm_ccm(
+        call_args(
+            guest_builds::SIMCLOUD,
+            "instance-metadat",
+            node1_args(),
+            &[],
+        ),
+        &[],
+    );
+    run.assert_usage_error(&[
+        "unknown function \"instance-metadat\"",
+        "instance-metadata",
+        "ensure-load-balancer",
+        "delete-route",
+    ]);
+}
+
+#[test]
+fn args_that_are_not_json_are_refused() {
+    call_simcloud(r#"{"node": {"name": "node-1""#, &[])
+        .assert_usage_error(&["--args is not valid JSON"]);
+    call_simcloud("[]", &[]).assert_usage_error(&["JSON object"]);
+}
+
+#[test]
+fn args_missing_a_parameter_are_refused_naming_it() {
+    call_simcloud("{}", &[]).assert_usage_error(&["needs parameter \"node\""]);
+    let run = wasm_ccm(
+        call_args(
+            guest_builds::SIMCLOUD,
+            "create-route",
+            r#"{"cluster-name": "k", "route": {}}"#,
+            &[],
+        ),
+        &[],
+    );
+    run.assert_usage_error(&[
+        "needs parameter \"name-hint\"",
+        "cluster-name, name-hint, route",
+    ]);
+}
+
+#[test]
+fn args_of_the_wrong_type_are_refused_naming_the_parameter() {
+    call_simcloud(r#"{"node": {"name": 5}}"#, &[])
+        .assert_usage_error(&["parameter \"node\"", "invalid type"]);
+    call_simcloud(r#"{"node": "node-1"}"#, &[]).assert_usage_error(&["parameter \"node\""]);
+    call_simcloud(r#"{"node": {}, "svc": {}}"#, &[]).assert_usage_error(&["no parameter \"svc\""]);
+}
+
+#[test]
+fn a_bad_allow_pattern_is_refused() {
+    call_simcloud(node1_args(), &["--allow", "ftp://x"])
+        .assert_usage_error(&["ftp://x", "scheme must be http or https"]);
+    call_simcloud(node1_args(), &["--allow", "https://x.example.com/path"])
+        .assert_usage_error(&["no path"]);
+}
+
+#[test]
+fn a_bad_credential_rule_is_refused() {
+    call_simcloud(node1_args(), &["--credential", "https://x=basic:env:T"])
+        .assert_usage_error(&["https://x=basic:env:T", "bearer: or header:"]);
+    call_simcloud(node1_args(), &["--credential", "https://x"])
+        .assert_usage_error(&["missing '='"]);
+}
+
+#[test]
+fn a_credential_from_an_unset_env_var_is_refused_before_loading() {
+    let run = call_simcloud(
+        node1_args(),
+        &[
+            "--allow",
+            "https://api.example.com",
+            "--credential",
+            "https://api.example.com=bearer:env:WASM_CCM_TEST_UNSET_TOKEN",
+        ],
+    );
+    run.assert_usage_error(&["--credential", "WASM_CCM_TEST_UNSET_TOKEN"]);
+}
+
+#[test]
+fn a_credential_from_a_missing_file_is_refused_before_loading() {
+    let run = call_simcloud(
+        node1_args(),
+        &[
+            "--credential",
+            "https://api.example.com=bearer:file:/nonexistent/token",
+        ],
+    );
+    run.assert_usage_error(&["--credential", "/nonexistent/token"]);
+}
+
+#[test]
+fn a_bad_memory_limit_is_refused() {
+    call_simcloud(node1_args(), &["--memory-limit", "12XB"])
+        .assert_usage_error(&["12XB", "unknown unit"]);
+    call_simcloud(node1_args(), &["--memory-limit", "0"]).assert_usage_error(&["more than zero"]);
+}
+
+#[test]
+fn a_bad_timeout_is_refused() {
+    call_simcloud(node1_args(), &["--timeout", "soon"])
+        .assert_usage_error(&["soon", "not a duration"]);
+    call_simcloud(node1_args(), &["--timeout", "0s"]).assert_usage_error(&["more than zero"]);
+}
+
+#[test]
+fn a_missing_provider_file_is_refused_naming_it() {
+    let run = wasm_ccm(
+        call_args(
+            "/nonexistent/simcloud.wasm",
+            "instance-metadata",
+            node1_args(),
+            &[],
+        ),
+        &[],
+    );
+    run.assert_usage_error(&["/nonexistent/simcloud.wasm"]);
+}
+
+#[test]
+fn a_missing_config_file_is_refused_naming_it() {
+    let run = call_simcloud(node1_args(), &["--config", "/nonexistent/cloud.json"]);
+    run.assert_usage_error(&["--config", "/nonexistent/cloud.json"]);
+}
+
+#[test]
+fn a_config_rejected_by_init_is_reported_as_a_provider_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cloud.json");
+    std::fs::write(&config, r#"{"api_url": "ftp://nowhere"}"#).unwrap();
+    let run = call_simcloud(node1_args(), &["--config", &config.display().to_string()]);
+    run.assert_failed_cleanly();
+    assert!(run.stderr.contains("api_url"), "{}", run.stderr);
+}
