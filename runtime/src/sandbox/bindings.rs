@@ -9,7 +9,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-use wasm_ccm::provider::types as w;
+use self::wasm_ccm::provider::types as w;
 
 impl From<w::AddressKind> for c::AddressKind {
     fn from(kind: w::AddressKind) -> Self {
