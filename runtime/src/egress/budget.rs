@@ -50,10 +50,16 @@ impl Budgets {
     fn take_at(&self, destination: &str, now: Instant) -> Result<(), Duration> {
         let burst = f64::from(self.budget.burst.max(1));
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let bucket = buckets.entry(destination.to_string()).or_insert(Bucket {
-            tokens: burst,
-            updated: now,
-        });
+        if !buckets.contains_key(destination) {
+            let full = Bucket {
+                tokens: burst,
+                updated: now,
+            };
+            buckets.insert(destination.to_string(), full);
+        }
+        let Some(bucket) = buckets.get_mut(destination) else {
+            return Ok(());
+        };
         let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * self.budget.per_second).min(burst);
         bucket.updated = now;

@@ -127,6 +127,31 @@ impl EgressGate {
         &self.audit
     }
 
+    /// Send `request` through the gate from the host side, exactly as a provider's request
+    /// would go (grant, address, budget, credentials, limits, audit), and read the whole
+    /// response. For probes and benchmarks of the gate without a guest.
+    pub async fn send(
+        self: &Arc<Self>,
+        caller: Arc<Caller>,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<(http::StatusCode, bytes::Bytes), String> {
+        let mut hooks = self.hooks(caller);
+        let request = request.map(transport::full_body);
+        let sent = hooks.send_request(request, None, Box::new(async { Ok(()) }));
+        let (response, connection) = match Box::into_pin(sent).await {
+            Ok(exchanged) => exchanged,
+            Err(error) => {
+                let reasons: Vec<String> = hooks.denials().into_iter().map(|d| d.reason).collect();
+                return Err(format!("{error}: {}", reasons.join("; ")));
+            }
+        };
+        let connection = tokio::spawn(Box::into_pin(connection));
+        let status = response.status();
+        let body = response.into_body().collect().await;
+        connection.abort();
+        Ok((status, body.map_err(|e| e.to_string())?.to_bytes()))
+    }
+
     /// The `wasi:http` hooks for one call by `caller`.
     pub fn hooks(self: &Arc<Self>, caller: Arc<Caller>) -> GateHooks {
         GateHooks {

@@ -3,10 +3,13 @@
 //! - per-call cost of a fresh Store + instantiate + trivial call (get-load-balancer-name),
 //!   with the pooling allocator on and off;
 //! - compiling a provider vs loading its precompiled code from the cache;
-//! - simcloud instance-metadata through the egress gate vs the same HTTP request made
-//!   natively from Rust (new connection each time, as the gate makes).
+//! - simcloud instance-metadata (sandbox + guest + egress gate), the same HTTP request sent
+//!   through the egress gate from the host side, and the same request made natively from Rust
+//!   (a new connection each time, as the gate makes): the gate's own overhead and the whole
+//!   sandboxed call's, each against the native request.
 //!
-//! Run: `make bench` (or `cargo bench -p e2e --bench sandbox`).
+//! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
+//! of `calls`, `compile`, `egress` to run only that group).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,11 +17,11 @@ use std::time::{Duration, Instant};
 use e2e::{Cloud, TOKEN, load, sandbox};
 use native::get_native;
 use wasm_ccm::contract::{Node, Service};
-use wasm_ccm::egress::EgressConfig;
+use wasm_ccm::egress::{Caller, EgressConfig, EgressGate};
 use wasm_ccm::metrics::Metrics;
 use wasm_ccm::sandbox::{Origin, Sandbox, SandboxConfig};
 
-const TRIVIAL_CALLS: usize = 5_000;
+const TRIVIAL_CALLS: usize = 20_000;
 const HTTP_CALLS: usize = 1_000;
 const COMPILES: usize = 5;
 
@@ -31,31 +34,48 @@ fn main() {
 }
 
 async fn run() {
+    // cargo passes `--bench`; any other argument picks one group.
+    let only = std::env::args().skip(1).find(|arg| !arg.starts_with("--"));
+    let wanted = |group: &str| only.as_deref().is_none_or(|only| only == group);
     let mut rows = Vec::new();
-    for pooling in [true, false] {
-        let stats = fresh_store_calls(pooling).await;
-        let allocator = if pooling { "pooling" } else { "on-demand" };
+    let mut overhead = None;
+    if wanted("calls") {
+        for pooling in [true, false] {
+            let stats = fresh_store_calls(pooling).await;
+            let allocator = if pooling { "pooling" } else { "on-demand" };
+            rows.push((
+                format!("fresh Store + instantiate + trivial call ({allocator})"),
+                stats,
+            ));
+        }
+    }
+    if wanted("compile") {
+        let (compile, cached) = compile_vs_cache().await;
         rows.push((
-            format!("fresh Store + instantiate + trivial call ({allocator})"),
-            stats,
+            "compile simcloud.wasm (Component::new)".to_string(),
+            compile,
+        ));
+        rows.push(("load simcloud from the compile cache".to_string(), cached));
+    }
+    if wanted("egress") {
+        let egress = egress_vs_native().await;
+        overhead = Some(Overhead {
+            whole_call: percent(&egress.provider_call, &egress.native),
+            gate_only: percent(&egress.gate_only, &egress.native),
+        });
+        rows.push((
+            "simcloud instance-metadata: sandbox + guest + egress gate".to_string(),
+            egress.provider_call,
+        ));
+        rows.push((
+            "the same HTTP request through the egress gate, host side".to_string(),
+            egress.gate_only,
+        ));
+        rows.push((
+            "the same HTTP request natively (hyper, new connection)".to_string(),
+            egress.native,
         ));
     }
-    let (compile, cached) = compile_vs_cache().await;
-    rows.push((
-        "compile simcloud.wasm (Component::new)".to_string(),
-        compile,
-    ));
-    rows.push(("load simcloud from the compile cache".to_string(), cached));
-    let (gated, native) = egress_vs_native().await;
-    let overhead = (gated.median.as_secs_f64() / native.median.as_secs_f64() - 1.0) * 100.0;
-    rows.push((
-        "instance-metadata via sandbox + egress gate".to_string(),
-        gated,
-    ));
-    rows.push((
-        "same HTTP request natively (hyper, new connection)".to_string(),
-        native,
-    ));
 
     println!();
     println!("| measurement | runs | median | p90 | p99 |");
@@ -69,8 +89,28 @@ async fn run() {
             show(s.p99)
         );
     }
-    println!();
-    println!("egress overhead over a native loopback call (medians): {overhead:+.1}%");
+    if let Some(overhead) = overhead {
+        println!();
+        println!(
+            "over a native loopback request (medians): egress gate {:+.1}%, whole sandboxed provider call {:+.1}%",
+            overhead.gate_only, overhead.whole_call
+        );
+    }
+}
+
+struct Overhead {
+    whole_call: f64,
+    gate_only: f64,
+}
+
+fn percent(measured: &Stats, baseline: &Stats) -> f64 {
+    (measured.median.as_secs_f64() / baseline.median.as_secs_f64() - 1.0) * 100.0
+}
+
+struct EgressStats {
+    provider_call: Stats,
+    gate_only: Stats,
+    native: Stats,
 }
 
 struct Stats {
@@ -165,7 +205,7 @@ async fn compile_vs_cache() -> (Stats, Stats) {
     (stats(compiled), stats(cached))
 }
 
-async fn egress_vs_native() -> (Stats, Stats) {
+async fn egress_vs_native() -> EgressStats {
     let cloud = Cloud::start().await;
     let instance = cloud.sim.state().add_instance(cloud_sim::NewInstance {
         name: "node-1".into(),
@@ -173,16 +213,22 @@ async fn egress_vs_native() -> (Stats, Stats) {
         zone: "sim-central-1a".into(),
         ..cloud_sim::NewInstance::default()
     });
+    let egress = EgressConfig {
+        budget: wasm_ccm::egress::RateBudget {
+            per_second: 1e6,
+            burst: 1_000_000,
+        },
+        ..cloud.egress()
+    };
+    let gate = EgressGate::new(egress.clone(), Arc::new(Metrics::default()));
+    let caller = Arc::new(Caller {
+        provider: "bench".into(),
+        version: "host".into(),
+    });
     let provider = load(
         &sandbox(SandboxConfig::default()),
         guest_builds::SIMCLOUD,
-        EgressConfig {
-            budget: wasm_ccm::egress::RateBudget {
-                per_second: 1e6,
-                burst: 1_000_000,
-            },
-            ..cloud.egress()
-        },
+        egress,
         Some(cloud.simcloud_config()),
     )
     .await
@@ -193,22 +239,53 @@ async fn egress_vs_native() -> (Stats, Stats) {
     };
     let url = format!("{}/v1/instances?name={}", cloud.sim.url(), instance.name);
 
-    let mut gated = Vec::with_capacity(HTTP_CALLS);
+    let through_gate = || {
+        let request = http::Request::get(&url)
+            .header("accept", "application/json")
+            .body(bytes::Bytes::new())
+            .expect("request");
+        let gate = gate.clone();
+        let caller = caller.clone();
+        async move {
+            let (status, body) = gate.send(caller, request).await.expect("gate sends");
+            assert_eq!(status, 200);
+            serde_json::from_slice::<serde_json::Value>(&body).expect("json")
+        }
+    };
+
+    let mut provider_call = Vec::with_capacity(HTTP_CALLS);
+    let mut gate_only = Vec::with_capacity(HTTP_CALLS);
     let mut native = Vec::with_capacity(HTTP_CALLS);
     for _ in 0..50 {
         provider.instance_metadata(&node).await.expect("warm-up");
+        through_gate().await;
         get_native(&url, TOKEN).await;
     }
-    // Interleave so both see the same machine conditions.
-    for _ in 0..HTTP_CALLS {
-        let started = Instant::now();
-        provider.instance_metadata(&node).await.expect("metadata");
-        gated.push(started.elapsed());
-        let started = Instant::now();
-        get_native(&url, TOKEN).await;
-        native.push(started.elapsed());
+    // Interleave, rotating the order, so all three see the same machine conditions.
+    for i in 0..HTTP_CALLS {
+        for step in 0..3 {
+            let started = Instant::now();
+            match (i + step) % 3 {
+                0 => {
+                    provider.instance_metadata(&node).await.expect("metadata");
+                    provider_call.push(started.elapsed());
+                }
+                1 => {
+                    through_gate().await;
+                    gate_only.push(started.elapsed());
+                }
+                _ => {
+                    get_native(&url, TOKEN).await;
+                    native.push(started.elapsed());
+                }
+            }
+        }
     }
-    (stats(gated), stats(native))
+    EgressStats {
+        provider_call: stats(provider_call),
+        gate_only: stats(gate_only),
+        native: stats(native),
+    }
 }
 
 /// The native baseline: what a Rust provider linked into the manager would do.
