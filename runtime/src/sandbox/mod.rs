@@ -163,12 +163,8 @@ impl Sandbox {
             sandbox: self.inner.clone(),
             pre,
             digest,
-            size: 0,
-            origin: source,
-        })
-        .map(|image| Image {
             size: component_size(&component),
-            ..image
+            origin: source,
         })
     }
 

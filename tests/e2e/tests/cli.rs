@@ -200,6 +200,17 @@ fn inspect_json_has_the_same_facts() {
     assert!(json["problem"].is_null(), "{json}");
 }
 
+/// The run failed cleanly with a message naming `file` as not a component.
+fn assert_refused_as_not_a_component(run: &Run, file: &std::path::Path) {
+    run.assert_failed_cleanly();
+    for expected in [
+        file.display().to_string(),
+        "not a valid WebAssembly component".into(),
+    ] {
+        assert!(run.stderr.contains(&expected), "{}", run.stderr);
+    }
+}
+
 #[test]
 fn inspect_of_a_text_file_fails_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -209,17 +220,7 @@ fn inspect_of_a_text_file_fails_naming_the_file() {
         ["provider".as_ref(), "inspect".as_ref(), file.as_os_str()],
         &[],
     );
-    run.assert_failed_cleanly();
-    assert!(
-        run.stderr.contains(&file.display().to_string()),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("not a valid WebAssembly component"),
-        "{}",
-        run.stderr
-    );
+    assert_refused_as_not_a_component(&run, &file);
 }
 
 #[test]
@@ -235,17 +236,7 @@ fn inspect_of_a_truncated_component_fails_naming_the_file() {
         let mut args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
         args.push(file.clone().into_os_string());
         let run = wasm_ccm(args, &[]);
-        run.assert_failed_cleanly();
-        assert!(
-            run.stderr.contains(&file.display().to_string()),
-            "{}",
-            run.stderr
-        );
-        assert!(
-            run.stderr.contains("not a valid WebAssembly component"),
-            "{}",
-            run.stderr
-        );
+        assert_refused_as_not_a_component(&run, &file);
     }
 }
 
@@ -469,6 +460,31 @@ fn a_runaway_provider_is_stopped_at_the_timeout() {
         run.elapsed < Duration::from_secs(15),
         "took {:?}",
         run.elapsed
+    );
+}
+
+#[test]
+fn guest_logs_stdout_and_stderr_reach_the_log_tagged_with_provider_and_version() {
+    let message = "hello from inside the sandbox";
+    let args = call_args(
+        guest_builds::HOSTILE,
+        "instance-metadata",
+        &format!(r#"{{"node":{{"name":"log:{message}"}}}}"#),
+        &[],
+    );
+    let run = wasm_ccm(args, &[("RUST_LOG", "wasm_ccm=info")]);
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    let lines: Vec<&str> = run.stderr.lines().filter(|l| l.contains(message)).collect();
+    assert_eq!(lines.len(), 3, "host log, stdout, stderr: {}", run.stderr);
+    for line in &lines {
+        assert!(line.contains("provider=\"hostile\""), "{line}");
+        assert!(line.contains("version=\"sha256:"), "{line}");
+    }
+    assert!(lines.iter().any(|l| l.contains("stream=\"stdout\"")));
+    assert!(lines.iter().any(|l| l.contains("stream=\"stderr\"")));
+    assert!(
+        !run.stdout.contains(message),
+        "guest output never reaches our stdout"
     );
 }
 

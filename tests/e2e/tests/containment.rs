@@ -223,6 +223,17 @@ async fn granted_name_resolving_to_loopback_is_refused_at_connect() {
 }
 
 #[tokio::test]
+async fn raw_sockets_are_refused_even_to_a_granted_address() {
+    let listener = target(ok_response("inside")).await;
+    let provider = hostile(SandboxConfig::default(), grant(&listener.url)).await;
+    let addr = listener.url.trim_start_matches("http://");
+    let outcome = report(&provider, &format!("connect:{addr}")).await;
+    assert_eq!(outcome["connected"], false, "{outcome}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(listener.connections.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn cloud_metadata_address_is_refused_even_through_a_granted_name() {
     // Not granted at all.
     let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;

@@ -74,6 +74,7 @@ fn run(command: &str) -> Result<Value, Error> {
         "set-auth" => Ok(net::set_auth(arg)),
         "snoop" => Ok(snoop::snoop(arg)),
         "huge" => Ok(net::huge(arg)),
+        "connect" => Ok(net::connect(arg)),
         "cache-set" => host::cache_set(arg),
         "cache-get" => Ok(host::cache_get(arg)),
         "log" => Ok(host::log(arg)),

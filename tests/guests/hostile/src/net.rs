@@ -15,6 +15,19 @@ const CREDENTIAL_HEADERS: [&str; 4] = [
 /// The credential a guest tries to smuggle.
 const STOLEN: &[u8] = b"Bearer stolen";
 
+/// Open a raw TCP connection to `addr` with `std::net` (which uses `wasi:sockets`) and
+/// write to it, bypassing the HTTP gate.
+pub fn connect(addr: &str) -> Value {
+    use std::io::Write;
+    match std::net::TcpStream::connect(addr) {
+        Ok(mut stream) => {
+            let written = stream.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            json!({"connected": true, "write": format!("{written:?}")})
+        }
+        Err(err) => json!({"connected": false, "error": err.to_string()}),
+    }
+}
+
 /// `GET url`: status, headers and body, or the error.
 pub fn fetch(url: &str) -> Value {
     outcome(http::get(url), response_report)

@@ -1,0 +1,647 @@
+//! The HTTP surface: bearer-token authentication, URL routing
+//! (`/api/v1/...`, `/apis/{group}/{version}/...`, namespaced and cluster
+//! paths, `/status`), query parameters, content negotiation (JSON and
+//! `PartialObjectMetadata`), fault injection and request counting around
+//! every API call, and the admin endpoints under `/_emulator`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::discovery;
+use crate::faults::{FaultCommand, Faults, Requests};
+use crate::kinds::{self, FieldValidation, Subresource};
+use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
+use crate::resources::{Registry, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, FieldError, GroupKind};
+use crate::store::Store;
+use crate::verbs::{self, DeleteOptions, Filter, ListQuery, Target, WriteOptions, Written};
+use crate::watch::{self as watches, Start, WatchContext, WatchRequest};
+
+/// Upstream's limit on request bodies.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Everything a request handler needs.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub store: Store,
+    pub faults: Faults,
+    pub requests: Requests,
+    pub token: Arc<str>,
+    pub addr: SocketAddr,
+    pub bookmark_interval: Duration,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(ok))
+        .route("/livez", get(ok))
+        .route("/readyz", get(ok))
+        .route("/version", get(version))
+        .route("/_emulator/faults", get(get_faults).post(post_fault))
+        .route("/_emulator/requests", get(get_requests).delete(reset_requests))
+        .fallback(dispatch)
+        .with_state(app)
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+async fn version() -> Response {
+    json_response(StatusCode::OK, &discovery::version(), &[])
+}
+
+async fn get_faults(State(app): State<App>) -> Response {
+    json_response(StatusCode::OK, &json!(app.faults.state()), &[])
+}
+
+async fn post_fault(State(app): State<App>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<FaultCommand>(&body) {
+        Ok(command) => {
+            app.faults.apply(command);
+            json_response(StatusCode::OK, &json!(app.faults.state()), &[])
+        }
+        Err(e) => ApiError::bad_request(format!("invalid fault command: {e}")).into_response(),
+    }
+}
+
+async fn get_requests(State(app): State<App>) -> Response {
+    json_response(StatusCode::OK, &json!(app.requests.snapshot()), &[])
+}
+
+async fn reset_requests(State(app): State<App>) -> StatusCode {
+    app.requests.reset();
+    StatusCode::NO_CONTENT
+}
+
+async fn dispatch(State(app): State<App>, req: Request) -> Response {
+    handle(&app, req).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+    let mut response = (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    for warning in warnings {
+        let text = format!("299 - {}", crate::status::quote(warning));
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match presented {
+        Some(token) if token == &*app.token => Ok(()),
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+/// Query parameters, in order.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(uri: &axum::http::Uri) -> Result<Query, ApiError> {
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some("true" | "1") => Ok(Some(true)),
+            Some("false" | "0" | "") => Ok(Some(false)),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "invalid value {other:?} for parameter {key}: expected true or false"
+            ))),
+        }
+    }
+
+    fn number(&self, key: &str) -> Result<Option<u64>, ApiError> {
+        self.get(key)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid value {v:?} for parameter {key}")))
+            })
+            .transpose()
+    }
+}
+
+/// How a response represents objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Full,
+    Metadata,
+}
+
+fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Ok(Output::Full);
+    };
+    if accept.trim().is_empty() {
+        return Ok(Output::Full);
+    }
+    let metadata_as = if list { "as=PartialObjectMetadataList" } else { "as=PartialObjectMetadata" };
+    for media in accept.split(',') {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        let Some(kind) = params.first() else {
+            continue;
+        };
+        if !matches!(*kind, "application/json" | "*/*" | "application/*") {
+            continue;
+        }
+        match params.iter().find(|p| p.starts_with("as=")) {
+            None => return Ok(Output::Full),
+            Some(as_) if *as_ == metadata_as && params.contains(&"g=meta.k8s.io") && params.contains(&"v=v1") => {
+                return Ok(Output::Metadata);
+            }
+            Some(_) => {}
+        }
+    }
+    Err(ApiError::NotAcceptable)
+}
+
+async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let is_api = matches!(segments.first(), Some(&"api") | Some(&"apis"));
+    if !is_api {
+        if segments.first() == Some(&"openapi") {
+            authorize(app, &parts.headers)?;
+            return Err(ApiError::UnknownResource);
+        }
+        return Ok((StatusCode::NOT_FOUND, "404 page not found").into_response());
+    }
+    authorize(app, &parts.headers)?;
+    let resource_path = match segments.as_slice() {
+        ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => Some((*group, *version, rest.to_vec())),
+        _ => None,
+    };
+    let Some((group, version, rest)) = resource_path else {
+        app.requests.record("get", "discovery");
+        inject(app, &parts.method, &path).await?;
+        if parts.method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        return discovery_response(app, &segments, &parts.headers);
+    };
+    let route = app.store.read(|s| route(&s.registry, group, version, &rest))?;
+    let query = Query::parse(&parts.uri)?;
+    let watching = query.flag("watch")?.unwrap_or(false);
+    let verb = verb(&parts.method, &route, watching)?;
+    app.requests.record(verb, &route.label());
+    inject(app, &parts.method, &path).await?;
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+    let call = Call { app, route, query, headers: &parts.headers, body: &body };
+    match verb {
+        "get" => call.get(),
+        "list" => call.list(),
+        "watch" => call.watch(),
+        "create" => call.create(),
+        "update" => call.update(),
+        "patch" => call.patch(),
+        "delete" => call.delete(),
+        _ => call.delete_collection(),
+    }
+}
+
+/// Latency and injected failures, before any work.
+async fn inject(app: &App, method: &Method, path: &str) -> Result<(), ApiError> {
+    let latency = app.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    match app.faults.take_failure(method.as_str(), path) {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+fn discovery_response(app: &App, segments: &[&str], headers: &HeaderMap) -> Result<Response, ApiError> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let aggregated = discovery::wants_aggregated(accept);
+    let doc = app.store.read(|s| match segments {
+        ["api"] if aggregated => Some(discovery::aggregated(&s.registry, true)),
+        ["apis"] if aggregated => Some(discovery::aggregated(&s.registry, false)),
+        ["api"] => Some(discovery::api_versions(app.addr)),
+        ["apis"] => Some(discovery::group_list(&s.registry)),
+        ["api", "v1"] => discovery::resource_list(&s.registry, "", "v1"),
+        ["apis", group] => discovery::group(&s.registry, group),
+        ["apis", group, version] => discovery::resource_list(&s.registry, group, version),
+        _ => None,
+    });
+    let doc = doc.ok_or(ApiError::UnknownResource)?;
+    let mut response = json_response(StatusCode::OK, &doc, &[]);
+    if aggregated && matches!(segments, ["api"] | ["apis"]) {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+        );
+    }
+    Ok(response)
+}
+
+/// A resolved resource URL.
+#[derive(Debug, Clone)]
+struct Route {
+    rt: Arc<ResourceType>,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Subresource,
+}
+
+impl Route {
+    /// `nodes`, `nodes/status`, `leases.coordination.k8s.io`.
+    fn label(&self) -> String {
+        let mut label = self.rt.plural.clone();
+        if !self.rt.group.is_empty() {
+            label = format!("{label}.{}", self.rt.group);
+        }
+        if self.sub == Subresource::Status {
+            label.push_str("/status");
+        }
+        label
+    }
+
+    fn target(&self) -> Result<Target, ApiError> {
+        Ok(Target {
+            rt: self.rt.clone(),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.clone().ok_or_else(ApiError::method_not_allowed)?,
+            sub: self.sub,
+        })
+    }
+}
+
+fn route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Result<Route, ApiError> {
+    let core = group.is_empty();
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces"] if core => (None, "namespaces", None, None),
+        ["namespaces", name] if core => (None, "namespaces", Some(*name), None),
+        ["namespaces", name, sub @ ("status" | "finalize")] if core => (None, "namespaces", Some(*name), Some(*sub)),
+        ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
+        ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+        [plural] => (None, *plural, None, None),
+        [plural, name] => (None, *plural, Some(*name), None),
+        [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
+        _ => return Err(ApiError::UnknownResource),
+    };
+    let rt = registry.find(group, version, plural).ok_or(ApiError::UnknownResource)?;
+    if namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::UnknownResource);
+    }
+    if rt.namespaced && namespace.is_none() && name.is_some() {
+        return Err(ApiError::UnknownResource);
+    }
+    let sub = match sub {
+        None => Subresource::Main,
+        Some("status") if rt.status_subresource => Subresource::Status,
+        Some(_) => return Err(ApiError::UnknownResource),
+    };
+    Ok(Route {
+        rt,
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        sub,
+    })
+}
+
+fn verb(method: &Method, route: &Route, watching: bool) -> Result<&'static str, ApiError> {
+    let named = route.name.is_some();
+    let status = route.sub == Subresource::Status;
+    let unplaced = route.rt.namespaced && route.namespace.is_none();
+    Ok(match *method {
+        Method::GET if named => "get",
+        Method::GET if watching => "watch",
+        Method::GET => "list",
+        Method::POST if !named && !unplaced => "create",
+        Method::PUT if named => "update",
+        Method::PATCH if named => "patch",
+        Method::DELETE if named && !status => "delete",
+        Method::DELETE if !named && !unplaced => "deletecollection",
+        _ => return Err(ApiError::method_not_allowed()),
+    })
+}
+
+/// One resource request being served.
+struct Call<'a> {
+    app: &'a App,
+    route: Route,
+    query: Query,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+impl Call<'_> {
+    fn rt(&self) -> &ResourceType {
+        &self.route.rt
+    }
+
+    fn respond(&self, output: Output, value: Value) -> Response {
+        let body = match output {
+            Output::Full => value,
+            Output::Metadata => watches::present_metadata(value),
+        };
+        json_response(StatusCode::OK, &body, &[])
+    }
+
+    fn get(self) -> Result<Response, ApiError> {
+        let output = negotiate(self.headers, false)?;
+        let target = self.route.target()?;
+        let object = self.app.store.read(|s| verbs::get(s, &target))?;
+        Ok(self.respond(output, object))
+    }
+
+    fn filter(&self) -> Result<Filter, ApiError> {
+        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+        let supported: Vec<String> = kinds::selectable_fields(self.rt(), &json!({})).into_iter().map(|(k, _)| k).collect();
+        if let Some(unsupported) = fields.fields().find(|f| !supported.iter().any(|s| s == f)) {
+            return Err(ApiError::bad_request(format!("field label not supported: {unsupported}")));
+        }
+        Ok(Filter { labels, fields })
+    }
+
+    fn list_options_errors(&self, watching: bool) -> Result<Vec<FieldError>, ApiError> {
+        let rv = self.query.get("resourceVersion").unwrap_or("");
+        let matching = self.query.get("resourceVersionMatch").unwrap_or("");
+        let continued = !self.query.get("continue").unwrap_or("").is_empty();
+        let initial = self.query.flag("sendInitialEvents")?;
+        let mut errs = Vec::new();
+        if watching {
+            if let Some(initial) = initial {
+                if matching != "NotOlderThan" {
+                    errs.push(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    ));
+                }
+                if initial && self.query.flag("allowWatchBookmarks")? != Some(true) {
+                    errs.push(FieldError::forbidden(
+                        "allowWatchBookmarks",
+                        "sendInitialEvents requires allowWatchBookmarks to be set to true",
+                    ));
+                }
+            }
+            if !matching.is_empty() {
+                if initial.is_none() {
+                    errs.push(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if matching != "NotOlderThan" {
+                    errs.push(FieldError::not_supported("resourceVersionMatch", matching, &["NotOlderThan"]));
+                }
+                if continued {
+                    errs.push(FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"));
+                }
+            }
+            return Ok(errs);
+        }
+        if !matching.is_empty() {
+            if rv.is_empty() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if continued {
+                errs.push(FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"));
+            }
+            if matching != "Exact" && matching != "NotOlderThan" {
+                errs.push(FieldError::not_supported("resourceVersionMatch", matching, &["Exact", "NotOlderThan", ""]));
+            }
+            if matching == "Exact" && rv == "0" {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if initial.is_some() {
+            errs.push(FieldError::forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+        }
+        if continued && !rv.is_empty() && rv != "0" {
+            errs.push(FieldError::forbidden("resourceVersion", "specifying resource version is not allowed when using continue"));
+        }
+        Ok(errs)
+    }
+
+    fn check_list_options(&self, watching: bool) -> Result<(), ApiError> {
+        let errs = self.list_options_errors(watching)?;
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(&GroupKind::new("meta.k8s.io", "ListOptions"), "", errs))
+        }
+    }
+
+    fn list(self) -> Result<Response, ApiError> {
+        let output = negotiate(self.headers, true)?;
+        self.check_list_options(false)?;
+        let query = ListQuery {
+            filter: self.filter()?,
+            limit: self.query.number("limit")?,
+            continue_token: self.query.get("continue").filter(|c| !c.is_empty()).map(str::to_owned),
+            resource_version: self.query.get("resourceVersion").map(str::to_owned),
+            version_match: self.query.get("resourceVersionMatch").filter(|m| !m.is_empty()).map(str::to_owned),
+        };
+        let list = self
+            .app
+            .store
+            .read(|s| verbs::list(s, self.rt(), self.route.namespace.as_deref(), &query))?;
+        let body = match output {
+            Output::Full => list,
+            Output::Metadata => watches::present_metadata_list(list),
+        };
+        Ok(json_response(StatusCode::OK, &body, &[]))
+    }
+
+    fn watch(self) -> Result<Response, ApiError> {
+        let output = negotiate(self.headers, false)?;
+        self.check_list_options(true)?;
+        let rv = self.query.get("resourceVersion").unwrap_or("");
+        let current = self.app.store.resource_version();
+        let start = match self.query.flag("sendInitialEvents")? {
+            Some(true) => {
+                if !rv.is_empty() && verbs::parse_rv(rv)? > current {
+                    return Err(ApiError::ResourceVersionTooLarge { requested: verbs::parse_rv(rv)?, current });
+                }
+                Start::Now { initial_events: true, end_bookmark: true }
+            }
+            Some(false) if rv.is_empty() || rv == "0" => Start::Now { initial_events: false, end_bookmark: false },
+            None if rv.is_empty() || rv == "0" => Start::Now { initial_events: true, end_bookmark: false },
+            _ => Start::After(verbs::parse_rv(rv)?),
+        };
+        let request = WatchRequest {
+            rt: self.route.rt.clone(),
+            namespace: self.route.namespace.clone(),
+            filter: self.filter()?,
+            start,
+            bookmarks: self.query.flag("allowWatchBookmarks")?.unwrap_or(false),
+            timeout: self.query.number("timeoutSeconds")?.filter(|t| *t > 0).map(Duration::from_secs),
+            metadata_only: output == Output::Metadata,
+        };
+        let ctx = WatchContext {
+            store: self.app.store.clone(),
+            drops: self.app.faults.drops(),
+            shutdown: self.app.shutdown.clone(),
+            bookmark_interval: self.app.bookmark_interval,
+        };
+        let body: Body = watches::serve(ctx, request);
+        Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+    }
+
+    fn write_options(&self) -> Result<WriteOptions, ApiError> {
+        let dry_run = match self.query.get("dryRun") {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    &GroupKind::new("meta.k8s.io", "Options"),
+                    "",
+                    vec![FieldError::not_supported("dryRun", other, &["All"])],
+                ));
+            }
+        };
+        let field_validation = match self.query.get("fieldValidation") {
+            None | Some("") | Some("Warn") => FieldValidation::Warn,
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
+                )));
+            }
+        };
+        Ok(WriteOptions {
+            dry_run,
+            field_validation,
+            field_manager: self.query.get("fieldManager").map(str::to_owned),
+            force: self.query.flag("force")?,
+        })
+    }
+
+    fn json_body(&self) -> Result<Value, ApiError> {
+        let content_type = self.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if media != "application/json" {
+            return Err(ApiError::UnsupportedMediaType(
+                "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
+            ));
+        }
+        serde_json::from_slice(self.body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })
+    }
+
+    fn written(written: Written) -> Response {
+        let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
+        json_response(code, &written.object, &written.warnings)
+    }
+
+    fn check_conflict(&self) -> Result<(), ApiError> {
+        if self.app.faults.take_conflict(&self.route.label()) {
+            return Err(ApiError::stale(&self.rt().group_resource(), self.route.name.as_deref().unwrap_or("")));
+        }
+        Ok(())
+    }
+
+    fn create(self) -> Result<Response, ApiError> {
+        let options = self.write_options()?;
+        let body = self.json_body()?;
+        let namespace = self.route.namespace.clone().unwrap_or_default();
+        let rt = self.route.rt.clone();
+        let written = self.app.store.write(|s| verbs::create(s, &rt, &namespace, body, &options))?;
+        Ok(Self::written(written))
+    }
+
+    fn update(self) -> Result<Response, ApiError> {
+        let options = self.write_options()?;
+        let body = self.json_body()?;
+        self.check_conflict()?;
+        let target = self.route.target()?;
+        let written = self.app.store.write(|s| verbs::replace(s, &target, body, &options))?;
+        Ok(Self::written(written))
+    }
+
+    fn patch(self) -> Result<Response, ApiError> {
+        let options = self.write_options()?;
+        let content_type = self.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let kind = PatchType::from_content_type(content_type)
+            .ok_or_else(|| ApiError::UnsupportedMediaType(PATCH_MEDIA_TYPES.into()))?;
+        self.check_conflict()?;
+        let target = self.route.target()?;
+        let written = self.app.store.write(|s| verbs::patch(s, &target, kind, self.body, &options))?;
+        Ok(Self::written(written))
+    }
+
+    fn delete_options(&self) -> Result<DeleteOptions, ApiError> {
+        let mut options = DeleteOptions {
+            dry_run: self.write_options()?.dry_run,
+            propagation_policy: self.query.get("propagationPolicy").map(str::to_owned),
+            ..DeleteOptions::default()
+        };
+        if self.body.iter().any(|b| !b.is_ascii_whitespace()) {
+            let body: Value = serde_json::from_slice(self.body)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+            let text = |pointer: &str| body.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+            options.uid = text("/preconditions/uid");
+            options.resource_version = text("/preconditions/resourceVersion");
+            if let Some(policy) = text("/propagationPolicy") {
+                options.propagation_policy = Some(policy);
+            }
+            if let Some(dry) = body.get("dryRun").and_then(Value::as_array) {
+                options.dry_run |= dry.iter().any(|d| d == "All");
+            }
+        }
+        Ok(options)
+    }
+
+    fn delete(self) -> Result<Response, ApiError> {
+        let options = self.delete_options()?;
+        let target = self.route.target()?;
+        let body = self.app.store.write(|s| verbs::delete(s, &target, &options))?;
+        Ok(json_response(StatusCode::OK, &body, &[]))
+    }
+
+    fn delete_collection(self) -> Result<Response, ApiError> {
+        let options = self.delete_options()?;
+        let filter = self.filter()?;
+        let rt = self.route.rt.clone();
+        let namespace = self.route.namespace.clone();
+        let body = self
+            .app
+            .store
+            .write(|s| verbs::delete_collection(s, &rt, namespace.as_deref(), &filter, &options))?;
+        Ok(json_response(StatusCode::OK, &body, &[]))
+    }
+}

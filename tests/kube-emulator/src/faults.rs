@@ -1,0 +1,284 @@
+//! Fault injection and request accounting, for tests: drop every open
+//! watch, fail the next N matching requests with a status code, add
+//! latency, make the next N updates of a resource conflict; and count
+//! requests per verb and resource. Driven from the library or from
+//! `/_emulator/faults` and `/_emulator/requests`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::status::{ApiError, reason_for_code};
+
+/// Fail the next `count` requests that match, with `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailRule {
+    pub count: u32,
+    /// HTTP status of the injected failure, e.g. 500 or 503.
+    pub status: u16,
+    /// Only requests with this method (`GET`, `PATCH`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Only requests whose path contains this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_contains: Option<String>,
+    /// The Status message; a default one names the injection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl FailRule {
+    /// Fails the next `count` requests of any kind with `status`.
+    pub fn new(count: u32, status: u16) -> FailRule {
+        FailRule {
+            count,
+            status,
+            method: None,
+            path_contains: None,
+            message: None,
+        }
+    }
+
+    /// Only requests with this HTTP method.
+    pub fn method(mut self, method: &str) -> FailRule {
+        self.method = Some(method.to_ascii_uppercase());
+        self
+    }
+
+    /// Only requests whose path contains `fragment`.
+    pub fn path_contains(mut self, fragment: &str) -> FailRule {
+        self.path_contains = Some(fragment.to_owned());
+        self
+    }
+
+    fn matches(&self, method: &str, path: &str) -> bool {
+        self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
+            && self.path_contains.as_deref().is_none_or(|p| path.contains(p))
+    }
+}
+
+/// The faults in force, as `GET /_emulator/faults` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultState {
+    pub failures: Vec<FailRule>,
+    pub latency_ms: u64,
+    /// Resource (`nodes`, `nodes/status`, `leases.coordination.k8s.io`) →
+    /// how many more updates and patches of it answer 409.
+    pub conflicts: BTreeMap<String, u32>,
+    /// How many times all watches were dropped.
+    pub watch_drops: u64,
+}
+
+/// A command for `POST /_emulator/faults`, e.g. `"dropWatches"`,
+/// `{"failNext": {"count": 2, "status": 500, "method": "GET"}}`,
+/// `{"latency": {"ms": 50}}`, `{"conflictNext": {"resource": "nodes", "count": 1}}`
+/// or `"clear"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FaultCommand {
+    DropWatches,
+    FailNext(FailRule),
+    Latency { ms: u64 },
+    ConflictNext { resource: String, count: u32 },
+    Clear,
+}
+
+/// Handle on the fault controls. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    state: Arc<Mutex<FaultState>>,
+    drops: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults {
+            state: Arc::default(),
+            drops: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+impl Faults {
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Cuts every open watch connection now, without a clean end.
+    pub fn drop_watches(&self) {
+        let drops = {
+            let mut state = self.lock();
+            state.watch_drops += 1;
+            state.watch_drops
+        };
+        self.drops.send_replace(drops);
+    }
+
+    /// Fails the next requests matching `rule`.
+    pub fn fail_next(&self, rule: FailRule) {
+        self.lock().failures.push(rule);
+    }
+
+    /// Delays every API request by `latency` (zero turns it off).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    }
+
+    /// Makes the next `count` updates and patches of `resource` answer 409
+    /// Conflict. `resource` is the plural, with `.group` outside the core
+    /// group and `/status` for the status subresource.
+    pub fn conflict_next_updates(&self, resource: &str, count: u32) {
+        *self.lock().conflicts.entry(resource.to_owned()).or_default() += count;
+    }
+
+    /// Removes every fault (watch drops already done stay done).
+    pub fn clear(&self) {
+        let mut state = self.lock();
+        state.failures.clear();
+        state.conflicts.clear();
+        state.latency_ms = 0;
+    }
+
+    /// The faults in force.
+    pub fn state(&self) -> FaultState {
+        self.lock().clone()
+    }
+
+    /// Applies a command from the admin endpoint.
+    pub fn apply(&self, command: FaultCommand) {
+        match command {
+            FaultCommand::DropWatches => self.drop_watches(),
+            FaultCommand::FailNext(rule) => self.fail_next(rule),
+            FaultCommand::Latency { ms } => self.set_latency(Duration::from_millis(ms)),
+            FaultCommand::ConflictNext { resource, count } => self.conflict_next_updates(&resource, count),
+            FaultCommand::Clear => self.clear(),
+        }
+    }
+
+    pub(crate) fn latency(&self) -> Duration {
+        Duration::from_millis(self.lock().latency_ms)
+    }
+
+    /// The injected failure for this request, if one is due.
+    pub(crate) fn take_failure(&self, method: &str, path: &str) -> Option<ApiError> {
+        let mut state = self.lock();
+        let at = state.failures.iter().position(|r| r.count > 0 && r.matches(method, path))?;
+        let rule = &mut state.failures[at];
+        rule.count -= 1;
+        let error = ApiError::Injected {
+            code: rule.status,
+            message: rule.message.clone().unwrap_or_else(|| {
+                format!("injected fault: {} ({})", reason_for_code(rule.status), rule.status)
+            }),
+        };
+        if rule.count == 0 {
+            state.failures.remove(at);
+        }
+        Some(error)
+    }
+
+    /// Whether this update of `resource` must conflict.
+    pub(crate) fn take_conflict(&self, resource: &str) -> bool {
+        let mut state = self.lock();
+        match state.conflicts.get_mut(resource) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    state.conflicts.remove(resource);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Changes each time all watches are dropped.
+    pub(crate) fn drops(&self) -> watch::Receiver<u64> {
+        self.drops.subscribe()
+    }
+}
+
+/// API requests seen, per verb and resource.
+#[derive(Debug, Clone, Default)]
+pub struct Requests {
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+}
+
+/// A snapshot of [`Requests`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RequestCounts {
+    /// `"verb resource"` (e.g. `"patch nodes/status"`) → count.
+    pub counts: BTreeMap<String, u64>,
+}
+
+impl RequestCounts {
+    /// Requests with this verb (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`, `deletecollection`) on this resource (`nodes`,
+    /// `nodes/status`, `leases.coordination.k8s.io`).
+    pub fn get(&self, verb: &str, resource: &str) -> u64 {
+        self.counts.get(&format!("{verb} {resource}")).copied().unwrap_or(0)
+    }
+
+    /// All requests with this verb, on any resource.
+    pub fn verb(&self, verb: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.split(' ').next() == Some(verb))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+}
+
+impl Requests {
+    pub(crate) fn record(&self, verb: &str, resource: &str) {
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts.entry((verb.to_owned(), resource.to_owned())).or_default() += 1;
+    }
+
+    pub fn snapshot(&self) -> RequestCounts {
+        let counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        RequestCounts {
+            counts: counts.iter().map(|((v, r), n)| (format!("{v} {r}"), *n)).collect(),
+        }
+    }
+
+    pub fn reset(&self) {
+        self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_consumed_in_order() {
+        let faults = Faults::default();
+        faults.fail_next(FailRule::new(2, 503).method("get").path_contains("/nodes"));
+        assert!(faults.take_failure("PUT", "/api/v1/nodes/a").is_none());
+        assert_eq!(faults.take_failure("GET", "/api/v1/nodes").map(|e| e.code()), Some(503));
+        assert!(faults.take_failure("GET", "/api/v1/nodes").is_some());
+        assert!(faults.take_failure("GET", "/api/v1/nodes").is_none());
+    }
+
+    #[test]
+    fn commands_parse_from_json() {
+        let cmd: FaultCommand = serde_json::from_str(r#"{"failNext":{"count":1,"status":500,"pathContains":"leases"}}"#).unwrap();
+        assert_eq!(cmd, FaultCommand::FailNext(FailRule::new(1, 500).path_contains("leases")));
+        let cmd: FaultCommand = serde_json::from_str(r#""dropWatches""#).unwrap();
+        assert_eq!(cmd, FaultCommand::DropWatches);
+        let faults = Faults::default();
+        faults.apply(FaultCommand::ConflictNext { resource: "nodes".into(), count: 1 });
+        assert!(faults.take_conflict("nodes"));
+        assert!(!faults.take_conflict("nodes"));
+    }
+}

@@ -1,0 +1,443 @@
+//! Per-kind rules, the emulator's version of upstream's registry
+//! strategies: decoding (typed round trip through k8s-openapi, so type
+//! errors and unknown fields behave as upstream), defaulting, status
+//! subresource isolation, generation tracking, validation, selectable
+//! fields and strategic-merge list strategies. One submodule per kind.
+
+mod config;
+mod crd;
+mod custom;
+mod event;
+mod lease;
+mod namespace;
+mod node;
+mod service;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::meta::{self, NameRule};
+use crate::patch::ListStrategy;
+use crate::resources::{ResourceType, Rules, View};
+use crate::status::{ApiError, FieldError};
+
+pub use crd::{CrdReconcile, reconcile as reconcile_crd};
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    Main,
+    Status,
+}
+
+/// How unknown fields in a request body are treated (`fieldValidation=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// Read access to other stored objects, for rules that need them (service
+/// IP and port allocation).
+pub trait Cluster {
+    /// All stored objects of a storage key.
+    fn objects(&self, storage: &str) -> Vec<Arc<Value>>;
+}
+
+/// Update policy flags of the upstream strategy.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// A PUT to a missing object creates it.
+    pub allow_create_on_update: bool,
+    /// A PUT without `metadata.resourceVersion` overwrites unconditionally.
+    pub allow_unconditional_update: bool,
+}
+
+pub fn policy(rt: &ResourceType) -> Policy {
+    let (create, unconditional) = match rt.rules {
+        Rules::Event => (true, true),
+        Rules::Lease => (true, false),
+        Rules::CustomResourceDefinition | Rules::Custom => (false, false),
+        Rules::Node | Rules::Service | Rules::Namespace | Rules::ConfigMap | Rules::Secret => {
+            (false, true)
+        }
+    };
+    Policy {
+        allow_create_on_update: create,
+        allow_unconditional_update: unconditional,
+    }
+}
+
+/// A JSON pointer lookup returning `""` for anything absent or not a string.
+pub fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Sets `obj[key]`, making `obj` an object if it is not one.
+pub fn set_field(obj: &mut Value, key: &str, value: Value) {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    obj[key] = value;
+}
+
+/// Decodes a request body the way the typed upstream decoder would: type
+/// mismatches are a 400, missing required fields a 422, and fields the
+/// type does not have are dropped (with a warning, or a 400 under
+/// `fieldValidation=Strict`). Returns the normalised object and warnings.
+pub fn decode(
+    rt: &ResourceType,
+    value: Value,
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
+    use k8s_openapi::api;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    let decoded = match (rt.rules, rt.view) {
+        (Rules::Node, _) => round_trip::<api::core::v1::Node>(rt, &value)?,
+        (Rules::Service, _) => round_trip::<api::core::v1::Service>(rt, &value)?,
+        (Rules::Namespace, _) => round_trip::<api::core::v1::Namespace>(rt, &value)?,
+        (Rules::ConfigMap, _) => round_trip::<api::core::v1::ConfigMap>(rt, &value)?,
+        (Rules::Secret, _) => round_trip::<api::core::v1::Secret>(rt, &value)?,
+        (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
+        (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
+        (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
+        (Rules::CustomResourceDefinition, _) => {
+            round_trip::<apiext::CustomResourceDefinition>(rt, &value)?
+        }
+        (Rules::Custom, _) => return custom::decode(rt, value, validation),
+    };
+    let mut unknown = Vec::new();
+    unknown_fields(&value, &decoded, "", &mut unknown);
+    let warnings = unknown_field_verdict(unknown, validation)?;
+    Ok((decoded, warnings))
+}
+
+/// Turns unknown field paths into warnings, or an error under `Strict`.
+fn unknown_field_verdict(
+    unknown: Vec<String>,
+    validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let messages: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    match validation {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => Ok(messages),
+        FieldValidation::Strict if messages.is_empty() => Ok(Vec::new()),
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            messages.join(", ")
+        ))),
+    }
+}
+
+fn round_trip<K: Serialize + DeserializeOwned>(rt: &ResourceType, value: &Value) -> Result<Value, ApiError> {
+    let typed: K = serde_path_to_error::deserialize(value.clone()).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.inner().to_string();
+        if let Some(field) = inner
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            let full = if path == "." { field.to_owned() } else { format!("{path}.{field}") };
+            return ApiError::invalid(&rt.group_kind(), meta::name(value), vec![FieldError::required(full, "")]);
+        }
+        ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {path}: {inner}",
+            kind = rt.kind,
+            version = rt.version,
+        ))
+    })?;
+    serde_json::to_value(&typed).map_err(|e| ApiError::Internal(format!("re-encoding {}: {e}", rt.kind)))
+}
+
+/// Paths present (and not null) in `input` but absent from `decoded`.
+fn unknown_fields(input: &Value, decoded: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, decoded) {
+        (Value::Object(i), Value::Object(d)) => {
+            for (key, value) in i {
+                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                match d.get(key) {
+                    None if !value.is_null() => out.push(child),
+                    Some(dv) => unknown_fields(value, dv, &child, out),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(d)) => {
+            for (n, (iv, dv)) in i.iter().zip(d).enumerate() {
+                unknown_fields(iv, dv, &format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Converts an object from its endpoint's view to the stored form.
+pub fn to_storage(rt: &ResourceType, value: Value) -> Value {
+    match rt.view {
+        View::Native => custom::to_storage(rt, value),
+        View::EventsV1 => event::to_core(value),
+    }
+}
+
+/// Converts a stored object to its endpoint's view.
+pub fn to_view(rt: &ResourceType, value: &Value) -> Value {
+    match rt.view {
+        View::Native => custom::with_api_version(rt, value),
+        View::EventsV1 => event::to_events_v1(value),
+    }
+}
+
+/// Fills `apiVersion` and `kind` of a built-in object when absent and
+/// rejects a body of another type.
+pub fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    let api_version = rt.api_version();
+    let given_version = str_at(obj, "/apiVersion").to_owned();
+    let given_kind = str_at(obj, "/kind").to_owned();
+    if rt.is_custom() {
+        if given_kind.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Object 'Kind' is missing in '{}'",
+                truncate(&obj.to_string(), 200)
+            )));
+        }
+        if given_version.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Object 'apiVersion' is missing in '{}'",
+                truncate(&obj.to_string(), 200)
+            )));
+        }
+    }
+    if (!given_version.is_empty() && given_version != api_version) || (!given_kind.is_empty() && given_kind != rt.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({given_version}) does not match the expected API version ({api_version})"
+        ))
+        .with_kind_mismatch(&given_kind, &rt.kind));
+    }
+    set_field(obj, "apiVersion", Value::String(api_version));
+    set_field(obj, "kind", Value::String(rt.kind.clone()));
+    Ok(())
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => &s[..at],
+        None => s,
+    }
+}
+
+impl ApiError {
+    /// Prefers the kind mismatch message when the kinds differ.
+    fn with_kind_mismatch(self, given: &str, expected: &str) -> ApiError {
+        if !given.is_empty() && given != expected {
+            ApiError::bad_request(format!(
+                "the kind in the data ({given}) does not match the expected kind ({expected})"
+            ))
+        } else {
+            self
+        }
+    }
+}
+
+/// Defaults and server-owned fields of a new object (`PrepareForCreate`),
+/// and allocations (service IPs and ports). Allocation failures are field
+/// errors.
+pub fn prepare_create(rt: &ResourceType, obj: &mut Value, cluster: &dyn Cluster) -> Vec<FieldError> {
+    match rt.rules {
+        Rules::Node => node::prepare_create(obj),
+        Rules::Service => return service::prepare_create(obj, cluster),
+        Rules::Namespace => namespace::prepare_create(obj),
+        Rules::Secret => config::prepare_secret(obj),
+        Rules::Lease => lease::prepare(obj, None),
+        Rules::CustomResourceDefinition => crd::prepare_create(obj),
+        Rules::Custom => custom::prepare_create(rt, obj),
+        Rules::ConfigMap | Rules::Event => {}
+    }
+    Vec::new()
+}
+
+/// What an update may change (`PrepareForUpdate`): the main resource keeps
+/// the stored status, the status subresource keeps the stored spec.
+pub fn prepare_update(
+    rt: &ResourceType,
+    sub: Subresource,
+    new: &mut Value,
+    old: &Value,
+    cluster: &dyn Cluster,
+) -> Vec<FieldError> {
+    match rt.rules {
+        Rules::Node => node::prepare_update(sub, new, old),
+        Rules::Service => return service::prepare_update(sub, new, old, cluster),
+        Rules::Namespace => namespace::prepare_update(sub, new, old),
+        Rules::Secret => config::prepare_secret(new),
+        Rules::Lease => lease::prepare(new, Some(old)),
+        Rules::CustomResourceDefinition => crd::prepare_update(sub, new, old),
+        Rules::Custom => custom::prepare_update(rt, sub, new, old),
+        Rules::ConfigMap | Rules::Event => {}
+    }
+    Vec::new()
+}
+
+/// `Validate` of the kind's strategy, then the common metadata checks.
+pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
+    let errs = match rt.rules {
+        Rules::Node => node::validate(obj),
+        Rules::Service => service::validate(obj),
+        Rules::Namespace => namespace::validate(obj),
+        Rules::ConfigMap => config::validate_config_map(obj),
+        Rules::Secret => config::validate_secret(obj),
+        Rules::Event => event::validate_create(rt, obj),
+        Rules::Lease => lease::validate(obj),
+        Rules::CustomResourceDefinition => crd::validate(obj),
+        Rules::Custom => custom::validate(rt, obj),
+    };
+    if !errs.is_empty() {
+        return errs;
+    }
+    meta::validate(obj, rt.namespaced, NameRule::PathSegment)
+}
+
+/// `ValidateUpdate` of the kind's (or its status) strategy.
+pub fn validate_update(rt: &ResourceType, sub: Subresource, new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = meta::validate_update(new, old);
+    errs.extend(match rt.rules {
+        Rules::Node => node::validate_update(new, old),
+        Rules::Service => service::validate_update(sub, new, old),
+        Rules::Namespace => namespace::validate_finalizers(new),
+        Rules::ConfigMap => config::validate_config_map_update(new, old),
+        Rules::Secret => config::validate_secret_update(new, old),
+        Rules::Event => event::validate_update(rt, new, old),
+        Rules::Lease => lease::validate_spec(new),
+        Rules::CustomResourceDefinition => crd::validate_update(new, old),
+        Rules::Custom => custom::validate(rt, new),
+    });
+    errs
+}
+
+/// The fields a field selector may use, with this object's values.
+pub fn selectable_fields(rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
+    let mut fields = vec![("metadata.name".to_owned(), meta::name(obj).to_owned())];
+    if rt.namespaced {
+        fields.push(("metadata.namespace".to_owned(), meta::namespace(obj).to_owned()));
+    }
+    let extra: Vec<(&str, String)> = match (rt.rules, rt.view) {
+        (Rules::Node, _) => node::fields(obj),
+        (Rules::Service, _) => service::fields(obj),
+        (Rules::Namespace, _) => vec![("status.phase", str_at(obj, "/status/phase").to_owned())],
+        (Rules::Secret, _) => vec![("type", str_at(obj, "/type").to_owned())],
+        (Rules::Event, View::Native) => event::core_fields(obj),
+        (Rules::Event, View::EventsV1) => event::events_v1_fields(obj),
+        (Rules::Custom, _) => return custom::fields(rt, obj, fields),
+        _ => Vec::new(),
+    };
+    fields.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    fields
+}
+
+/// The list strategy of a field path, for strategic merge and apply patches.
+pub fn list_strategy(rt: &ResourceType, path: &[String]) -> ListStrategy {
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match p.as_slice() {
+        ["metadata", "finalizers"] => return ListStrategy::Set,
+        ["metadata", "ownerReferences"] => return ListStrategy::Map("uid".to_owned()),
+        _ => {}
+    }
+    match rt.rules {
+        Rules::Node => match p.as_slice() {
+            ["spec", "podCIDRs"] => ListStrategy::Set,
+            ["status", "addresses" | "conditions"] => ListStrategy::Map("type".to_owned()),
+            _ => ListStrategy::Atomic,
+        },
+        Rules::Service => match p.as_slice() {
+            ["spec", "ports"] => ListStrategy::Map("port".to_owned()),
+            ["status", "conditions"] => ListStrategy::Map("type".to_owned()),
+            _ => ListStrategy::Atomic,
+        },
+        Rules::Namespace => match p.as_slice() {
+            ["status", "conditions"] => ListStrategy::Map("type".to_owned()),
+            _ => ListStrategy::Atomic,
+        },
+        Rules::Custom => custom::list_strategy(rt, &p),
+        _ => ListStrategy::Atomic,
+    }
+}
+
+/// Bumps `metadata.generation` when anything outside `metadata` (and
+/// `status`, if `ignore_status`) changed, as CRDs and custom resources do.
+pub fn bump_generation(new: &mut Value, old: &Value, ignore_status: bool) {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("metadata");
+            if ignore_status {
+                map.remove("status");
+            }
+        }
+        v
+    };
+    let generation = meta::generation(old).max(1);
+    let next = if strip(new) != strip(old) { generation + 1 } else { generation };
+    meta::set(new, "generation", Value::from(next));
+}
+
+/// `metav1validation.ValidateConditions` (status conditions of type
+/// `metav1.Condition`).
+pub fn validate_conditions(conditions: Option<&Value>, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(list) = conditions.and_then(Value::as_array) else {
+        return errs;
+    };
+    let mut seen = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let kind = str_at(c, "/type");
+        for msg in crate::validation::qualified_name(kind) {
+            errs.push(FieldError::invalid(format!("{p}.type"), kind, msg));
+        }
+        if seen.contains(&kind) {
+            errs.push(FieldError::duplicate(format!("{p}.type"), kind));
+        }
+        seen.push(kind);
+        let status = str_at(c, "/status");
+        if !["False", "True", "Unknown"].contains(&status) {
+            errs.push(FieldError::not_supported(format!("{p}.status"), status, &["False", "True", "Unknown"]));
+        }
+        if c.get("observedGeneration").and_then(Value::as_i64).unwrap_or(0) < 0 {
+            errs.push(FieldError::invalid(
+                format!("{p}.observedGeneration"),
+                c.get("observedGeneration").and_then(Value::as_i64).unwrap_or(0),
+                "must be greater than or equal to zero",
+            ));
+        }
+        if str_at(c, "/lastTransitionTime").is_empty() {
+            errs.push(FieldError::required(format!("{p}.lastTransitionTime"), "must be set"));
+        }
+        let reason = str_at(c, "/reason");
+        if reason.is_empty() {
+            errs.push(FieldError::required(format!("{p}.reason"), "must be set"));
+        } else if !condition_reason_ok(reason) {
+            errs.push(FieldError::invalid(
+                format!("{p}.reason"),
+                reason,
+                "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'MyReason',  or 'My_Reason',  or 'my:reason', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
+            ));
+        }
+        if str_at(c, "/message").len() > 32768 {
+            errs.push(FieldError::too_long(format!("{p}.message"), 32768));
+        }
+    }
+    errs
+}
+
+fn condition_reason_ok(reason: &str) -> bool {
+    let b = reason.as_bytes();
+    b.len() <= 1024
+        && b[0].is_ascii_alphabetic()
+        && (b[b.len() - 1].is_ascii_alphanumeric() || b[b.len() - 1] == b'_')
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b',' | b':'))
+}

@@ -1,0 +1,327 @@
+//! `kube-emulator`: an in-process Kubernetes API server for testing
+//! wasm-ccm. It speaks the real HTTP API — discovery, list, watch, writes,
+//! patches, status subresources, finalizers — closely enough that kube-rs
+//! clients and kube-runtime watchers, reflectors and controllers behave
+//! against it as against a kube-apiserver, and it is deliberately *not*
+//! more lenient than one: what a real 1.33 server rejects, it rejects with
+//! the same code, reason and (as far as practical) message. Clients reach
+//! it only through a kubeconfig, as in production.
+//!
+//! It is both a library ([`Emulator::start`] runs it in-process; [`Store`],
+//! [`Faults`] and [`Emulator::requests`] let a test look inside and break
+//! things) and the `kube-emulator` binary.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use kube_emulator::{Emulator, EmulatorOptions, FailRule};
+//! let emulator = Emulator::start("127.0.0.1:0".parse()?, EmulatorOptions::default()).await?;
+//! let config = kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default()).await?;
+//! let client = kube::Client::try_from(config)?;
+//! emulator.faults().fail_next(FailRule::new(1, 500).method("PATCH"));
+//! emulator.faults().drop_watches();
+//! println!("{} requests so far", emulator.requests().total());
+//! emulator.shutdown().await;
+//! # drop(client);
+//! # Ok(()) }
+//! ```
+//!
+//! # Served API
+//!
+//! | Resource | Scope | Subresources |
+//! |---|---|---|
+//! | `v1` `namespaces` | cluster | `status` |
+//! | `v1` `nodes` | cluster | `status` |
+//! | `v1` `services` | namespaced | `status` |
+//! | `v1` `configmaps`, `secrets`, `events` | namespaced | |
+//! | `coordination.k8s.io/v1` `leases` | namespaced | |
+//! | `events.k8s.io/v1` `events` (the same objects as `v1` events) | namespaced | |
+//! | `apiextensions.k8s.io/v1` `customresourcedefinitions` | cluster | `status` |
+//! | every served version of an established CRD | per CRD | `status` if declared |
+//!
+//! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`
+//! and the `default/kubernetes` Service exist from the start. Discovery
+//! (`/api`, `/apis`, their aggregated `apidiscovery.k8s.io/v2` form, and
+//! `/api/v1`, `/apis/{group}[/{version}]`), `/version`, `/healthz`,
+//! `/livez` and `/readyz` are served; `/openapi/*` answers 404. Every API
+//! request needs the kubeconfig's bearer token (401 otherwise).
+//!
+//! Semantics, as upstream: one global resourceVersion bumped per write,
+//! no-op writes not written; `uid`/`creationTimestamp`; `generation` for
+//! CRDs and custom resources only (core kinds have none upstream); create
+//! (409 `AlreadyExists`, 404 for a missing namespace, 403 in a terminating
+//! one); update with optimistic concurrency (409 `Conflict`; a missing
+//! resourceVersion is an unconditional update where upstream allows it and
+//! 422 "must be specified for an update" for leases, CRDs and custom
+//! resources; PUT creates events and leases); JSON, merge and strategic
+//! merge patches (the real merge keys of the lists a CCM patches, `$patch`,
+//! `$deleteFromPrimitiveList`, `$setElementOrder`, `$retainKeys`; no
+//! strategic merge for custom resources), a resourceVersion in a patch being
+//! a precondition; main resource and `status` isolated per kind; delete with
+//! preconditions, finalizers (`deletionTimestamp` + grace 0, removal when the
+//! last finalizer goes, no new finalizers while deleting), namespace
+//! termination and CRD instance cleanup; list with label and field selectors
+//! (400 for unsupported field labels), `limit`/`continue`, and exact past
+//! resourceVersions from history; watch from a resourceVersion, from "now"
+//! with synthetic `ADDED` events, streaming lists (`sendInitialEvents`),
+//! bookmarks, `timeoutSeconds`, and a 410 `ERROR` event once the history
+//! (bounded, [`EmulatorOptions::history`]) no longer reaches back;
+//! `PartialObjectMetadata` responses; `dryRun=All`; `fieldValidation`
+//! (unknown fields dropped with a warning, or 400 under `Strict`); typed
+//! decoding of built-in kinds through k8s-openapi (400 on a type mismatch);
+//! upstream validation of names, labels, annotations, finalizers, owner
+//! references, taints, node addresses and `providerID`, services (types,
+//! ports, node ports, cluster IPs, `loadBalancerClass`, load balancer
+//! status and `ipMode`), leases, events (both API versions), config maps,
+//! secrets, CRDs, and custom resources against their structural schema
+//! (pruning, defaults, types, `required`, `enum`, bounds, `pattern`).
+//!
+//! # Known differences from a real kube-apiserver
+//!
+//! - Only the resources above exist; pods, endpoints and everything else
+//!   are 404. JSON only: protobuf, YAML and Table output answer 406, YAML
+//!   bodies 415.
+//! - No authorization (any valid token may do anything), admission, API
+//!   priority and fairness, audit, `managedFields`, or garbage collector
+//!   (`propagationPolicy` is validated but owner references are never
+//!   followed, and no `orphan`/`foregroundDeletion` finalizer is added).
+//! - Server-side apply is a simplified merge: the object is created if
+//!   missing and the apply body is merged like a strategic merge patch (by
+//!   `x-kubernetes-list-type` keys for custom resources); there is no field
+//!   ownership, so no apply conflicts and no removal of fields a manager
+//!   stopped applying.
+//! - Paginated and exact lists are served from the change history rather
+//!   than etcd; `limit` is honoured even with `resourceVersion=0`. A list
+//!   or watch at a future resourceVersion fails at once with 504 (upstream
+//!   waits up to 3 s first).
+//! - Watches never time out unless `timeoutSeconds` is set; bookmarks come
+//!   every [`EmulatorOptions::bookmark_interval`] (upstream: about a minute).
+//! - Events never expire. Service IPs and ports are allocated sequentially
+//!   (10.96.0.0/12, 30000-32767), IPv4 single-stack only.
+//! - Custom resources: conversion is always `None` (webhook conversion is
+//!   not called), no `scale` subresource, no CEL (`x-kubernetes-validations`),
+//!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked; the
+//!   namespace and CRD controllers act synchronously within the request.
+//! - Validation covers the fields a CCM and its tests touch; some deep
+//!   messages render Go structs (`%#v`) only approximately, and a missing
+//!   field that k8s-openapi requires is a 422 `Required value` even where
+//!   Go would have decoded a zero value.
+
+mod api;
+mod discovery;
+mod faults;
+mod kinds;
+mod kubeconfig;
+mod meta;
+mod patch;
+mod resources;
+mod schema;
+mod selectors;
+mod status;
+mod store;
+mod validation;
+mod verbs;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch as signal;
+use tokio::task::JoinHandle;
+
+pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
+pub use store::Store;
+
+/// How long [`Emulator::shutdown`] waits for open requests to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Configuration of an emulator.
+#[derive(Debug, Clone)]
+pub struct EmulatorOptions {
+    /// The bearer token API requests must present (and the kubeconfig
+    /// carries). Must not be empty.
+    pub token: String,
+    /// How many writes the change history keeps for watches and exact
+    /// lists; older resourceVersions are "too old" (410). Default 1000.
+    pub history: usize,
+    /// How often watches that allow bookmarks get one. Default 1 s.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> EmulatorOptions {
+        EmulatorOptions {
+            token: "kube-emulator".to_owned(),
+            history: 1000,
+            bookmark_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why the emulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("kube-emulator: the bearer token must not be empty")]
+    EmptyToken,
+    #[error("kube-emulator: cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("kube-emulator: seeding {what} failed: {message}")]
+    Seed { what: &'static str, message: String },
+}
+
+/// A running emulator. Dropping it stops the server too, but
+/// [`Emulator::shutdown`] also waits for it to finish.
+#[derive(Debug)]
+pub struct Emulator {
+    addr: SocketAddr,
+    token: String,
+    store: Store,
+    faults: Faults,
+    requests: faults::Requests,
+    stop: signal::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Binds `listen` (port 0 picks a free one), seeds the built-in
+    /// namespaces and serves in a background task.
+    pub async fn start(listen: SocketAddr, options: EmulatorOptions) -> Result<Emulator, StartError> {
+        if options.token.is_empty() {
+            return Err(StartError::EmptyToken);
+        }
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartError::Bind { addr: listen, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { addr: listen, source })?;
+        let store = Store::new(options.history);
+        seed(&store)?;
+        let faults = Faults::default();
+        let requests = faults::Requests::default();
+        let (stop, stopped) = signal::channel(false);
+        let app = api::App {
+            store: store.clone(),
+            faults: faults.clone(),
+            requests: requests.clone(),
+            token: Arc::from(options.token.as_str()),
+            addr,
+            bookmark_interval: options.bookmark_interval.max(Duration::from_millis(10)),
+            shutdown: stopped.clone(),
+        };
+        let mut stopped_signal = stopped;
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, api::router(app)).with_graceful_shutdown(async move {
+                let _ = stopped_signal.wait_for(|stop| *stop).await;
+            });
+            if let Err(err) = serve.await {
+                tracing::error!(%err, "kube-emulator server failed");
+            }
+        });
+        tracing::info!(%addr, "kube-emulator started");
+        Ok(Emulator {
+            addr,
+            token: options.token,
+            store,
+            faults,
+            requests,
+            stop,
+            server: Some(server),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The kubeconfig (YAML) that reaches this emulator.
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig::render(&self.url(), &self.token)
+    }
+
+    /// The kubeconfig that reaches this emulator, as kube-rs reads it.
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        match kubeconfig::parse(&self.kubeconfig_yaml()) {
+            Ok(config) => config,
+            Err(err) => unreachable!("the generated kubeconfig is valid YAML: {err}"),
+        }
+    }
+
+    /// Writes the kubeconfig to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// The object store, for inspection.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The fault controls.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// API requests served so far, per verb and resource.
+    pub fn requests(&self) -> RequestCounts {
+        self.requests.snapshot()
+    }
+
+    /// Forgets the request counts.
+    pub fn reset_requests(&self) {
+        self.requests.reset();
+    }
+
+    /// Stops accepting connections, ends watches, lets open requests
+    /// finish (for at most five seconds) and waits for the server to stop.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(mut server) = self.server.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err()
+        {
+            server.abort();
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// What every cluster has from the start.
+fn seed(store: &Store) -> Result<(), StartError> {
+    store.write(|state| {
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let rt = state
+                .registry
+                .builtin(resources::Rules::Namespace)
+                .ok_or(StartError::Seed { what: "namespaces", message: "not registered".into() })?;
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+            verbs::create(state, &rt, "", body, &verbs::WriteOptions::default())
+                .map_err(|e| StartError::Seed { what: "namespaces", message: e.to_string() })?;
+        }
+        let rt = state
+            .registry
+            .builtin(resources::Rules::Service)
+            .ok_or(StartError::Seed { what: "the kubernetes service", message: "not registered".into() })?;
+        let body = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
+        });
+        verbs::create(state, &rt, "default", body, &verbs::WriteOptions::default())
+            .map_err(|e| StartError::Seed { what: "the kubernetes service", message: e.to_string() })?;
+        Ok(())
+    })
+}

@@ -1,0 +1,74 @@
+//! The `kube-emulator` binary: parses flags, starts the emulator, writes
+//! the kubeconfig, prints `kube-emulator listening on http://ADDR` on
+//! stdout once ready, and runs until Ctrl-C or SIGTERM. Logs go to stderr
+//! (`RUST_LOG` adjusts the level).
+
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube_emulator::{Emulator, EmulatorOptions};
+use tracing_subscriber::EnvFilter;
+
+/// A Kubernetes API server emulator for testing wasm-ccm.
+#[derive(Parser, Debug)]
+#[command(name = "kube-emulator", version)]
+struct Args {
+    /// Address to listen on, e.g. 127.0.0.1:6443 (port 0 picks a free one).
+    #[arg(long, env = "KUBE_EMULATOR_LISTEN")]
+    listen: SocketAddr,
+    /// Where to write the kubeconfig that reaches the emulator.
+    #[arg(long, env = "KUBE_EMULATOR_KUBECONFIG_OUT")]
+    kubeconfig_out: PathBuf,
+    /// Bearer token clients must present.
+    #[arg(long, env = "KUBE_EMULATOR_TOKEN", default_value = "kube-emulator", hide_env_values = true)]
+    token: String,
+    /// Writes kept for watches and exact lists; older resourceVersions get 410 Gone.
+    #[arg(long, env = "KUBE_EMULATOR_HISTORY", default_value_t = 1000)]
+    history: usize,
+    /// Interval between watch bookmarks, in milliseconds.
+    #[arg(long, env = "KUBE_EMULATOR_BOOKMARK_INTERVAL_MS", default_value_t = 1000)]
+    bookmark_interval_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let args = Args::parse();
+    let options = EmulatorOptions {
+        token: args.token,
+        history: args.history,
+        bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
+    };
+    let emulator = Emulator::start(args.listen, options).await?;
+    emulator
+        .write_kubeconfig(&args.kubeconfig_out)
+        .with_context(|| format!("kube-emulator: writing the kubeconfig to {}", args.kubeconfig_out.display()))?;
+    println!("kube-emulator listening on {}", emulator.url());
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    emulator.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM where there is such a thing.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result?,
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

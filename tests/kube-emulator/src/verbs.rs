@@ -1,0 +1,661 @@
+//! What each API verb does to the store — upstream's generic registry
+//! (`registry/generic/registry/store.go`) plus the controllers whose
+//! effects a client can observe: get, list (exact and paginated), create,
+//! update, patch, delete (preconditions, finalizers and
+//! `deletionTimestamp`), namespace termination and CRD cleanup.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::kinds::{self, FieldValidation, Subresource};
+use crate::meta;
+use crate::patch::{self, PatchType};
+use crate::resources::{ResourceType, Rules, StorageKey};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, BadValue, FieldError, GroupKind, success_status};
+use crate::store::{ChangeKind, State};
+
+const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+/// The object a request addresses.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub rt: Arc<ResourceType>,
+    /// Empty for cluster-scoped resources.
+    pub namespace: String,
+    pub name: String,
+    pub sub: Subresource,
+}
+
+/// Options every write takes.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    pub field_manager: Option<String>,
+    pub force: Option<bool>,
+}
+
+/// The result of a write.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The object as served on the request's endpoint.
+    pub object: Value,
+    /// Whether the write created the object (201 rather than 200).
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// `DeleteOptions` from the body and query.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub propagation_policy: Option<String>,
+    pub dry_run: bool,
+}
+
+/// List and watch filters.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    /// Whether a stored object passes, judged on its view at `rt`.
+    pub fn matches(&self, rt: &ResourceType, namespace: Option<&str>, stored: &Value) -> bool {
+        if namespace.is_some_and(|ns| ns != meta::namespace(stored)) {
+            return false;
+        }
+        if !self.labels.is_empty() && !self.labels.matches(&meta::labels(stored)) {
+            return false;
+        }
+        self.fields.is_empty() || self.fields.matches(&kinds::selectable_fields(rt, &kinds::to_view(rt, stored)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+}
+
+/// List options beyond the filter.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub filter: Filter,
+    pub limit: Option<u64>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub version_match: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    rv: u64,
+    namespace: String,
+    name: String,
+}
+
+fn not_found(t: &Target) -> ApiError {
+    ApiError::not_found(&t.rt.group_resource(), &t.name)
+}
+
+fn current<'a>(state: &'a State, t: &Target) -> Result<&'a Arc<Value>, ApiError> {
+    state.get(&t.rt.storage, &t.namespace, &t.name).ok_or_else(|| not_found(t))
+}
+
+pub fn get(state: &State, t: &Target) -> Result<Value, ApiError> {
+    current(state, t).map(|o| kinds::to_view(&t.rt, o))
+}
+
+/// Parses a resourceVersion query parameter.
+pub fn parse_rv(rv: &str) -> Result<u64, ApiError> {
+    rv.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+/// A list at the requested resourceVersion, filtered and paginated.
+pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQuery) -> Result<Value, ApiError> {
+    let now = state.resource_version();
+    let (at, after) = match &q.continue_token {
+        Some(token) => {
+            let decoded = hex::decode(token)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<ContinueToken>(&b).ok())
+                .ok_or_else(|| ApiError::bad_request("continue key is not valid: invalid continue token"))?;
+            (decoded.rv, Some((decoded.namespace, decoded.name)))
+        }
+        None => {
+            let rv = match q.resource_version.as_deref() {
+                None | Some("") | Some("0") => now,
+                Some(rv) => {
+                    let requested = parse_rv(rv)?;
+                    if requested > now {
+                        return Err(ApiError::ResourceVersionTooLarge { requested, current: now });
+                    }
+                    if q.version_match.as_deref() == Some("Exact") { requested } else { now }
+                }
+            };
+            (rv, None)
+        }
+    };
+    let objects = if at == now {
+        state.list(&rt.storage, namespace)
+    } else {
+        state.snapshot(&rt.storage, namespace, at).map_err(|_| {
+            ApiError::Expired(if q.continue_token.is_some() {
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.".to_owned()
+            } else {
+                "The resourceVersion for the provided list is too old.".to_owned()
+            })
+        })?
+    };
+    let mut items: Vec<&Arc<Value>> = objects
+        .iter()
+        .filter(|o| {
+            after.as_ref().is_none_or(|(ns, name)| {
+                (meta::namespace(o), meta::name(o)) > (ns.as_str(), name.as_str())
+            })
+        })
+        .filter(|o| q.filter.matches(rt, None, o))
+        .collect();
+    let mut list_meta = json!({"resourceVersion": at.to_string()});
+    if let Some(limit) = q.limit.filter(|l| *l > 0).and_then(|l| usize::try_from(l).ok())
+        && items.len() > limit
+    {
+        let remaining = items.len() - limit;
+        items.truncate(limit);
+        if let Some(last) = items.last() {
+            let token = ContinueToken {
+                rv: at,
+                namespace: meta::namespace(last).to_owned(),
+                name: meta::name(last).to_owned(),
+            };
+            let encoded = serde_json::to_vec(&token).map_err(|e| ApiError::Internal(e.to_string()))?;
+            list_meta["continue"] = json!(hex::encode(encoded));
+        }
+        if q.filter.is_empty() {
+            list_meta["remainingItemCount"] = json!(remaining);
+        }
+    }
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|o| {
+            let mut item = kinds::to_view(rt, o);
+            if !rt.is_custom()
+                && let Some(map) = item.as_object_mut()
+            {
+                map.remove("apiVersion");
+                map.remove("kind");
+            }
+            item
+        })
+        .collect();
+    Ok(json!({
+        "kind": rt.list_kind(),
+        "apiVersion": rt.api_version(),
+        "metadata": list_meta,
+        "items": items,
+    }))
+}
+
+/// Type-checks, decodes and converts a request body to the stored form.
+fn decode_body(rt: &ResourceType, mut body: Value, fv: FieldValidation) -> Result<(Value, Vec<String>), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: the object must be a JSON object",
+            rt.kind, rt.version, rt.kind
+        )));
+    }
+    kinds::check_type_meta(rt, &mut body)?;
+    let (decoded, warnings) = kinds::decode(rt, body, fv)?;
+    Ok((kinds::to_storage(rt, decoded), warnings))
+}
+
+/// POST to a collection.
+pub fn create(state: &mut State, rt: &Arc<ResourceType>, namespace: &str, body: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+    let (mut obj, warnings) = decode_body(rt, body, opts.field_validation)?;
+    let given = meta::namespace(&obj).to_owned();
+    if rt.namespaced {
+        if !given.is_empty() && given != namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta::set(&mut obj, "namespace", json!(namespace));
+    } else {
+        meta::set(&mut obj, "namespace", Value::Null);
+    }
+    insert(state, rt, obj, opts, warnings)
+}
+
+/// The part of a create after the body is decoded and placed.
+fn insert(state: &mut State, rt: &Arc<ResourceType>, mut obj: Value, opts: &WriteOptions, mut warnings: Vec<String>) -> Result<Written, ApiError> {
+    if rt.custom.as_ref().is_some_and(|c| c.terminating) {
+        return Err(ApiError::MethodNotAllowed(
+            "create not allowed while custom resource definition is terminating".to_owned(),
+        ));
+    }
+    let namespace = meta::namespace(&obj).to_owned();
+    if rt.namespaced {
+        match state.get("/namespaces", "", &namespace) {
+            None => return Err(ApiError::not_found(&crate::status::GroupResource::new("", "namespaces"), &namespace)),
+            Some(ns) if meta::is_deleting(ns) => {
+                return Err(ApiError::Forbidden {
+                    resource: rt.group_resource(),
+                    name: meta::name(&obj).to_owned(),
+                    message: format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if !meta::resource_version(&obj).is_empty() {
+        return Err(ApiError::Internal("resourceVersion should not be set on objects to be created".into()));
+    }
+    if meta::name(&obj).is_empty() && !meta::generate_name(&obj).is_empty() {
+        let name = meta::generated_name(meta::generate_name(&obj));
+        meta::set(&mut obj, "name", json!(name));
+    }
+    meta::fill_system_fields(&mut obj);
+    let mut errs = kinds::prepare_create(rt, &mut obj, state);
+    errs.extend(kinds::validate_create(rt, &obj));
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&rt.group_kind(), meta::name(&obj), errs));
+    }
+    if state.get(&rt.storage, &namespace, meta::name(&obj)).is_some() {
+        return Err(ApiError::AlreadyExists {
+            resource: rt.group_resource(),
+            name: meta::name(&obj).to_owned(),
+        });
+    }
+    warnings.extend(meta::warnings(&obj));
+    if opts.dry_run {
+        return Ok(Written { object: kinds::to_view(rt, &obj), created: true, warnings });
+    }
+    let name = meta::name(&obj).to_owned();
+    let mut stored = state.commit(&rt.storage, ChangeKind::Added, obj);
+    if rt.rules == Rules::CustomResourceDefinition {
+        stored = reconcile_crd(state, &name).unwrap_or(stored);
+    }
+    Ok(Written { object: kinds::to_view(rt, &stored), created: true, warnings })
+}
+
+/// PUT to an object or its status.
+pub fn replace(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+    let (mut obj, warnings) = decode_body(&t.rt, body, opts.field_validation)?;
+    let name = meta::name(&obj);
+    if name != t.name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            t.name
+        )));
+    }
+    let ns = meta::namespace(&obj);
+    if t.rt.namespaced {
+        if !ns.is_empty() && ns != t.namespace {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the object ({ns}) does not match the namespace on the URL ({})",
+                t.namespace
+            )));
+        }
+        meta::set(&mut obj, "namespace", json!(t.namespace));
+    } else {
+        meta::set(&mut obj, "namespace", Value::Null);
+    }
+    update(state, t, obj, opts, warnings)
+}
+
+/// The shared end of PUT and PATCH (`Store.Update`).
+fn update(state: &mut State, t: &Target, mut new: Value, opts: &WriteOptions, mut warnings: Vec<String>) -> Result<Written, ApiError> {
+    let rt = &t.rt;
+    let policy = kinds::policy(rt);
+    let Some(cur) = state.get(&rt.storage, &t.namespace, &t.name).cloned() else {
+        if t.sub == Subresource::Main && policy.allow_create_on_update {
+            meta::set(&mut new, "resourceVersion", Value::Null);
+            return insert(state, rt, new, opts, warnings);
+        }
+        return Err(not_found(t));
+    };
+    let requested = meta::resource_version(&new).to_owned();
+    if requested.is_empty() {
+        if !policy.allow_unconditional_update {
+            return Err(ApiError::invalid(
+                &GroupKind::new(&rt.group, &rt.plural),
+                &t.name,
+                vec![FieldError::invalid(
+                    "metadata.resourceVersion",
+                    BadValue::Raw("0x0".into()),
+                    "must be specified for an update",
+                )],
+            ));
+        }
+    } else {
+        parse_rv(&requested)?;
+        if requested != meta::resource_version(&cur) {
+            return Err(ApiError::stale(&rt.group_resource(), &t.name));
+        }
+    }
+    let uid = meta::uid(&new);
+    if !uid.is_empty() && uid != meta::uid(&cur) {
+        return Err(ApiError::Conflict {
+            resource: rt.group_resource(),
+            name: t.name.clone(),
+            message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+        });
+    }
+    meta::carry_system_fields(&mut new, &cur);
+    let mut errs = kinds::prepare_update(rt, t.sub, &mut new, &cur, state);
+    errs.extend(kinds::validate_update(rt, t.sub, &new, &cur));
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(&rt.group_kind(), &t.name, errs));
+    }
+    meta::set(&mut new, "resourceVersion", json!(meta::resource_version(&cur)));
+    if new == *cur {
+        return Ok(Written { object: kinds::to_view(rt, &cur), created: false, warnings });
+    }
+    warnings.extend(meta::warnings(&new));
+    if opts.dry_run {
+        return Ok(Written { object: kinds::to_view(rt, &new), created: false, warnings });
+    }
+    let mut stored = state.commit(&rt.storage, ChangeKind::Modified, new);
+    match rt.rules {
+        Rules::Namespace => {
+            finalize_namespace(state, &t.name);
+        }
+        _ if meta::is_deleting(&stored) && meta::finalizers(&stored).is_empty() => {
+            stored = state.commit(&rt.storage, ChangeKind::Deleted, (*stored).clone());
+            after_removal(state, &rt.storage, &stored);
+        }
+        Rules::CustomResourceDefinition => {
+            stored = reconcile_crd(state, &t.name).unwrap_or(stored);
+        }
+        _ => {}
+    }
+    Ok(Written { object: kinds::to_view(rt, &stored), created: false, warnings })
+}
+
+/// PATCH to an object or its status; an apply patch may create.
+pub fn patch(state: &mut State, t: &Target, kind: PatchType, body: &[u8], opts: &WriteOptions) -> Result<Written, ApiError> {
+    let rt = &t.rt;
+    if rt.is_custom() && kind == PatchType::Strategic {
+        return Err(ApiError::UnsupportedMediaType(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+        ));
+    }
+    let options_kind = GroupKind::new("meta.k8s.io", "PatchOptions");
+    match kind {
+        PatchType::Apply if opts.field_manager.as_deref().is_none_or(str::is_empty) => {
+            return Err(ApiError::invalid(&options_kind, "", vec![FieldError::required("fieldManager", "is required for apply patch")]));
+        }
+        PatchType::Json | PatchType::Merge | PatchType::Strategic if opts.force.is_some() => {
+            return Err(ApiError::invalid(&options_kind, "", vec![FieldError::forbidden("force", "may not be specified for non-apply patch")]));
+        }
+        _ => {}
+    }
+    let existing = state.get(&rt.storage, &t.namespace, &t.name).cloned();
+    let base = match (&existing, kind) {
+        (Some(cur), _) => kinds::to_view(rt, cur),
+        (None, PatchType::Apply) if t.sub == Subresource::Main => {
+            let mut base = json!({"apiVersion": rt.api_version(), "kind": rt.kind, "metadata": {"name": t.name}});
+            if rt.namespaced {
+                base["metadata"]["namespace"] = json!(t.namespace);
+            }
+            base
+        }
+        (None, _) => return Err(not_found(t)),
+    };
+    if kind == PatchType::Apply {
+        let body: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if kinds::str_at(&body, "/apiVersion").is_empty() || kinds::str_at(&body, "/kind").is_empty() {
+            return Err(ApiError::bad_request(
+                "invalid object type: apply patches must include apiVersion and kind",
+            ));
+        }
+    }
+    let schema = |path: &[String]| kinds::list_strategy(rt, path);
+    let patched = patch::apply(kind, &base, body, &schema)?;
+    if meta::name(&patched) != t.name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({})",
+            meta::name(&patched),
+            t.name
+        )));
+    }
+    let (obj, warnings) = decode_body(rt, patched, opts.field_validation)?;
+    if existing.is_none() {
+        return insert(state, rt, obj, opts, warnings);
+    }
+    update(state, t, obj, opts, warnings)
+}
+
+/// DELETE of one object. Returns the response body.
+pub fn delete(state: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Value, ApiError> {
+    let rt = &t.rt;
+    if let Some(policy) = &opts.propagation_policy
+        && !["Foreground", "Background", "Orphan"].contains(&policy.as_str())
+    {
+        return Err(ApiError::invalid(
+            &GroupKind::new("meta.k8s.io", "DeleteOptions"),
+            "",
+            vec![FieldError::not_supported("propagationPolicy", policy.as_str(), &["Foreground", "Background", "Orphan", "nil"])],
+        ));
+    }
+    let cur = current(state, t)?.clone();
+    if let Some(uid) = opts.uid.as_deref().filter(|u| *u != meta::uid(&cur)) {
+        return Err(ApiError::Conflict {
+            resource: rt.group_resource(),
+            name: t.name.clone(),
+            message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+        });
+    }
+    if let Some(rv) = opts.resource_version.as_deref().filter(|rv| *rv != meta::resource_version(&cur)) {
+        return Err(ApiError::Conflict {
+            resource: rt.group_resource(),
+            name: t.name.clone(),
+            message: format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta::resource_version(&cur)
+            ),
+        });
+    }
+    if opts.dry_run {
+        return Ok(kinds::to_view(rt, &cur));
+    }
+    let (obj, removed) = match rt.rules {
+        Rules::Namespace => delete_namespace(state, &cur),
+        Rules::CustomResourceDefinition => delete_crd(state, &cur),
+        _ => remove_or_mark(state, &rt.storage, &cur),
+    };
+    if removed && !rt.returns_deleted_object() {
+        return Ok(success_status(&rt.group_resource(), &t.name, meta::uid(&obj)));
+    }
+    Ok(kinds::to_view(rt, &obj))
+}
+
+/// DELETE of a collection: every matching object, as a list.
+pub fn delete_collection(state: &mut State, rt: &Arc<ResourceType>, namespace: Option<&str>, filter: &Filter, opts: &DeleteOptions) -> Result<Value, ApiError> {
+    let targets: Vec<Arc<Value>> = state
+        .list(&rt.storage, namespace)
+        .into_iter()
+        .filter(|o| filter.matches(rt, None, o))
+        .collect();
+    let mut items = Vec::new();
+    for obj in targets {
+        let t = Target {
+            rt: rt.clone(),
+            namespace: meta::namespace(&obj).to_owned(),
+            name: meta::name(&obj).to_owned(),
+            sub: Subresource::Main,
+        };
+        if state.get(&rt.storage, &t.namespace, &t.name).is_none() {
+            continue;
+        }
+        let cur = state.get(&rt.storage, &t.namespace, &t.name).cloned();
+        delete(state, &t, opts)?;
+        items.extend(cur.map(|c| kinds::to_view(rt, &c)));
+    }
+    Ok(json!({
+        "kind": rt.list_kind(),
+        "apiVersion": rt.api_version(),
+        "metadata": {"resourceVersion": state.resource_version().to_string()},
+        "items": items,
+    }))
+}
+
+/// Removes an object, or marks it for deletion while finalizers remain.
+/// Returns the final state and whether it is gone.
+fn remove_or_mark(state: &mut State, storage: &StorageKey, cur: &Arc<Value>) -> (Arc<Value>, bool) {
+    if meta::finalizers(cur).is_empty() {
+        let gone = state.commit(storage, ChangeKind::Deleted, (**cur).clone());
+        after_removal(state, storage, &gone);
+        return (gone, true);
+    }
+    if meta::is_deleting(cur) {
+        return (cur.clone(), false);
+    }
+    (state.commit(storage, ChangeKind::Modified, marked(cur)), false)
+}
+
+/// `markAsDeleting`: deletion time now, grace period zero, generation bumped.
+fn marked(cur: &Value) -> Value {
+    let mut obj = cur.clone();
+    let generation = meta::generation(cur);
+    if generation > 0 {
+        meta::set(&mut obj, "generation", json!(generation + 1));
+    }
+    meta::set(&mut obj, "deletionTimestamp", json!(meta::now()));
+    meta::set(&mut obj, "deletionGracePeriodSeconds", json!(0));
+    obj
+}
+
+/// What the namespace lifecycle and CRD finalizer controllers do once an
+/// object is gone.
+fn after_removal(state: &mut State, storage: &StorageKey, gone: &Value) {
+    let namespace = meta::namespace(gone);
+    if !namespace.is_empty() {
+        finalize_namespace(state, namespace);
+    }
+    match state.registry.by_storage(storage) {
+        Some(rt) if rt.rules == Rules::CustomResourceDefinition => {
+            state.registry.set_custom(meta::name(gone), Vec::new());
+            reconcile_all_crds(state);
+        }
+        Some(rt) => {
+            if let Some(custom) = &rt.custom {
+                let crd_name = custom.crd_name.clone();
+                finalize_crd(state, &crd_name);
+            }
+        }
+        None => {}
+    }
+}
+
+fn delete_namespace(state: &mut State, ns: &Arc<Value>) -> (Arc<Value>, bool) {
+    let storage: StorageKey = Arc::from("/namespaces");
+    let name = meta::name(ns).to_owned();
+    let mut latest = ns.clone();
+    if !meta::is_deleting(ns) {
+        let mut obj = marked(ns);
+        obj["status"] = json!({"phase": "Terminating"});
+        latest = state.commit(&storage, ChangeKind::Modified, obj);
+    }
+    for (storage, obj) in state.in_namespace(&name) {
+        if !meta::is_deleting(&obj) {
+            remove_or_mark(state, &storage, &obj);
+        }
+    }
+    let removed = finalize_namespace(state, &name);
+    (removed.unwrap_or(latest), false)
+}
+
+/// Removes a terminating namespace once it is empty and has no finalizers.
+fn finalize_namespace(state: &mut State, name: &str) -> Option<Arc<Value>> {
+    let ns = state.get("/namespaces", "", name)?.clone();
+    if !meta::is_deleting(&ns) || state.namespace_in_use(name) || !meta::finalizers(&ns).is_empty() {
+        return None;
+    }
+    Some(state.commit(&Arc::from("/namespaces"), ChangeKind::Deleted, (*ns).clone()))
+}
+
+fn crd_storage() -> StorageKey {
+    Arc::from("apiextensions.k8s.io/customresourcedefinitions")
+}
+
+fn delete_crd(state: &mut State, crd: &Arc<Value>) -> (Arc<Value>, bool) {
+    let name = meta::name(crd).to_owned();
+    if !meta::is_deleting(crd) {
+        let mut obj = marked(crd);
+        let mut finalizers = meta::finalizers(crd);
+        finalizers.push(CRD_CLEANUP_FINALIZER.to_owned());
+        meta::set(&mut obj, "finalizers", json!(finalizers));
+        state.commit(&crd_storage(), ChangeKind::Modified, obj);
+        reconcile_crd(state, &name);
+    }
+    let instances = state
+        .registry
+        .custom(&name)
+        .first()
+        .map(|rt| (rt.storage.clone(), state.list(&rt.storage, None)));
+    if let Some((storage, objects)) = instances {
+        for obj in objects {
+            if !meta::is_deleting(&obj) {
+                remove_or_mark(state, &storage, &obj);
+            }
+        }
+    }
+    finalize_crd(state, &name);
+    let latest = state.get(&crd_storage(), "", &name).cloned().unwrap_or_else(|| crd.clone());
+    (latest, false)
+}
+
+/// Drops the cleanup finalizer of a terminating CRD with no instances left.
+fn finalize_crd(state: &mut State, name: &str) {
+    let Some(crd) = state.get(&crd_storage(), "", name).cloned() else {
+        return;
+    };
+    if !meta::is_deleting(&crd) {
+        return;
+    }
+    let storage = format!("{}/{}", kinds::str_at(&crd, "/spec/group"), kinds::str_at(&crd, "/spec/names/plural"));
+    if !state.list(&storage, None).is_empty() {
+        return;
+    }
+    let finalizers: Vec<String> = meta::finalizers(&crd).into_iter().filter(|f| f != CRD_CLEANUP_FINALIZER).collect();
+    if finalizers.is_empty() {
+        let gone = state.commit(&crd_storage(), ChangeKind::Deleted, (*crd).clone());
+        after_removal(state, &crd_storage(), &gone);
+    } else if finalizers.len() != meta::finalizers(&crd).len() {
+        let mut obj = (*crd).clone();
+        meta::set(&mut obj, "finalizers", json!(finalizers));
+        state.commit(&crd_storage(), ChangeKind::Modified, obj);
+    }
+}
+
+/// Runs the naming/establishing controllers for one CRD: writes its status
+/// if it changed and updates the served resource types. Returns the CRD as
+/// last written.
+fn reconcile_crd(state: &mut State, name: &str) -> Option<Arc<Value>> {
+    let Some(crd) = state.get(&crd_storage(), "", name).cloned() else {
+        state.registry.set_custom(name, Vec::new());
+        return None;
+    };
+    let outcome = kinds::reconcile_crd(&crd, &state.registry);
+    state.registry.set_custom(name, outcome.types);
+    if crd.get("status") == Some(&outcome.status) {
+        return Some(crd);
+    }
+    let mut obj = (*crd).clone();
+    obj["status"] = outcome.status;
+    Some(state.commit(&crd_storage(), ChangeKind::Modified, obj))
+}
+
+fn reconcile_all_crds(state: &mut State) {
+    let names: Vec<String> = state.list(&crd_storage(), None).iter().map(|c| meta::name(c).to_owned()).collect();
+    for name in names {
+        reconcile_crd(state, &name);
+    }
+}

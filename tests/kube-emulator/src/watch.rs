@@ -1,0 +1,260 @@
+//! Watch streams: newline-delimited JSON `WatchEvent`s replayed from the
+//! store's history after a resourceVersion (or synthetic `ADDED` events for
+//! the current state), `BOOKMARK`s, the `k8s.io/initial-events-end`
+//! bookmark of streaming lists, selector transitions (an object leaving
+//! the selection is `DELETED`), a 410 `ERROR` event once the history no
+//! longer reaches back far enough, `timeoutSeconds`, and fault-injected
+//! drops.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::kinds;
+use crate::meta;
+use crate::resources::ResourceType;
+use crate::status::ApiError;
+use crate::store::{ChangeKind, Compacted, State, Store};
+use crate::verbs::Filter;
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Synthetic `ADDED` events for the current state, then changes; with
+    /// `end_bookmark`, a bookmark marking the end of the initial events.
+    Now { initial_events: bool, end_bookmark: bool },
+    /// Changes after this resourceVersion.
+    After(u64),
+}
+
+/// A parsed watch request.
+#[derive(Debug, Clone)]
+pub struct WatchRequest {
+    pub rt: Arc<ResourceType>,
+    pub namespace: Option<String>,
+    pub filter: Filter,
+    pub start: Start,
+    pub bookmarks: bool,
+    pub timeout: Option<Duration>,
+    pub metadata_only: bool,
+}
+
+/// What a watch needs from the server.
+#[derive(Debug, Clone)]
+pub struct WatchContext {
+    pub store: Store,
+    pub drops: watch::Receiver<u64>,
+    pub shutdown: watch::Receiver<bool>,
+    pub bookmark_interval: Duration,
+}
+
+/// Events buffered per watch before the watch waits for its client.
+const BUFFER: usize = 64;
+
+/// Starts the watch and returns its response body.
+pub fn serve(ctx: WatchContext, req: WatchRequest) -> Body {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(BUFFER);
+    tokio::spawn(run(ctx, req, tx));
+    Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
+/// Converts a stored object for the watch's endpoint and Accept type.
+pub fn present(rt: &ResourceType, stored: &Value, metadata_only: bool) -> Value {
+    let view = kinds::to_view(rt, stored);
+    if metadata_only { present_metadata(view) } else { view }
+}
+
+/// An object as `meta.k8s.io/v1` `PartialObjectMetadata`.
+pub fn present_metadata(view: Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": view.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// A list as `meta.k8s.io/v1` `PartialObjectMetadataList`.
+pub fn present_metadata_list(list: Value) -> Value {
+    let items: Vec<Value> = list
+        .get("items")
+        .and_then(Value::as_array)
+        .map(|items| items.iter().cloned().map(present_metadata).collect())
+        .unwrap_or_default();
+    json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        "items": items,
+    })
+}
+
+fn line(kind: &str, object: Value) -> Bytes {
+    let mut text = json!({"type": kind, "object": object}).to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn gone(rv: u64, compacted: Compacted) -> Bytes {
+    let status = ApiError::Expired(format!("too old resource version: {rv} ({})", compacted.through)).status();
+    line("ERROR", status)
+}
+
+fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
+    let (kind, api_version) = if req.metadata_only {
+        ("PartialObjectMetadata".to_owned(), "meta.k8s.io/v1".to_owned())
+    } else {
+        (req.rt.kind.clone(), req.rt.api_version())
+    };
+    let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line("BOOKMARK", json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}))
+}
+
+/// The initial events and the resourceVersion the watch continues after.
+fn begin(state: &State, req: &WatchRequest) -> Result<(u64, Vec<Arc<Value>>), Compacted> {
+    match req.start {
+        Start::After(rv) => {
+            state.changes_after(rv)?;
+            Ok((rv, Vec::new()))
+        }
+        Start::Now { initial_events, .. } => {
+            let objects = if initial_events {
+                state
+                    .list(&req.rt.storage, req.namespace.as_deref())
+                    .into_iter()
+                    .filter(|o| req.filter.matches(&req.rt, None, o))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Ok((state.resource_version(), objects))
+        }
+    }
+}
+
+/// The events of changes after `cursor`, and the new cursor; `None` when
+/// the watch must end (history gone past it, or its resource removed).
+fn catch_up(state: &State, req: &WatchRequest, cursor: u64) -> Result<(Vec<Bytes>, u64), Option<Bytes>> {
+    if req.rt.is_custom() && state.registry.find(&req.rt.group, &req.rt.version, &req.rt.plural).is_none() {
+        return Err(None);
+    }
+    let changes = state.changes_after(cursor).map_err(|c| Some(gone(cursor, c)))?;
+    let ns = req.namespace.as_deref();
+    let mut events = Vec::new();
+    for change in changes.iter().filter(|c| c.storage == req.rt.storage) {
+        let was = change.previous.as_ref().is_some_and(|p| req.filter.matches(&req.rt, ns, p));
+        let is = change.kind != ChangeKind::Deleted && req.filter.matches(&req.rt, ns, &change.object);
+        let event = match (was, is) {
+            (false, true) => Some(("ADDED", (*change.object).clone())),
+            (true, true) => Some(("MODIFIED", (*change.object).clone())),
+            (true, false) => {
+                let mut last = change.previous.as_deref().cloned().unwrap_or(Value::Null);
+                if change.kind == ChangeKind::Deleted {
+                    last = (*change.object).clone();
+                } else {
+                    meta::set(&mut last, "resourceVersion", json!(change.rv.to_string()));
+                }
+                Some(("DELETED", last))
+            }
+            (false, false) => None,
+        };
+        if let Some((kind, object)) = event {
+            events.push(line(kind, present(&req.rt, &object, req.metadata_only)));
+        }
+    }
+    Ok((events, state.resource_version()))
+}
+
+async fn send_all(tx: &mpsc::Sender<Result<Bytes, io::Error>>, events: Vec<Bytes>) -> bool {
+    for event in events {
+        if tx.send(Ok(event)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+async fn run(mut ctx: WatchContext, req: WatchRequest, tx: mpsc::Sender<Result<Bytes, io::Error>>) {
+    let mut changes = ctx.store.subscribe();
+    changes.borrow_and_update();
+    ctx.drops.borrow_and_update();
+    let begun = ctx.store.read(|state| begin(state, &req));
+    let (mut cursor, initial) = match begun {
+        Ok(begun) => begun,
+        Err(compacted) => {
+            let rv = match req.start {
+                Start::After(rv) => rv,
+                Start::Now { .. } => 0,
+            };
+            let _ = tx.send(Ok(gone(rv, compacted))).await;
+            return;
+        }
+    };
+    let initial = initial
+        .iter()
+        .map(|o| line("ADDED", present(&req.rt, o, req.metadata_only)))
+        .collect();
+    if !send_all(&tx, initial).await {
+        return;
+    }
+    if let Start::Now { end_bookmark: true, .. } = req.start
+        && tx.send(Ok(bookmark(&req, cursor, true))).await.is_err()
+    {
+        return;
+    }
+    let deadline = req.timeout.map(|t| Instant::now() + t);
+    let mut ticker = tokio::time::interval_at(Instant::now() + ctx.bookmark_interval, ctx.bookmark_interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let bookmark_due = tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                false
+            }
+            _ = ticker.tick(), if req.bookmarks => true,
+            () = sleep_until(deadline) => return,
+            _ = ctx.drops.changed() => {
+                let _ = tx.send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "watch dropped by fault injection"))).await;
+                return;
+            }
+            _ = ctx.shutdown.changed() => return,
+            () = tx.closed() => return,
+        };
+        let caught_up = ctx.store.read(|state| catch_up(state, &req, cursor));
+        match caught_up {
+            Ok((events, next)) => {
+                cursor = next;
+                if !send_all(&tx, events).await {
+                    return;
+                }
+            }
+            Err(last) => {
+                if let Some(last) = last {
+                    let _ = tx.send(Ok(last)).await;
+                }
+                return;
+            }
+        }
+        if bookmark_due && tx.send(Ok(bookmark(&req, cursor, false))).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
