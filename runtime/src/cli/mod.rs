@@ -76,7 +76,7 @@ pub struct EgressFlags {
 }
 
 impl EgressFlags {
-    /// The validated egress configuration; fails if a credential cannot be read now.
+    /// The egress configuration these flags describe (each flag was validated as parsed).
     pub fn config(&self) -> EgressConfig {
         EgressConfig {
             allow: self.allow.clone(),

@@ -162,7 +162,6 @@ impl Sandbox {
             sandbox: self.inner.clone(),
             pre,
             digest,
-            size: component_size(&component),
             origin: source,
         })
     }
@@ -262,11 +261,6 @@ pub struct Inspection {
     pub problem: Option<String>,
 }
 
-fn component_size(component: &Component) -> usize {
-    let range = component.image_range();
-    range.end.addr() - range.start.addr()
-}
-
 fn build_engine(config: &SandboxConfig) -> wasmtime::Result<Engine> {
     let mut wasm = wasmtime::Config::new();
     wasm.epoch_interruption(true);
@@ -324,7 +318,6 @@ pub struct Image {
     sandbox: Arc<SandboxInner>,
     pre: CloudProviderPre<CallState>,
     digest: String,
-    size: usize,
     origin: Origin,
 }
 
@@ -337,11 +330,6 @@ impl Image {
     /// Where its machine code came from.
     pub fn origin(&self) -> Origin {
         self.origin
-    }
-
-    /// Size of its machine code.
-    pub fn code_size(&self) -> usize {
-        self.size
     }
 
     /// This image with the environment its calls see.
