@@ -18,5 +18,6 @@ bench: setup
 fmt:
 	$(CARGO) fmt --all
 
-lint:
+lint: setup
 	$(CARGO) clippy --locked --all-targets
+	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p hostile -p overreach

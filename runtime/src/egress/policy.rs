@@ -236,9 +236,13 @@ pub fn internal_address_reason(ip: IpAddr) -> Option<&'static str> {
 
 fn internal_v4(ip: Ipv4Addr) -> Option<&'static str> {
     let [a, b, c, _] = ip.octets();
-    if ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(169, 254, 170, 2) {
-        Some("cloud metadata address")
-    } else if ip == Ipv4Addr::new(100, 100, 100, 200) {
+    // AWS/GCP/Azure/OpenStack, the ECS task metadata endpoint, Alibaba Cloud.
+    const METADATA: [Ipv4Addr; 3] = [
+        Ipv4Addr::new(169, 254, 169, 254),
+        Ipv4Addr::new(169, 254, 170, 2),
+        Ipv4Addr::new(100, 100, 100, 200),
+    ];
+    if METADATA.contains(&ip) {
         Some("cloud metadata address")
     } else if ip.is_loopback() {
         Some("loopback address")

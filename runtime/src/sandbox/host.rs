@@ -19,10 +19,13 @@ const MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// Longest log line kept; the rest is cut.
 const MAX_LOG_LINE: usize = 8 * 1024;
 
+/// Values by key, each with the instant it expires.
+type Entries = HashMap<String, (Instant, Vec<u8>)>;
+
 /// The key-value cache shared by all calls of one provider version.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderCache {
-    entries: Arc<Mutex<HashMap<String, (Instant, Vec<u8>)>>>,
+    entries: Arc<Mutex<Entries>>,
 }
 
 impl ProviderCache {

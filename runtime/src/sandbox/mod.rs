@@ -507,7 +507,7 @@ impl Guest {
         host::log_output(&self.env.caller, "stderr", &state.stderr.contents());
         let denials = state.hooks.denials();
         let limit_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        let result = match outcome {
+        match outcome {
             Err(_elapsed) => Err(CallFailure::Deadline { limit_ms }),
             Ok(Ok(value)) => Ok(Finished { value, denials }),
             Ok(Err(_)) if state.limiter.exceeded => Err(CallFailure::MemoryLimit {
@@ -528,8 +528,7 @@ impl Guest {
                     message: trap_message(&reason, &state.stderr.contents()),
                 })
             }
-        };
-        result
+        }
     }
 
     /// `provider.init`.

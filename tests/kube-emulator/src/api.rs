@@ -50,7 +50,10 @@ pub fn router(app: App) -> Router {
         .route("/readyz", get(ok))
         .route("/version", get(version))
         .route("/_emulator/faults", get(get_faults).post(post_fault))
-        .route("/_emulator/requests", get(get_requests).delete(reset_requests))
+        .route(
+            "/_emulator/requests",
+            get(get_requests).delete(reset_requests),
+        )
         .fallback(dispatch)
         .with_state(app)
 }
@@ -87,11 +90,18 @@ async fn reset_requests(State(app): State<App>) -> StatusCode {
 }
 
 async fn dispatch(State(app): State<App>, req: Request) -> Response {
-    handle(&app, req).await.unwrap_or_else(IntoResponse::into_response)
+    handle(&app, req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
-    let mut response = (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    let mut response = (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
     for warning in warnings {
         let text = format!("299 - {}", crate::status::quote(warning));
         if let Ok(value) = HeaderValue::from_str(&text) {
@@ -124,7 +134,10 @@ impl Query {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
@@ -142,8 +155,9 @@ impl Query {
         self.get(key)
             .filter(|v| !v.is_empty())
             .map(|v| {
-                v.parse()
-                    .map_err(|_| ApiError::bad_request(format!("invalid value {v:?} for parameter {key}")))
+                v.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid value {v:?} for parameter {key}"))
+                })
             })
             .transpose()
     }
@@ -163,7 +177,11 @@ fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
     if accept.trim().is_empty() {
         return Ok(Output::Full);
     }
-    let metadata_as = if list { "as=PartialObjectMetadataList" } else { "as=PartialObjectMetadata" };
+    let metadata_as = if list {
+        "as=PartialObjectMetadataList"
+    } else {
+        "as=PartialObjectMetadata"
+    };
     for media in accept.split(',') {
         let params: Vec<&str> = media.split(';').map(str::trim).collect();
         let Some(kind) = params.first() else {
@@ -174,7 +192,11 @@ fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
         }
         match params.iter().find(|p| p.starts_with("as=")) {
             None => return Ok(Output::Full),
-            Some(as_) if *as_ == metadata_as && params.contains(&"g=meta.k8s.io") && params.contains(&"v=v1") => {
+            Some(as_)
+                if *as_ == metadata_as
+                    && params.contains(&"g=meta.k8s.io")
+                    && params.contains(&"v=v1") =>
+            {
                 return Ok(Output::Metadata);
             }
             Some(_) => {}
@@ -186,7 +208,15 @@ fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
 async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or(path.clone(), |p| p.as_str().to_owned());
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let is_api = matches!(segments.first(), Some(&"api") | Some(&"apis"));
     if !is_api {
         if segments.first() == Some(&"openapi") {
@@ -198,27 +228,37 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
     authorize(app, &parts.headers)?;
     let resource_path = match segments.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
-        ["apis", group, version, rest @ ..] if !rest.is_empty() => Some((*group, *version, rest.to_vec())),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => {
+            Some((*group, *version, rest.to_vec()))
+        }
         _ => None,
     };
     let Some((group, version, rest)) = resource_path else {
         app.requests.record("get", "discovery");
-        inject(app, &parts.method, &path).await?;
+        inject(app, &parts.method, &path_and_query).await?;
         if parts.method != Method::GET {
             return Err(ApiError::method_not_allowed());
         }
         return discovery_response(app, &segments, &parts.headers);
     };
-    let route = app.store.read(|s| route(&s.registry, group, version, &rest))?;
+    let route = app
+        .store
+        .read(|s| route(&s.registry, group, version, &rest))?;
     let query = Query::parse(&parts.uri)?;
     let watching = query.flag("watch")?.unwrap_or(false);
     let verb = verb(&parts.method, &route, watching)?;
     app.requests.record(verb, &route.label());
-    inject(app, &parts.method, &path).await?;
+    inject(app, &parts.method, &path_and_query).await?;
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
-    let call = Call { app, route, query, headers: &parts.headers, body: &body };
+    let call = Call {
+        app,
+        route,
+        query,
+        headers: &parts.headers,
+        body: &body,
+    };
     match verb {
         "get" => call.get(),
         "list" => call.list(),
@@ -243,8 +283,15 @@ async fn inject(app: &App, method: &Method, path: &str) -> Result<(), ApiError> 
     }
 }
 
-fn discovery_response(app: &App, segments: &[&str], headers: &HeaderMap) -> Result<Response, ApiError> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+fn discovery_response(
+    app: &App,
+    segments: &[&str],
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let aggregated = discovery::wants_aggregated(accept);
     let doc = app.store.read(|s| match segments {
         ["api"] if aggregated => Some(discovery::aggregated(&s.registry, true)),
@@ -299,12 +346,19 @@ impl Route {
     }
 }
 
-fn route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Result<Route, ApiError> {
+fn route(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Route, ApiError> {
     let core = group.is_empty();
     let (namespace, plural, name, sub) = match rest {
         ["namespaces"] if core => (None, "namespaces", None, None),
         ["namespaces", name] if core => (None, "namespaces", Some(*name), None),
-        ["namespaces", name, sub @ ("status" | "finalize")] if core => (None, "namespaces", Some(*name), Some(*sub)),
+        ["namespaces", name, sub @ ("status" | "finalize")] if core => {
+            (None, "namespaces", Some(*name), Some(*sub))
+        }
         ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
         ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
         ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
@@ -313,7 +367,9 @@ fn route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Resu
         [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
         _ => return Err(ApiError::UnknownResource),
     };
-    let rt = registry.find(group, version, plural).ok_or(ApiError::UnknownResource)?;
+    let rt = registry
+        .find(group, version, plural)
+        .ok_or(ApiError::UnknownResource)?;
     if namespace.is_some() && !rt.namespaced {
         return Err(ApiError::UnknownResource);
     }
@@ -380,11 +436,18 @@ impl Call<'_> {
     }
 
     fn filter(&self) -> Result<Filter, ApiError> {
-        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-        let supported: Vec<String> = kinds::selectable_fields(self.rt(), &json!({})).into_iter().map(|(k, _)| k).collect();
+        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        let supported: Vec<String> = kinds::selectable_fields(self.rt(), &json!({}))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         if let Some(unsupported) = fields.fields().find(|f| !supported.iter().any(|s| s == f)) {
-            return Err(ApiError::bad_request(format!("field label not supported: {unsupported}")));
+            return Err(ApiError::bad_request(format!(
+                "field label not supported: {unsupported}"
+            )));
         }
         Ok(Filter { labels, fields })
     }
@@ -418,10 +481,17 @@ impl Call<'_> {
                     ));
                 }
                 if matching != "NotOlderThan" {
-                    errs.push(FieldError::not_supported("resourceVersionMatch", matching, &["NotOlderThan"]));
+                    errs.push(FieldError::not_supported(
+                        "resourceVersionMatch",
+                        matching,
+                        &["NotOlderThan"],
+                    ));
                 }
                 if continued {
-                    errs.push(FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"));
+                    errs.push(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
                 }
             }
             return Ok(errs);
@@ -434,10 +504,17 @@ impl Call<'_> {
                 ));
             }
             if continued {
-                errs.push(FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"));
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
             }
             if matching != "Exact" && matching != "NotOlderThan" {
-                errs.push(FieldError::not_supported("resourceVersionMatch", matching, &["Exact", "NotOlderThan", ""]));
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    matching,
+                    &["Exact", "NotOlderThan", ""],
+                ));
             }
             if matching == "Exact" && rv == "0" {
                 errs.push(FieldError::forbidden(
@@ -447,10 +524,16 @@ impl Call<'_> {
             }
         }
         if initial.is_some() {
-            errs.push(FieldError::forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+            errs.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
         }
         if continued && !rv.is_empty() && rv != "0" {
-            errs.push(FieldError::forbidden("resourceVersion", "specifying resource version is not allowed when using continue"));
+            errs.push(FieldError::forbidden(
+                "resourceVersion",
+                "specifying resource version is not allowed when using continue",
+            ));
         }
         Ok(errs)
     }
@@ -460,7 +543,11 @@ impl Call<'_> {
         if errs.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::invalid(&GroupKind::new("meta.k8s.io", "ListOptions"), "", errs))
+            Err(ApiError::invalid(
+                &GroupKind::new("meta.k8s.io", "ListOptions"),
+                "",
+                errs,
+            ))
         }
     }
 
@@ -470,9 +557,17 @@ impl Call<'_> {
         let query = ListQuery {
             filter: self.filter()?,
             limit: self.query.number("limit")?,
-            continue_token: self.query.get("continue").filter(|c| !c.is_empty()).map(str::to_owned),
+            continue_token: self
+                .query
+                .get("continue")
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned),
             resource_version: self.query.get("resourceVersion").map(str::to_owned),
-            version_match: self.query.get("resourceVersionMatch").filter(|m| !m.is_empty()).map(str::to_owned),
+            version_match: self
+                .query
+                .get("resourceVersionMatch")
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
         };
         let list = self
             .app
@@ -493,12 +588,24 @@ impl Call<'_> {
         let start = match self.query.flag("sendInitialEvents")? {
             Some(true) => {
                 if !rv.is_empty() && verbs::parse_rv(rv)? > current {
-                    return Err(ApiError::ResourceVersionTooLarge { requested: verbs::parse_rv(rv)?, current });
+                    return Err(ApiError::ResourceVersionTooLarge {
+                        requested: verbs::parse_rv(rv)?,
+                        current,
+                    });
                 }
-                Start::Now { initial_events: true, end_bookmark: true }
+                Start::Now {
+                    initial_events: true,
+                    end_bookmark: true,
+                }
             }
-            Some(false) if rv.is_empty() || rv == "0" => Start::Now { initial_events: false, end_bookmark: false },
-            None if rv.is_empty() || rv == "0" => Start::Now { initial_events: true, end_bookmark: false },
+            Some(false) if rv.is_empty() || rv == "0" => Start::Now {
+                initial_events: false,
+                end_bookmark: false,
+            },
+            None if rv.is_empty() || rv == "0" => Start::Now {
+                initial_events: true,
+                end_bookmark: false,
+            },
             _ => Start::After(verbs::parse_rv(rv)?),
         };
         let request = WatchRequest {
@@ -507,7 +614,11 @@ impl Call<'_> {
             filter: self.filter()?,
             start,
             bookmarks: self.query.flag("allowWatchBookmarks")?.unwrap_or(false),
-            timeout: self.query.number("timeoutSeconds")?.filter(|t| *t > 0).map(Duration::from_secs),
+            timeout: self
+                .query
+                .number("timeoutSeconds")?
+                .filter(|t| *t > 0)
+                .map(Duration::from_secs),
             metadata_only: output == Output::Metadata,
         };
         let ctx = WatchContext {
@@ -517,7 +628,12 @@ impl Call<'_> {
             bookmark_interval: self.app.bookmark_interval,
         };
         let body: Body = watches::serve(ctx, request);
-        Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+        Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response())
     }
 
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
@@ -551,7 +667,11 @@ impl Call<'_> {
     }
 
     fn json_body(&self) -> Result<Value, ApiError> {
-        let content_type = self.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let content_type = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         let media = content_type.split(';').next().unwrap_or("").trim();
         if media != "application/json" {
             return Err(ApiError::UnsupportedMediaType(
@@ -564,13 +684,20 @@ impl Call<'_> {
     }
 
     fn written(written: Written) -> Response {
-        let code = if written.created { StatusCode::CREATED } else { StatusCode::OK };
+        let code = if written.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
         json_response(code, &written.object, &written.warnings)
     }
 
     fn check_conflict(&self) -> Result<(), ApiError> {
         if self.app.faults.take_conflict(&self.route.label()) {
-            return Err(ApiError::stale(&self.rt().group_resource(), self.route.name.as_deref().unwrap_or("")));
+            return Err(ApiError::stale(
+                &self.rt().group_resource(),
+                self.route.name.as_deref().unwrap_or(""),
+            ));
         }
         Ok(())
     }
@@ -580,7 +707,10 @@ impl Call<'_> {
         let body = self.json_body()?;
         let namespace = self.route.namespace.clone().unwrap_or_default();
         let rt = self.route.rt.clone();
-        let written = self.app.store.write(|s| verbs::create(s, &rt, &namespace, body, &options))?;
+        let written = self
+            .app
+            .store
+            .write(|s| verbs::create(s, &rt, &namespace, body, &options))?;
         Ok(Self::written(written))
     }
 
@@ -589,18 +719,28 @@ impl Call<'_> {
         let body = self.json_body()?;
         self.check_conflict()?;
         let target = self.route.target()?;
-        let written = self.app.store.write(|s| verbs::replace(s, &target, body, &options))?;
+        let written = self
+            .app
+            .store
+            .write(|s| verbs::replace(s, &target, body, &options))?;
         Ok(Self::written(written))
     }
 
     fn patch(self) -> Result<Response, ApiError> {
         let options = self.write_options()?;
-        let content_type = self.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let content_type = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         let kind = PatchType::from_content_type(content_type)
             .ok_or_else(|| ApiError::UnsupportedMediaType(PATCH_MEDIA_TYPES.into()))?;
         self.check_conflict()?;
         let target = self.route.target()?;
-        let written = self.app.store.write(|s| verbs::patch(s, &target, kind, self.body, &options))?;
+        let written = self
+            .app
+            .store
+            .write(|s| verbs::patch(s, &target, kind, self.body, &options))?;
         Ok(Self::written(written))
     }
 
@@ -613,7 +753,11 @@ impl Call<'_> {
         if self.body.iter().any(|b| !b.is_ascii_whitespace()) {
             let body: Value = serde_json::from_slice(self.body)
                 .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
-            let text = |pointer: &str| body.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+            let text = |pointer: &str| {
+                body.pointer(pointer)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
             options.uid = text("/preconditions/uid");
             options.resource_version = text("/preconditions/resourceVersion");
             if let Some(policy) = text("/propagationPolicy") {
@@ -629,7 +773,10 @@ impl Call<'_> {
     fn delete(self) -> Result<Response, ApiError> {
         let options = self.delete_options()?;
         let target = self.route.target()?;
-        let body = self.app.store.write(|s| verbs::delete(s, &target, &options))?;
+        let body = self
+            .app
+            .store
+            .write(|s| verbs::delete(s, &target, &options))?;
         Ok(json_response(StatusCode::OK, &body, &[]))
     }
 

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use crate::resources::{Registry, ResourceType};
 
 /// The Content-Type of an aggregated discovery response.
-pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// Whether an Accept header asks for aggregated discovery.
 pub fn wants_aggregated(accept: &str) -> bool {
@@ -62,7 +63,11 @@ fn api_group(name: &str, versions: &[String]) -> Value {
 }
 
 pub fn group_list(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry.groups().iter().map(|g| api_group(&g.name, &g.versions)).collect();
+    let groups: Vec<Value> = registry
+        .groups()
+        .iter()
+        .map(|g| api_group(&g.name, &g.versions))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -106,8 +111,16 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
     if !registry.has_group_version(group, version) {
         return None;
     }
-    let resources: Vec<Value> = registry.resources(group, version).iter().flat_map(|r| resource_entries(r)).collect();
-    let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let resources: Vec<Value> = registry
+        .resources(group, version)
+        .iter()
+        .flat_map(|r| resource_entries(r))
+        .collect();
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
     Some(json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -141,11 +154,19 @@ fn aggregated_group(registry: &Registry, name: &str, versions: &[String]) -> Val
     let versions: Vec<Value> = versions
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = registry.resources(name, v).iter().map(|r| aggregated_resource(r)).collect();
+            let resources: Vec<Value> = registry
+                .resources(name, v)
+                .iter()
+                .map(|r| aggregated_resource(r))
+                .collect();
             json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
-    let metadata = if name.is_empty() { json!({"creationTimestamp": null}) } else { json!({"name": name, "creationTimestamp": null}) };
+    let metadata = if name.is_empty() {
+        json!({"creationTimestamp": null})
+    } else {
+        json!({"name": name, "creationTimestamp": null})
+    };
     json!({"metadata": metadata, "versions": versions})
 }
 
@@ -155,7 +176,11 @@ pub fn aggregated(registry: &Registry, core: bool) -> Value {
     let items: Vec<Value> = if core {
         vec![aggregated_group(registry, "", &["v1".to_owned()])]
     } else {
-        registry.groups().iter().map(|g| aggregated_group(registry, &g.name, &g.versions)).collect()
+        registry
+            .groups()
+            .iter()
+            .map(|g| aggregated_group(registry, &g.name, &g.versions))
+            .collect()
     };
     json!({
         "kind": "APIGroupDiscoveryList",
@@ -173,11 +198,18 @@ mod tests {
     fn core_resources_include_status_subresources() {
         let registry = Registry::new();
         let list = resource_list(&registry, "", "v1").unwrap();
-        let names: Vec<&str> = list["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
         assert!(names.contains(&"nodes/status"));
         assert!(names.contains(&"services/status"));
         assert!(resource_list(&registry, "nope.io", "v1").is_none());
-        assert!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
+        assert!(wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        ));
         assert!(!wants_aggregated("application/json"));
     }
 }

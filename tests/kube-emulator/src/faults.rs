@@ -23,7 +23,7 @@ pub struct FailRule {
     /// Only requests with this method (`GET`, `PATCH`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
-    /// Only requests whose path contains this.
+    /// Only requests whose path and query contain this (e.g. `watch=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_contains: Option<String>,
     /// The Status message; a default one names the injection.
@@ -49,15 +49,20 @@ impl FailRule {
         self
     }
 
-    /// Only requests whose path contains `fragment`.
+    /// Only requests whose path and query contain `fragment`.
     pub fn path_contains(mut self, fragment: &str) -> FailRule {
         self.path_contains = Some(fragment.to_owned());
         self
     }
 
     fn matches(&self, method: &str, path: &str) -> bool {
-        self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
-            && self.path_contains.as_deref().is_none_or(|p| path.contains(p))
+        self.method
+            .as_deref()
+            .is_none_or(|m| m.eq_ignore_ascii_case(method))
+            && self
+                .path_contains
+                .as_deref()
+                .is_none_or(|p| path.contains(p))
     }
 }
 
@@ -106,7 +111,9 @@ impl Default for Faults {
 
 impl Faults {
     fn lock(&self) -> MutexGuard<'_, FaultState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Cuts every open watch connection now, without a clean end.
@@ -133,7 +140,11 @@ impl Faults {
     /// Conflict. `resource` is the plural, with `.group` outside the core
     /// group and `/status` for the status subresource.
     pub fn conflict_next_updates(&self, resource: &str, count: u32) {
-        *self.lock().conflicts.entry(resource.to_owned()).or_default() += count;
+        *self
+            .lock()
+            .conflicts
+            .entry(resource.to_owned())
+            .or_default() += count;
     }
 
     /// Removes every fault (watch drops already done stay done).
@@ -155,7 +166,9 @@ impl Faults {
             FaultCommand::DropWatches => self.drop_watches(),
             FaultCommand::FailNext(rule) => self.fail_next(rule),
             FaultCommand::Latency { ms } => self.set_latency(Duration::from_millis(ms)),
-            FaultCommand::ConflictNext { resource, count } => self.conflict_next_updates(&resource, count),
+            FaultCommand::ConflictNext { resource, count } => {
+                self.conflict_next_updates(&resource, count)
+            }
             FaultCommand::Clear => self.clear(),
         }
     }
@@ -167,13 +180,20 @@ impl Faults {
     /// The injected failure for this request, if one is due.
     pub(crate) fn take_failure(&self, method: &str, path: &str) -> Option<ApiError> {
         let mut state = self.lock();
-        let at = state.failures.iter().position(|r| r.count > 0 && r.matches(method, path))?;
+        let at = state
+            .failures
+            .iter()
+            .position(|r| r.count > 0 && r.matches(method, path))?;
         let rule = &mut state.failures[at];
         rule.count -= 1;
         let error = ApiError::Injected {
             code: rule.status,
             message: rule.message.clone().unwrap_or_else(|| {
-                format!("injected fault: {} ({})", reason_for_code(rule.status), rule.status)
+                format!(
+                    "injected fault: {} ({})",
+                    reason_for_code(rule.status),
+                    rule.status
+                )
             }),
         };
         if rule.count == 0 {
@@ -209,7 +229,7 @@ pub struct Requests {
     counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
 }
 
-/// A snapshot of [`Requests`].
+/// A snapshot of the request counts (see [`crate::Emulator::requests`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RequestCounts {
     /// `"verb resource"` (e.g. `"patch nodes/status"`) → count.
@@ -221,7 +241,10 @@ impl RequestCounts {
     /// `patch`, `delete`, `deletecollection`) on this resource (`nodes`,
     /// `nodes/status`, `leases.coordination.k8s.io`).
     pub fn get(&self, verb: &str, resource: &str) -> u64 {
-        self.counts.get(&format!("{verb} {resource}")).copied().unwrap_or(0)
+        self.counts
+            .get(&format!("{verb} {resource}"))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// All requests with this verb, on any resource.
@@ -240,19 +263,33 @@ impl RequestCounts {
 
 impl Requests {
     pub(crate) fn record(&self, verb: &str, resource: &str) {
-        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *counts.entry((verb.to_owned(), resource.to_owned())).or_default() += 1;
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts
+            .entry((verb.to_owned(), resource.to_owned()))
+            .or_default() += 1;
     }
 
     pub fn snapshot(&self) -> RequestCounts {
-        let counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         RequestCounts {
-            counts: counts.iter().map(|((v, r), n)| (format!("{v} {r}"), *n)).collect(),
+            counts: counts
+                .iter()
+                .map(|((v, r), n)| (format!("{v} {r}"), *n))
+                .collect(),
         }
     }
 
     pub fn reset(&self) {
-        self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 }
 
@@ -265,19 +302,33 @@ mod tests {
         let faults = Faults::default();
         faults.fail_next(FailRule::new(2, 503).method("get").path_contains("/nodes"));
         assert!(faults.take_failure("PUT", "/api/v1/nodes/a").is_none());
-        assert_eq!(faults.take_failure("GET", "/api/v1/nodes").map(|e| e.code()), Some(503));
+        assert_eq!(
+            faults
+                .take_failure("GET", "/api/v1/nodes")
+                .map(|e| e.code()),
+            Some(503)
+        );
         assert!(faults.take_failure("GET", "/api/v1/nodes").is_some());
         assert!(faults.take_failure("GET", "/api/v1/nodes").is_none());
     }
 
     #[test]
     fn commands_parse_from_json() {
-        let cmd: FaultCommand = serde_json::from_str(r#"{"failNext":{"count":1,"status":500,"pathContains":"leases"}}"#).unwrap();
-        assert_eq!(cmd, FaultCommand::FailNext(FailRule::new(1, 500).path_contains("leases")));
+        let cmd: FaultCommand = serde_json::from_str(
+            r#"{"failNext":{"count":1,"status":500,"pathContains":"leases"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            cmd,
+            FaultCommand::FailNext(FailRule::new(1, 500).path_contains("leases"))
+        );
         let cmd: FaultCommand = serde_json::from_str(r#""dropWatches""#).unwrap();
         assert_eq!(cmd, FaultCommand::DropWatches);
         let faults = Faults::default();
-        faults.apply(FaultCommand::ConflictNext { resource: "nodes".into(), count: 1 });
+        faults.apply(FaultCommand::ConflictNext {
+            resource: "nodes".into(),
+            count: 1,
+        });
         assert!(faults.take_conflict("nodes"));
         assert!(!faults.take_conflict("nodes"));
     }

@@ -2,7 +2,7 @@
 //! plain-HTTP URL), one user with the bearer token, one context whose
 //! default namespace is `default`.
 
-use kube::config::{KubeconfigError, Kubeconfig};
+use kube::config::{Kubeconfig, KubeconfigError};
 
 const NAME: &str = "kube-emulator";
 
@@ -38,6 +38,14 @@ mod tests {
         assert_eq!(config.current_context.as_deref(), Some(NAME));
         let cluster = config.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("http://127.0.0.1:1234"));
-        assert_eq!(config.contexts[0].context.as_ref().unwrap().namespace.as_deref(), Some("default"));
+        assert_eq!(
+            config.contexts[0]
+                .context
+                .as_ref()
+                .unwrap()
+                .namespace
+                .as_deref(),
+            Some("default")
+        );
     }
 }

@@ -75,11 +75,28 @@
 //! secrets, CRDs, and custom resources against their structural schema
 //! (pruning, defaults, types, `required`, `enum`, bounds, `pattern`).
 //!
+//! # Layout
+//!
+//! In request order: `api` (HTTP routing, negotiation, faults around each
+//! call) → `discovery` (discovery documents) or `verbs` (what each verb
+//! does) → `kinds` (per-kind defaulting, validation and strategies, with
+//! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
+//! schemas) and `patch` (patch types) → `store` (objects, resourceVersions,
+//! history) → `watch` (event streams). `resources` is the registry of
+//! served types, `selectors` parses label and field selectors, `status`
+//! renders errors as `Status` objects, `faults` holds the test controls and
+//! `kubeconfig` writes the client's kubeconfig.
+//!
+//! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
+//! a [`FaultCommand`]) and `GET`/`DELETE /_emulator/requests`.
+//!
 //! # Known differences from a real kube-apiserver
 //!
 //! - Only the resources above exist; pods, endpoints and everything else
 //!   are 404. JSON only: protobuf, YAML and Table output answer 406, YAML
 //!   bodies 415.
+//! - kube-rs retries 429, 503 and 504 by default, so injected failures with
+//!   those codes may be invisible to a kube-rs client; use 500 to see them.
 //! - No authorization (any valid token may do anything), admission, API
 //!   priority and fairness, audit, `managedFields`, or garbage collector
 //!   (`propagationPolicy` is validated but owner references are never
@@ -167,7 +184,10 @@ pub enum StartError {
     #[error("kube-emulator: the bearer token must not be empty")]
     EmptyToken,
     #[error("kube-emulator: cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("kube-emulator: seeding {what} failed: {message}")]
     Seed { what: &'static str, message: String },
 }
@@ -188,16 +208,23 @@ pub struct Emulator {
 impl Emulator {
     /// Binds `listen` (port 0 picks a free one), seeds the built-in
     /// namespaces and serves in a background task.
-    pub async fn start(listen: SocketAddr, options: EmulatorOptions) -> Result<Emulator, StartError> {
+    pub async fn start(
+        listen: SocketAddr,
+        options: EmulatorOptions,
+    ) -> Result<Emulator, StartError> {
         if options.token.is_empty() {
             return Err(StartError::EmptyToken);
         }
         let listener = TcpListener::bind(listen)
             .await
-            .map_err(|source| StartError::Bind { addr: listen, source })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Bind { addr: listen, source })?;
+            .map_err(|source| StartError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
         let store = Store::new(options.history);
         seed(&store)?;
         let faults = Faults::default();
@@ -214,9 +241,10 @@ impl Emulator {
         };
         let mut stopped_signal = stopped;
         let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, api::router(app)).with_graceful_shutdown(async move {
-                let _ = stopped_signal.wait_for(|stop| *stop).await;
-            });
+            let serve =
+                axum::serve(listener, api::router(app)).with_graceful_shutdown(async move {
+                    let _ = stopped_signal.wait_for(|stop| *stop).await;
+                });
             if let Err(err) = serve.await {
                 tracing::error!(%err, "kube-emulator server failed");
             }
@@ -286,7 +314,9 @@ impl Emulator {
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         if let Some(mut server) = self.server.take()
-            && tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+                .await
+                .is_err()
         {
             server.abort();
         }

@@ -24,20 +24,31 @@ struct Args {
     #[arg(long, env = "KUBE_EMULATOR_KUBECONFIG_OUT")]
     kubeconfig_out: PathBuf,
     /// Bearer token clients must present.
-    #[arg(long, env = "KUBE_EMULATOR_TOKEN", default_value = "kube-emulator", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KUBE_EMULATOR_TOKEN",
+        default_value = "kube-emulator",
+        hide_env_values = true
+    )]
     token: String,
     /// Writes kept for watches and exact lists; older resourceVersions get 410 Gone.
     #[arg(long, env = "KUBE_EMULATOR_HISTORY", default_value_t = 1000)]
     history: usize,
     /// Interval between watch bookmarks, in milliseconds.
-    #[arg(long, env = "KUBE_EMULATOR_BOOKMARK_INTERVAL_MS", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "KUBE_EMULATOR_BOOKMARK_INTERVAL_MS",
+        default_value_t = 1000
+    )]
     bookmark_interval_ms: u64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -50,7 +61,12 @@ async fn main() -> anyhow::Result<()> {
     let emulator = Emulator::start(args.listen, options).await?;
     emulator
         .write_kubeconfig(&args.kubeconfig_out)
-        .with_context(|| format!("kube-emulator: writing the kubeconfig to {}", args.kubeconfig_out.display()))?;
+        .with_context(|| {
+            format!(
+                "kube-emulator: writing the kubeconfig to {}",
+                args.kubeconfig_out.display()
+            )
+        })?;
     println!("kube-emulator listening on {}", emulator.url());
     shutdown_signal().await?;
     tracing::info!("shutting down");
@@ -62,7 +78,8 @@ async fn main() -> anyhow::Result<()> {
 async fn shutdown_signal() -> anyhow::Result<()> {
     #[cfg(unix)]
     {
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             result = tokio::signal::ctrl_c() => result?,
             _ = terminate.recv() => {}

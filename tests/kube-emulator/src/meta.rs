@@ -81,7 +81,12 @@ pub fn labels(obj: &Value) -> Map<String, Value> {
 pub fn string_list(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -100,12 +105,6 @@ pub fn now() -> String {
         Ok(seconds) => seconds.to_string(),
         Err(_) => now.to_string(),
     }
-}
-
-/// Now with microseconds, as `MicroTime` fields are written.
-pub fn now_micro() -> String {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
 /// A random version-4 UUID.
@@ -158,7 +157,11 @@ pub fn carry_system_fields(new: &mut Value, old: &Value) {
             None => meta.remove(field),
         };
     }
-    if meta.get("uid").and_then(Value::as_str).unwrap_or("").is_empty()
+    if meta
+        .get("uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
         && let Some(uid) = old_meta.get("uid")
     {
         meta.insert("uid".to_owned(), uid.clone());
@@ -168,7 +171,10 @@ pub fn carry_system_fields(new: &mut Value, old: &Value) {
     } else {
         meta.remove("deletionTimestamp");
     }
-    if meta.get("deletionGracePeriodSeconds").is_none_or(Value::is_null) {
+    if meta
+        .get("deletionGracePeriodSeconds")
+        .is_none_or(Value::is_null)
+    {
         match old_meta.get("deletionGracePeriodSeconds") {
             Some(g) => meta.insert("deletionGracePeriodSeconds".to_owned(), g.clone()),
             None => meta.remove("deletionGracePeriodSeconds"),
@@ -215,7 +221,10 @@ pub fn validate(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError
     }
     let name = name(obj);
     if name.is_empty() {
-        errs.push(FieldError::required("metadata.name", "name or generateName is required"));
+        errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
     } else {
         for msg in rule.check(name, false) {
             errs.push(FieldError::invalid("metadata.name", name, msg));
@@ -231,7 +240,10 @@ pub fn validate(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError
             }
         }
     } else if !ns.is_empty() {
-        errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
+        errs.push(FieldError::forbidden(
+            "metadata.namespace",
+            "not allowed on this type",
+        ));
     }
     if generation(obj) < 0 {
         errs.push(FieldError::invalid(
@@ -291,12 +303,19 @@ fn validate_common(obj: &Value) -> Vec<FieldError> {
         let mut total = 0;
         for (key, value) in annotations {
             for msg in validation::qualified_name(&key.to_lowercase()) {
-                errs.push(FieldError::invalid("metadata.annotations", key.as_str(), msg));
+                errs.push(FieldError::invalid(
+                    "metadata.annotations",
+                    key.as_str(),
+                    msg,
+                ));
             }
             total += key.len() + value.as_str().map_or(0, str::len);
         }
         if total > ANNOTATIONS_MAX_BYTES {
-            errs.push(FieldError::too_long("metadata.annotations", ANNOTATIONS_MAX_BYTES));
+            errs.push(FieldError::too_long(
+                "metadata.annotations",
+                ANNOTATIONS_MAX_BYTES,
+            ));
         }
     }
     if let Some(owners) = get("ownerReferences").and_then(Value::as_array) {
@@ -304,13 +323,28 @@ fn validate_common(obj: &Value) -> Vec<FieldError> {
         for (i, owner) in owners.iter().enumerate() {
             let path = format!("metadata.ownerReferences[{i}]");
             for field in ["apiVersion", "kind", "name", "uid"] {
-                if owner.get(field).and_then(Value::as_str).unwrap_or("").is_empty() {
-                    let detail = if field == "uid" { "uid must not be empty" } else { "" };
+                if owner
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    let detail = if field == "uid" {
+                        "uid must not be empty"
+                    } else {
+                        ""
+                    };
                     errs.push(FieldError::required(format!("{path}.{field}"), detail));
                 }
             }
             if owner.get("controller").and_then(Value::as_bool) == Some(true) {
-                controllers.push(owner.get("name").and_then(Value::as_str).unwrap_or("").to_owned());
+                controllers.push(
+                    owner
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                );
             }
         }
         if controllers.len() > 1 {
@@ -327,7 +361,11 @@ fn validate_common(obj: &Value) -> Vec<FieldError> {
     let finalizers = finalizers(obj);
     for finalizer in &finalizers {
         for msg in validation::qualified_name(finalizer) {
-            errs.push(FieldError::invalid("metadata.finalizers", finalizer.as_str(), msg));
+            errs.push(FieldError::invalid(
+                "metadata.finalizers",
+                finalizer.as_str(),
+                msg,
+            ));
         }
     }
     if finalizers.iter().any(|f| f == FINALIZER_ORPHAN)
@@ -398,6 +436,10 @@ mod tests {
         let new = json!({"metadata": {"name": "a", "finalizers": ["x.io/a", "x.io/b"]}});
         let errs = validate_update(&new, &old);
         assert_eq!(errs.len(), 1);
-        assert!(errs[0].to_string().contains("[]string{\"x.io/b\"}"), "{}", errs[0]);
+        assert!(
+            errs[0].to_string().contains("[]string{\"x.io/b\"}"),
+            "{}",
+            errs[0]
+        );
     }
 }

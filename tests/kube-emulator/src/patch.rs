@@ -41,14 +41,21 @@ impl PatchType {
             "application/json-patch+json" => Some(PatchType::Json),
             "application/merge-patch+json" => Some(PatchType::Merge),
             "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
-            "application/apply-patch+yaml" | "application/apply-patch+json" => Some(PatchType::Apply),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                Some(PatchType::Apply)
+            }
             _ => None,
         }
     }
 }
 
 /// Applies `body` of type `kind` to `current`.
-pub fn apply(kind: PatchType, current: &Value, body: &[u8], schema: Schema<'_>) -> Result<Value, ApiError> {
+pub fn apply(
+    kind: PatchType,
+    current: &Value,
+    body: &[u8],
+    schema: Schema<'_>,
+) -> Result<Value, ApiError> {
     match kind {
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(body)
@@ -69,7 +76,9 @@ pub fn apply(kind: PatchType, current: &Value, body: &[u8], schema: Schema<'_>) 
                 return Err(ApiError::bad_request("the patch must be a JSON object"));
             };
             let Value::Object(original) = current.clone() else {
-                return Err(ApiError::Internal("stored object is not a JSON object".into()));
+                return Err(ApiError::Internal(
+                    "stored object is not a JSON object".into(),
+                ));
             };
             let merged = merge_map(original, patch, &mut Vec::new(), schema)
                 .map_err(ApiError::bad_request)?;
@@ -127,7 +136,9 @@ fn merge_map(
                 _ => unreachable!("an object stays an object"),
             },
             Some("delete") => Ok(Map::new()),
-            _ => Err(format!("Unable to find patch type: {directive} in the patch")),
+            _ => Err(format!(
+                "Unable to find patch type: {directive} in the patch"
+            )),
         };
     }
     if let Some(retain) = patch.remove(RETAIN_KEYS) {
@@ -235,7 +246,8 @@ fn key_fn(strategy: &ListStrategy) -> KeyFn {
 
 fn index_of(list: &[Value], item: &Value, key_of: &KeyFn) -> Option<usize> {
     let wanted = key_of(item)?;
-    list.iter().position(|v| key_of(v).as_ref() == Some(&wanted))
+    list.iter()
+        .position(|v| key_of(v).as_ref() == Some(&wanted))
 }
 
 fn merge_list(
@@ -260,7 +272,13 @@ fn merge_list(
             let key_of = key_fn(strategy);
             let (from_patch, server_only): (Vec<Value>, Vec<Value>) =
                 merged.into_iter().partition(|v| patch.contains(v));
-            Ok(normalize_order(from_patch, server_only, &patch, &original, &key_of))
+            Ok(normalize_order(
+                from_patch,
+                server_only,
+                &patch,
+                &original,
+                &key_of,
+            ))
         }
         ListStrategy::Map(key) => {
             let mut original = original;
@@ -274,12 +292,16 @@ fn merge_list(
                     None => plain.push(item),
                     Some("delete") => {
                         let Some(value) = map.get(key) else {
-                            return Err(format!("map: {item} does not contain declared merge key: {key}"));
+                            return Err(format!(
+                                "map: {item} does not contain declared merge key: {key}"
+                            ));
                         };
                         original.retain(|o| o.get(key) != Some(value));
                     }
                     Some("replace") => replace = true,
-                    Some(other) => return Err(format!("Unable to find patch type: {other} in the patch")),
+                    Some(other) => {
+                        return Err(format!("Unable to find patch type: {other} in the patch"));
+                    }
                 }
             }
             if replace {
@@ -288,12 +310,19 @@ fn merge_list(
             let server_order = original.clone();
             for item in &plain {
                 let Some(value) = item.get(key) else {
-                    return Err(format!("map: {item} does not contain declared merge key: {key}"));
+                    return Err(format!(
+                        "map: {item} does not contain declared merge key: {key}"
+                    ));
                 };
                 match original.iter().position(|o| o.get(key) == Some(value)) {
                     Some(at) => {
-                        let (Value::Object(o), Value::Object(p)) = (original[at].clone(), item.clone()) else {
-                            return Err(format!("invalid patch: list element {} is not a map", original[at]));
+                        let (Value::Object(o), Value::Object(p)) =
+                            (original[at].clone(), item.clone())
+                        else {
+                            return Err(format!(
+                                "invalid patch: list element {} is not a map",
+                                original[at]
+                            ));
                         };
                         original[at] = Value::Object(merge_map(o, p, path, schema)?);
                     }
@@ -304,7 +333,13 @@ fn merge_list(
             let (from_patch, server_only): (Vec<Value>, Vec<Value>) = original
                 .into_iter()
                 .partition(|v| index_of(&plain, v, &key_of).is_some());
-            Ok(normalize_order(from_patch, server_only, &plain, &server_order, &key_of))
+            Ok(normalize_order(
+                from_patch,
+                server_only,
+                &plain,
+                &server_order,
+                &key_of,
+            ))
         }
     }
 }
@@ -323,14 +358,20 @@ fn normalize_order(
     from_patch.sort_by_key(|v| position(patch_order, v));
     server_only.sort_by_key(|v| position(server_order, v));
     let mut out = Vec::with_capacity(from_patch.len() + server_only.len());
-    let (mut left, mut right) = (server_only.into_iter().peekable(), from_patch.into_iter().peekable());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        from_patch.into_iter().peekable(),
+    );
     loop {
         let take_left = match (left.peek(), right.peek()) {
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(l), Some(r)) => {
-                match (index_of(server_order, l, key_of), index_of(server_order, r, key_of)) {
+                match (
+                    index_of(server_order, l, key_of),
+                    index_of(server_order, r, key_of),
+                ) {
                     (Some(li), Some(ri)) => li < ri,
                     _ => false,
                 }
@@ -357,7 +398,13 @@ mod tests {
     }
 
     fn smp(current: Value, patch: Value) -> Value {
-        apply(PatchType::Strategic, &current, patch.to_string().as_bytes(), &node_schema).unwrap()
+        apply(
+            PatchType::Strategic,
+            &current,
+            patch.to_string().as_bytes(),
+            &node_schema,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -366,37 +413,64 @@ mod tests {
             {"type": "InternalIP", "address": "10.0.0.1"},
             {"type": "Hostname", "address": "n1"}
         ]}});
-        let out = smp(node, json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}}));
-        assert_eq!(out["status"]["addresses"], json!([
-            {"type": "InternalIP", "address": "10.0.0.2"},
-            {"type": "Hostname", "address": "n1"}
-        ]));
+        let out = smp(
+            node,
+            json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}}),
+        );
+        assert_eq!(
+            out["status"]["addresses"],
+            json!([
+                {"type": "InternalIP", "address": "10.0.0.2"},
+                {"type": "Hostname", "address": "n1"}
+            ])
+        );
     }
 
     #[test]
     fn new_items_go_first_and_delete_directive_removes() {
         let node = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        let out = smp(node.clone(), json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False"}]}}));
+        let out = smp(
+            node.clone(),
+            json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False"}]}}),
+        );
         assert_eq!(out["status"]["conditions"][0]["type"], "NetworkUnavailable");
         assert_eq!(out["status"]["conditions"][1]["type"], "Ready");
-        let out = smp(node, json!({"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}}));
+        let out = smp(
+            node,
+            json!({"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}}),
+        );
         assert_eq!(out["status"]["conditions"], json!([]));
     }
 
     #[test]
     fn finalizers_are_a_set() {
         let obj = json!({"metadata": {"finalizers": ["a.io/x", "b.io/y"]}});
-        let out = smp(obj.clone(), json!({"metadata": {"finalizers": ["b.io/y", "c.io/z"]}}));
-        assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y", "c.io/z"]));
-        let out = smp(obj, json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]}}));
+        let out = smp(
+            obj.clone(),
+            json!({"metadata": {"finalizers": ["b.io/y", "c.io/z"]}}),
+        );
+        assert_eq!(
+            out["metadata"]["finalizers"],
+            json!(["a.io/x", "b.io/y", "c.io/z"])
+        );
+        let out = smp(
+            obj,
+            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]}}),
+        );
         assert_eq!(out["metadata"]["finalizers"], json!(["b.io/y"]));
     }
 
     #[test]
     fn atomic_lists_are_replaced_and_nulls_delete() {
         let obj = json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule"}], "x": 1}});
-        let out = smp(obj, json!({"spec": {"taints": [{"key": "b", "effect": "NoSchedule"}], "x": null}}));
-        assert_eq!(out["spec"], json!({"taints": [{"key": "b", "effect": "NoSchedule"}]}));
+        let out = smp(
+            obj,
+            json!({"spec": {"taints": [{"key": "b", "effect": "NoSchedule"}], "x": null}}),
+        );
+        assert_eq!(
+            out["spec"],
+            json!({"taints": [{"key": "b", "effect": "NoSchedule"}]})
+        );
     }
 
     #[test]
@@ -405,20 +479,29 @@ mod tests {
             {"type": "InternalIP", "address": "10.0.0.1"},
             {"type": "Hostname", "address": "n1"}
         ]}});
-        let out = smp(node, json!({"status": {
-            "$setElementOrder/addresses": [{"type": "Hostname"}, {"type": "InternalIP"}],
-            "addresses": [{"type": "Hostname", "address": "n2"}]
-        }}));
-        assert_eq!(out["status"]["addresses"], json!([
-            {"type": "Hostname", "address": "n2"},
-            {"type": "InternalIP", "address": "10.0.0.1"}
-        ]));
+        let out = smp(
+            node,
+            json!({"status": {
+                "$setElementOrder/addresses": [{"type": "Hostname"}, {"type": "InternalIP"}],
+                "addresses": [{"type": "Hostname", "address": "n2"}]
+            }}),
+        );
+        assert_eq!(
+            out["status"]["addresses"],
+            json!([
+                {"type": "Hostname", "address": "n2"},
+                {"type": "InternalIP", "address": "10.0.0.1"}
+            ])
+        );
     }
 
     #[test]
     fn replace_directive_on_a_map() {
         let obj = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
-        let out = smp(obj, json!({"metadata": {"labels": {"$patch": "replace", "c": "3"}}}));
+        let out = smp(
+            obj,
+            json!({"metadata": {"labels": {"$patch": "replace", "c": "3"}}}),
+        );
         assert_eq!(out["metadata"]["labels"], json!({"c": "3"}));
     }
 
@@ -433,9 +516,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
-        let out = apply(PatchType::Merge, &obj, br#"{"spec":{"x":null,"y":2}}"#, &node_schema).unwrap();
+        let out = apply(
+            PatchType::Merge,
+            &obj,
+            br#"{"spec":{"x":null,"y":2}}"#,
+            &node_schema,
+        )
+        .unwrap();
         assert_eq!(out["spec"], json!({"y": 2}));
-        let err = apply(PatchType::Json, &obj, br#"[{"op":"test","path":"/spec/x","value":2}]"#, &node_schema).unwrap_err();
+        let err = apply(
+            PatchType::Json,
+            &obj,
+            br#"[{"op":"test","path":"/spec/x","value":2}]"#,
+            &node_schema,
+        )
+        .unwrap_err();
         assert_eq!(err.code(), 422);
     }
 }

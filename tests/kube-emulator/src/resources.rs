@@ -347,7 +347,13 @@ impl Registry {
     }
 
     /// Another CRD already serving `plural` or `kind` in `group`.
-    pub fn custom_conflict(&self, crd_name: &str, group: &str, plural: &str, kind: &str) -> Option<String> {
+    pub fn custom_conflict(
+        &self,
+        crd_name: &str,
+        group: &str,
+        plural: &str,
+        kind: &str,
+    ) -> Option<String> {
         self.custom
             .iter()
             .filter(|(name, _)| name.as_str() != crd_name)
@@ -377,7 +383,9 @@ mod tests {
     #[test]
     fn builtins_are_found_by_gvr() {
         let registry = Registry::new();
-        let leases = registry.find("coordination.k8s.io", "v1", "leases").unwrap();
+        let leases = registry
+            .find("coordination.k8s.io", "v1", "leases")
+            .unwrap();
         assert!(leases.namespaced);
         assert_eq!(leases.api_version(), "coordination.k8s.io/v1");
         let core = registry.find("", "v1", "events").unwrap();

@@ -46,7 +46,11 @@ pub fn prune(value: &mut Value, schema: &Value) {
 fn prune_node(value: &mut Value, schema: &Value) {
     match value {
         Value::Object(map) => {
-            if schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true) {
+            if schema
+                .get("x-kubernetes-embedded-resource")
+                .and_then(Value::as_bool)
+                == Some(true)
+            {
                 return;
             }
             let keep_unknown = preserves_unknown(schema);
@@ -122,7 +126,11 @@ fn type_matches(expected: &str, value: &Value) -> bool {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// Validates the object against its schema; `metadata` is left to the
@@ -134,7 +142,11 @@ pub fn validate(value: &Value, schema: &Value) -> Vec<FieldError> {
 }
 
 fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
-    let shown = if path.is_empty() { "body".to_owned() } else { path.to_owned() };
+    let shown = if path.is_empty() {
+        "body".to_owned()
+    } else {
+        path.to_owned()
+    };
     if value.is_null() {
         if schema.get("nullable").and_then(Value::as_bool) != Some(true)
             && let Some(t) = schema.get("type").and_then(Value::as_str)
@@ -147,13 +159,19 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
         }
         return;
     }
-    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
     if int_or_string {
         if !matches!(json_type(value), "integer" | "string") {
             errs.push(FieldError::invalid(
                 path,
                 json_type(value),
-                format!("{shown} in body must be of type integer,string: \"{}\"", json_type(value)),
+                format!(
+                    "{shown} in body must be of type integer,string: \"{}\"",
+                    json_type(value)
+                ),
             ));
             return;
         }
@@ -163,7 +181,10 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
         errs.push(FieldError::invalid(
             path,
             json_type(value),
-            format!("{shown} in body must be of type {t}: \"{}\"", json_type(value)),
+            format!(
+                "{shown} in body must be of type {t}: \"{}\"",
+                json_type(value)
+            ),
         ));
         return;
     }
@@ -175,7 +196,11 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
             .collect();
         let supported: Vec<&str> = supported.iter().map(String::as_str).collect();
-        errs.push(FieldError::not_supported(path, crate::status::bad_value(value), &supported));
+        errs.push(FieldError::not_supported(
+            path,
+            crate::status::bad_value(value),
+            &supported,
+        ));
     }
     let number = |key: &str| schema.get(key).and_then(Value::as_f64);
     match value {
@@ -189,12 +214,20 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             if let Some(min) = number("minLength")
                 && (len as f64) < min
             {
-                errs.push(FieldError::invalid(path, s.as_str(), format!("{shown} in body should be at least {min} chars long")));
+                errs.push(FieldError::invalid(
+                    path,
+                    s.as_str(),
+                    format!("{shown} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
                 && regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(s))
             {
-                errs.push(FieldError::invalid(path, s.as_str(), format!("{shown} in body should match '{pattern}'")));
+                errs.push(FieldError::invalid(
+                    path,
+                    s.as_str(),
+                    format!("{shown} in body should match '{pattern}'"),
+                ));
             }
         }
         Value::Number(n) => {
@@ -202,15 +235,31 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             let shown_value = crate::status::bad_value(value);
             let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool) == Some(true);
             if let Some(max) = number("maximum") {
-                let (bad, word) = if exclusive("exclusiveMaximum") { (x >= max, "less than") } else { (x > max, "less than or equal to") };
+                let (bad, word) = if exclusive("exclusiveMaximum") {
+                    (x >= max, "less than")
+                } else {
+                    (x > max, "less than or equal to")
+                };
                 if bad {
-                    errs.push(FieldError::invalid(path, shown_value.clone(), format!("{shown} in body should be {word} {max}")));
+                    errs.push(FieldError::invalid(
+                        path,
+                        shown_value.clone(),
+                        format!("{shown} in body should be {word} {max}"),
+                    ));
                 }
             }
             if let Some(min) = number("minimum") {
-                let (bad, word) = if exclusive("exclusiveMinimum") { (x <= min, "greater than") } else { (x < min, "greater than or equal to") };
+                let (bad, word) = if exclusive("exclusiveMinimum") {
+                    (x <= min, "greater than")
+                } else {
+                    (x < min, "greater than or equal to")
+                };
                 if bad {
-                    errs.push(FieldError::invalid(path, shown_value, format!("{shown} in body should be {word} {min}")));
+                    errs.push(FieldError::invalid(
+                        path,
+                        shown_value,
+                        format!("{shown} in body should be {word} {min}"),
+                    ));
                 }
             }
         }
@@ -218,12 +267,20 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             if let Some(max) = number("maxItems")
                 && items.len() as f64 > max
             {
-                errs.push(FieldError::invalid(path, BadValue::Int(items.len() as i64), format!("must have at most {max} items")));
+                errs.push(FieldError::invalid(
+                    path,
+                    BadValue::Int(items.len() as i64),
+                    format!("must have at most {max} items"),
+                ));
             }
             if let Some(min) = number("minItems")
                 && (items.len() as f64) < min
             {
-                errs.push(FieldError::invalid(path, BadValue::Int(items.len() as i64), format!("{shown} in body should have at least {min} items")));
+                errs.push(FieldError::invalid(
+                    path,
+                    BadValue::Int(items.len() as i64),
+                    format!("{shown} in body should have at least {min} items"),
+                ));
             }
             if let Some(s) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
@@ -232,7 +289,12 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             }
         }
         Value::Object(map) => {
-            for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            for required in schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(key) = required.as_str()
                     && !map.contains_key(key)
                 {
@@ -275,7 +337,10 @@ mod tests {
             "spec": {"ref": "oci://r", "junk": 1, "extra": {"kept": true}}, "top": 1});
         prune(&mut obj, &schema());
         apply_defaults(&mut obj, &schema());
-        assert_eq!(obj["spec"], json!({"ref": "oci://r", "replicas": 1, "extra": {"kept": true}}));
+        assert_eq!(
+            obj["spec"],
+            json!({"ref": "oci://r", "replicas": 1, "extra": {"kept": true}})
+        );
         assert!(obj.get("top").is_none());
         assert!(validate(&obj, &schema()).is_empty());
     }
@@ -283,10 +348,20 @@ mod tests {
     #[test]
     fn reports_like_the_apiextensions_server() {
         let obj = json!({"spec": {"replicas": "two", "mode": "c", "ref": "http://x"}});
-        let errs: Vec<String> = validate(&obj, &schema()).iter().map(ToString::to_string).collect();
+        let errs: Vec<String> = validate(&obj, &schema())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert!(errs.contains(&"spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"".to_owned()), "{errs:?}");
-        assert!(errs.iter().any(|e| e.starts_with("spec.mode: Unsupported value: \"c\"")), "{errs:?}");
-        assert!(errs.iter().any(|e| e.contains("should match '^oci://'")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.mode: Unsupported value: \"c\"")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("should match '^oci://'")),
+            "{errs:?}"
+        );
         let errs = validate(&json!({"spec": {}}), &schema());
         assert_eq!(errs[0].to_string(), "spec.ref: Required value");
     }

@@ -109,11 +109,17 @@ impl Parser {
             Some(Token::Ident(key)) => {
                 let errs = validation::qualified_name(&key);
                 if let Some(msg) = errs.first() {
-                    return Err(format!("unable to parse requirement: key: Invalid value: {}: {msg}", crate::status::quote(&key)));
+                    return Err(format!(
+                        "unable to parse requirement: key: Invalid value: {}: {msg}",
+                        crate::status::quote(&key)
+                    ));
                 }
                 Ok(key)
             }
-            other => Err(format!("found '{}', expected: identifier", describe(other.as_ref()))),
+            other => Err(format!(
+                "found '{}', expected: identifier",
+                describe(other.as_ref())
+            )),
         }
     }
 
@@ -132,19 +138,34 @@ impl Parser {
     fn values(&mut self) -> Result<Vec<String>, String> {
         match self.next() {
             Some(Token::Open) => {}
-            other => return Err(format!("found '{}', expected: '('", describe(other.as_ref()))),
+            other => {
+                return Err(format!(
+                    "found '{}', expected: '('",
+                    describe(other.as_ref())
+                ));
+            }
         }
         let mut values = Vec::new();
         loop {
             match self.next() {
                 Some(Token::Ident(v)) => values.push(v),
                 Some(Token::Close) if values.is_empty() => break,
-                other => return Err(format!("found '{}', expected: identifier", describe(other.as_ref()))),
+                other => {
+                    return Err(format!(
+                        "found '{}', expected: identifier",
+                        describe(other.as_ref())
+                    ));
+                }
             }
             match self.next() {
                 Some(Token::Comma) => {}
                 Some(Token::Close) => break,
-                other => return Err(format!("found '{}', expected: ',' or ')'", describe(other.as_ref()))),
+                other => {
+                    return Err(format!(
+                        "found '{}', expected: ',' or ')'",
+                        describe(other.as_ref())
+                    ));
+                }
             }
         }
         if values.is_empty() {
@@ -157,7 +178,10 @@ impl Parser {
         if self.peek() == Some(&Token::Not) {
             self.pos += 1;
             let key = self.key()?;
-            return Ok(Requirement { key, op: Op::DoesNotExist });
+            return Ok(Requirement {
+                key,
+                op: Op::DoesNotExist,
+            });
         }
         let key = self.key()?;
         let op = match self.peek() {
@@ -184,7 +208,11 @@ impl Parser {
                 let n: i64 = value.parse().map_err(|_| {
                     format!("unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer: {value}")
                 })?;
-                if greater { Op::GreaterThan(n) } else { Op::LessThan(n) }
+                if greater {
+                    Op::GreaterThan(n)
+                } else {
+                    Op::LessThan(n)
+                }
             }
             other => {
                 return Err(format!(
@@ -196,12 +224,18 @@ impl Parser {
         if let Op::Equals(v) | Op::NotEquals(v) = &op
             && let Some(msg) = validation::label_value(v).first()
         {
-            return Err(format!("unable to parse requirement: values[0][{key}]: Invalid value: {}: {msg}", crate::status::quote(v)));
+            return Err(format!(
+                "unable to parse requirement: values[0][{key}]: Invalid value: {}: {msg}",
+                crate::status::quote(v)
+            ));
         }
         if let Op::In(vs) | Op::NotIn(vs) = &op {
             for (i, v) in vs.iter().enumerate() {
                 if let Some(msg) = validation::label_value(v).first() {
-                    return Err(format!("unable to parse requirement: values[{i}][{key}]: Invalid value: {}: {msg}", crate::status::quote(v)));
+                    return Err(format!(
+                        "unable to parse requirement: values[{i}][{key}]: Invalid value: {}: {msg}",
+                        crate::status::quote(v)
+                    ));
                 }
             }
         }
@@ -240,7 +274,12 @@ impl LabelSelector {
             match parser.next() {
                 None => break,
                 Some(Token::Comma) if parser.peek().is_some() => {}
-                other => return Err(format!("found '{}', expected: ',' or 'end of string'", describe(other.as_ref()))),
+                other => {
+                    return Err(format!(
+                        "found '{}', expected: ',' or 'end of string'",
+                        describe(other.as_ref())
+                    ));
+                }
             }
         }
         Ok(LabelSelector { requirements })
@@ -261,8 +300,12 @@ impl LabelSelector {
                 Op::NotEquals(v) => value != Some(v.as_str()),
                 Op::In(vs) => value.is_some_and(|x| vs.iter().any(|v| v == x)),
                 Op::NotIn(vs) => value.is_none_or(|x| !vs.iter().any(|v| v == x)),
-                Op::GreaterThan(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
-                Op::LessThan(n) => value.and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
+                Op::GreaterThan(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x > *n),
+                Op::LessThan(n) => value
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|x| x < *n),
             }
         })
     }
@@ -320,7 +363,11 @@ fn unescape(value: &str) -> Result<String, String> {
         }
         match chars.next() {
             Some(e @ ('\\' | ',' | '=')) => out.push(e),
-            Some(e) => return Err(format!("invalid field selector: unrecognized escape sequence: \\{e}")),
+            Some(e) => {
+                return Err(format!(
+                    "invalid field selector: unrecognized escape sequence: \\{e}"
+                ));
+            }
             None => return Err("invalid field selector: unterminated escape sequence".to_owned()),
         }
     }
@@ -345,7 +392,9 @@ impl FieldSelector {
                     .map(|op| (i, *op))
             });
             let Some((at, op)) = found else {
-                return Err(format!("invalid selector: '{input}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{input}'; can't understand '{term}'"
+                ));
             };
             terms.push(FieldTerm {
                 field: term[..at].to_owned(),

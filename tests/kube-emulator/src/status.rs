@@ -234,7 +234,10 @@ impl FieldError {
             FieldErrorType::TooLong(max) => format!("Too long: may not be more than {max} bytes"),
             FieldErrorType::NotSupported(v, supported) => {
                 let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
-                format!("Unsupported value: {v}: supported values: {}", list.join(", "))
+                format!(
+                    "Unsupported value: {v}: supported values: {}",
+                    list.join(", ")
+                )
             }
         };
         if !self.detail.is_empty() {
@@ -255,11 +258,17 @@ impl fmt::Display for FieldError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
     #[error("{resource} {name:?} not found")]
-    NotFound { resource: GroupResource, name: String },
+    NotFound {
+        resource: GroupResource,
+        name: String,
+    },
     #[error("the server could not find the requested resource")]
     UnknownResource,
     #[error("{resource} {name:?} already exists")]
-    AlreadyExists { resource: GroupResource, name: String },
+    AlreadyExists {
+        resource: GroupResource,
+        name: String,
+    },
     #[error("Operation cannot be fulfilled on {resource} {name:?}: {message}")]
     Conflict {
         resource: GroupResource,
@@ -343,7 +352,9 @@ impl ApiError {
 
     /// The generic 405 for a verb the resource does not support.
     pub fn method_not_allowed() -> ApiError {
-        ApiError::MethodNotAllowed("the server does not allow this method on the requested resource".to_owned())
+        ApiError::MethodNotAllowed(
+            "the server does not allow this method on the requested resource".to_owned(),
+        )
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -394,9 +405,7 @@ impl ApiError {
             ApiError::NotFound { resource, name }
             | ApiError::AlreadyExists { resource, name }
             | ApiError::Conflict { resource, name, .. }
-            | ApiError::Forbidden { resource, name, .. } => {
-                Some(resource_details(resource, name))
-            }
+            | ApiError::Forbidden { resource, name, .. } => Some(resource_details(resource, name)),
             ApiError::Invalid { kind, name, causes } => {
                 let mut details = json!({ "name": name, "kind": kind.kind });
                 if !kind.group.is_empty() {
@@ -479,8 +488,7 @@ pub fn success_status(resource: &GroupResource, name: &str, uid: &str) -> Value 
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code =
-            StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, axum::Json(self.status())).into_response();
         if code == StatusCode::TOO_MANY_REQUESTS {
             response
@@ -511,7 +519,10 @@ mod tests {
             status["message"],
             "Node \"n1\" is invalid: metadata.taints[0].effect: Unsupported value: \"Bad\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
         );
-        assert_eq!(status["details"]["causes"][0]["reason"], "FieldValueNotSupported");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueNotSupported"
+        );
         assert_eq!(status["code"], 422);
     }
 

@@ -82,7 +82,11 @@ impl State {
     /// key order (namespace, then name).
     pub fn list(&self, storage: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
         let key: StorageKey = Arc::from(storage);
-        let start = (key.clone(), namespace.unwrap_or("").to_owned(), String::new());
+        let start = (
+            key.clone(),
+            namespace.unwrap_or("").to_owned(),
+            String::new(),
+        );
         self.objects
             .range(start..)
             .take_while(|((s, ns, _), _)| *s == key && namespace.is_none_or(|want| want == ns))
@@ -106,7 +110,12 @@ impl State {
 
     /// Writes `object` (stamping the next resourceVersion), or removes it
     /// for [`ChangeKind::Deleted`], and records the change.
-    pub fn commit(&mut self, storage: &StorageKey, kind: ChangeKind, mut object: Value) -> Arc<Value> {
+    pub fn commit(
+        &mut self,
+        storage: &StorageKey,
+        kind: ChangeKind,
+        mut object: Value,
+    ) -> Arc<Value> {
         self.rv += 1;
         meta::set(&mut object, "resourceVersion", json!(self.rv.to_string()));
         let key = (
@@ -159,12 +168,22 @@ impl State {
 
     /// The objects of a storage key as they were at `rv`, rebuilt by
     /// undoing newer changes.
-    pub fn snapshot(&self, storage: &str, namespace: Option<&str>, rv: u64) -> Result<Vec<Arc<Value>>, Compacted> {
+    pub fn snapshot(
+        &self,
+        storage: &str,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<Vec<Arc<Value>>, Compacted> {
         self.check_retained(rv)?;
         let mut objects: BTreeMap<(String, String), Arc<Value>> = self
             .list(storage, namespace)
             .into_iter()
-            .map(|o| ((meta::namespace(&o).to_owned(), meta::name(&o).to_owned()), o))
+            .map(|o| {
+                (
+                    (meta::namespace(&o).to_owned(), meta::name(&o).to_owned()),
+                    o,
+                )
+            })
             .collect();
         for change in self.history.iter().rev().take_while(|c| c.rv > rv) {
             if &*change.storage != storage {
@@ -211,7 +230,9 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves the state as consistent
         // as it was between two statements; keep serving.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `f` under the lock and wakes watches if it wrote anything.
@@ -249,13 +270,21 @@ impl Store {
     /// namespace (`None` for cluster-scoped) and name.
     pub fn get(&self, resource: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
         let storage = storage_key(resource);
-        self.read(|s| s.get(&storage, namespace.unwrap_or(""), name).map(|o| (**o).clone()))
+        self.read(|s| {
+            s.get(&storage, namespace.unwrap_or(""), name)
+                .map(|o| (**o).clone())
+        })
     }
 
     /// All stored objects of a resource (see [`Store::get`]).
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> Vec<Value> {
         let storage = storage_key(resource);
-        self.read(|s| s.list(&storage, namespace).iter().map(|o| (**o).clone()).collect())
+        self.read(|s| {
+            s.list(&storage, namespace)
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
+        })
     }
 
     /// Drops the change history, so every earlier resourceVersion is
@@ -305,7 +334,10 @@ mod tests {
         for v in 0..5 {
             state.commit(&key, ChangeKind::Added, obj(&format!("n{v}"), v));
         }
-        assert!(matches!(state.changes_after(1), Err(Compacted { through: 3 })));
+        assert!(matches!(
+            state.changes_after(1),
+            Err(Compacted { through: 3 })
+        ));
         assert_eq!(state.changes_after(3).unwrap().len(), 2);
         assert!(state.snapshot("/nodes", None, 2).is_err());
     }
@@ -313,6 +345,9 @@ mod tests {
     #[test]
     fn resources_name_their_storage() {
         assert_eq!(storage_key("nodes"), "/nodes");
-        assert_eq!(storage_key("leases.coordination.k8s.io"), "coordination.k8s.io/leases");
+        assert_eq!(
+            storage_key("leases.coordination.k8s.io"),
+            "coordination.k8s.io/leases"
+        );
     }
 }

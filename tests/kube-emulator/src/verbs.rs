@@ -73,7 +73,10 @@ impl Filter {
         if !self.labels.is_empty() && !self.labels.matches(&meta::labels(stored)) {
             return false;
         }
-        self.fields.is_empty() || self.fields.matches(&kinds::selectable_fields(rt, &kinds::to_view(rt, stored)))
+        self.fields.is_empty()
+            || self
+                .fields
+                .matches(&kinds::selectable_fields(rt, &kinds::to_view(rt, stored)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -103,7 +106,9 @@ fn not_found(t: &Target) -> ApiError {
 }
 
 fn current<'a>(state: &'a State, t: &Target) -> Result<&'a Arc<Value>, ApiError> {
-    state.get(&t.rt.storage, &t.namespace, &t.name).ok_or_else(|| not_found(t))
+    state
+        .get(&t.rt.storage, &t.namespace, &t.name)
+        .ok_or_else(|| not_found(t))
 }
 
 pub fn get(state: &State, t: &Target) -> Result<Value, ApiError> {
@@ -117,14 +122,21 @@ pub fn parse_rv(rv: &str) -> Result<u64, ApiError> {
 }
 
 /// A list at the requested resourceVersion, filtered and paginated.
-pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQuery) -> Result<Value, ApiError> {
+pub fn list(
+    state: &State,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    q: &ListQuery,
+) -> Result<Value, ApiError> {
     let now = state.resource_version();
     let (at, after) = match &q.continue_token {
         Some(token) => {
             let decoded = hex::decode(token)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<ContinueToken>(&b).ok())
-                .ok_or_else(|| ApiError::bad_request("continue key is not valid: invalid continue token"))?;
+                .ok_or_else(|| {
+                    ApiError::bad_request("continue key is not valid: invalid continue token")
+                })?;
             (decoded.rv, Some((decoded.namespace, decoded.name)))
         }
         None => {
@@ -133,9 +145,16 @@ pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQ
                 Some(rv) => {
                     let requested = parse_rv(rv)?;
                     if requested > now {
-                        return Err(ApiError::ResourceVersionTooLarge { requested, current: now });
+                        return Err(ApiError::ResourceVersionTooLarge {
+                            requested,
+                            current: now,
+                        });
                     }
-                    if q.version_match.as_deref() == Some("Exact") { requested } else { now }
+                    if q.version_match.as_deref() == Some("Exact") {
+                        requested
+                    } else {
+                        now
+                    }
                 }
             };
             (rv, None)
@@ -162,7 +181,10 @@ pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQ
         .filter(|o| q.filter.matches(rt, None, o))
         .collect();
     let mut list_meta = json!({"resourceVersion": at.to_string()});
-    if let Some(limit) = q.limit.filter(|l| *l > 0).and_then(|l| usize::try_from(l).ok())
+    if let Some(limit) = q
+        .limit
+        .filter(|l| *l > 0)
+        .and_then(|l| usize::try_from(l).ok())
         && items.len() > limit
     {
         let remaining = items.len() - limit;
@@ -173,7 +195,8 @@ pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQ
                 namespace: meta::namespace(last).to_owned(),
                 name: meta::name(last).to_owned(),
             };
-            let encoded = serde_json::to_vec(&token).map_err(|e| ApiError::Internal(e.to_string()))?;
+            let encoded =
+                serde_json::to_vec(&token).map_err(|e| ApiError::Internal(e.to_string()))?;
             list_meta["continue"] = json!(hex::encode(encoded));
         }
         if q.filter.is_empty() {
@@ -202,7 +225,11 @@ pub fn list(state: &State, rt: &ResourceType, namespace: Option<&str>, q: &ListQ
 }
 
 /// Type-checks, decodes and converts a request body to the stored form.
-fn decode_body(rt: &ResourceType, mut body: Value, fv: FieldValidation) -> Result<(Value, Vec<String>), ApiError> {
+fn decode_body(
+    rt: &ResourceType,
+    mut body: Value,
+    fv: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
     if !body.is_object() {
         return Err(ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: the object must be a JSON object",
@@ -215,7 +242,13 @@ fn decode_body(rt: &ResourceType, mut body: Value, fv: FieldValidation) -> Resul
 }
 
 /// POST to a collection.
-pub fn create(state: &mut State, rt: &Arc<ResourceType>, namespace: &str, body: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+pub fn create(
+    state: &mut State,
+    rt: &Arc<ResourceType>,
+    namespace: &str,
+    body: Value,
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
     let (mut obj, warnings) = decode_body(rt, body, opts.field_validation)?;
     let given = meta::namespace(&obj).to_owned();
     if rt.namespaced {
@@ -232,7 +265,13 @@ pub fn create(state: &mut State, rt: &Arc<ResourceType>, namespace: &str, body: 
 }
 
 /// The part of a create after the body is decoded and placed.
-fn insert(state: &mut State, rt: &Arc<ResourceType>, mut obj: Value, opts: &WriteOptions, mut warnings: Vec<String>) -> Result<Written, ApiError> {
+fn insert(
+    state: &mut State,
+    rt: &Arc<ResourceType>,
+    mut obj: Value,
+    opts: &WriteOptions,
+    mut warnings: Vec<String>,
+) -> Result<Written, ApiError> {
     if rt.custom.as_ref().is_some_and(|c| c.terminating) {
         return Err(ApiError::MethodNotAllowed(
             "create not allowed while custom resource definition is terminating".to_owned(),
@@ -241,19 +280,28 @@ fn insert(state: &mut State, rt: &Arc<ResourceType>, mut obj: Value, opts: &Writ
     let namespace = meta::namespace(&obj).to_owned();
     if rt.namespaced {
         match state.get("/namespaces", "", &namespace) {
-            None => return Err(ApiError::not_found(&crate::status::GroupResource::new("", "namespaces"), &namespace)),
+            None => {
+                return Err(ApiError::not_found(
+                    &crate::status::GroupResource::new("", "namespaces"),
+                    &namespace,
+                ));
+            }
             Some(ns) if meta::is_deleting(ns) => {
                 return Err(ApiError::Forbidden {
                     resource: rt.group_resource(),
                     name: meta::name(&obj).to_owned(),
-                    message: format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                    message: format!(
+                        "unable to create new content in namespace {namespace} because it is being terminated"
+                    ),
                 });
             }
             Some(_) => {}
         }
     }
     if !meta::resource_version(&obj).is_empty() {
-        return Err(ApiError::Internal("resourceVersion should not be set on objects to be created".into()));
+        return Err(ApiError::Internal(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
     }
     if meta::name(&obj).is_empty() && !meta::generate_name(&obj).is_empty() {
         let name = meta::generated_name(meta::generate_name(&obj));
@@ -265,7 +313,10 @@ fn insert(state: &mut State, rt: &Arc<ResourceType>, mut obj: Value, opts: &Writ
     if !errs.is_empty() {
         return Err(ApiError::invalid(&rt.group_kind(), meta::name(&obj), errs));
     }
-    if state.get(&rt.storage, &namespace, meta::name(&obj)).is_some() {
+    if state
+        .get(&rt.storage, &namespace, meta::name(&obj))
+        .is_some()
+    {
         return Err(ApiError::AlreadyExists {
             resource: rt.group_resource(),
             name: meta::name(&obj).to_owned(),
@@ -273,18 +324,31 @@ fn insert(state: &mut State, rt: &Arc<ResourceType>, mut obj: Value, opts: &Writ
     }
     warnings.extend(meta::warnings(&obj));
     if opts.dry_run {
-        return Ok(Written { object: kinds::to_view(rt, &obj), created: true, warnings });
+        return Ok(Written {
+            object: kinds::to_view(rt, &obj),
+            created: true,
+            warnings,
+        });
     }
     let name = meta::name(&obj).to_owned();
     let mut stored = state.commit(&rt.storage, ChangeKind::Added, obj);
     if rt.rules == Rules::CustomResourceDefinition {
         stored = reconcile_crd(state, &name).unwrap_or(stored);
     }
-    Ok(Written { object: kinds::to_view(rt, &stored), created: true, warnings })
+    Ok(Written {
+        object: kinds::to_view(rt, &stored),
+        created: true,
+        warnings,
+    })
 }
 
 /// PUT to an object or its status.
-pub fn replace(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+pub fn replace(
+    state: &mut State,
+    t: &Target,
+    body: Value,
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
     let (mut obj, warnings) = decode_body(&t.rt, body, opts.field_validation)?;
     let name = meta::name(&obj);
     if name != t.name {
@@ -309,7 +373,13 @@ pub fn replace(state: &mut State, t: &Target, body: Value, opts: &WriteOptions) 
 }
 
 /// The shared end of PUT and PATCH (`Store.Update`).
-fn update(state: &mut State, t: &Target, mut new: Value, opts: &WriteOptions, mut warnings: Vec<String>) -> Result<Written, ApiError> {
+fn update(
+    state: &mut State,
+    t: &Target,
+    mut new: Value,
+    opts: &WriteOptions,
+    mut warnings: Vec<String>,
+) -> Result<Written, ApiError> {
     let rt = &t.rt;
     let policy = kinds::policy(rt);
     let Some(cur) = state.get(&rt.storage, &t.namespace, &t.name).cloned() else {
@@ -343,7 +413,10 @@ fn update(state: &mut State, t: &Target, mut new: Value, opts: &WriteOptions, mu
         return Err(ApiError::Conflict {
             resource: rt.group_resource(),
             name: t.name.clone(),
-            message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+            message: format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta::uid(&cur)
+            ),
         });
     }
     meta::carry_system_fields(&mut new, &cur);
@@ -352,13 +425,25 @@ fn update(state: &mut State, t: &Target, mut new: Value, opts: &WriteOptions, mu
     if !errs.is_empty() {
         return Err(ApiError::invalid(&rt.group_kind(), &t.name, errs));
     }
-    meta::set(&mut new, "resourceVersion", json!(meta::resource_version(&cur)));
+    meta::set(
+        &mut new,
+        "resourceVersion",
+        json!(meta::resource_version(&cur)),
+    );
     if new == *cur {
-        return Ok(Written { object: kinds::to_view(rt, &cur), created: false, warnings });
+        return Ok(Written {
+            object: kinds::to_view(rt, &cur),
+            created: false,
+            warnings,
+        });
     }
     warnings.extend(meta::warnings(&new));
     if opts.dry_run {
-        return Ok(Written { object: kinds::to_view(rt, &new), created: false, warnings });
+        return Ok(Written {
+            object: kinds::to_view(rt, &new),
+            created: false,
+            warnings,
+        });
     }
     let mut stored = state.commit(&rt.storage, ChangeKind::Modified, new);
     match rt.rules {
@@ -374,11 +459,21 @@ fn update(state: &mut State, t: &Target, mut new: Value, opts: &WriteOptions, mu
         }
         _ => {}
     }
-    Ok(Written { object: kinds::to_view(rt, &stored), created: false, warnings })
+    Ok(Written {
+        object: kinds::to_view(rt, &stored),
+        created: false,
+        warnings,
+    })
 }
 
 /// PATCH to an object or its status; an apply patch may create.
-pub fn patch(state: &mut State, t: &Target, kind: PatchType, body: &[u8], opts: &WriteOptions) -> Result<Written, ApiError> {
+pub fn patch(
+    state: &mut State,
+    t: &Target,
+    kind: PatchType,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
     let rt = &t.rt;
     if rt.is_custom() && kind == PatchType::Strategic {
         return Err(ApiError::UnsupportedMediaType(
@@ -388,10 +483,24 @@ pub fn patch(state: &mut State, t: &Target, kind: PatchType, body: &[u8], opts: 
     let options_kind = GroupKind::new("meta.k8s.io", "PatchOptions");
     match kind {
         PatchType::Apply if opts.field_manager.as_deref().is_none_or(str::is_empty) => {
-            return Err(ApiError::invalid(&options_kind, "", vec![FieldError::required("fieldManager", "is required for apply patch")]));
+            return Err(ApiError::invalid(
+                &options_kind,
+                "",
+                vec![FieldError::required(
+                    "fieldManager",
+                    "is required for apply patch",
+                )],
+            ));
         }
         PatchType::Json | PatchType::Merge | PatchType::Strategic if opts.force.is_some() => {
-            return Err(ApiError::invalid(&options_kind, "", vec![FieldError::forbidden("force", "may not be specified for non-apply patch")]));
+            return Err(ApiError::invalid(
+                &options_kind,
+                "",
+                vec![FieldError::forbidden(
+                    "force",
+                    "may not be specified for non-apply patch",
+                )],
+            ));
         }
         _ => {}
     }
@@ -410,7 +519,9 @@ pub fn patch(state: &mut State, t: &Target, kind: PatchType, body: &[u8], opts: 
     if kind == PatchType::Apply {
         let body: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        if kinds::str_at(&body, "/apiVersion").is_empty() || kinds::str_at(&body, "/kind").is_empty() {
+        if kinds::str_at(&body, "/apiVersion").is_empty()
+            || kinds::str_at(&body, "/kind").is_empty()
+        {
             return Err(ApiError::bad_request(
                 "invalid object type: apply patches must include apiVersion and kind",
             ));
@@ -441,7 +552,11 @@ pub fn delete(state: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Val
         return Err(ApiError::invalid(
             &GroupKind::new("meta.k8s.io", "DeleteOptions"),
             "",
-            vec![FieldError::not_supported("propagationPolicy", policy.as_str(), &["Foreground", "Background", "Orphan", "nil"])],
+            vec![FieldError::not_supported(
+                "propagationPolicy",
+                policy.as_str(),
+                &["Foreground", "Background", "Orphan", "nil"],
+            )],
         ));
     }
     let cur = current(state, t)?.clone();
@@ -449,10 +564,17 @@ pub fn delete(state: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Val
         return Err(ApiError::Conflict {
             resource: rt.group_resource(),
             name: t.name.clone(),
-            message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&cur)),
+            message: format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta::uid(&cur)
+            ),
         });
     }
-    if let Some(rv) = opts.resource_version.as_deref().filter(|rv| *rv != meta::resource_version(&cur)) {
+    if let Some(rv) = opts
+        .resource_version
+        .as_deref()
+        .filter(|rv| *rv != meta::resource_version(&cur))
+    {
         return Err(ApiError::Conflict {
             resource: rt.group_resource(),
             name: t.name.clone(),
@@ -471,13 +593,23 @@ pub fn delete(state: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Val
         _ => remove_or_mark(state, &rt.storage, &cur),
     };
     if removed && !rt.returns_deleted_object() {
-        return Ok(success_status(&rt.group_resource(), &t.name, meta::uid(&obj)));
+        return Ok(success_status(
+            &rt.group_resource(),
+            &t.name,
+            meta::uid(&obj),
+        ));
     }
     Ok(kinds::to_view(rt, &obj))
 }
 
 /// DELETE of a collection: every matching object, as a list.
-pub fn delete_collection(state: &mut State, rt: &Arc<ResourceType>, namespace: Option<&str>, filter: &Filter, opts: &DeleteOptions) -> Result<Value, ApiError> {
+pub fn delete_collection(
+    state: &mut State,
+    rt: &Arc<ResourceType>,
+    namespace: Option<&str>,
+    filter: &Filter,
+    opts: &DeleteOptions,
+) -> Result<Value, ApiError> {
     let targets: Vec<Arc<Value>> = state
         .list(&rt.storage, namespace)
         .into_iter()
@@ -517,7 +649,10 @@ fn remove_or_mark(state: &mut State, storage: &StorageKey, cur: &Arc<Value>) -> 
     if meta::is_deleting(cur) {
         return (cur.clone(), false);
     }
-    (state.commit(storage, ChangeKind::Modified, marked(cur)), false)
+    (
+        state.commit(storage, ChangeKind::Modified, marked(cur)),
+        false,
+    )
 }
 
 /// `markAsDeleting`: deletion time now, grace period zero, generation bumped.
@@ -575,10 +710,15 @@ fn delete_namespace(state: &mut State, ns: &Arc<Value>) -> (Arc<Value>, bool) {
 /// Removes a terminating namespace once it is empty and has no finalizers.
 fn finalize_namespace(state: &mut State, name: &str) -> Option<Arc<Value>> {
     let ns = state.get("/namespaces", "", name)?.clone();
-    if !meta::is_deleting(&ns) || state.namespace_in_use(name) || !meta::finalizers(&ns).is_empty() {
+    if !meta::is_deleting(&ns) || state.namespace_in_use(name) || !meta::finalizers(&ns).is_empty()
+    {
         return None;
     }
-    Some(state.commit(&Arc::from("/namespaces"), ChangeKind::Deleted, (*ns).clone()))
+    Some(state.commit(
+        &Arc::from("/namespaces"),
+        ChangeKind::Deleted,
+        (*ns).clone(),
+    ))
 }
 
 fn crd_storage() -> StorageKey {
@@ -608,7 +748,10 @@ fn delete_crd(state: &mut State, crd: &Arc<Value>) -> (Arc<Value>, bool) {
         }
     }
     finalize_crd(state, &name);
-    let latest = state.get(&crd_storage(), "", &name).cloned().unwrap_or_else(|| crd.clone());
+    let latest = state
+        .get(&crd_storage(), "", &name)
+        .cloned()
+        .unwrap_or_else(|| crd.clone());
     (latest, false)
 }
 
@@ -620,11 +763,18 @@ fn finalize_crd(state: &mut State, name: &str) {
     if !meta::is_deleting(&crd) {
         return;
     }
-    let storage = format!("{}/{}", kinds::str_at(&crd, "/spec/group"), kinds::str_at(&crd, "/spec/names/plural"));
+    let storage = format!(
+        "{}/{}",
+        kinds::str_at(&crd, "/spec/group"),
+        kinds::str_at(&crd, "/spec/names/plural")
+    );
     if !state.list(&storage, None).is_empty() {
         return;
     }
-    let finalizers: Vec<String> = meta::finalizers(&crd).into_iter().filter(|f| f != CRD_CLEANUP_FINALIZER).collect();
+    let finalizers: Vec<String> = meta::finalizers(&crd)
+        .into_iter()
+        .filter(|f| f != CRD_CLEANUP_FINALIZER)
+        .collect();
     if finalizers.is_empty() {
         let gone = state.commit(&crd_storage(), ChangeKind::Deleted, (*crd).clone());
         after_removal(state, &crd_storage(), &gone);
@@ -654,7 +804,11 @@ fn reconcile_crd(state: &mut State, name: &str) -> Option<Arc<Value>> {
 }
 
 fn reconcile_all_crds(state: &mut State) {
-    let names: Vec<String> = state.list(&crd_storage(), None).iter().map(|c| meta::name(c).to_owned()).collect();
+    let names: Vec<String> = state
+        .list(&crd_storage(), None)
+        .iter()
+        .map(|c| meta::name(c).to_owned())
+        .collect();
     for name in names {
         reconcile_crd(state, &name);
     }

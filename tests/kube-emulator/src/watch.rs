@@ -27,7 +27,10 @@ use crate::verbs::Filter;
 pub enum Start {
     /// Synthetic `ADDED` events for the current state, then changes; with
     /// `end_bookmark`, a bookmark marking the end of the initial events.
-    Now { initial_events: bool, end_bookmark: bool },
+    Now {
+        initial_events: bool,
+        end_bookmark: bool,
+    },
     /// Changes after this resourceVersion.
     After(u64),
 }
@@ -68,7 +71,11 @@ pub fn serve(ctx: WatchContext, req: WatchRequest) -> Body {
 /// Converts a stored object for the watch's endpoint and Accept type.
 pub fn present(rt: &ResourceType, stored: &Value, metadata_only: bool) -> Value {
     let view = kinds::to_view(rt, stored);
-    if metadata_only { present_metadata(view) } else { view }
+    if metadata_only {
+        present_metadata(view)
+    } else {
+        view
+    }
 }
 
 /// An object as `meta.k8s.io/v1` `PartialObjectMetadata`.
@@ -102,13 +109,20 @@ fn line(kind: &str, object: Value) -> Bytes {
 }
 
 fn gone(rv: u64, compacted: Compacted) -> Bytes {
-    let status = ApiError::Expired(format!("too old resource version: {rv} ({})", compacted.through)).status();
+    let status = ApiError::Expired(format!(
+        "too old resource version: {rv} ({})",
+        compacted.through
+    ))
+    .status();
     line("ERROR", status)
 }
 
 fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
     let (kind, api_version) = if req.metadata_only {
-        ("PartialObjectMetadata".to_owned(), "meta.k8s.io/v1".to_owned())
+        (
+            "PartialObjectMetadata".to_owned(),
+            "meta.k8s.io/v1".to_owned(),
+        )
     } else {
         (req.rt.kind.clone(), req.rt.api_version())
     };
@@ -116,7 +130,10 @@ fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line("BOOKMARK", json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}))
+    line(
+        "BOOKMARK",
+        json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
+    )
 }
 
 /// The initial events and the resourceVersion the watch continues after.
@@ -143,16 +160,31 @@ fn begin(state: &State, req: &WatchRequest) -> Result<(u64, Vec<Arc<Value>>), Co
 
 /// The events of changes after `cursor`, and the new cursor; `None` when
 /// the watch must end (history gone past it, or its resource removed).
-fn catch_up(state: &State, req: &WatchRequest, cursor: u64) -> Result<(Vec<Bytes>, u64), Option<Bytes>> {
-    if req.rt.is_custom() && state.registry.find(&req.rt.group, &req.rt.version, &req.rt.plural).is_none() {
+fn catch_up(
+    state: &State,
+    req: &WatchRequest,
+    cursor: u64,
+) -> Result<(Vec<Bytes>, u64), Option<Bytes>> {
+    if req.rt.is_custom()
+        && state
+            .registry
+            .find(&req.rt.group, &req.rt.version, &req.rt.plural)
+            .is_none()
+    {
         return Err(None);
     }
-    let changes = state.changes_after(cursor).map_err(|c| Some(gone(cursor, c)))?;
+    let changes = state
+        .changes_after(cursor)
+        .map_err(|c| Some(gone(cursor, c)))?;
     let ns = req.namespace.as_deref();
     let mut events = Vec::new();
     for change in changes.iter().filter(|c| c.storage == req.rt.storage) {
-        let was = change.previous.as_ref().is_some_and(|p| req.filter.matches(&req.rt, ns, p));
-        let is = change.kind != ChangeKind::Deleted && req.filter.matches(&req.rt, ns, &change.object);
+        let was = change
+            .previous
+            .as_ref()
+            .is_some_and(|p| req.filter.matches(&req.rt, ns, p));
+        let is =
+            change.kind != ChangeKind::Deleted && req.filter.matches(&req.rt, ns, &change.object);
         let event = match (was, is) {
             (false, true) => Some(("ADDED", (*change.object).clone())),
             (true, true) => Some(("MODIFIED", (*change.object).clone())),
@@ -174,20 +206,81 @@ fn catch_up(state: &State, req: &WatchRequest, cursor: u64) -> Result<(Vec<Bytes
     Ok((events, state.resource_version()))
 }
 
-async fn send_all(tx: &mpsc::Sender<Result<Bytes, io::Error>>, events: Vec<Bytes>) -> bool {
-    for event in events {
-        if tx.send(Ok(event)).await.is_err() {
-            return false;
-        }
-    }
-    true
+/// The sending end of one watch response. Every send also gives way to a
+/// fault-injected drop or a server shutdown, so a client that stopped
+/// reading cannot pin the watch.
+struct Sink {
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    drops: watch::Receiver<u64>,
+    shutdown: watch::Receiver<bool>,
 }
 
-async fn run(mut ctx: WatchContext, req: WatchRequest, tx: mpsc::Sender<Result<Bytes, io::Error>>) {
-    let mut changes = ctx.store.subscribe();
+/// Why a watch ends.
+enum End {
+    /// The client went away, the server is stopping, or the stream is done.
+    Quietly,
+    /// A fault cut the connection.
+    Dropped,
+}
+
+impl Sink {
+    async fn send(&mut self, event: Bytes) -> Result<(), End> {
+        tokio::select! {
+            biased;
+            _ = self.drops.changed() => Err(End::Dropped),
+            _ = self.shutdown.changed() => Err(End::Quietly),
+            sent = self.tx.send(Ok(event)) => sent.map_err(|_| End::Quietly),
+        }
+    }
+
+    async fn send_all(&mut self, events: Vec<Bytes>) -> Result<(), End> {
+        for event in events {
+            self.send(event).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the response: cleanly, or by failing the body so the
+    /// connection is cut.
+    async fn finish(self, end: End) {
+        if let End::Dropped = end {
+            let cut = io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "watch dropped by fault injection",
+            );
+            let _ = self.tx.send(Err(cut)).await;
+        }
+    }
+}
+
+async fn run(ctx: WatchContext, req: WatchRequest, tx: mpsc::Sender<Result<Bytes, io::Error>>) {
+    let WatchContext {
+        store,
+        mut drops,
+        mut shutdown,
+        bookmark_interval,
+    } = ctx;
+    drops.borrow_and_update();
+    shutdown.borrow_and_update();
+    let mut sink = Sink {
+        tx,
+        drops,
+        shutdown,
+    };
+    let end = stream(&store, &req, &mut sink, bookmark_interval).await;
+    sink.finish(end).await;
+}
+
+/// Sends the watch's events until it ends, and says how it ended.
+async fn stream(
+    store: &Store,
+    req: &WatchRequest,
+    sink: &mut Sink,
+    bookmark_interval: Duration,
+) -> End {
+    let mut changes = store.subscribe();
     changes.borrow_and_update();
-    ctx.drops.borrow_and_update();
-    let begun = ctx.store.read(|state| begin(state, &req));
+    let begun = store.read(|state| begin(state, req));
     let (mut cursor, initial) = match begun {
         Ok(begun) => begun,
         Err(compacted) => {
@@ -195,59 +288,64 @@ async fn run(mut ctx: WatchContext, req: WatchRequest, tx: mpsc::Sender<Result<B
                 Start::After(rv) => rv,
                 Start::Now { .. } => 0,
             };
-            let _ = tx.send(Ok(gone(rv, compacted))).await;
-            return;
+            return sink
+                .send(gone(rv, compacted))
+                .await
+                .err()
+                .unwrap_or(End::Quietly);
         }
     };
     let initial = initial
         .iter()
         .map(|o| line("ADDED", present(&req.rt, o, req.metadata_only)))
         .collect();
-    if !send_all(&tx, initial).await {
-        return;
+    if let Err(end) = sink.send_all(initial).await {
+        return end;
     }
-    if let Start::Now { end_bookmark: true, .. } = req.start
-        && tx.send(Ok(bookmark(&req, cursor, true))).await.is_err()
+    if let Start::Now {
+        end_bookmark: true, ..
+    } = req.start
+        && let Err(end) = sink.send(bookmark(req, cursor, true)).await
     {
-        return;
+        return end;
     }
     let deadline = req.timeout.map(|t| Instant::now() + t);
-    let mut ticker = tokio::time::interval_at(Instant::now() + ctx.bookmark_interval, ctx.bookmark_interval);
+    let mut ticker =
+        tokio::time::interval_at(Instant::now() + bookmark_interval, bookmark_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        // Biased: a drop or shutdown wins over pending changes, so a dropped
+        // watch never delivers events that happened after the drop.
         let bookmark_due = tokio::select! {
+            biased;
+            _ = sink.drops.changed() => return End::Dropped,
+            _ = sink.shutdown.changed() => return End::Quietly,
+            () = sink.tx.closed() => return End::Quietly,
+            () = sleep_until(deadline) => return End::Quietly,
             changed = changes.changed() => {
                 if changed.is_err() {
-                    return;
+                    return End::Quietly;
                 }
                 false
             }
             _ = ticker.tick(), if req.bookmarks => true,
-            () = sleep_until(deadline) => return,
-            _ = ctx.drops.changed() => {
-                let _ = tx.send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "watch dropped by fault injection"))).await;
-                return;
-            }
-            _ = ctx.shutdown.changed() => return,
-            () = tx.closed() => return,
         };
-        let caught_up = ctx.store.read(|state| catch_up(state, &req, cursor));
-        match caught_up {
+        match store.read(|state| catch_up(state, req, cursor)) {
             Ok((events, next)) => {
                 cursor = next;
-                if !send_all(&tx, events).await {
-                    return;
+                if let Err(end) = sink.send_all(events).await {
+                    return end;
                 }
             }
             Err(last) => {
                 if let Some(last) = last {
-                    let _ = tx.send(Ok(last)).await;
+                    return sink.send(last).await.err().unwrap_or(End::Quietly);
                 }
-                return;
+                return End::Quietly;
             }
         }
-        if bookmark_due && tx.send(Ok(bookmark(&req, cursor, false))).await.is_err() {
-            return;
+        if bookmark_due && let Err(end) = sink.send(bookmark(req, cursor, false)).await {
+            return end;
         }
     }
 }

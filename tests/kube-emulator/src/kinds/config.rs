@@ -15,13 +15,21 @@ const IMMUTABLE: &str = "field is immutable when `immutable` is set";
 
 /// Folds `stringData` into `data` and defaults `type` to `Opaque`.
 pub fn prepare_secret(obj: &mut Value) {
-    if obj.get("type").is_none_or(|t| t.as_str().unwrap_or("").is_empty()) {
+    if obj
+        .get("type")
+        .is_none_or(|t| t.as_str().unwrap_or("").is_empty())
+    {
         set_field(obj, "type", json!("Opaque"));
     }
-    let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) else {
+    let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
         return;
     };
-    let mut data = obj.get("data").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut data = obj
+        .get("data")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     for (key, value) in strings {
         let bytes = ByteString(value.as_str().unwrap_or("").as_bytes().to_vec());
         data.insert(key, serde_json::to_value(bytes).unwrap_or(Value::Null));
@@ -38,7 +46,11 @@ fn keys_and_size(obj: &Value, fields: &[&str], errs: &mut Vec<FieldError>) -> us
         };
         for (key, value) in map {
             for msg in validation::config_map_key(key) {
-                errs.push(FieldError::invalid(format!("{field}[{key}]"), key.as_str(), msg));
+                errs.push(FieldError::invalid(
+                    format!("{field}[{key}]"),
+                    key.as_str(),
+                    msg,
+                ));
             }
             if seen.contains(&key.as_str()) {
                 errs.push(FieldError::invalid(
@@ -73,7 +85,10 @@ fn immutable_fields(new: &Value, old: &Value, fields: &[&str]) -> Vec<FieldError
     }
     let empty = Value::Object(Map::new());
     for field in fields {
-        let (n, o) = (new.get(*field).unwrap_or(&empty), old.get(*field).unwrap_or(&empty));
+        let (n, o) = (
+            new.get(*field).unwrap_or(&empty),
+            old.get(*field).unwrap_or(&empty),
+        );
         if n != o {
             errs.push(FieldError::forbidden(*field, IMMUTABLE));
         }
@@ -120,8 +135,16 @@ fn validate_secret_body(obj: &Value) -> Vec<FieldError> {
         errs.push(FieldError::required("data[username]", ""));
         errs.push(FieldError::required("data[password]", ""));
     }
-    if kind == "kubernetes.io/service-account-token" && meta::of(obj).and_then(|m| m.get("annotations")).and_then(|a| a.get("kubernetes.io/service-account.name")).is_none() {
-        errs.push(FieldError::required("metadata.annotations[kubernetes.io/service-account.name]", ""));
+    if kind == "kubernetes.io/service-account-token"
+        && meta::of(obj)
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get("kubernetes.io/service-account.name"))
+            .is_none()
+    {
+        errs.push(FieldError::required(
+            "metadata.annotations[kubernetes.io/service-account.name]",
+            "",
+        ));
     }
     errs
 }

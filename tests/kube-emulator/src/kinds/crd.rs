@@ -23,13 +23,25 @@ pub fn prepare_create(obj: &mut Value) {
 pub fn prepare_update(sub: Subresource, new: &mut Value, old: &Value) {
     match sub {
         Subresource::Main => {
-            set_field(new, "status", old.get("status").cloned().unwrap_or_else(|| json!({})));
+            set_field(
+                new,
+                "status",
+                old.get("status").cloned().unwrap_or_else(|| json!({})),
+            );
             apply_defaults(new);
             let changed = new.get("spec") != old.get("spec");
             let generation = meta::generation(old).max(1);
-            meta::set(new, "generation", json!(if changed { generation + 1 } else { generation }));
+            meta::set(
+                new,
+                "generation",
+                json!(if changed { generation + 1 } else { generation }),
+            );
         }
-        Subresource::Status => set_field(new, "spec", old.get("spec").cloned().unwrap_or_else(|| json!({}))),
+        Subresource::Status => set_field(
+            new,
+            "spec",
+            old.get("spec").cloned().unwrap_or_else(|| json!({})),
+        ),
     }
 }
 
@@ -38,12 +50,21 @@ fn apply_defaults(obj: &mut Value) {
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    spec.entry("conversion").or_insert_with(|| json!({"strategy": "None"}));
+    spec.entry("conversion")
+        .or_insert_with(|| json!({"strategy": "None"}));
     if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut) {
-        let kind = names.get("kind").and_then(Value::as_str).unwrap_or("").to_owned();
+        let kind = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         if !kind.is_empty() {
-            names.entry("singular").or_insert_with(|| json!(kind.to_lowercase()));
-            names.entry("listKind").or_insert_with(|| json!(format!("{kind}List")));
+            names
+                .entry("singular")
+                .or_insert_with(|| json!(kind.to_lowercase()));
+            names
+                .entry("listKind")
+                .or_insert_with(|| json!(format!("{kind}List")));
         }
     }
 }
@@ -58,7 +79,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
     let plural = str_at(crd, "/spec/names/plural");
     let name = meta::name(crd);
     if name != format!("{plural}.{group}") {
-        errs.push(FieldError::invalid("metadata.name", name, "must be spec.names.plural+\".\"+spec.group"));
+        errs.push(FieldError::invalid(
+            "metadata.name",
+            name,
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
     }
     if group.is_empty() {
         errs.push(FieldError::required("spec.group", ""));
@@ -67,7 +92,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             errs.push(FieldError::invalid("spec.group", group, msg));
         }
         if !group.contains('.') {
-            errs.push(FieldError::invalid("spec.group", group, "should be a domain with at least one dot"));
+            errs.push(FieldError::invalid(
+                "spec.group",
+                group,
+                "should be a domain with at least one dot",
+            ));
         }
     }
     for field in ["plural", "singular"] {
@@ -77,7 +106,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         } else {
             let msgs = validation::dns1035_label(value);
             if !msgs.is_empty() {
-                errs.push(FieldError::invalid(format!("spec.names.{field}"), value, msgs.join(",")));
+                errs.push(FieldError::invalid(
+                    format!("spec.names.{field}"),
+                    value,
+                    msgs.join(","),
+                ));
             }
         }
     }
@@ -97,7 +130,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
     if scope.is_empty() {
         errs.push(FieldError::required("spec.scope", ""));
     } else if scope != "Cluster" && scope != "Namespaced" {
-        errs.push(FieldError::not_supported("spec.scope", scope, &["Cluster", "Namespaced"]));
+        errs.push(FieldError::not_supported(
+            "spec.scope",
+            scope,
+            &["Cluster", "Namespaced"],
+        ));
     }
     errs.extend(validate_versions(crd));
     errs
@@ -105,13 +142,34 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
 
 fn validate_versions(crd: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let shown = BadValue::Raw(format!("{} versions", versions.len()));
-    if versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count() != 1 {
-        errs.push(FieldError::invalid("spec.versions", shown.clone(), "must have exactly one version marked as storage version"));
+    if versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .count()
+        != 1
+    {
+        errs.push(FieldError::invalid(
+            "spec.versions",
+            shown.clone(),
+            "must have exactly one version marked as storage version",
+        ));
     }
-    if !versions.iter().any(|v| v.get("served").and_then(Value::as_bool) == Some(true)) && !versions.is_empty() {
-        errs.push(FieldError::invalid("spec.versions", shown, "must have at least one version marked as served"));
+    if !versions
+        .iter()
+        .any(|v| v.get("served").and_then(Value::as_bool) == Some(true))
+        && !versions.is_empty()
+    {
+        errs.push(FieldError::invalid(
+            "spec.versions",
+            shown,
+            "must have at least one version marked as served",
+        ));
     }
     let mut seen = Vec::new();
     for (i, version) in versions.iter().enumerate() {
@@ -121,11 +179,18 @@ fn validate_versions(crd: &Value) -> Vec<FieldError> {
             errs.push(FieldError::invalid(format!("{path}.name"), name, msg));
         }
         if seen.contains(&name) {
-            errs.push(FieldError::invalid("spec.versions", name, "must contain unique version names"));
+            errs.push(FieldError::invalid(
+                "spec.versions",
+                name,
+                "must contain unique version names",
+            ));
         }
         seen.push(name);
         match version.pointer("/schema/openAPIV3Schema") {
-            None => errs.push(FieldError::required(format!("{path}.schema.openAPIV3Schema"), "schemas are required")),
+            None => errs.push(FieldError::required(
+                format!("{path}.schema.openAPIV3Schema"),
+                "schemas are required",
+            )),
             Some(schema) => match str_at(schema, "/type") {
                 "object" => {}
                 "" => errs.push(FieldError::required(
@@ -186,21 +251,59 @@ pub fn reconcile(crd: &Value, registry: &Registry) -> CrdReconcile {
     let mut conditions = Vec::new();
     let accepted = conflict.is_none();
     match &conflict {
-        None => conditions.push(condition(&old_status, "NamesAccepted", true, "NoConflicts", "no conflicts found")),
+        None => conditions.push(condition(
+            &old_status,
+            "NamesAccepted",
+            true,
+            "NoConflicts",
+            "no conflicts found",
+        )),
         Some(message) => {
-            let reason = if message.contains(plural) { "PluralConflict" } else { "KindConflict" };
-            conditions.push(condition(&old_status, "NamesAccepted", false, reason, message));
+            let reason = if message.contains(plural) {
+                "PluralConflict"
+            } else {
+                "KindConflict"
+            };
+            conditions.push(condition(
+                &old_status,
+                "NamesAccepted",
+                false,
+                reason,
+                message,
+            ));
         }
     }
     if accepted {
-        conditions.push(condition(&old_status, "Established", true, "InitialNamesAccepted", "the initial names have been accepted"));
+        conditions.push(condition(
+            &old_status,
+            "Established",
+            true,
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ));
     } else {
-        conditions.push(condition(&old_status, "Established", false, "NotAccepted", "not all names are accepted"));
+        conditions.push(condition(
+            &old_status,
+            "Established",
+            false,
+            "NotAccepted",
+            "not all names are accepted",
+        ));
     }
     if terminating {
-        conditions.push(condition(&old_status, "Terminating", true, "InstanceDeletionInProgress", "CustomResource deletion is in progress"));
+        conditions.push(condition(
+            &old_status,
+            "Terminating",
+            true,
+            "InstanceDeletionInProgress",
+            "CustomResource deletion is in progress",
+        ));
     }
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let storage_version = versions
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
@@ -212,9 +315,15 @@ pub fn reconcile(crd: &Value, registry: &Registry) -> CrdReconcile {
     }
     let mut status = json!({"conditions": conditions, "storedVersions": stored});
     if accepted {
-        status["acceptedNames"] = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
+        status["acceptedNames"] = crd
+            .pointer("/spec/names")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
     } else {
-        status["acceptedNames"] = old_status.get("acceptedNames").cloned().unwrap_or_else(|| json!({"plural": "", "kind": ""}));
+        status["acceptedNames"] = old_status
+            .get("acceptedNames")
+            .cloned()
+            .unwrap_or_else(|| json!({"plural": "", "kind": ""}));
     }
     let types = if accepted {
         let mut served: Vec<&Value> = versions
@@ -222,14 +331,22 @@ pub fn reconcile(crd: &Value, registry: &Registry) -> CrdReconcile {
             .filter(|v| v.get("served").and_then(Value::as_bool) == Some(true))
             .collect();
         served.sort_by_key(|v| str_at(v, "/name") != storage_version);
-        served.into_iter().map(|v| Arc::new(resource_type(crd, v, &storage_version, terminating))).collect()
+        served
+            .into_iter()
+            .map(|v| Arc::new(resource_type(crd, v, &storage_version, terminating)))
+            .collect()
     } else {
         Vec::new()
     };
     CrdReconcile { status, types }
 }
 
-fn resource_type(crd: &Value, version: &Value, storage_version: &str, terminating: bool) -> ResourceType {
+fn resource_type(
+    crd: &Value,
+    version: &Value,
+    storage_version: &str,
+    terminating: bool,
+) -> ResourceType {
     let group = str_at(crd, "/spec/group").to_owned();
     let plural = str_at(crd, "/spec/names/plural").to_owned();
     let strings = |pointer: &str| meta::string_list(crd.pointer(pointer));

@@ -23,22 +23,27 @@ fn has_status(rt: &ResourceType) -> bool {
 }
 
 /// Checks `metadata` against ObjectMeta's types and prunes by the schema.
-pub fn decode(rt: &ResourceType, value: Value, validation: FieldValidation) -> Result<(Value, Vec<String>), ApiError> {
+pub fn decode(
+    rt: &ResourceType,
+    value: Value,
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
     if !value.is_object() {
         return Err(ApiError::bad_request("the object must be a JSON object"));
     }
     let mut decoded = value.clone();
     if let Some(metadata) = value.get("metadata") {
-        let typed: ObjectMeta = serde_path_to_error::deserialize(metadata.clone()).map_err(|e| {
-            ApiError::bad_request(format!(
-                "{} in version \"{}\" cannot be handled as a {}: metadata.{}: {}",
-                rt.kind,
-                rt.version,
-                rt.kind,
-                e.path(),
-                e.inner()
-            ))
-        })?;
+        let typed: ObjectMeta =
+            serde_path_to_error::deserialize(metadata.clone()).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{} in version \"{}\" cannot be handled as a {}: metadata.{}: {}",
+                    rt.kind,
+                    rt.version,
+                    rt.kind,
+                    e.path(),
+                    e.inner()
+                ))
+            })?;
         decoded["metadata"] = serde_json::to_value(typed)
             .map_err(|e| ApiError::Internal(format!("re-encoding metadata: {e}")))?;
     }
@@ -54,7 +59,11 @@ pub fn decode(rt: &ResourceType, value: Value, validation: FieldValidation) -> R
 /// The stored form: `apiVersion` of the storage version.
 pub fn to_storage(rt: &ResourceType, mut value: Value) -> Value {
     if let Some(custom) = &rt.custom {
-        set_field(&mut value, "apiVersion", json!(format!("{}/{}", rt.group, custom.storage_version)));
+        set_field(
+            &mut value,
+            "apiVersion",
+            json!(format!("{}/{}", rt.group, custom.storage_version)),
+        );
     }
     value
 }
@@ -125,7 +134,11 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
 }
 
 /// `metadata.name`, `metadata.namespace` and the CRD's `selectableFields`.
-pub fn fields(rt: &ResourceType, obj: &Value, mut base: Vec<(String, String)>) -> Vec<(String, String)> {
+pub fn fields(
+    rt: &ResourceType,
+    obj: &Value,
+    mut base: Vec<(String, String)>,
+) -> Vec<(String, String)> {
     for path in rt.custom.iter().flat_map(|c| &c.selectable_fields) {
         let pointer = format!("/{}", path.replace('.', "/"));
         let value = match obj.pointer(&pointer) {
@@ -152,8 +165,14 @@ pub fn list_strategy(rt: &ResourceType, path: &[&str]) -> ListStrategy {
     };
     match node.get("x-kubernetes-list-type").and_then(Value::as_str) {
         Some("set") => ListStrategy::Set,
-        Some("map") => match node.get("x-kubernetes-list-map-keys").and_then(Value::as_array).map(Vec::as_slice) {
-            Some([key]) => key.as_str().map_or(ListStrategy::Atomic, |k| ListStrategy::Map(k.to_owned())),
+        Some("map") => match node
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            Some([key]) => key
+                .as_str()
+                .map_or(ListStrategy::Atomic, |k| ListStrategy::Map(k.to_owned())),
             _ => ListStrategy::Atomic,
         },
         _ => ListStrategy::Atomic,

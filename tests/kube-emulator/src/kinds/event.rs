@@ -61,15 +61,31 @@ fn legacy(rt: &ResourceType, event: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let ns = meta::namespace(event);
     let involved_ns = str_at(event, "/involvedObject/namespace");
-    let controller_field = if strict(rt) { "reportingController" } else { "reportingComponent" };
+    let controller_field = if strict(rt) {
+        "reportingController"
+    } else {
+        "reportingComponent"
+    };
     if str_at(event, "/eventTime").is_empty() {
-        let ok = if involved_ns.is_empty() { ns.is_empty() || ns == "default" } else { ns == involved_ns };
+        let ok = if involved_ns.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == involved_ns
+        };
         if !ok {
-            errs.push(FieldError::invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"));
+            errs.push(FieldError::invalid(
+                "involvedObject.namespace",
+                involved_ns,
+                "does not match event.namespace",
+            ));
         }
     } else {
         if involved_ns.is_empty() && ns != "default" && ns != "kube-system" {
-            errs.push(FieldError::invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"));
+            errs.push(FieldError::invalid(
+                "involvedObject.namespace",
+                involved_ns,
+                "does not match event.namespace",
+            ));
         }
         let controller = str_at(event, "/reportingComponent");
         if controller.is_empty() {
@@ -84,11 +100,19 @@ fn legacy(rt: &ResourceType, event: &Value) -> Vec<FieldError> {
                 errs.push(FieldError::required(field, ""));
             }
             if value.len() > limit {
-                errs.push(FieldError::invalid(field, "", format!("can have at most {limit} characters")));
+                errs.push(FieldError::invalid(
+                    field,
+                    "",
+                    format!("can have at most {limit} characters"),
+                ));
             }
         }
         if str_at(event, "/message").len() > 1024 {
-            errs.push(FieldError::invalid("message", "", "can have at most 1024 characters"));
+            errs.push(FieldError::invalid(
+                "message",
+                "",
+                "can have at most 1024 characters",
+            ));
         }
     }
     for msg in validation::dns1123_subdomain(ns) {
@@ -101,7 +125,11 @@ fn series(event: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(series) = event.get("series").filter(|s| !s.is_null()) {
         if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {
-            errs.push(FieldError::invalid("series.count", "", "should be at least 2"));
+            errs.push(FieldError::invalid(
+                "series.count",
+                "",
+                "should be at least 2",
+            ));
         }
         if str_at(series, "/lastObservedTime").is_empty() {
             errs.push(FieldError::required("series.lastObservedTime", ""));
@@ -124,7 +152,11 @@ pub fn validate_create(rt: &ResourceType, event: &Value) -> Vec<FieldError> {
     }
     let kind = str_at(event, "/type");
     if kind != "Normal" && kind != "Warning" {
-        errs.push(FieldError::invalid("type", "", format!("has invalid value: {kind}")));
+        errs.push(FieldError::invalid(
+            "type",
+            "",
+            format!("has invalid value: {kind}"),
+        ));
     }
     for field in ["firstTimestamp", "lastTimestamp"] {
         if !str_at(event, &format!("/{field}")).is_empty() {
@@ -160,13 +192,19 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
         "type",
     ] {
         if new.get(field) != old.get(field) {
-            let shown = new.get(field).map_or(crate::status::BadValue::Raw("null".into()), crate::status::bad_value);
+            let shown = new.get(field).map_or(
+                crate::status::BadValue::Raw("null".into()),
+                crate::status::bad_value,
+            );
             errs.push(FieldError::immutable(field, shown));
         }
     }
     let truncated = |v: &Value| str_at(v, "/eventTime").chars().take(26).collect::<String>();
     if truncated(new) != truncated(old) {
-        errs.push(FieldError::immutable("eventTime", str_at(new, "/eventTime")));
+        errs.push(FieldError::immutable(
+            "eventTime",
+            str_at(new, "/eventTime"),
+        ));
     }
     errs
 }
@@ -174,7 +212,11 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
 /// The selectable fields of the referenced object (`regarding` in the
 /// events.k8s.io view, `involvedObject` in core).
 fn reference_fields(event: &Value, regarding: bool) -> Vec<(&'static str, String)> {
-    let source = if regarding { "regarding" } else { "involvedObject" };
+    let source = if regarding {
+        "regarding"
+    } else {
+        "involvedObject"
+    };
     let names: [(&'static str, &str); 7] = match regarding {
         true => [
             ("regarding.kind", "kind"),
@@ -197,7 +239,12 @@ fn reference_fields(event: &Value, regarding: bool) -> Vec<(&'static str, String
     };
     names
         .iter()
-        .map(|(label, field)| (*label, str_at(event, &format!("/{source}/{field}")).to_owned()))
+        .map(|(label, field)| {
+            (
+                *label,
+                str_at(event, &format!("/{source}/{field}")).to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -210,7 +257,10 @@ pub fn core_fields(event: &Value) -> Vec<(&'static str, String)> {
     }
     fields.extend([
         ("reason", str_at(event, "/reason").to_owned()),
-        ("reportingComponent", str_at(event, "/reportingComponent").to_owned()),
+        (
+            "reportingComponent",
+            str_at(event, "/reportingComponent").to_owned(),
+        ),
         ("source", source),
         ("type", str_at(event, "/type").to_owned()),
     ]);
@@ -226,7 +276,10 @@ pub fn events_v1_fields(event: &Value) -> Vec<(&'static str, String)> {
     }
     fields.extend([
         ("reason", str_at(event, "/reason").to_owned()),
-        ("reportingController", str_at(event, "/reportingController").to_owned()),
+        (
+            "reportingController",
+            str_at(event, "/reportingController").to_owned(),
+        ),
         ("source", source),
         ("type", str_at(event, "/type").to_owned()),
     ]);

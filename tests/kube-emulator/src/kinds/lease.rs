@@ -14,7 +14,10 @@ pub fn prepare(obj: &mut Value, old: Option<&Value>) {
         return;
     };
     for field in ["strategy", "preferredHolder"] {
-        if old.and_then(|o| o.pointer(&format!("/spec/{field}"))).is_none() {
+        if old
+            .and_then(|o| o.pointer(&format!("/spec/{field}")))
+            .is_none()
+        {
             spec.remove(field);
         }
     }
@@ -29,12 +32,20 @@ pub fn validate(obj: &Value) -> Vec<FieldError> {
 /// `ValidateLeaseSpec`.
 pub fn validate_spec(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    if let Some(duration) = obj.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64)
+    if let Some(duration) = obj
+        .pointer("/spec/leaseDurationSeconds")
+        .and_then(Value::as_i64)
         && duration <= 0
     {
-        errs.push(FieldError::invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"));
+        errs.push(FieldError::invalid(
+            "spec.leaseDurationSeconds",
+            duration,
+            "must be greater than 0",
+        ));
     }
-    if let Some(transitions) = obj.pointer("/spec/leaseTransitions").and_then(Value::as_i64)
+    if let Some(transitions) = obj
+        .pointer("/spec/leaseTransitions")
+        .and_then(Value::as_i64)
         && transitions < 0
     {
         errs.push(FieldError::invalid(
@@ -49,11 +60,24 @@ pub fn validate_spec(obj: &Value) -> Vec<FieldError> {
                 errs.push(FieldError::invalid("spec.strategy", strategy, msg));
             }
         } else if strategy != "OldestEmulationVersion" {
-            errs.push(FieldError::not_supported("spec.strategy", strategy, &["OldestEmulationVersion"]));
+            errs.push(FieldError::not_supported(
+                "spec.strategy",
+                strategy,
+                &["OldestEmulationVersion"],
+            ));
         }
     }
-    let preferred = obj.pointer("/spec/preferredHolder").and_then(Value::as_str).unwrap_or("");
-    if !preferred.is_empty() && obj.pointer("/spec/strategy").and_then(Value::as_str).unwrap_or("").is_empty() {
+    let preferred = obj
+        .pointer("/spec/preferredHolder")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !preferred.is_empty()
+        && obj
+            .pointer("/spec/strategy")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+    {
         errs.push(FieldError::forbidden(
             "spec.preferredHolder",
             "may only be specified if `strategy` is defined",

@@ -24,7 +24,7 @@ use crate::patch::ListStrategy;
 use crate::resources::{ResourceType, Rules, View};
 use crate::status::{ApiError, FieldError};
 
-pub use crd::{CrdReconcile, reconcile as reconcile_crd};
+pub use crd::reconcile as reconcile_crd;
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,10 @@ fn unknown_field_verdict(
     unknown: Vec<String>,
     validation: FieldValidation,
 ) -> Result<Vec<String>, ApiError> {
-    let messages: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    let messages: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
     match validation {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => Ok(messages),
@@ -134,7 +137,10 @@ fn unknown_field_verdict(
     }
 }
 
-fn round_trip<K: Serialize + DeserializeOwned>(rt: &ResourceType, value: &Value) -> Result<Value, ApiError> {
+fn round_trip<K: Serialize + DeserializeOwned>(
+    rt: &ResourceType,
+    value: &Value,
+) -> Result<Value, ApiError> {
     let typed: K = serde_path_to_error::deserialize(value.clone()).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.inner().to_string();
@@ -142,8 +148,16 @@ fn round_trip<K: Serialize + DeserializeOwned>(rt: &ResourceType, value: &Value)
             .strip_prefix("missing field `")
             .and_then(|rest| rest.split('`').next())
         {
-            let full = if path == "." { field.to_owned() } else { format!("{path}.{field}") };
-            return ApiError::invalid(&rt.group_kind(), meta::name(value), vec![FieldError::required(full, "")]);
+            let full = if path == "." {
+                field.to_owned()
+            } else {
+                format!("{path}.{field}")
+            };
+            return ApiError::invalid(
+                &rt.group_kind(),
+                meta::name(value),
+                vec![FieldError::required(full, "")],
+            );
         }
         ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {path}: {inner}",
@@ -151,7 +165,8 @@ fn round_trip<K: Serialize + DeserializeOwned>(rt: &ResourceType, value: &Value)
             version = rt.version,
         ))
     })?;
-    serde_json::to_value(&typed).map_err(|e| ApiError::Internal(format!("re-encoding {}: {e}", rt.kind)))
+    serde_json::to_value(&typed)
+        .map_err(|e| ApiError::Internal(format!("re-encoding {}: {e}", rt.kind)))
 }
 
 /// Paths present (and not null) in `input` but absent from `decoded`.
@@ -159,7 +174,11 @@ fn unknown_fields(input: &Value, decoded: &Value, path: &str, out: &mut Vec<Stri
     match (input, decoded) {
         (Value::Object(i), Value::Object(d)) => {
             for (key, value) in i {
-                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 match d.get(key) {
                     None if !value.is_null() => out.push(child),
                     Some(dv) => unknown_fields(value, dv, &child, out),
@@ -212,7 +231,9 @@ pub fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiErro
             )));
         }
     }
-    if (!given_version.is_empty() && given_version != api_version) || (!given_kind.is_empty() && given_kind != rt.kind) {
+    if (!given_version.is_empty() && given_version != api_version)
+        || (!given_kind.is_empty() && given_kind != rt.kind)
+    {
         return Err(ApiError::bad_request(format!(
             "the API version in the data ({given_version}) does not match the expected API version ({api_version})"
         ))
@@ -246,7 +267,11 @@ impl ApiError {
 /// Defaults and server-owned fields of a new object (`PrepareForCreate`),
 /// and allocations (service IPs and ports). Allocation failures are field
 /// errors.
-pub fn prepare_create(rt: &ResourceType, obj: &mut Value, cluster: &dyn Cluster) -> Vec<FieldError> {
+pub fn prepare_create(
+    rt: &ResourceType,
+    obj: &mut Value,
+    cluster: &dyn Cluster,
+) -> Vec<FieldError> {
     match rt.rules {
         Rules::Node => node::prepare_create(obj),
         Rules::Service => return service::prepare_create(obj, cluster),
@@ -302,7 +327,12 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
 }
 
 /// `ValidateUpdate` of the kind's (or its status) strategy.
-pub fn validate_update(rt: &ResourceType, sub: Subresource, new: &Value, old: &Value) -> Vec<FieldError> {
+pub fn validate_update(
+    rt: &ResourceType,
+    sub: Subresource,
+    new: &Value,
+    old: &Value,
+) -> Vec<FieldError> {
     let mut errs = meta::validate_update(new, old);
     errs.extend(match rt.rules {
         Rules::Node => node::validate_update(new, old),
@@ -322,7 +352,10 @@ pub fn validate_update(rt: &ResourceType, sub: Subresource, new: &Value, old: &V
 pub fn selectable_fields(rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
     let mut fields = vec![("metadata.name".to_owned(), meta::name(obj).to_owned())];
     if rt.namespaced {
-        fields.push(("metadata.namespace".to_owned(), meta::namespace(obj).to_owned()));
+        fields.push((
+            "metadata.namespace".to_owned(),
+            meta::namespace(obj).to_owned(),
+        ));
     }
     let extra: Vec<(&str, String)> = match (rt.rules, rt.view) {
         (Rules::Node, _) => node::fields(obj),
@@ -380,7 +413,11 @@ pub fn bump_generation(new: &mut Value, old: &Value, ignore_status: bool) {
         v
     };
     let generation = meta::generation(old).max(1);
-    let next = if strip(new) != strip(old) { generation + 1 } else { generation };
+    let next = if strip(new) != strip(old) {
+        generation + 1
+    } else {
+        generation
+    };
     meta::set(new, "generation", Value::from(next));
 }
 
@@ -404,17 +441,30 @@ pub fn validate_conditions(conditions: Option<&Value>, path: &str) -> Vec<FieldE
         seen.push(kind);
         let status = str_at(c, "/status");
         if !["False", "True", "Unknown"].contains(&status) {
-            errs.push(FieldError::not_supported(format!("{p}.status"), status, &["False", "True", "Unknown"]));
+            errs.push(FieldError::not_supported(
+                format!("{p}.status"),
+                status,
+                &["False", "True", "Unknown"],
+            ));
         }
-        if c.get("observedGeneration").and_then(Value::as_i64).unwrap_or(0) < 0 {
+        if c.get("observedGeneration")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            < 0
+        {
             errs.push(FieldError::invalid(
                 format!("{p}.observedGeneration"),
-                c.get("observedGeneration").and_then(Value::as_i64).unwrap_or(0),
+                c.get("observedGeneration")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
                 "must be greater than or equal to zero",
             ));
         }
         if str_at(c, "/lastTransitionTime").is_empty() {
-            errs.push(FieldError::required(format!("{p}.lastTransitionTime"), "must be set"));
+            errs.push(FieldError::required(
+                format!("{p}.lastTransitionTime"),
+                "must be set",
+            ));
         }
         let reason = str_at(c, "/reason");
         if reason.is_empty() {

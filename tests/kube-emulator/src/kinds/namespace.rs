@@ -35,13 +35,24 @@ pub fn prepare_create(obj: &mut Value) {
 pub fn prepare_update(sub: Subresource, new: &mut Value, old: &Value) {
     match sub {
         Subresource::Main => {
-            set_field(new, "status", old.get("status").cloned().unwrap_or_else(|| json!({})));
-            let finalizers = old.pointer("/spec/finalizers").cloned().unwrap_or_else(|| json!([]));
+            set_field(
+                new,
+                "status",
+                old.get("status").cloned().unwrap_or_else(|| json!({})),
+            );
+            let finalizers = old
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or_else(|| json!([]));
             let mut spec = new.get("spec").cloned().unwrap_or_else(|| json!({}));
             set_field(&mut spec, "finalizers", finalizers);
             set_field(new, "spec", spec);
         }
-        Subresource::Status => set_field(new, "spec", old.get("spec").cloned().unwrap_or_else(|| json!({}))),
+        Subresource::Status => set_field(
+            new,
+            "spec",
+            old.get("spec").cloned().unwrap_or_else(|| json!({})),
+        ),
     }
     label_name(new);
 }
@@ -57,7 +68,11 @@ pub fn validate_finalizers(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for finalizer in meta::string_list(obj.pointer("/spec/finalizers")) {
         for msg in validation::qualified_name(&finalizer) {
-            errs.push(FieldError::invalid("spec.finalizers", finalizer.as_str(), msg));
+            errs.push(FieldError::invalid(
+                "spec.finalizers",
+                finalizer.as_str(),
+                msg,
+            ));
         }
         if !finalizer.contains('/') && !STANDARD_FINALIZERS.contains(&finalizer.as_str()) {
             errs.push(FieldError::invalid(

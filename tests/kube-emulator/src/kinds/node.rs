@@ -73,7 +73,10 @@ pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
             if seen.contains(&pair) {
                 errs.push(FieldError::duplicate(
                     format!("status.addresses[{i}]"),
-                    BadValue::Raw(format!("core.NodeAddress{{Type:{:?}, Address:{:?}}}", pair.0, pair.1)),
+                    BadValue::Raw(format!(
+                        "core.NodeAddress{{Type:{:?}, Address:{:?}}}",
+                        pair.0, pair.1
+                    )),
                 ));
             }
             seen.push(pair);
@@ -113,18 +116,28 @@ fn validate_taints(obj: &Value) -> Vec<FieldError> {
         let value = str_at(taint, "/value");
         let value_errs = validation::label_value(value);
         if !value_errs.is_empty() {
-            errs.push(FieldError::invalid(format!("{path}.value"), value, value_errs.join(";")));
+            errs.push(FieldError::invalid(
+                format!("{path}.value"),
+                value,
+                value_errs.join(";"),
+            ));
         }
         let effect = str_at(taint, "/effect");
         if effect.is_empty() {
             errs.push(FieldError::required(format!("{path}.effect"), ""));
         } else if !EFFECTS.contains(&effect) {
-            errs.push(FieldError::not_supported(format!("{path}.effect"), effect, EFFECTS));
+            errs.push(FieldError::not_supported(
+                format!("{path}.effect"),
+                effect,
+                EFFECTS,
+            ));
         }
         if seen.contains(&(key, effect)) {
             let mut dup = FieldError::duplicate(
                 path,
-                BadValue::Raw(format!("core.Taint{{Key:{key:?}, Value:{value:?}, Effect:{effect:?}, TimeAdded:<nil>}}")),
+                BadValue::Raw(format!(
+                    "core.Taint{{Key:{key:?}, Value:{value:?}, Effect:{effect:?}, TimeAdded:<nil>}}"
+                )),
             );
             dup.detail = "taints must be unique by key and effect pair".to_owned();
             errs.push(dup);
@@ -139,7 +152,10 @@ fn validate_taints(obj: &Value) -> Vec<FieldError> {
 fn validate_resources(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for field in ["capacity", "allocatable"] {
-        let Some(map) = obj.pointer(&format!("/status/{field}")).and_then(Value::as_object) else {
+        let Some(map) = obj
+            .pointer(&format!("/status/{field}"))
+            .and_then(Value::as_object)
+        else {
             continue;
         };
         for (name, quantity) in map {

@@ -63,7 +63,10 @@ fn spec_mut(svc: &mut Value) -> &mut serde_json::Map<String, Value> {
 }
 
 fn ports(svc: &Value) -> Vec<Value> {
-    svc.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default()
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 pub fn prepare_create(svc: &mut Value, cluster: &dyn Cluster) -> Vec<FieldError> {
@@ -72,12 +75,21 @@ pub fn prepare_create(svc: &mut Value, cluster: &dyn Cluster) -> Vec<FieldError>
     allocate(svc, None, cluster)
 }
 
-pub fn prepare_update(sub: Subresource, new: &mut Value, old: &Value, cluster: &dyn Cluster) -> Vec<FieldError> {
+pub fn prepare_update(
+    sub: Subresource,
+    new: &mut Value,
+    old: &Value,
+    cluster: &dyn Cluster,
+) -> Vec<FieldError> {
     let keep = match sub {
         Subresource::Main => "status",
         Subresource::Status => "spec",
     };
-    set_field(new, keep, old.get(keep).cloned().unwrap_or_else(|| json!({})));
+    set_field(
+        new,
+        keep,
+        old.get(keep).cloned().unwrap_or_else(|| json!({})),
+    );
     if sub == Subresource::Status {
         default_ip_mode(new);
         return Vec::new();
@@ -93,9 +105,12 @@ fn apply_defaults(svc: &mut Value) {
     let kind = service_type(svc).to_owned();
     let spec = spec_mut(svc);
     spec.entry("type").or_insert_with(|| json!("ClusterIP"));
-    spec.entry("sessionAffinity").or_insert_with(|| json!("None"));
+    spec.entry("sessionAffinity")
+        .or_insert_with(|| json!("None"));
     if spec.get("sessionAffinity") == Some(&json!("ClientIP")) {
-        let config = spec.entry("sessionAffinityConfig").or_insert_with(|| json!({}));
+        let config = spec
+            .entry("sessionAffinityConfig")
+            .or_insert_with(|| json!({}));
         if config.pointer("/clientIP/timeoutSeconds").is_none() {
             set_field(config, "clientIP", json!({"timeoutSeconds": 10800}));
         }
@@ -113,14 +128,18 @@ fn apply_defaults(svc: &mut Value) {
         }
     }
     if matches!(kind.as_str(), "NodePort" | "LoadBalancer") {
-        spec.entry("externalTrafficPolicy").or_insert_with(|| json!("Cluster"));
+        spec.entry("externalTrafficPolicy")
+            .or_insert_with(|| json!("Cluster"));
     }
     if kind == "LoadBalancer" {
-        spec.entry("allocateLoadBalancerNodePorts").or_insert_with(|| json!(true));
+        spec.entry("allocateLoadBalancerNodePorts")
+            .or_insert_with(|| json!(true));
     }
     if kind != "ExternalName" {
-        spec.entry("internalTrafficPolicy").or_insert_with(|| json!("Cluster"));
-        spec.entry("ipFamilyPolicy").or_insert_with(|| json!("SingleStack"));
+        spec.entry("internalTrafficPolicy")
+            .or_insert_with(|| json!("Cluster"));
+        spec.entry("ipFamilyPolicy")
+            .or_insert_with(|| json!("SingleStack"));
         spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
     }
     default_ip_mode(svc);
@@ -131,9 +150,15 @@ fn default_ip_mode(svc: &mut Value) {
     if service_type(svc) != "LoadBalancer" {
         return;
     }
-    if let Some(ingress) = svc.pointer_mut("/status/loadBalancer/ingress").and_then(Value::as_array_mut) {
+    if let Some(ingress) = svc
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    {
         for item in ingress.iter_mut().filter_map(Value::as_object_mut) {
-            let has_ip = item.get("ip").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty());
+            let has_ip = item
+                .get("ip")
+                .and_then(Value::as_str)
+                .is_some_and(|ip| !ip.is_empty());
             if has_ip && item.get("ipMode").is_none_or(Value::is_null) {
                 item.insert("ipMode".to_owned(), json!("VIP"));
             }
@@ -146,7 +171,9 @@ fn default_ip_mode(svc: &mut Value) {
 fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
     let new_type = service_type(new).to_owned();
     let old_ports = ports(old);
-    let same = |field: &str, new: &Value| new.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"));
+    let same = |field: &str, new: &Value| {
+        new.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"))
+    };
     if !needs_node_ports(new) && needs_node_ports(old) {
         let spec = spec_mut(new);
         if let Some(list) = spec.get_mut("ports").and_then(Value::as_array_mut) {
@@ -175,7 +202,13 @@ fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
         drop.push("externalTrafficPolicy");
     }
     if new_type == "ExternalName" {
-        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"] {
+        for field in [
+            "clusterIP",
+            "clusterIPs",
+            "ipFamilies",
+            "ipFamilyPolicy",
+            "internalTrafficPolicy",
+        ] {
             if same(field, new) {
                 drop.push(field);
             }
@@ -205,7 +238,10 @@ fn carry_allocated_values(new: &mut Value, old: &Value) {
                 if port.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0 {
                     continue;
                 }
-                let protocol = port.get("protocol").cloned().unwrap_or_else(|| json!("TCP"));
+                let protocol = port
+                    .get("protocol")
+                    .cloned()
+                    .unwrap_or_else(|| json!("TCP"));
                 let matching = old_ports.iter().find(|o| {
                     o.get("port") == port.get("port")
                         && o.get("protocol").cloned().unwrap_or_else(|| json!("TCP")) == protocol
@@ -242,8 +278,14 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
     let mut used_ports: BTreeSet<i64> = others
         .iter()
         .flat_map(|o| {
-            let mut p: Vec<i64> = ports(o).iter().filter_map(|p| p.get("nodePort")?.as_i64()).collect();
-            p.extend(o.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64));
+            let mut p: Vec<i64> = ports(o)
+                .iter()
+                .filter_map(|p| p.get("nodePort")?.as_i64())
+                .collect();
+            p.extend(
+                o.pointer("/spec/healthCheckNodePort")
+                    .and_then(Value::as_i64),
+            );
             p
         })
         .collect();
@@ -281,15 +323,28 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
                     ));
                 }
             }
-            spec_mut(svc).entry("clusterIPs").or_insert_with(|| json!([ip]));
+            spec_mut(svc)
+                .entry("clusterIPs")
+                .or_insert_with(|| json!([ip]));
         }
     }
 
     let old_node_ports: BTreeSet<i64> = old
-        .map(|o| ports(o).iter().filter_map(|p| p.get("nodePort")?.as_i64()).collect())
+        .map(|o| {
+            ports(o)
+                .iter()
+                .filter_map(|p| p.get("nodePort")?.as_i64())
+                .collect()
+        })
         .unwrap_or_default();
     if needs_node_ports(svc) {
         let mut list = ports(svc);
+        let taken_by_others = used_ports.clone();
+        used_ports.extend(
+            list.iter()
+                .filter_map(|p| p.get("nodePort")?.as_i64())
+                .filter(|p| *p != 0),
+        );
         for (i, port) in list.iter_mut().enumerate() {
             let requested = port.get("nodePort").and_then(Value::as_i64).unwrap_or(0);
             if requested == 0 {
@@ -307,7 +362,6 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
                 continue;
             }
             if old_node_ports.contains(&requested) {
-                used_ports.insert(requested);
                 continue;
             }
             if !NODE_PORTS.contains(&requested) {
@@ -316,30 +370,31 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
                     requested,
                     "provided port is not in the valid range. The range of valid ports is 30000-32767",
                 ));
-            } else if used_ports.contains(&requested) {
+            } else if taken_by_others.contains(&requested) {
                 errs.push(FieldError::invalid(
                     format!("spec.ports[{i}].nodePort"),
                     requested,
                     "provided port is already allocated",
                 ));
             }
-            used_ports.insert(requested);
         }
         if svc.pointer("/spec/ports").is_some() {
             spec_mut(svc).insert("ports".to_owned(), Value::Array(list));
         }
     }
-    if needs_health_check_port(svc) && svc.pointer("/spec/healthCheckNodePort").is_none() {
-        if let Some(p) = NODE_PORTS.clone().find(|p| !used_ports.contains(p)) {
-            spec_mut(svc).insert("healthCheckNodePort".to_owned(), json!(p));
-        }
+    if needs_health_check_port(svc)
+        && svc.pointer("/spec/healthCheckNodePort").is_none()
+        && let Some(p) = NODE_PORTS.clone().find(|p| !used_ports.contains(p))
+    {
+        spec_mut(svc).insert("healthCheckNodePort".to_owned(), json!(p));
     }
     errs
 }
 
 fn in_cluster_range(ip: &str) -> bool {
-    ip.parse::<Ipv4Addr>()
-        .is_ok_and(|ip| u32::from(ip) >> (32 - CLUSTER_IP_PREFIX) == CLUSTER_IP_BASE >> (32 - CLUSTER_IP_PREFIX))
+    ip.parse::<Ipv4Addr>().is_ok_and(|ip| {
+        u32::from(ip) >> (32 - CLUSTER_IP_PREFIX) == CLUSTER_IP_BASE >> (32 - CLUSTER_IP_PREFIX)
+    })
 }
 
 fn free_cluster_ip(used: &BTreeSet<String>) -> Option<String> {
@@ -359,23 +414,34 @@ pub fn validate_update(sub: Subresource, new: &Value, old: &Value) -> Vec<FieldE
     match sub {
         Subresource::Status => {
             let mut errs = validate_load_balancer_status(new);
-            errs.extend(super::validate_conditions(new.pointer("/status/conditions"), "status.conditions"));
+            errs.extend(super::validate_conditions(
+                new.pointer("/status/conditions"),
+                "status.conditions",
+            ));
             errs
         }
         Subresource::Main => {
             let mut errs = validate_spec(new);
-            let (old_ip, new_ip) = (str_at(old, "/spec/clusterIP"), str_at(new, "/spec/clusterIP"));
+            let (old_ip, new_ip) = (
+                str_at(old, "/spec/clusterIP"),
+                str_at(new, "/spec/clusterIP"),
+            );
             let external_name_change =
                 service_type(old) == "ExternalName" || service_type(new) == "ExternalName";
             if !old_ip.is_empty() && old_ip != new_ip && !external_name_change {
                 let ips = meta::string_list(new.pointer("/spec/clusterIPs"));
                 errs.push(FieldError::invalid(
                     "spec.clusterIPs[0]",
-                    BadValue::Raw(format!("{ips:?}").replacen('[', "[]string{", 1).replacen(']', "}", 1)),
+                    BadValue::Raw(
+                        format!("{ips:?}")
+                            .replacen('[', "[]string{", 1)
+                            .replacen(']', "}", 1),
+                    ),
                     "may not change once set",
                 ));
             }
-            let both_lb = service_type(old) == "LoadBalancer" && service_type(new) == "LoadBalancer";
+            let both_lb =
+                service_type(old) == "LoadBalancer" && service_type(new) == "LoadBalancer";
             let (old_class, new_class) = (
                 old.pointer("/spec/loadBalancerClass"),
                 new.pointer("/spec/loadBalancerClass"),
@@ -410,7 +476,10 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
             }
         }
         if !cluster_ip.is_empty() {
-            errs.push(FieldError::forbidden("spec.clusterIP", "may not be set for ExternalName services"));
+            errs.push(FieldError::forbidden(
+                "spec.clusterIP",
+                "may not be set for ExternalName services",
+            ));
         }
     } else if !cluster_ip.is_empty() && !headless {
         for msg in validation::ip(cluster_ip) {
@@ -420,7 +489,11 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
     errs.extend(validate_ports(svc, kind, headless));
     let affinity = str_at(svc, "/spec/sessionAffinity");
     if !affinity.is_empty() && !["ClientIP", "None"].contains(&affinity) {
-        errs.push(FieldError::not_supported("spec.sessionAffinity", affinity, &["ClientIP", "None"]));
+        errs.push(FieldError::not_supported(
+            "spec.sessionAffinity",
+            affinity,
+            &["ClientIP", "None"],
+        ));
     }
     if let Some(timeout) = svc
         .pointer("/spec/sessionAffinityConfig/clientIP/timeoutSeconds")
@@ -434,7 +507,10 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
         ));
     }
     let is_lb = kind == "LoadBalancer";
-    if let Some(ranges) = svc.pointer("/spec/loadBalancerSourceRanges").and_then(Value::as_array) {
+    if let Some(ranges) = svc
+        .pointer("/spec/loadBalancerSourceRanges")
+        .and_then(Value::as_array)
+    {
         if !is_lb && !ranges.is_empty() {
             errs.push(FieldError::forbidden(
                 "spec.loadBalancerSourceRanges",
@@ -444,14 +520,21 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
         for (i, range) in ranges.iter().enumerate() {
             let range = range.as_str().unwrap_or("");
             for msg in validation::cidr(range.trim()) {
-                errs.push(FieldError::invalid(format!("spec.loadBalancerSourceRanges[{i}]"), range, msg));
+                errs.push(FieldError::invalid(
+                    format!("spec.loadBalancerSourceRanges[{i}]"),
+                    range,
+                    msg,
+                ));
             }
         }
     }
     let lb_ip = str_at(svc, "/spec/loadBalancerIP");
     if !lb_ip.is_empty() {
         if !is_lb {
-            errs.push(FieldError::forbidden("spec.loadBalancerIP", "may only be used when `type` is 'LoadBalancer'"));
+            errs.push(FieldError::forbidden(
+                "spec.loadBalancerIP",
+                "may only be used when `type` is 'LoadBalancer'",
+            ));
         }
         for msg in validation::ip(lb_ip) {
             errs.push(FieldError::invalid("spec.loadBalancerIP", lb_ip, msg));
@@ -467,9 +550,16 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
             ));
         }
     } else if !["Cluster", "Local"].contains(&etp) {
-        errs.push(FieldError::not_supported("spec.externalTrafficPolicy", etp, &["Cluster", "Local"]));
+        errs.push(FieldError::not_supported(
+            "spec.externalTrafficPolicy",
+            etp,
+            &["Cluster", "Local"],
+        ));
     }
-    if let Some(port) = svc.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64) {
+    if let Some(port) = svc
+        .pointer("/spec/healthCheckNodePort")
+        .and_then(Value::as_i64)
+    {
         if !needs_health_check_port(svc) {
             errs.push(FieldError::invalid(
                 "spec.healthCheckNodePort",
@@ -484,15 +574,26 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
     }
     let itp = str_at(svc, "/spec/internalTrafficPolicy");
     if !itp.is_empty() && !["Cluster", "Local"].contains(&itp) {
-        errs.push(FieldError::not_supported("spec.internalTrafficPolicy", itp, &["Cluster", "Local"]));
+        errs.push(FieldError::not_supported(
+            "spec.internalTrafficPolicy",
+            itp,
+            &["Cluster", "Local"],
+        ));
     }
-    if svc.pointer("/spec/allocateLoadBalancerNodePorts").is_some_and(|v| !v.is_null()) && !is_lb {
+    if svc
+        .pointer("/spec/allocateLoadBalancerNodePorts")
+        .is_some_and(|v| !v.is_null())
+        && !is_lb
+    {
         errs.push(FieldError::forbidden(
             "spec.allocateLoadBalancerNodePorts",
             "may only be used when `type` is 'LoadBalancer'",
         ));
     }
-    if let Some(class) = svc.pointer("/spec/loadBalancerClass").and_then(Value::as_str) {
+    if let Some(class) = svc
+        .pointer("/spec/loadBalancerClass")
+        .and_then(Value::as_str)
+    {
         if is_lb {
             for msg in validation::qualified_name(class) {
                 errs.push(FieldError::invalid("spec.loadBalancerClass", class, msg));
@@ -507,7 +608,10 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
     if let Some(selector) = svc.pointer("/spec/selector").and_then(Value::as_object) {
         errs.extend(meta::validate_labels(selector, "spec.selector"));
     }
-    for (i, family) in meta::string_list(svc.pointer("/spec/ipFamilies")).iter().enumerate() {
+    for (i, family) in meta::string_list(svc.pointer("/spec/ipFamilies"))
+        .iter()
+        .enumerate()
+    {
         match family.as_str() {
             "IPv4" => {}
             "IPv6" => errs.push(FieldError::invalid(
@@ -515,7 +619,11 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
                 family.as_str(),
                 "not configured on this cluster",
             )),
-            other => errs.push(FieldError::not_supported(format!("spec.ipFamilies[{i}]"), other, &["IPv4", "IPv6"])),
+            other => errs.push(FieldError::not_supported(
+                format!("spec.ipFamilies[{i}]"),
+                other,
+                &["IPv4", "IPv6"],
+            )),
         }
     }
     let policy = str_at(svc, "/spec/ipFamilyPolicy");
@@ -568,7 +676,11 @@ fn validate_ports(svc: &Value, kind: &str, headless: bool) -> Vec<FieldError> {
         if protocol.is_empty() {
             errs.push(FieldError::required(format!("{path}.protocol"), ""));
         } else if !PROTOCOLS.contains(&protocol) {
-            errs.push(FieldError::not_supported(format!("{path}.protocol"), protocol, PROTOCOLS));
+            errs.push(FieldError::not_supported(
+                format!("{path}.protocol"),
+                protocol,
+                PROTOCOLS,
+            ));
         }
         match port.get("targetPort") {
             Some(Value::Number(n)) => {
@@ -579,7 +691,11 @@ fn validate_ports(svc: &Value, kind: &str, headless: bool) -> Vec<FieldError> {
             }
             Some(Value::String(s)) => {
                 for msg in validation::port_name(s) {
-                    errs.push(FieldError::invalid(format!("{path}.targetPort"), s.as_str(), msg));
+                    errs.push(FieldError::invalid(
+                        format!("{path}.targetPort"),
+                        s.as_str(),
+                        msg,
+                    ));
                 }
             }
             _ => {}
@@ -587,7 +703,9 @@ fn validate_ports(svc: &Value, kind: &str, headless: bool) -> Vec<FieldError> {
         if port_protocols.contains(&(number, protocol)) {
             errs.push(FieldError::duplicate(
                 path.clone(),
-                BadValue::Raw(format!("core.ServicePort{{Name:{name:?}, Protocol:{protocol:?}, Port:{number}}}")),
+                BadValue::Raw(format!(
+                    "core.ServicePort{{Name:{name:?}, Protocol:{protocol:?}, Port:{number}}}"
+                )),
             ));
         }
         port_protocols.push((number, protocol));
@@ -600,7 +718,11 @@ fn validate_ports(svc: &Value, kind: &str, headless: bool) -> Vec<FieldError> {
                 ));
             }
             for msg in validation::port_number(node_port) {
-                errs.push(FieldError::invalid(format!("{path}.nodePort"), node_port, msg));
+                errs.push(FieldError::invalid(
+                    format!("{path}.nodePort"),
+                    node_port,
+                    msg,
+                ));
             }
             if node_ports.contains(&(node_port, protocol)) {
                 errs.push(FieldError::duplicate(format!("{path}.nodePort"), node_port));
@@ -614,7 +736,10 @@ fn validate_ports(svc: &Value, kind: &str, headless: bool) -> Vec<FieldError> {
 /// `ValidateLoadBalancerStatus` with `LoadBalancerIPMode` on.
 fn validate_load_balancer_status(svc: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let Some(ingress) = svc.pointer("/status/loadBalancer/ingress").and_then(Value::as_array) else {
+    let Some(ingress) = svc
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+    else {
         return errs;
     };
     if service_type(svc) != "LoadBalancer" && !ingress.is_empty() {
@@ -643,14 +768,22 @@ fn validate_load_balancer_status(svc: &Value) -> Vec<FieldError> {
                 "must be specified when `ip` is set",
             )),
             (Some(m), false) if !["Proxy", "VIP"].contains(&m) => {
-                errs.push(FieldError::not_supported(format!("{path}.ipMode"), m, &["Proxy", "VIP"]));
+                errs.push(FieldError::not_supported(
+                    format!("{path}.ipMode"),
+                    m,
+                    &["Proxy", "VIP"],
+                ));
             }
             _ => {}
         }
         let hostname = str_at(item, "/hostname");
         if !hostname.is_empty() {
             for msg in validation::dns1123_subdomain(hostname) {
-                errs.push(FieldError::invalid(format!("{path}.hostname"), hostname, msg));
+                errs.push(FieldError::invalid(
+                    format!("{path}.hostname"),
+                    hostname,
+                    msg,
+                ));
             }
             if validation::ip(hostname).is_empty() {
                 errs.push(FieldError::invalid(
@@ -720,7 +853,10 @@ mod tests {
         status["status"] = json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}});
         prepare_update(Subresource::Status, &mut status, &old, &Existing(vec![]));
         assert_eq!(status["spec"]["type"], "LoadBalancer");
-        assert_eq!(status["status"]["loadBalancer"]["ingress"][0]["ipMode"], "VIP");
+        assert_eq!(
+            status["status"]["loadBalancer"]["ingress"][0]["ipMode"],
+            "VIP"
+        );
         assert!(validate_update(Subresource::Status, &status, &old).is_empty());
     }
 
