@@ -248,9 +248,14 @@ fn inspect_of_a_missing_file_fails_naming_it() {
 
 // ---- provider call: success -----------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn call_instance_metadata_with_an_env_credential_prints_the_metadata() {
-    let (cloud, instance, config) = cloud_with_node().await;
+/// `provider call simcloud instance-metadata` for node-1 with the simulator granted and its
+/// token injected by `credential` (given `env`).
+async fn call_metadata_with_credential(
+    cloud: &Cloud,
+    config: &tempfile::NamedTempFile,
+    credential: &str,
+    env: Vec<(&'static str, String)>,
+) -> Run {
     let url = cloud.sim.url();
     let args = call_args(
         guest_builds::SIMCLOUD,
@@ -258,16 +263,25 @@ async fn call_instance_metadata_with_an_env_credential_prints_the_metadata() {
         node1_args(),
         &[
             "--config",
-            &path(&config),
+            &path(config),
             "--allow",
             &url,
             "--credential",
-            &format!("{url}=bearer:env:SIM_TOKEN"),
+            &format!("{url}={credential}"),
             "--audit",
         ],
     );
-    let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
+    let run = wasm_ccm_async(args, env).await;
     assert!(run.succeeded(), "{run:#?}");
+    run.assert_no_token();
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_instance_metadata_with_an_env_credential_prints_the_metadata() {
+    let (cloud, instance, config) = cloud_with_node().await;
+    let env = vec![("SIM_TOKEN", TOKEN.to_string())];
+    let run = call_metadata_with_credential(&cloud, &config, "bearer:env:SIM_TOKEN", env).await;
     let md: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
     assert_eq!(md["providerID"], format!("simcloud://{}", instance.id));
     assert_eq!(md["instanceType"], "sim.large");
@@ -293,39 +307,23 @@ async fn call_instance_metadata_with_an_env_credential_prints_the_metadata() {
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();
     assert_eq!(audit.len(), 1, "{}", run.stderr);
-    assert_eq!(audit[0]["host"], url);
+    assert_eq!(audit[0]["host"], cloud.sim.url());
     assert_eq!(audit[0]["path"], "/v1/instances");
     assert_eq!(audit[0]["status"], 200);
 
     let log = cloud.sim.state().requests();
     assert_eq!(log.len(), 1);
     assert!(log[0].authorized, "the token was injected");
-    run.assert_no_token();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_instance_metadata_with_a_file_credential_prints_the_metadata() {
     let (cloud, instance, config) = cloud_with_node().await;
-    let url = cloud.sim.url();
-    let args = call_args(
-        guest_builds::SIMCLOUD,
-        "instance-metadata",
-        node1_args(),
-        &[
-            "--config",
-            &path(&config),
-            "--allow",
-            &url,
-            "--credential",
-            &format!("{url}=bearer:file:{}", path(&cloud.token_file)),
-        ],
-    );
-    let run = wasm_ccm_async(args, vec![]).await;
-    assert!(run.succeeded(), "{run:#?}");
+    let credential = format!("bearer:file:{}", path(&cloud.token_file));
+    let run = call_metadata_with_credential(&cloud, &config, &credential, vec![]).await;
     let md: serde_json::Value = serde_json::from_str(&run.stdout).expect("stdout is JSON");
     assert_eq!(md["providerID"], format!("simcloud://{}", instance.id));
     assert!(cloud.sim.state().requests().iter().all(|r| r.authorized));
-    run.assert_no_token();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
