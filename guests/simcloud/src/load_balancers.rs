@@ -36,11 +36,21 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         let config = Config::load()?;
         let api = Api::new(&config);
         let name = default_load_balancer_name(&svc);
-        let spec = desired(&svc, &nodes, config.proxy_protocol)?;
+        let mut spec = desired(&svc, &nodes, config.proxy_protocol)?;
         let lb = match api.load_balancer_named(&name, &cluster_name)? {
-            None => create(&api, &name, &cluster_name, &svc, spec)?,
             Some(lb) if spec.matches(&lb) => lb,
-            Some(lb) => update(&api, &lb, &spec)?,
+            None => {
+                spec.targets = live(&api, spec.targets)?;
+                create(&api, &name, &cluster_name, &svc, spec)?
+            }
+            Some(lb) => {
+                spec.targets = live(&api, spec.targets)?;
+                if spec.matches(&lb) {
+                    lb
+                } else {
+                    update(&api, &lb, &spec)?
+                }
+            }
         };
         ready_status(&lb)
     }
@@ -53,6 +63,10 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         let api = Api::load()?;
         let lb = existing(&api, &cluster_name, &svc)?;
         let targets = target_ids(&nodes);
+        if set(&targets) == set(&lb.targets) {
+            return Ok(());
+        }
+        let targets = live(&api, targets)?;
         if set(&targets) != set(&lb.targets) {
             api.set_targets(&lb.id, &targets)?;
             wasm_ccm_sdk::info!(
@@ -145,6 +159,19 @@ fn listener(port: &ServicePort) -> Result<Listener, Error> {
         protocol: port.protocol.into(),
         node_port,
     })
+}
+
+/// The `targets` whose instances exist. A Node can outlive its instance until the lifecycle
+/// controller deletes it, and one such node must not fail the load balancer of every Service.
+/// Asked only before a write, so an unchanged load balancer costs no listing.
+fn live(api: &Api, targets: Vec<String>) -> Result<Vec<String>, Error> {
+    let existing: Vec<String> = api.instances(None)?.into_iter().map(|i| i.id).collect();
+    let (live, gone): (Vec<String>, Vec<String>) =
+        targets.into_iter().partition(|id| existing.contains(id));
+    if !gone.is_empty() {
+        wasm_ccm_sdk::info!("not targeting instances that no longer exist: {gone:?}");
+    }
+    Ok(live)
 }
 
 /// The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud

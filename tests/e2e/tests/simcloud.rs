@@ -691,6 +691,51 @@ async fn update_load_balancer_changes_only_the_targets() {
 }
 
 #[tokio::test]
+async fn a_node_whose_instance_is_gone_is_left_out_not_failing_the_load_balancer() {
+    let cloud = Cloud::start().await;
+    let i1 = add_instance(&cloud, "node-1", 11);
+    let i2 = add_instance(&cloud, "node-2", 12);
+    let p = simcloud(&cloud).await;
+    let svc = web_service();
+    let nodes = [node_of(&i1), node_of(&i2)];
+    ensure_active(&p, &svc, &nodes).await;
+
+    // The instance is terminated; its Node lingers until the lifecycle controller acts.
+    // A node added meanwhile makes a write necessary: the gone instance is left out of it.
+    assert!(cloud.sim.state().delete_instance(&i2.id));
+    let i3 = add_instance(&cloud, "node-3", 13);
+    let nodes = [node_of(&i1), node_of(&i2), node_of(&i3)];
+    p.update_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    let lb = cloud.sim.state().load_balancers().remove(0);
+    assert_eq!(lb.targets, vec![i1.id.clone(), i3.id.clone()]);
+
+    // Ensuring with the same nodes finds nothing to change.
+    cloud.sim.state().clear_requests();
+    p.ensure_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    assert!(writes(&cloud).is_empty(), "{:?}", writes(&cloud));
+
+    // A new Service created while the stale Node exists gets only the live instances.
+    let other = Service {
+        name: "api".into(),
+        uid: "0a1b2c3d-0000-4000-8000-000000000001".into(),
+        ..web_service()
+    };
+    let provisioning = p
+        .ensure_load_balancer(CLUSTER, &other, &nodes)
+        .await
+        .unwrap_err();
+    assert!(provisioning.retry_after().is_some(), "{provisioning}");
+    let created = cloud
+        .sim
+        .state()
+        .load_balancers()
+        .into_iter()
+        .find(|l| l.service_uid == other.uid)
+        .unwrap();
+    assert_eq!(created.targets, vec![i1.id.clone(), i3.id.clone()]);
+}
+
+#[tokio::test]
 async fn update_load_balancer_of_a_missing_load_balancer_is_not_found() {
     let cloud = Cloud::start().await;
     let i1 = add_instance(&cloud, "node-1", 11);
