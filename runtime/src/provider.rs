@@ -147,32 +147,23 @@ impl Provider {
             cache: ProviderCache::default(),
             cloud_config: source.cloud_config.clone().map(Into::into),
         });
-        let loading = Provider {
-            guest,
-            capabilities: Capabilities {
-                name: origin_name(&source.origin),
-                instances: false,
-                load_balancer: false,
-                routes: false,
-                has_cluster_id: false,
-            },
-            metrics,
-        };
         let config = source.cloud_config.as_deref();
-        let capabilities = loading
-            .finish("init", Instant::now(), loading.guest.init(config).await)
-            .map_err(|error| ProviderLoadError::Init {
-                origin: source.origin.clone(),
-                error,
+        let init = guest.init(config).await;
+        let capabilities =
+            settle(&guest, &metrics, "init", Instant::now(), init).map_err(|error| {
+                ProviderLoadError::Init {
+                    origin: source.origin.clone(),
+                    error,
+                }
             })?;
-        let guest = loading.guest.renamed(Caller {
+        let guest = guest.renamed(Caller {
             provider: capabilities.name.clone(),
             version,
         });
         Ok(Provider {
             guest,
             capabilities,
-            metrics: loading.metrics,
+            metrics,
         })
     }
 
@@ -319,59 +310,70 @@ impl Provider {
         )
     }
 
-    /// Turn a sandbox result into the facade's, recording metrics.
     fn finish<T>(
         &self,
         function: &'static str,
         started: Instant,
         result: Result<Finished<Result<T, CloudError>>, CallFailure>,
     ) -> Result<T, ProviderError> {
-        let kind = match result {
-            Ok(Finished {
-                value: Ok(value), ..
-            }) => {
-                self.observe(function, started, "ok");
-                return Ok(value);
-            }
-            Ok(Finished {
-                value: Err(CloudError::Other { message }),
-                denials,
-            }) if !denials.is_empty() => ErrorKind::EgressDenied { denials, message },
-            Ok(Finished {
-                value: Err(error), ..
-            }) => ErrorKind::Cloud(error),
-            Err(failure) => ErrorKind::Sandbox(failure),
-        };
-        let error = ProviderError {
-            provider: self.label(),
-            function,
-            kind,
-        };
-        self.observe(function, started, error.outcome());
-        Err(error)
+        settle(&self.guest, &self.metrics, function, started, result)
     }
+}
 
-    fn observe(&self, function: &str, started: Instant, outcome: &str) {
-        let caller = self.guest.caller();
-        let labels = FunctionLabels {
-            provider: caller.provider.clone(),
-            version: caller.version.clone(),
-            function: function.to_string(),
-        };
-        self.metrics
-            .provider_call_duration
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        self.metrics
-            .provider_calls
-            .get_or_create(&CallLabels {
-                provider: labels.provider,
-                version: labels.version,
-                function: labels.function,
-                outcome: outcome.to_string(),
-            })
-            .inc();
-    }
+/// Turn a sandbox result into the facade's, recording metrics.
+fn settle<T>(
+    guest: &Guest,
+    metrics: &Metrics,
+    function: &'static str,
+    started: Instant,
+    result: Result<Finished<Result<T, CloudError>>, CallFailure>,
+) -> Result<T, ProviderError> {
+    let kind = match result {
+        Ok(Finished {
+            value: Ok(value), ..
+        }) => {
+            observe(guest, metrics, function, started, "ok");
+            return Ok(value);
+        }
+        Ok(Finished {
+            value: Err(CloudError::Other { message }),
+            denials,
+        }) if !denials.is_empty() => ErrorKind::EgressDenied { denials, message },
+        Ok(Finished {
+            value: Err(error), ..
+        }) => ErrorKind::Cloud(error),
+        Err(failure) => ErrorKind::Sandbox(failure),
+    };
+    let caller = guest.caller();
+    let error = ProviderError {
+        provider: format!("{}@{}", caller.provider, caller.version),
+        function,
+        kind,
+    };
+    observe(guest, metrics, function, started, error.outcome());
+    Err(error)
+}
+
+fn observe(guest: &Guest, metrics: &Metrics, function: &str, started: Instant, outcome: &str) {
+    let caller = guest.caller();
+    let labels = FunctionLabels {
+        provider: caller.provider.clone(),
+        version: caller.version.clone(),
+        function: function.to_string(),
+    };
+    metrics
+        .provider_call_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .provider_calls
+        .get_or_create(&CallLabels {
+            provider: labels.provider,
+            version: labels.version,
+            function: labels.function,
+            outcome: outcome.to_string(),
+        })
+        .inc();
 }
 
 /// `sha256:` and the first 12 hex digits of the component's digest.

@@ -120,6 +120,22 @@ async fn cloud_with_node() -> (Cloud, Instance, tempfile::NamedTempFile) {
     (cloud, instance, config)
 }
 
+/// Flags that grant the simulator and inject its token from `SIM_TOKEN`.
+fn granted_with_env_token(cloud: &Cloud, config: &tempfile::NamedTempFile) -> Vec<String> {
+    let url = cloud.sim.url();
+    let credential = format!("{url}=bearer:env:SIM_TOKEN");
+    [
+        "--config",
+        &path(config),
+        "--allow",
+        &url,
+        "--credential",
+        &credential,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 fn path(file: &tempfile::NamedTempFile) -> String {
     file.path().display().to_string()
 }
@@ -386,20 +402,13 @@ async fn call_without_allow_is_egress_denied_and_reaches_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_for_an_unknown_node_reports_not_found() {
     let (cloud, _, config) = cloud_with_node().await;
-    let url = cloud.sim.url();
-    let args = call_args(
+    let mut args = call_args(
         guest_builds::SIMCLOUD,
         "instance-metadata",
         r#"{"node":{"name":"ghost"}}"#,
-        &[
-            "--config",
-            &path(&config),
-            "--allow",
-            &url,
-            "--credential",
-            &format!("{url}=bearer:env:SIM_TOKEN"),
-        ],
+        &[],
     );
+    args.extend(granted_with_env_token(&cloud, &config));
     let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
     run.assert_failed_cleanly();
     assert_eq!(run.code, Some(1), "{run:#?}");
@@ -411,26 +420,19 @@ async fn call_for_an_unknown_node_reports_not_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_ensure_load_balancer_while_provisioning_reports_retry_after() {
     let (cloud, instance, config) = cloud_with_node().await;
-    let url = cloud.sim.url();
     let svc = serde_json::json!({
         "name": "web", "uid": "11112222-3333-4444-5555-666677778888",
         "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}]
     });
     let nodes = serde_json::json!([{"name": "node-1", "providerID": format!("simcloud://{}", instance.id)}]);
     let args = serde_json::json!({"cluster-name": "kubernetes", "svc": svc, "nodes": nodes});
-    let args = call_args(
+    let mut args = call_args(
         guest_builds::SIMCLOUD,
         "ensure-load-balancer",
         &args.to_string(),
-        &[
-            "--config",
-            &path(&config),
-            "--allow",
-            &url,
-            "--credential",
-            &format!("{url}=bearer:env:SIM_TOKEN"),
-        ],
+        &[],
     );
+    args.extend(granted_with_env_token(&cloud, &config));
     let run = wasm_ccm_async(args, vec![("SIM_TOKEN", TOKEN.to_string())]).await;
     run.assert_failed_cleanly();
     assert!(run.stderr.contains("(retry-after)"), "{}", run.stderr);
