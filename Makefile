@@ -1,13 +1,17 @@
 # The two entry points a newcomer needs. Both install what they need first.
 #   make test   - build every guest from source and run all tests (what CI runs)
-#   make demo   - the manager on its embedded default (arrives with the controller-manager)
+#   make demo   - the manager on its embedded default: API emulator + cloud simulator +
+#                 simcloud, until Ctrl-C (make demo ARGS="--exit-after 30" for scripts)
 
 CARGO ?= cargo
 
-.PHONY: setup test bench fmt lint
+.PHONY: setup demo test bench fmt lint
 
 setup:
 	rustup target add wasm32-wasip2
+
+demo: setup
+	$(CARGO) run --locked -p e2e --bin demo -- $(ARGS)
 
 test: setup
 	$(CARGO) test --locked

@@ -9,9 +9,11 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = wasm_ccm::cli::Cli::parse();
+    // The manager reports what it does; the one-shot commands only what went wrong.
+    let default_level = if cli.is_run_mode() { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

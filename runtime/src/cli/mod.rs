@@ -4,6 +4,7 @@
 //! [`SandboxFlags`]) live here; each subcommand has its own module.
 
 mod provider_cmd;
+mod run;
 mod units;
 
 use std::path::PathBuf;
@@ -15,14 +16,20 @@ use crate::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudge
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxConfig};
 pub use provider_cmd::ProviderCommand;
-pub use units::{parse_duration, parse_size};
+pub use run::RunFlags;
+pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 
 /// wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly components.
+///
+/// Without a subcommand it runs as the cloud-controller-manager.
 #[derive(Debug, Parser)]
-#[command(name = "wasm-ccm", version, about, long_about = None)]
+#[command(name = "wasm-ccm", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunFlags,
 }
 
 #[derive(Debug, Subcommand)]
@@ -33,10 +40,16 @@ pub enum Command {
 }
 
 impl Cli {
+    /// Whether this is the long-running manager (it logs at info by default).
+    pub fn is_run_mode(&self) -> bool {
+        self.command.is_none()
+    }
+
     /// Run the chosen command; the process exit code is the result.
     pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
-            Command::Provider(command) => command.run().await,
+            Some(Command::Provider(command)) => command.run().await,
+            None => self.run.run().await,
         }
     }
 }
@@ -129,15 +142,19 @@ pub struct SandboxFlags {
 }
 
 impl SandboxFlags {
-    /// The sandbox these flags describe.
-    pub fn sandbox(&self, metrics: Arc<Metrics>) -> anyhow::Result<Sandbox> {
-        let config = SandboxConfig {
+    /// The sandbox configuration these flags describe.
+    pub fn config(&self) -> SandboxConfig {
+        SandboxConfig {
             memory_limit: self.memory_limit,
             call_timeout: self.timeout,
             pooling: self.pooling_allocator,
             max_concurrent_calls: self.max_concurrent_calls,
             cache_dir: self.compile_cache_dir.clone(),
-        };
-        Ok(Sandbox::new(config, metrics)?)
+        }
+    }
+
+    /// The sandbox these flags describe.
+    pub fn sandbox(&self, metrics: Arc<Metrics>) -> anyhow::Result<Sandbox> {
+        Ok(Sandbox::new(self.config(), metrics)?)
     }
 }

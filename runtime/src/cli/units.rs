@@ -3,31 +3,56 @@
 
 use std::time::Duration;
 
-/// `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
+/// A duration as Go's `time.ParseDuration` reads it (`500ms`, `30s`, `5m`, `1h30m`), or a
+/// bare number of seconds. Zero and negative durations are refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration_or_zero(text)?;
+    if duration.is_zero() {
+        return Err(format!("{:?} must be more than zero", text.trim()));
+    }
+    Ok(duration)
+}
+
+/// As [`parse_duration`], but `0` is allowed (for flags where it means "off").
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (expected e.g. 500ms, 30s, 5m)"))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => {
-            return Err(format!(
-                "{text:?} has unknown unit {unit:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    if seconds <= 0.0 || !seconds.is_finite() || seconds > 86_400.0 * 365.0 {
-        return Err(format!(
-            "{text:?} must be more than zero and less than a year"
-        ));
+    let not_a_duration =
+        || format!("{text:?} is not a duration (expected e.g. 500ms, 30s, 5m, 1h30m)");
+    if text.is_empty() {
+        return Err(not_a_duration());
+    }
+    let mut rest = text;
+    let mut seconds = 0.0;
+    while !rest.is_empty() {
+        let split = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(split);
+        let number: f64 = number.parse().map_err(|_| not_a_duration())?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let scale = match unit {
+            "" if rest.len() == text.len() && after.is_empty() => 1.0,
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err(not_a_duration()),
+            _ => {
+                return Err(format!(
+                    "{text:?} has unknown unit {unit:?} (use ms, s, m or h)"
+                ));
+            }
+        };
+        seconds += number * scale;
+        rest = after;
+    }
+    if !seconds.is_finite() || seconds > 86_400.0 * 365.0 {
+        return Err(format!("{text:?} must be less than a year"));
     }
     Ok(Duration::from_secs_f64(seconds))
 }
@@ -73,6 +98,14 @@ mod tests {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration_or_zero("0"), Ok(Duration::ZERO));
+        assert!(
+            parse_duration("10s5")
+                .unwrap_err()
+                .contains("not a duration")
+        );
         assert!(parse_duration("0s").unwrap_err().contains("more than zero"));
         assert!(
             parse_duration("5 parsecs")

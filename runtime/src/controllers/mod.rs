@@ -1,6 +1,286 @@
-//! The upstream cloud-controller-manager controllers. So far this holds which of them run
-//! (`--controllers`); the controllers themselves arrive with the controller-manager.
+//! The four upstream cloud-controller-manager controllers, driven by shared informers and
+//! calling the provider through its typed facade.
+//!
+//! Each controller is one module with a `run(context, stop)` future that works until `stop`
+//! is cancelled (leadership lost, or shutdown). [`start`] decides which run, as upstream:
+//! the ones `--controllers` selects *and* the provider supports.
 
+mod cloud_node;
+mod events;
+mod informer;
+mod metrics;
+mod node_lifecycle;
+mod route;
 mod selection;
+mod service_lb;
+mod views;
+mod workqueue;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service, Taint};
+use kube::api::{Api, PostParams};
+use tokio_util::sync::CancellationToken;
+
+pub use informer::Informer;
+pub use metrics::ControllerMetrics;
+pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
+pub use workqueue::QueueMetrics;
+
+use crate::provider::{Provider, ProviderError};
+use crate::serving::{HealthChecks, Probe};
+use events::EventSink;
+
+/// Settings of the controllers, from flags.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    /// `--cluster-name`, passed to load-balancer and route calls.
+    pub cluster_name: String,
+    /// `--cluster-cidr`.
+    pub cluster_cidrs: Option<ClusterCidrs>,
+    /// `--configure-cloud-routes`.
+    pub configure_cloud_routes: bool,
+    pub route_reconciliation_period: Duration,
+    pub node_monitor_period: Duration,
+    pub node_status_update_frequency: Duration,
+    pub concurrent_node_syncs: usize,
+    pub concurrent_node_status_updates: usize,
+    pub concurrent_service_syncs: usize,
+    /// How often each load balancer is checked against the cloud (0 = never).
+    pub load_balancer_drift_period: Duration,
+    /// This process, as events' reporting instance.
+    pub identity: String,
+}
+
+/// What every controller shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub provider: Provider,
+    pub settings: ControllerSettings,
+    pub metrics: ControllerMetrics,
+    pub queues: QueueMetrics,
+    pub nodes: Informer<Node>,
+    pub services: Informer<Service>,
+}
+
+impl Context {
+    fn events(&self, controller: Controller) -> EventSink {
+        EventSink::new(
+            self.client.clone(),
+            controller.event_component(),
+            &self.settings.identity,
+        )
+    }
+}
+
+/// Why a controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "--cluster-cidr is required: the route controller is enabled (--configure-cloud-routes=true) and provider {provider} supports routes; set it, or disable routes with --configure-cloud-routes=false or --controllers=*,-route"
+    )]
+    MissingClusterCidr { provider: String },
+}
+
+/// The controllers that will run: selected and supported. The reasons others are skipped
+/// are logged, as upstream does.
+pub fn plan(
+    selection: &ControllerSelection,
+    provider: &Provider,
+    settings: &ControllerSettings,
+) -> Result<Vec<Controller>, StartError> {
+    let capabilities = provider.capabilities();
+    let mut planned = Vec::new();
+    for controller in selection.enabled() {
+        let skip = match controller {
+            Controller::CloudNode | Controller::CloudNodeLifecycle if !capabilities.instances => {
+                Some("the provider does not support instances")
+            }
+            Controller::ServiceLoadBalancer if !capabilities.load_balancer => {
+                Some("the provider does not support load balancers")
+            }
+            Controller::NodeRoute if !settings.configure_cloud_routes => {
+                Some("--configure-cloud-routes is false")
+            }
+            Controller::NodeRoute if !capabilities.routes => {
+                Some("the provider does not support routes")
+            }
+            Controller::NodeRoute if settings.cluster_cidrs.is_none() => {
+                return Err(StartError::MissingClusterCidr {
+                    provider: provider.label(),
+                });
+            }
+            _ => None,
+        };
+        match skip {
+            Some(reason) => tracing::warn!(controller = %controller, "not starting: {reason}"),
+            None => planned.push(controller),
+        }
+    }
+    Ok(planned)
+}
+
+/// Run `controllers` until `stop` is cancelled, each with a health check named after it.
+pub async fn run(
+    controllers: &[Controller],
+    context: Arc<Context>,
+    health: &HealthChecks,
+    stop: CancellationToken,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for &controller in controllers {
+        let alive = Arc::new(AtomicBool::new(true));
+        let check = alive.clone();
+        health.add(controller.name(), &[Probe::Healthz], move || {
+            if check.load(Ordering::Relaxed) {
+                Ok(())
+            } else {
+                Err("the controller stopped".to_string())
+            }
+        });
+        context.metrics.set_running(controller, true);
+        let context = context.clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            tracing::info!(controller = %controller, "starting");
+            match controller {
+                Controller::CloudNode => cloud_node::run(context.clone(), stop).await,
+                Controller::CloudNodeLifecycle => node_lifecycle::run(context.clone(), stop).await,
+                Controller::ServiceLoadBalancer => service_lb::run(context.clone(), stop).await,
+                Controller::NodeRoute => route::run(context.clone(), stop).await,
+            }
+            alive.store(false, Ordering::Relaxed);
+            context.metrics.set_running(controller, false);
+            tracing::info!(controller = %controller, "stopped");
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    for controller in controllers {
+        health.remove(controller.name());
+    }
+}
+
+/// Once the node cache is filled, run `work` every `period` (the next run waits for the
+/// last to finish) until `stop` is cancelled: the ticker of the lifecycle and route
+/// controllers.
+async fn every_period<F, Fut>(
+    context: &Context,
+    period: Duration,
+    stop: &CancellationToken,
+    mut work: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = context.nodes.wait_synced() => {}
+    }
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => work().await,
+        }
+    }
+}
+
+/// Why one sync of one object failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("{action}: {source}")]
+    Kube { action: String, source: kube::Error },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl SyncError {
+    fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
+        let action = action.into();
+        move |source| SyncError::Kube { action, source }
+    }
+
+    /// The fixed delay the provider asked for.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::Provider(error) => error.retry_after(),
+            _ => None,
+        }
+    }
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// A jittered pause between conflict retries: `base * (1 + rand)` as client-go's `wait.Jitter`.
+async fn conflict_pause(base: Duration) {
+    let jitter: f64 = rand::random();
+    tokio::time::sleep(base.mul_f64(1.0 + jitter)).await;
+}
+
+/// Update a node with `change`, starting from `cached` and re-reading it after each
+/// conflict, as upstream's `RetryOnConflict`. Returns the stored node, or `None` if `change`
+/// had nothing to do.
+async fn update_node(
+    client: &kube::Client,
+    cached: &Node,
+    steps: u32,
+    pause: Duration,
+    mut change: impl FnMut(&mut Node) -> Result<(), SyncError>,
+) -> Result<Option<Node>, SyncError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    let mut current = cached.clone();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut wanted = current.clone();
+        change(&mut wanted)?;
+        if wanted == current {
+            return Ok(None);
+        }
+        match api.replace(&name, &PostParams::default(), &wanted).await {
+            Ok(stored) => return Ok(Some(stored)),
+            Err(error) if is_conflict(&error) && attempt < steps => {
+                conflict_pause(pause).await;
+                current = api
+                    .get(&name)
+                    .await
+                    .map_err(SyncError::kube(format!("reading node {name}")))?;
+            }
+            Err(error) => return Err(SyncError::kube(format!("updating node {name}"))(error)),
+        }
+    }
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_deref())
+        .unwrap_or_default()
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    taints(node).iter().any(|taint| taint.key == key)
+}
+
+fn labels(node: &Node) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
+fn name_of(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}

@@ -47,6 +47,16 @@ impl Controller {
         }
     }
 
+    /// The component upstream's events name as their source.
+    pub fn event_component(self) -> &'static str {
+        match self {
+            Controller::CloudNode => "cloud-node-controller",
+            Controller::CloudNodeLifecycle => "cloud-node-lifecycle-controller",
+            Controller::ServiceLoadBalancer => "service-controller",
+            Controller::NodeRoute => "route_controller",
+        }
+    }
+
     fn lookup(name: &str) -> Option<Controller> {
         Controller::ALL
             .into_iter()

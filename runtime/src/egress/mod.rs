@@ -30,7 +30,7 @@ use wasmtime_wasi_http::{
 };
 
 pub use audit::{Audit, AuditRecord};
-pub use budget::RateBudget;
+pub use budget::{Budgets, RateBudget};
 pub use credentials::{CredentialError, CredentialRule};
 pub use policy::{HostPattern, PatternError};
 pub use transport::Limits;

@@ -13,6 +13,9 @@ use wasm_ccm::metrics::Metrics;
 use wasm_ccm::provider::{Provider, ProviderLoadError, ProviderSource};
 use wasm_ccm::sandbox::{Sandbox, SandboxConfig};
 
+pub mod https;
+pub mod testbed;
+
 /// The token every test cloud requires; tests assert it never reaches a provider.
 pub const TOKEN: &str = "sim-token-6f1d2c9a-never-visible-to-guests";
 

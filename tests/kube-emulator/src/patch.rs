@@ -224,6 +224,20 @@ fn merge_map(
                 path.pop();
                 Value::Array(m)
             }
+            // A map or list new to the object still obeys its directives (`$patch: replace`…).
+            (_, Value::Object(p)) => {
+                path.push(key.clone());
+                let m = merge_map(Map::new(), p, path, schema)?;
+                path.pop();
+                Value::Object(m)
+            }
+            (_, Value::Array(p)) => {
+                path.push(key.clone());
+                let strategy = schema(path);
+                let m = merge_list(Vec::new(), p, &strategy, path, schema)?;
+                path.pop();
+                Value::Array(m)
+            }
             (_, p) => strip_directives(p),
         };
         original.insert(key, merged);
@@ -493,6 +507,32 @@ mod tests {
                 {"type": "InternalIP", "address": "10.0.0.1"}
             ])
         );
+    }
+
+    #[test]
+    fn replace_directive_in_a_list_replaces_it_even_when_absent() {
+        let patch = json!({"status": {"addresses": [
+            {"$patch": "replace"},
+            {"type": "InternalIP", "address": "10.0.0.9"}
+        ]}});
+        let replaced = smp(
+            json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "Hostname", "address": "n1"}
+            ]}}),
+            patch.clone(),
+        );
+        assert_eq!(
+            replaced["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "10.0.0.9"}])
+        );
+        for current in [json!({"status": {}}), json!({})] {
+            let created = smp(current, patch.clone());
+            assert_eq!(
+                created["status"]["addresses"],
+                json!([{"type": "InternalIP", "address": "10.0.0.9"}])
+            );
+        }
     }
 
     #[test]

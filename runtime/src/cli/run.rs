@@ -1,0 +1,333 @@
+//! The default command: run as a cloud-controller-manager, with upstream's flags and
+//! defaults (`ccm-behaviour.md` §3.1) plus ours for the provider, its egress and its sandbox.
+//!
+//! Boolean flags take Go's forms: `--leader-elect` alone means true, `--leader-elect=false`
+//! turns it off.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::units::{parse_duration, parse_duration_or_zero};
+use super::{EgressFlags, SandboxFlags};
+use crate::cluster::ClusterSettings;
+use crate::controllers::{ClusterCidrs, ControllerSelection, ControllerSettings};
+use crate::leader::{LeaseSettings, default_identity};
+use crate::manager::{self, ManagerConfig, ProviderSettings};
+use crate::serving::{ServingConfig, TlsSource};
+
+#[derive(Debug, Args)]
+pub struct RunFlags {
+    /// The provider component: file://PATH to a .wasm.
+    #[arg(long, value_name = "file://PATH", help_heading = "Provider")]
+    pub provider: Option<String>,
+
+    /// The provider's name; the component must report this name from init.
+    #[arg(long, value_name = "NAME", help_heading = "Provider")]
+    pub cloud_provider: Option<String>,
+
+    /// Provider configuration file, passed to the provider's init.
+    #[arg(long, value_name = "FILE", help_heading = "Provider")]
+    pub cloud_config: Option<PathBuf>,
+
+    /// Run even if the provider reports no cluster ID (deprecated upstream, still common).
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Provider")]
+    pub allow_untagged_cloud: bool,
+
+    /// Path to a kubeconfig; without it the in-cluster service account is used.
+    #[arg(long, value_name = "PATH", help_heading = "Cluster")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Requests per second to the API server, for the whole process.
+    #[arg(long, value_name = "QPS", default_value_t = 20.0, value_parser = positive_f64, help_heading = "Cluster")]
+    pub kube_api_qps: f64,
+
+    /// Burst of requests to the API server above the QPS.
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Cluster")]
+    pub kube_api_burst: u32,
+
+    /// Controllers to run: * (all), NAME to enable, -NAME to disable; names or aliases:
+    /// cloud-node-controller (cloud-node), cloud-node-lifecycle-controller
+    /// (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "*",
+        help_heading = "Controllers"
+    )]
+    pub controllers: ControllerSelection,
+
+    /// Cluster name passed to the provider's load-balancer and route calls.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "kubernetes",
+        help_heading = "Controllers"
+    )]
+    pub cluster_name: String,
+
+    /// Pod CIDR range of the cluster (one, or an IPv4,IPv6 pair); required for routes.
+    #[arg(long, value_name = "CIDR[,CIDR]", help_heading = "Controllers")]
+    pub cluster_cidr: Option<ClusterCidrs>,
+
+    /// Accepted for compatibility; no controller here allocates node CIDRs.
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Controllers")]
+    pub allocate_node_cidrs: bool,
+
+    /// Accepted for compatibility; unused.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "RangeAllocator",
+        help_heading = "Controllers"
+    )]
+    pub cidr_allocator_type: String,
+
+    /// Create cloud routes for node pod CIDRs.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Controllers")]
+    pub configure_cloud_routes: bool,
+
+    /// How often routes are reconciled with the cloud.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, help_heading = "Controllers")]
+    pub route_reconciliation_period: Duration,
+
+    /// How often node instances are checked (shutdown, deleted).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Controllers")]
+    pub node_monitor_period: Duration,
+
+    /// How often node addresses are synced from the cloud.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Controllers")]
+    pub node_status_update_frequency: Duration,
+
+    /// Nodes initialised at once.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000), help_heading = "Controllers")]
+    pub concurrent_node_syncs: u32,
+
+    /// Nodes whose addresses are synced at once (0: as --concurrent-node-syncs).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000), help_heading = "Controllers")]
+    pub concurrent_node_status_updates: u32,
+
+    /// Services synced at once (also the parallelism of node-triggered updates).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000), help_heading = "Controllers")]
+    pub concurrent_service_syncs: u32,
+
+    /// How often each load balancer is checked to still exist in the cloud, and ensured
+    /// again if not (0 disables).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero, help_heading = "Controllers")]
+    pub load_balancer_drift_period: Duration,
+
+    /// Run controllers only while holding the leader Lease.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Leader election")]
+    pub leader_elect: bool,
+
+    /// How long a standby waits after the last renewal before taking over.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, help_heading = "Leader election")]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it stops leading.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, help_heading = "Leader election")]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// Pause between attempts to acquire or renew.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, help_heading = "Leader election")]
+    pub leader_elect_retry_period: Duration,
+
+    /// The lock type; only "leases" is supported, as upstream.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "leases",
+        help_heading = "Leader election"
+    )]
+    pub leader_elect_resource_lock: String,
+
+    /// Name of the Lease.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "cloud-controller-manager",
+        help_heading = "Leader election"
+    )]
+    pub leader_elect_resource_name: String,
+
+    /// Namespace of the Lease.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        help_heading = "Leader election"
+    )]
+    pub leader_elect_resource_namespace: String,
+
+    /// HTTPS port for /healthz, /readyz, /livez and /metrics (0 disables).
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 10258,
+        help_heading = "Serving"
+    )]
+    pub secure_port: u16,
+
+    /// Address to serve on.
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "0.0.0.0",
+        help_heading = "Serving"
+    )]
+    pub bind_address: IpAddr,
+
+    /// Serving certificate (PEM); without it a self-signed one is made in memory.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_private_key_file",
+        help_heading = "Serving"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Key of --tls-cert-file (PEM).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert_file",
+        help_heading = "Serving"
+    )]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub egress: EgressFlags,
+
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
+}
+
+fn positive_f64(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value > 0.0 && value.is_finite() => Ok(value),
+        _ => Err(format!("{text:?} is not a positive number")),
+    }
+}
+
+impl RunFlags {
+    /// Check what clap cannot and build the manager's configuration.
+    pub fn config(&self) -> anyhow::Result<ManagerConfig> {
+        let Some(provider) = &self.provider else {
+            bail!(
+                "--provider is required: the provider component, e.g. --provider file:///opt/providers/simcloud.wasm"
+            );
+        };
+        let Some(path) = provider.strip_prefix("file://") else {
+            bail!(
+                "--provider {provider:?}: only file://PATH is supported (OCI references arrive later)"
+            );
+        };
+        if path.is_empty() {
+            bail!("--provider {provider:?}: the path is empty");
+        }
+        let name = match self.cloud_provider.as_deref() {
+            None | Some("") => bail!(
+                "--cloud-provider is required: the name the provider reports (e.g. --cloud-provider=simcloud)"
+            ),
+            Some(name) => name.to_string(),
+        };
+        if self.leader_elect_resource_lock != "leases" {
+            bail!(
+                "--leader-elect-resource-lock {:?}: only \"leases\" is supported",
+                self.leader_elect_resource_lock
+            );
+        }
+        let leader_election = self.leader_elect.then(|| LeaseSettings {
+            namespace: self.leader_elect_resource_namespace.clone(),
+            name: self.leader_elect_resource_name.clone(),
+            identity: default_identity(),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        });
+        if let Some(lease) = &leader_election {
+            lease.validate()?;
+        }
+        let identity = leader_election
+            .as_ref()
+            .map_or_else(default_identity, |lease| lease.identity.clone());
+        let tls = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => TlsSource::SelfSigned,
+        };
+        Ok(ManagerConfig {
+            provider: ProviderSettings {
+                path: PathBuf::from(path),
+                name,
+                cloud_config: self.cloud_config.clone(),
+                allow_untagged_cloud: self.allow_untagged_cloud,
+            },
+            egress: self.egress.config(),
+            sandbox: self.sandbox.config(),
+            cluster: ClusterSettings {
+                kubeconfig: self.kubeconfig.clone(),
+                qps: self.kube_api_qps,
+                burst: self.kube_api_burst,
+            },
+            controllers: self.controllers.clone(),
+            settings: ControllerSettings {
+                cluster_name: self.cluster_name.clone(),
+                cluster_cidrs: self.cluster_cidr.clone(),
+                configure_cloud_routes: self.configure_cloud_routes,
+                route_reconciliation_period: self.route_reconciliation_period,
+                node_monitor_period: self.node_monitor_period,
+                node_status_update_frequency: self.node_status_update_frequency,
+                concurrent_node_syncs: self.concurrent_node_syncs as usize,
+                concurrent_node_status_updates: self.concurrent_node_status_updates as usize,
+                concurrent_service_syncs: self.concurrent_service_syncs as usize,
+                load_balancer_drift_period: self.load_balancer_drift_period,
+                identity,
+            },
+            leader_election,
+            serving: ServingConfig {
+                bind_address: self.bind_address,
+                port: self.secure_port,
+                tls,
+            },
+        })
+    }
+
+    /// Run until SIGINT or SIGTERM.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let config = self.config()?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                wait_for_signal().await;
+                tracing::info!("shutting down");
+                shutdown.cancel();
+            }
+        });
+        manager::run(config, shutdown).await?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

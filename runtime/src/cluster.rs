@@ -1,0 +1,207 @@
+//! The Kubernetes API client every controller shares: built from `--kubeconfig` (or the
+//! in-cluster service account), held to `--kube-api-qps`/`--kube-api-burst` for the whole
+//! process as client-go's rate limiter does, and counted in `rest_client_requests_total`.
+//!
+//! The limiter sits in the client's `poll_ready`, so a request waits for a token before it is
+//! sent, exactly once per request, whichever controller made it.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tower::{Layer, Service};
+
+use crate::egress::{Budgets, RateBudget};
+
+/// Why the client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("--kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no --kubeconfig given and no usable default (KUBECONFIG, ~/.kube/config or the in-cluster service account): {0}"
+    )]
+    Infer(kube::config::InferConfigError),
+    #[error("building the Kubernetes client from {origin}: {source}")]
+    Client { origin: String, source: kube::Error },
+}
+
+/// How the manager talks to the API server.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// `--kubeconfig`; `None` uses the in-cluster service account (or `KUBECONFIG`).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--kube-api-qps`.
+    pub qps: f64,
+    /// `--kube-api-burst`.
+    pub burst: u32,
+}
+
+/// `rest_client_requests_total` labels, as client-go.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    code: String,
+    method: String,
+    host: String,
+}
+
+/// Requests the manager sent to the API server.
+#[derive(Debug, Clone, Default)]
+pub struct ClientMetrics {
+    requests: Family<RequestLabels, Counter>,
+    sent: Counter,
+}
+
+impl ClientMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host",
+            self.requests.clone(),
+        );
+    }
+
+    /// Every request sent so far (for the scale benchmark and tests).
+    pub fn total(&self) -> u64 {
+        self.sent.get()
+    }
+}
+
+/// A client for the cluster `settings` name, limited and counted.
+pub async fn connect(
+    settings: &ClusterSettings,
+    metrics: &ClientMetrics,
+) -> Result<kube::Client, ClusterError> {
+    let (config, origin) = match &settings.kubeconfig {
+        Some(path) => (load_kubeconfig(path).await?, path.display().to_string()),
+        None => (
+            kube::Config::infer().await.map_err(ClusterError::Infer)?,
+            "the inferred configuration".to_string(),
+        ),
+    };
+    let host = config
+        .cluster_url
+        .authority()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let builder = ClientBuilder::try_from(config).map_err(|source| ClusterError::Client {
+        origin: origin.clone(),
+        source,
+    })?;
+    let layer = ThrottleLayer {
+        budgets: Arc::new(Budgets::new(RateBudget {
+            per_second: settings.qps,
+            burst: settings.burst,
+        })),
+        metrics: metrics.clone(),
+        host: host.into(),
+    };
+    Ok(builder.with_layer(&layer).build())
+}
+
+async fn load_kubeconfig(path: &Path) -> Result<kube::Config, ClusterError> {
+    let error = |source| ClusterError::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(error)?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(error)
+}
+
+/// One token bucket for every request of the process, as client-go's `flowcontrol`.
+const BUCKET: &str = "kube-apiserver";
+
+#[derive(Clone)]
+struct ThrottleLayer {
+    budgets: Arc<Budgets>,
+    metrics: ClientMetrics,
+    host: Arc<str>,
+}
+
+impl<S> Layer<S> for ThrottleLayer {
+    type Service = Throttle<S>;
+
+    fn layer(&self, inner: S) -> Throttle<S> {
+        Throttle {
+            inner,
+            budgets: self.budgets.clone(),
+            metrics: self.metrics.clone(),
+            host: self.host.clone(),
+            wait: None,
+            permitted: false,
+        }
+    }
+}
+
+struct Throttle<S> {
+    inner: S,
+    budgets: Arc<Budgets>,
+    metrics: ClientMetrics,
+    host: Arc<str>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A token was taken for the next `call`.
+    permitted: bool,
+}
+
+impl<S, B, R> Service<http::Request<B>> for Throttle<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        while !self.permitted {
+            if let Some(wait) = self.wait.as_mut() {
+                ready!(wait.as_mut().poll(cx));
+                self.wait = None;
+            }
+            match self.budgets.take(BUCKET) {
+                Ok(()) => self.permitted = true,
+                Err(delay) => {
+                    self.wait = Some(Box::pin(tokio::time::sleep(
+                        delay.max(Duration::from_micros(100)),
+                    )));
+                }
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.permitted = false;
+        let method = request.method().to_string();
+        let metrics = self.metrics.clone();
+        let host = self.host.to_string();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            let code = match &result {
+                Ok(response) => response.status().as_str().to_string(),
+                Err(_) => "<error>".to_string(),
+            };
+            metrics.sent.inc();
+            metrics
+                .requests
+                .get_or_create(&RequestLabels { code, method, host })
+                .inc();
+            result
+        })
+    }
+}

@@ -1,0 +1,602 @@
+//! cloud-node: initialises nodes the kubelet registered with
+//! `node.cloudprovider.kubernetes.io/uninitialized` (providerID, instance-type, zone and
+//! region labels, addresses, then the taint removed) and keeps every node's addresses in
+//! step with the cloud. Upstream's `node_controller.go`, with two gaps fixed: an instance
+//! the provider cannot find keeps being retried with backoff instead of being dropped, and
+//! address changes are detected by the whole ordered list, not a map keyed by type.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use tokio_util::sync::CancellationToken;
+
+use super::informer::{Change, Notice};
+use super::views::{api_address, node_view};
+use super::workqueue::{Backoff, WorkQueue};
+use super::{Context, Controller, SyncError, has_taint, labels, name_of, update_node};
+use crate::contract::{AddressKind, InstanceMetadata, NodeAddress};
+
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
+
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+const INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+const REGION: &str = "topology.kubernetes.io/region";
+const REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+
+/// (beta, GA) label pairs: the GA label follows the beta one on initialised nodes.
+const BETA_TO_GA: [(&str, &str); 3] = [
+    (ZONE_BETA, ZONE),
+    (REGION_BETA, REGION),
+    (INSTANCE_TYPE_BETA, INSTANCE_TYPE),
+];
+
+pub async fn run(context: Arc<Context>, stop: CancellationToken) {
+    let backoff = Backoff {
+        base: Duration::from_millis(5),
+        max: Duration::from_secs(1000),
+    };
+    let queue = WorkQueue::new("Nodes", backoff, &context.queues);
+    // Every node arrives as added (or as one resync) with the first list.
+    let mut changes = context.nodes.subscribe();
+
+    let workers = futures::future::join_all(
+        (0..context.settings.concurrent_node_syncs.max(1))
+            .map(|_| worker(context.clone(), queue.clone())),
+    );
+    let feed = async {
+        while let Some(notice) = changes.next().await {
+            match notice {
+                Notice::Change(Change::Added(node) | Change::Updated { new: node, .. }) => {
+                    queue.add(name_of(&node).to_string());
+                }
+                Notice::Change(Change::Deleted(_)) => {}
+                Notice::Resync => {
+                    for node in context.nodes.store().state() {
+                        queue.add(name_of(&node).to_string());
+                    }
+                }
+            }
+        }
+    };
+    let address_sync = async {
+        let period = context.settings.node_status_update_frequency;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            ticks.tick().await;
+            sync_all_addresses(&context).await;
+        }
+    };
+    tokio::select! {
+        () = stop.cancelled() => {}
+        _ = workers => {}
+        () = feed => {}
+        () = address_sync => {}
+    }
+    queue.shut_down();
+}
+
+async fn worker(context: Arc<Context>, queue: WorkQueue<String>) {
+    let events = context.events(Controller::CloudNode);
+    while let Some(name) = queue.next().await {
+        let started = Instant::now();
+        match sync_node(&context, &events, &name).await {
+            Ok(()) => queue.forget(&name),
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "initialising node failed; retrying with backoff");
+                queue.add_rate_limited(name.clone());
+            }
+        }
+        queue.done(&name, started.elapsed());
+    }
+}
+
+async fn sync_node(
+    context: &Context,
+    events: &super::events::EventSink,
+    name: &str,
+) -> Result<(), SyncError> {
+    let Some(node) = context.nodes.get(name) else {
+        return Ok(());
+    };
+    if !has_taint(&node, UNINITIALIZED_TAINT) {
+        return reconcile_labels(context, &node).await;
+    }
+
+    let metadata = context
+        .provider
+        .instance_metadata(&node_view(&node))
+        .await?;
+    let existing_id = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.provider_id.clone())
+        .filter(|id| !id.is_empty());
+    if metadata.provider_id.is_empty() && existing_id.is_none() {
+        return Err(SyncError::Invalid(format!(
+            "provider {} returned no providerID for node {name}; a node is not initialised without one",
+            context.provider.label()
+        )));
+    }
+    if let Some(provided) = provided_node_ips(&node)? {
+        // Validate before untainting, as upstream: a kubelet IP the cloud does not know keeps the node tainted.
+        for ip in provided {
+            if !metadata
+                .node_addresses
+                .iter()
+                .any(|address| same_ip(&address.address, ip))
+            {
+                return Err(SyncError::Invalid(format!(
+                    "node {name}: {PROVIDED_NODE_IP} {ip} is not among the addresses provider {} reports ({})",
+                    context.provider.label(),
+                    describe(&metadata.node_addresses)
+                )));
+            }
+        }
+    }
+
+    let initialised = update_node(
+        &context.client,
+        &node,
+        20,
+        Duration::from_millis(50),
+        |node| {
+            initialise(node, &metadata);
+            Ok(())
+        },
+    )
+    .await?;
+    let node = initialised.map(Arc::new).unwrap_or(node);
+    if let Some(age) = age(&node) {
+        context.metrics.taint_removal_delay.observe(age);
+    }
+    if let Err(error) = update_addresses(context, &node, &metadata.node_addresses).await {
+        tracing::warn!(node = %name, %error, "updating addresses after initialisation failed");
+    }
+    tracing::info!(node = %name, provider_id = %metadata.provider_id, "initialised node");
+    events.normal(
+        node.object_ref(&()),
+        "Synced",
+        "Node synced successfully".into(),
+    );
+    if let Some(age) = age(&node) {
+        context.metrics.initial_node_sync_delay.observe(age);
+    }
+    Ok(())
+}
+
+/// Seconds since the node was created.
+fn age(node: &Node) -> Option<f64> {
+    let created = node.metadata.creation_timestamp.as_ref()?.0;
+    let elapsed = Timestamp::now().duration_since(created);
+    Some(elapsed.as_secs_f64().max(0.0))
+}
+
+/// Apply the cloud's answer: providerID (only if unset: it is immutable), labels, the
+/// provider's extra labels, and the taint gone.
+fn initialise(node: &mut Node, metadata: &InstanceMetadata) {
+    let spec = node.spec.get_or_insert_with(Default::default);
+    if spec.provider_id.as_deref().unwrap_or_default().is_empty()
+        && !metadata.provider_id.is_empty()
+    {
+        spec.provider_id = Some(metadata.provider_id.clone());
+    }
+    if let Some(taints) = spec.taints.as_mut() {
+        taints.retain(|taint| taint.key != UNINITIALIZED_TAINT);
+    }
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.get_or_insert_with(Default::default);
+    for (value, keys) in [
+        (&metadata.instance_type, [INSTANCE_TYPE, INSTANCE_TYPE_BETA]),
+        (&metadata.zone, [ZONE, ZONE_BETA]),
+        (&metadata.region, [REGION, REGION_BETA]),
+    ] {
+        if !value.is_empty() {
+            for key in keys {
+                labels.insert(key.to_string(), value.clone());
+            }
+        }
+    }
+    for (key, value) in &metadata.additional_labels {
+        if let Some(reason) = refuse_label(key, value) {
+            tracing::warn!(node = %name, label = %key, "ignoring additional label from provider: {reason}");
+            continue;
+        }
+        labels.entry(key.clone()).or_insert_with(|| value.clone());
+    }
+}
+
+/// Why an additional label from the provider is not applied: upstream drops the
+/// `kubernetes.io` and `k8s.io` namespaces; we also drop what the API server would reject.
+fn refuse_label(key: &str, value: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (prefix, name),
+        None => ("", key),
+    };
+    let reserved = ["kubernetes.io", "k8s.io"];
+    if reserved
+        .iter()
+        .any(|domain| prefix == *domain || prefix.ends_with(&format!(".{domain}")))
+    {
+        return Some("the kubernetes.io and k8s.io namespaces are reserved");
+    }
+    let valid_name = |text: &str, max: usize| {
+        text.len() <= max
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && text
+                .chars()
+                .next()
+                .is_none_or(|c| c.is_ascii_alphanumeric())
+            && text
+                .chars()
+                .last()
+                .is_none_or(|c| c.is_ascii_alphanumeric())
+    };
+    let valid_prefix = prefix.len() <= 253
+        && prefix.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        });
+    if name.is_empty() || !valid_name(name, 63) || (!prefix.is_empty() && !valid_prefix) {
+        return Some("not a valid label key");
+    }
+    if !valid_name(value, 63) {
+        return Some("not a valid label value");
+    }
+    None
+}
+
+/// On initialised nodes, make each GA label follow its beta label.
+async fn reconcile_labels(context: &Context, node: &Arc<Node>) -> Result<(), SyncError> {
+    let needed = BETA_TO_GA.iter().any(|(beta, ga)| {
+        let labels = labels(node);
+        labels
+            .get(*beta)
+            .is_some_and(|value| labels.get(*ga) != Some(value))
+    });
+    if !needed {
+        return Ok(());
+    }
+    update_node(
+        &context.client,
+        node,
+        5,
+        Duration::from_millis(100),
+        |node| {
+            let labels = node.metadata.labels.get_or_insert_with(Default::default);
+            for (beta, ga) in BETA_TO_GA {
+                if let Some(value) = labels.get(beta).cloned() {
+                    labels.insert(ga.to_string(), value);
+                }
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The IPs of `alpha.kubernetes.io/provided-node-ip` (one, or a dual-stack pair).
+fn provided_node_ips(node: &Node) -> Result<Option<Vec<IpAddr>>, SyncError> {
+    let Some(value) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(PROVIDED_NODE_IP))
+    else {
+        return Ok(None);
+    };
+    value
+        .split(',')
+        .map(|ip| {
+            ip.trim().parse::<IpAddr>().map_err(|_| {
+                SyncError::Invalid(format!(
+                    "node {}: annotation {PROVIDED_NODE_IP} {value:?} is not an IP address or a comma-separated pair of them",
+                    name_of(node)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn same_ip(address: &str, ip: IpAddr) -> bool {
+    address.parse::<IpAddr>().is_ok_and(|parsed| parsed == ip)
+}
+
+fn describe(addresses: &[NodeAddress]) -> String {
+    let all: Vec<String> = addresses
+        .iter()
+        .map(|a| format!("{:?} {}", a.kind, a.address))
+        .collect();
+    if all.is_empty() {
+        "none".into()
+    } else {
+        all.join(", ")
+    }
+}
+
+/// The addresses a node should have, given the cloud's: upstream's `updateNodeAddress`
+/// rules. `None` means leave the node alone (the cloud reported none).
+fn wanted_addresses(
+    node: &Node,
+    cloud: &[NodeAddress],
+) -> Result<Option<Vec<NodeAddress>>, SyncError> {
+    if cloud.is_empty() {
+        return Ok(None);
+    }
+    let mut addresses = cloud.to_vec();
+    if !addresses.iter().any(|a| a.kind == AddressKind::Hostname) {
+        // Keep the hostname the kubelet reported.
+        addresses.extend(
+            super::views::node_addresses(node)
+                .into_iter()
+                .filter(|a| a.kind == AddressKind::Hostname),
+        );
+    }
+    let Some(provided) = provided_node_ips(node)? else {
+        return Ok(Some(addresses));
+    };
+    // Each provided IP first; other addresses of a matched type dropped; the rest after, in
+    // cloud order.
+    let mut enforced = Vec::new();
+    let mut enforced_kinds = Vec::new();
+    for ip in provided {
+        let matched: Vec<&NodeAddress> = addresses
+            .iter()
+            .filter(|address| same_ip(&address.address, ip))
+            .collect();
+        if matched.is_empty() {
+            return Err(SyncError::Invalid(format!(
+                "node {}: {PROVIDED_NODE_IP} {ip} is not among the cloud's addresses ({})",
+                name_of(node),
+                describe(&addresses)
+            )));
+        }
+        for address in matched {
+            enforced.push(address.clone());
+            enforced_kinds.push(address.kind);
+        }
+    }
+    enforced.extend(
+        addresses
+            .iter()
+            .filter(|address| !enforced_kinds.contains(&address.kind))
+            .cloned(),
+    );
+    Ok(Some(enforced))
+}
+
+/// Patch `status.addresses` if the cloud's (per the rules above) differ from the node's.
+async fn update_addresses(
+    context: &Context,
+    node: &Node,
+    cloud: &[NodeAddress],
+) -> Result<(), SyncError> {
+    let Some(wanted) = wanted_addresses(node, cloud)? else {
+        return Ok(());
+    };
+    if super::views::node_addresses(node) == wanted {
+        return Ok(());
+    }
+    let mut list: Vec<serde_json::Value> = vec![serde_json::json!({ "$patch": "replace" })];
+    list.extend(
+        wanted
+            .iter()
+            .map(|address| serde_json::to_value(api_address(address)).unwrap_or_default()),
+    );
+    let patch = serde_json::json!({ "status": { "addresses": list } });
+    let name = name_of(node);
+    Api::<Node>::all(context.client.clone())
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(SyncError::kube(format!(
+            "patching addresses of node {name}"
+        )))?;
+    tracing::info!(node = %name, addresses = %describe(&wanted), "updated node addresses");
+    Ok(())
+}
+
+/// The periodic address sync over every initialised node.
+async fn sync_all_addresses(context: &Context) {
+    let nodes: Vec<Arc<Node>> = context
+        .nodes
+        .store()
+        .state()
+        .into_iter()
+        .filter(|node| !has_taint(node, UNINITIALIZED_TAINT))
+        .collect();
+    let parallel = match context.settings.concurrent_node_status_updates {
+        0 => context.settings.concurrent_node_syncs.max(1),
+        n => n,
+    };
+    futures::stream::iter(nodes)
+        .for_each_concurrent(parallel, |node| async move {
+            let result = async {
+                let metadata = context
+                    .provider
+                    .instance_metadata(&node_view(&node))
+                    .await?;
+                update_addresses(context, &node, &metadata.node_addresses).await
+            }
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(node = %name_of(&node), %error, "address sync failed");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn address(kind: AddressKind, address: &str) -> NodeAddress {
+        NodeAddress {
+            kind,
+            address: address.into(),
+        }
+    }
+
+    fn node(provided: Option<&str>, existing: &[NodeAddress]) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        if let Some(ip) = provided {
+            node.metadata.annotations = Some(BTreeMap::from([(
+                PROVIDED_NODE_IP.to_string(),
+                ip.to_string(),
+            )]));
+        }
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses: Some(existing.iter().map(api_address).collect()),
+            ..Default::default()
+        });
+        node
+    }
+
+    use AddressKind::*;
+
+    #[test]
+    fn kubelet_hostname_is_kept_when_the_cloud_has_none() {
+        let cloud = [address(InternalIP, "10.0.0.5")];
+        let node = node(None, &[address(Hostname, "n1.local")]);
+        let wanted = wanted_addresses(&node, &cloud).unwrap().unwrap();
+        assert_eq!(
+            wanted,
+            vec![
+                address(InternalIP, "10.0.0.5"),
+                address(Hostname, "n1.local")
+            ]
+        );
+    }
+
+    #[test]
+    fn provided_ip_goes_first_and_drops_other_addresses_of_its_type() {
+        let cloud = [
+            address(InternalIP, "10.0.0.5"),
+            address(ExternalIP, "203.0.113.7"),
+            address(InternalIP, "10.0.0.6"),
+            address(Hostname, "n1"),
+        ];
+        let wanted = wanted_addresses(&node(Some("10.0.0.6"), &[]), &cloud)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            wanted,
+            vec![
+                address(InternalIP, "10.0.0.6"),
+                address(ExternalIP, "203.0.113.7"),
+                address(Hostname, "n1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn dual_stack_provided_ips_both_lead() {
+        let cloud = [
+            address(InternalIP, "10.0.0.5"),
+            address(InternalIP, "fd00::5"),
+            address(InternalIP, "10.0.0.9"),
+        ];
+        let wanted = wanted_addresses(&node(Some("fd00::5,10.0.0.5"), &[]), &cloud)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            wanted,
+            vec![
+                address(InternalIP, "fd00::5"),
+                address(InternalIP, "10.0.0.5")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_provided_ip_the_cloud_does_not_know_is_an_error_naming_it() {
+        let cloud = [address(InternalIP, "10.0.0.5")];
+        let error = wanted_addresses(&node(Some("10.9.9.9"), &[]), &cloud).unwrap_err();
+        assert!(error.to_string().contains("10.9.9.9"), "{error}");
+        let error = wanted_addresses(&node(Some("not-an-ip"), &[]), &cloud).unwrap_err();
+        assert!(error.to_string().contains(PROVIDED_NODE_IP), "{error}");
+    }
+
+    #[test]
+    fn no_cloud_addresses_leaves_the_node_alone() {
+        assert_eq!(wanted_addresses(&node(None, &[]), &[]).unwrap(), None);
+    }
+
+    #[test]
+    fn initialise_sets_labels_keeps_existing_provider_id_and_filters_extras() {
+        let mut node = node(None, &[]);
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some("simcloud://i-old".into()),
+            taints: Some(vec![
+                k8s_openapi::api::core::v1::Taint {
+                    key: UNINITIALIZED_TAINT.into(),
+                    value: Some("true".into()),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                },
+                k8s_openapi::api::core::v1::Taint {
+                    key: "dedicated".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        });
+        node.metadata.labels = Some(BTreeMap::from([("team".into(), "a".into())]));
+        let metadata = InstanceMetadata {
+            provider_id: "simcloud://i-new".into(),
+            instance_type: "m1".into(),
+            zone: "z1".into(),
+            region: "r1".into(),
+            additional_labels: vec![
+                ("team".into(), "b".into()),
+                ("node.kubernetes.io/evil".into(), "x".into()),
+                ("sub.k8s.io/evil".into(), "x".into()),
+                ("simcloud.example/rack".into(), "r7".into()),
+                ("bad key".into(), "x".into()),
+            ],
+            ..Default::default()
+        };
+        initialise(&mut node, &metadata);
+        let spec = node.spec.as_ref().unwrap();
+        assert_eq!(spec.provider_id.as_deref(), Some("simcloud://i-old"));
+        let taints: Vec<&str> = spec
+            .taints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|t| t.key.as_str())
+            .collect();
+        assert_eq!(taints, ["dedicated"]);
+        let labels = node.metadata.labels.unwrap();
+        let expected: BTreeMap<String, String> = [
+            (INSTANCE_TYPE, "m1"),
+            (INSTANCE_TYPE_BETA, "m1"),
+            (ZONE, "z1"),
+            (ZONE_BETA, "z1"),
+            (REGION, "r1"),
+            (REGION_BETA, "r1"),
+            ("team", "a"),
+            ("simcloud.example/rack", "r7"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(labels, expected);
+    }
+}

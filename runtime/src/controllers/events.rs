@@ -1,0 +1,77 @@
+//! Kubernetes Events about nodes and services, with upstream's reasons, published in the
+//! background so a slow or failing API server never holds up a reconcile (as client-go's
+//! broadcaster). Repeats of one event become a series (`kube-runtime`'s recorder).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+/// Publishes the events of one controller, as the component upstream names.
+#[derive(Clone)]
+pub struct EventSink {
+    recorder: Recorder,
+    component: &'static str,
+}
+
+impl EventSink {
+    /// `component` is upstream's event source, e.g. `cloud-node-controller`.
+    pub fn new(client: kube::Client, component: &'static str, instance: &str) -> EventSink {
+        let reporter = Reporter {
+            controller: component.to_string(),
+            instance: Some(instance.to_string()),
+        };
+        EventSink {
+            recorder: Recorder::new(client, reporter),
+            component,
+        }
+    }
+
+    pub fn normal(&self, regarding: ObjectReference, reason: &'static str, note: String) {
+        self.publish(regarding, EventType::Normal, reason, note);
+    }
+
+    pub fn warning(&self, regarding: ObjectReference, reason: &'static str, note: String) {
+        self.publish(regarding, EventType::Warning, reason, note);
+    }
+
+    fn publish(
+        &self,
+        regarding: ObjectReference,
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+    ) {
+        let recorder = self.recorder.clone();
+        let component = self.component;
+        tokio::spawn(async move {
+            let event = Event {
+                type_,
+                reason: reason.to_string(),
+                // The API server rejects notes over 1 KiB.
+                note: Some(truncate(note, 1024)),
+                action: reason.to_string(),
+                secondary: None,
+            };
+            if let Err(error) = recorder.publish(&event, &regarding).await {
+                tracing::warn!(
+                    component,
+                    reason,
+                    object = regarding.name.as_deref().unwrap_or_default(),
+                    %error,
+                    "could not record event"
+                );
+            }
+        });
+    }
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}

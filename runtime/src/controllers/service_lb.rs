@@ -1,0 +1,1021 @@
+//! service-lb: a cloud load balancer for every `type: LoadBalancer` Service without a
+//! `loadBalancerClass`, as upstream's service controller:
+//!
+//! - the finalizer `service.kubernetes.io/load-balancer-cleanup` is added before any cloud
+//!   call and removed only after the load balancer is gone, so a deleted Service never
+//!   leaks one;
+//! - ensure, update and delete with upstream's node predicates, status ingress written to
+//!   the status subresource, upstream's events;
+//! - `retry-after` is honoured exactly, other failures back off per service from 5 s to
+//!   300 s, with `--concurrent-service-syncs` workers;
+//! - a node-set change updates each load balancer at most once per burst of node changes,
+//!   passing the Service as it is *now* (upstream passes a stale cached copy).
+//!
+//! Beyond upstream: nodes still carrying the uninitialized taint are not targets (they have
+//! no providerID yet, so each would cost an extra update); a periodic drift check
+//! re-ensures load balancers deleted out of band; and the Service carries a
+//! `wasm-ccm.io/LoadBalancerError` condition describing the last failure, removed on
+//! success. Calls for one Service never overlap.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use tokio_util::sync::CancellationToken;
+
+use super::cloud_node::UNINITIALIZED_TAINT;
+use super::events::EventSink;
+use super::informer::{Change, Notice};
+use super::views::{api_lb_status, node_view, service_view};
+use super::workqueue::{Backoff, WorkQueue};
+use super::{Context, Controller, SyncError, has_taint, is_not_found, labels, name_of};
+use crate::contract::{self, LbStatus};
+use crate::provider::ErrorKind;
+
+pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+const AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// The condition describing the last load-balancer failure.
+pub const ERROR_CONDITION: &str = "wasm-ccm.io/LoadBalancerError";
+
+/// Node changes closer together than this are handled as one node-set change.
+const NODE_QUIET_PERIOD: Duration = Duration::from_secs(1);
+/// ...but no node change waits longer than this.
+const NODE_MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// `namespace/name`.
+type Key = String;
+
+fn key_of(service: &Service) -> Key {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// (name, providerID) of each load-balancer target.
+type NodeSet = BTreeSet<(String, String)>;
+
+/// What the controller remembers between syncs (lost on restart, as upstream; the
+/// finalizer makes that safe).
+#[derive(Default)]
+struct Memory {
+    /// The last Service object synced, to clean up after a Service deleted without finalizer.
+    services: HashMap<Key, Arc<Service>>,
+    /// The targets each load balancer was last given.
+    nodes: HashMap<Key, NodeSet>,
+    /// One lock per Service so its cloud calls never overlap.
+    locks: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+}
+
+struct Controller_ {
+    context: Arc<Context>,
+    events: EventSink,
+    queue: WorkQueue<Key>,
+    memory: Mutex<Memory>,
+}
+
+impl Controller_ {
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_for(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        self.memory().locks.entry(key.clone()).or_default().clone()
+    }
+
+    fn cluster(&self) -> &str {
+        &self.context.settings.cluster_name
+    }
+}
+
+pub async fn run(context: Arc<Context>, stop: CancellationToken) {
+    let backoff = Backoff {
+        base: Duration::from_secs(5),
+        max: Duration::from_secs(300),
+    };
+    let controller = Arc::new(Controller_ {
+        events: context.events(Controller::ServiceLoadBalancer),
+        queue: WorkQueue::new("service", backoff, &context.queues),
+        memory: Mutex::default(),
+        context: context.clone(),
+    });
+    let mut service_changes = context.services.subscribe();
+    let node_changes = context.nodes.subscribe();
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = async { context.services.wait_synced().await; context.nodes.wait_synced().await } => {}
+    }
+    // Every service arrives as added (or as one resync) with the first list.
+    let workers = futures::future::join_all(
+        (0..context.settings.concurrent_service_syncs.max(1)).map(|_| worker(controller.clone())),
+    );
+    let feed = async {
+        while let Some(notice) = service_changes.next().await {
+            match notice {
+                Notice::Change(Change::Added(service)) => {
+                    if wants_load_balancer(&service) || needs_cleanup(&service) {
+                        controller.queue.add(key_of(&service));
+                    }
+                }
+                Notice::Change(Change::Updated { old, new }) => {
+                    if needs_update(&old, &new) || needs_cleanup(&new) {
+                        controller.queue.add(key_of(&new));
+                    }
+                }
+                // Deletions arrive as updates with a deletionTimestamp (finalizer), or are
+                // found missing from the cache by the sync.
+                Notice::Change(Change::Deleted(service)) => {
+                    if controller.memory().services.contains_key(&key_of(&service)) {
+                        controller.queue.add(key_of(&service));
+                    }
+                }
+                Notice::Resync => {
+                    for service in context.services.store().state() {
+                        if wants_load_balancer(&service) || needs_cleanup(&service) {
+                            controller.queue.add(key_of(&service));
+                        }
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = stop.cancelled() => {}
+        _ = workers => {}
+        () = feed => {}
+        () = node_sync_loop(&controller, node_changes) => {}
+        () = drift_check_loop(&controller) => {}
+    }
+    controller.queue.shut_down();
+}
+
+async fn worker(controller: Arc<Controller_>) {
+    while let Some(key) = controller.queue.next().await {
+        let started = Instant::now();
+        let lock = controller.lock_for(&key);
+        let result = {
+            let _guard = lock.lock().await;
+            sync_service(&controller, &key).await
+        };
+        match result {
+            Ok(()) => controller.queue.forget(&key),
+            Err(failure) => {
+                let delay = failure.error.retry_after();
+                match delay {
+                    Some(delay) => {
+                        tracing::info!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
+                        controller.queue.add_after(key.clone(), delay);
+                    }
+                    None => {
+                        tracing::error!(service = %key, error = %failure.error, "syncing load balancer failed; retrying with backoff");
+                        controller.queue.add_rate_limited(key.clone());
+                    }
+                }
+                if let Some(service) = failure.service {
+                    controller.events.warning(
+                        service.object_ref(&()),
+                        "SyncLoadBalancerFailed",
+                        format!("Error syncing load balancer: {}", failure.error),
+                    );
+                    set_error_condition(&controller, &service, Some(&failure.error)).await;
+                }
+            }
+        }
+        controller.queue.done(&key, started.elapsed());
+    }
+}
+
+/// A failed sync, and the Service it was about (for its event and condition).
+struct Failure {
+    service: Option<Arc<Service>>,
+    error: SyncError,
+}
+
+async fn sync_service(controller: &Controller_, key: &Key) -> Result<(), Failure> {
+    let (namespace, name) = key.split_once('/').unwrap_or_default();
+    let current = controller.context.services.get_namespaced(namespace, name);
+    let cached = controller.memory().services.get(key).cloned();
+    let Some(service) = current else {
+        // Gone without our finalizer (or the finalizer was just removed).
+        if let Some(cached) = cached {
+            delete_load_balancer(controller, &cached)
+                .await
+                .map_err(|error| Failure {
+                    service: Some(cached.clone()),
+                    error,
+                })?;
+        }
+        let mut memory = controller.memory();
+        memory.services.remove(key);
+        memory.nodes.remove(key);
+        memory.locks.remove(key);
+        return Ok(());
+    };
+    if let Some(cached) = cached.filter(|c| c.metadata.uid != service.metadata.uid) {
+        // Deleted and recreated under the same name: the old one's load balancer goes first.
+        delete_load_balancer(controller, &cached)
+            .await
+            .map_err(|error| Failure {
+                service: Some(cached.clone()),
+                error,
+            })?;
+    }
+    controller
+        .memory()
+        .services
+        .insert(key.clone(), service.clone());
+    sync_load_balancer(controller, &service)
+        .await
+        .map_err(|error| Failure {
+            service: Some(service.clone()),
+            error,
+        })?;
+    set_error_condition(controller, &service, None).await;
+    Ok(())
+}
+
+/// Delete the load balancer of a Service that is gone from the API (no finalizer).
+async fn delete_load_balancer(
+    controller: &Controller_,
+    service: &Service,
+) -> Result<(), SyncError> {
+    if !wants_load_balancer(service) {
+        return Ok(());
+    }
+    let reference = service.object_ref(&());
+    controller.events.normal(
+        reference.clone(),
+        "DeletingLoadBalancer",
+        "Deleting load balancer".into(),
+    );
+    let view = service_view(service);
+    match controller
+        .context
+        .provider
+        .ensure_load_balancer_deleted(controller.cluster(), &view)
+        .await
+    {
+        Ok(()) => {}
+        Err(error) if error.is_implemented_elsewhere() => {}
+        Err(error) => {
+            controller.events.warning(
+                reference,
+                "DeleteLoadBalancerFailed",
+                format!("Error deleting load balancer: {error}"),
+            );
+            return Err(error.into());
+        }
+    }
+    controller.events.normal(
+        reference,
+        "DeletedLoadBalancer",
+        "Deleted load balancer".into(),
+    );
+    Ok(())
+}
+
+async fn sync_load_balancer(
+    controller: &Controller_,
+    service: &Arc<Service>,
+) -> Result<(), SyncError> {
+    let context = &controller.context;
+    let key = key_of(service);
+    let reference = service.object_ref(&());
+    let view = service_view(service);
+    let provider = &context.provider;
+
+    let new_status = if !wants_load_balancer(service) || needs_cleanup(service) {
+        let exists = provider
+            .get_load_balancer(controller.cluster(), &view)
+            .await
+            .map_err(|error| {
+                SyncError::Invalid(format!(
+                    "failed to check if load balancer exists before cleanup: {error}"
+                ))
+            })?
+            .is_some();
+        if exists {
+            controller.events.normal(
+                reference.clone(),
+                "DeletingLoadBalancer",
+                "Deleting load balancer".into(),
+            );
+            match provider
+                .ensure_load_balancer_deleted(controller.cluster(), &view)
+                .await
+            {
+                Ok(()) => {}
+                Err(error) if error.is_implemented_elsewhere() => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        remove_finalizer(context, service).await?;
+        controller.events.normal(
+            reference,
+            "DeletedLoadBalancer",
+            "Deleted load balancer".into(),
+        );
+        {
+            // Deleted for good: a later disappearance from the API needs no cloud call.
+            let mut memory = controller.memory();
+            memory.nodes.remove(&key);
+            memory.services.remove(&key);
+        }
+        LbStatus::default()
+    } else {
+        controller.events.normal(
+            reference.clone(),
+            "EnsuringLoadBalancer",
+            "Ensuring load balancer".into(),
+        );
+        add_finalizer(context, service).await?;
+        let nodes = target_nodes(context);
+        if nodes.is_empty() {
+            controller.events.warning(
+                reference.clone(),
+                "UnAvailableLoadBalancer",
+                "There are no available nodes for LoadBalancer".into(),
+            );
+        }
+        controller
+            .memory()
+            .nodes
+            .insert(key.clone(), node_set(&nodes));
+        let views: Vec<contract::Node> = nodes.iter().map(|node| node_view(node)).collect();
+        match provider
+            .ensure_load_balancer(controller.cluster(), &view, &views)
+            .await
+        {
+            Ok(status) => {
+                controller.events.normal(
+                    reference,
+                    "EnsuredLoadBalancer",
+                    "Ensured load balancer".into(),
+                );
+                status
+            }
+            Err(error) if error.is_implemented_elsewhere() => return Ok(()),
+            Err(error) => return Err(error.into()),
+        }
+    };
+    patch_status(context, service, &new_status).await
+}
+
+/// Write `status.loadBalancer` if it differs (ingress, ipMode and ports all count).
+async fn patch_status(
+    context: &Context,
+    service: &Service,
+    status: &LbStatus,
+) -> Result<(), SyncError> {
+    let wanted = api_lb_status(status);
+    let current = service
+        .status
+        .as_ref()
+        .and_then(|status| status.load_balancer.clone())
+        .unwrap_or_default();
+    if current.ingress.as_deref().unwrap_or_default()
+        == wanted.ingress.as_deref().unwrap_or_default()
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({ "status": { "loadBalancer": { "ingress": wanted.ingress } } });
+    // A service gone right after its finalizer was removed has no status left to write.
+    patch_service(
+        context,
+        service,
+        Target::Status,
+        patch,
+        "updating load balancer status of",
+    )
+    .await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The main resource; the service must still exist.
+    Object,
+    /// The status subresource; a service already gone is not an error.
+    Status,
+    /// The main resource; a service already gone is not an error.
+    ObjectIfPresent,
+}
+
+/// Strategic-merge `patch` into `service`; `action` describes it for errors.
+async fn patch_service(
+    context: &Context,
+    service: &Service,
+    target: Target,
+    patch: serde_json::Value,
+    action: &str,
+) -> Result<(), SyncError> {
+    let api = services_api(context, service);
+    let params = PatchParams::default();
+    let patch = Patch::Strategic(patch);
+    let result = match target {
+        Target::Status => api.patch_status(name(service), &params, &patch).await,
+        Target::Object | Target::ObjectIfPresent => api.patch(name(service), &params, &patch).await,
+    };
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) if is_not_found(&error) && target != Target::Object => Ok(()),
+        Err(error) => Err(SyncError::kube(format!(
+            "{action} service {}",
+            key_of(service)
+        ))(error)),
+    }
+}
+
+fn services_api(context: &Context, service: &Service) -> Api<Service> {
+    Api::namespaced(
+        context.client.clone(),
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+    )
+}
+
+fn name(service: &Service) -> &str {
+    service.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn has_finalizer(service: &Service) -> bool {
+    service
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+async fn add_finalizer(context: &Context, service: &Service) -> Result<(), SyncError> {
+    if has_finalizer(service) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({ "metadata": { "finalizers": [FINALIZER] } });
+    // Missing means deleted before any cloud call: the sync must stop here.
+    patch_service(
+        context,
+        service,
+        Target::Object,
+        patch,
+        "failed to add load balancer cleanup finalizer to",
+    )
+    .await
+}
+
+async fn remove_finalizer(context: &Context, service: &Service) -> Result<(), SyncError> {
+    if !has_finalizer(service) {
+        return Ok(());
+    }
+    let patch =
+        serde_json::json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER] } });
+    patch_service(
+        context,
+        service,
+        Target::ObjectIfPresent,
+        patch,
+        "failed to remove load balancer cleanup finalizer from",
+    )
+    .await
+}
+
+/// Set (or, with `None`, remove) the condition describing the last load-balancer failure.
+async fn set_error_condition(
+    controller: &Controller_,
+    service: &Service,
+    error: Option<&SyncError>,
+) {
+    let context = &controller.context;
+    let existing = service
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == ERROR_CONDITION));
+    let entry = match error {
+        None if existing.is_none() => return,
+        None => serde_json::json!({ "type": ERROR_CONDITION, "$patch": "delete" }),
+        Some(error) => {
+            let reason = condition_reason(error);
+            let message = error.to_string();
+            if existing.is_some_and(|c| c.reason == reason && c.message == message) {
+                return;
+            }
+            let since = match existing {
+                Some(existing) => existing.last_transition_time.clone(),
+                None => Time(Timestamp::now()),
+            };
+            serde_json::json!({
+                "type": ERROR_CONDITION,
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": since,
+            })
+        }
+    };
+    let patch = serde_json::json!({ "status": { "conditions": [entry] } });
+    if !has_object(context, service) {
+        return;
+    }
+    if let Err(error) = patch_service(
+        context,
+        service,
+        Target::Status,
+        patch,
+        "updating the error condition of",
+    )
+    .await
+    {
+        tracing::warn!(service = %key_of(service), %error, "could not update the load balancer error condition");
+    }
+}
+
+fn has_object(context: &Context, service: &Service) -> bool {
+    context
+        .services
+        .get_namespaced(
+            service.metadata.namespace.as_deref().unwrap_or_default(),
+            name(service),
+        )
+        .is_some_and(|current| current.metadata.uid == service.metadata.uid)
+}
+
+fn condition_reason(error: &SyncError) -> &'static str {
+    match error {
+        SyncError::Provider(error) => match &error.kind {
+            ErrorKind::Cloud(contract::CloudError::RetryAfter { .. }) => "RetryAfter",
+            ErrorKind::Cloud(_) => "ProviderError",
+            ErrorKind::Sandbox(_) => "ProviderFailed",
+            ErrorKind::EgressDenied { .. } => "EgressDenied",
+        },
+        SyncError::Kube { .. } => "KubernetesAPIError",
+        SyncError::Invalid(_) => "ProviderError",
+    }
+}
+
+// ---- selection and change detection (upstream's helpers) ----
+
+/// `type: LoadBalancer` and no `loadBalancerClass`.
+fn wants_load_balancer(service: &Service) -> bool {
+    service.spec.as_ref().is_some_and(|spec| {
+        spec.type_.as_deref() == Some("LoadBalancer") && spec.load_balancer_class.is_none()
+    })
+}
+
+/// Has our finalizer and is being deleted or no longer a load balancer.
+fn needs_cleanup(service: &Service) -> bool {
+    has_finalizer(service)
+        && (service.metadata.deletion_timestamp.is_some()
+            || service.spec.as_ref().and_then(|s| s.type_.as_deref()) != Some("LoadBalancer"))
+}
+
+/// Upstream's `needsUpdate`: the fields a load balancer is built from.
+fn needs_update(old: &Service, new: &Service) -> bool {
+    if wants_load_balancer(old) != wants_load_balancer(new) {
+        return true;
+    }
+    if !wants_load_balancer(old) && !wants_load_balancer(new) {
+        return false;
+    }
+    let (Some(a), Some(b)) = (old.spec.as_ref(), new.spec.as_ref()) else {
+        return true;
+    };
+    let ports = |spec: &k8s_openapi::api::core::v1::ServiceSpec| {
+        spec.ports.as_ref().map(|ports| {
+            ports
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone(),
+                        p.protocol.clone(),
+                        p.port,
+                        p.node_port,
+                        p.target_port.clone(),
+                        p.app_protocol.clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let families = |spec: &k8s_openapi::api::core::v1::ServiceSpec| {
+        spec.ip_families.as_ref().map_or(0, Vec::len)
+    };
+    a.load_balancer_source_ranges != b.load_balancer_source_ranges
+        || ports(a) != ports(b)
+        || a.session_affinity != b.session_affinity
+        || a.session_affinity_config != b.session_affinity_config
+        || a.load_balancer_ip != b.load_balancer_ip
+        || a.external_ips != b.external_ips
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.uid != new.metadata.uid
+        || a.external_traffic_policy != b.external_traffic_policy
+        || a.health_check_node_port != b.health_check_node_port
+        || families(a) != families(b)
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether a node is a load-balancer target: upstream's predicates (not being deleted, not
+/// excluded by label, not being removed by the cluster autoscaler) plus initialised.
+fn is_target(node: &Node) -> bool {
+    if node.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    if let Some(value) = labels(node).get(EXCLUDE_LABEL) {
+        // An unparsable value excludes the node, as upstream.
+        if parse_bool(value) != Some(false) {
+            return false;
+        }
+    }
+    !has_taint(node, AUTOSCALER_TAINT) && !has_taint(node, UNINITIALIZED_TAINT)
+}
+
+fn provider_id(node: &Node) -> String {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.provider_id.clone())
+        .unwrap_or_default()
+}
+
+/// A node change that can change load-balancer targets.
+fn node_change_matters(change: &Change<Node>) -> bool {
+    match change {
+        Change::Added(node) | Change::Deleted(node) => is_target(node),
+        Change::Updated { old, new } => {
+            is_target(old) != is_target(new) || provider_id(old) != provider_id(new)
+        }
+    }
+}
+
+fn target_nodes(context: &Context) -> Vec<Arc<Node>> {
+    let mut nodes: Vec<Arc<Node>> = context
+        .nodes
+        .store()
+        .state()
+        .into_iter()
+        .filter(|node| is_target(node))
+        .collect();
+    nodes.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+    nodes
+}
+
+fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
+    nodes
+        .iter()
+        .map(|node| (name_of(node).to_string(), provider_id(node)))
+        .collect()
+}
+
+// ---- node-triggered updates ----
+
+/// Wait for node changes that matter, let a burst of them settle, then update every load
+/// balancer whose targets changed.
+async fn node_sync_loop(
+    controller: &Controller_,
+    mut changes: super::informer::Subscription<Node>,
+) {
+    let relevant = |notice: &Notice<Node>| match notice {
+        Notice::Change(change) => node_change_matters(change),
+        Notice::Resync => true,
+    };
+    loop {
+        // The first change that matters...
+        loop {
+            match changes.next().await {
+                Some(notice) if relevant(&notice) => break,
+                Some(_) => {}
+                None => return,
+            }
+        }
+        // ...then until the burst is over.
+        let first = Instant::now();
+        loop {
+            let left = NODE_MAX_WAIT.saturating_sub(first.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            match tokio::time::timeout(NODE_QUIET_PERIOD.min(left), changes.next()).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        sync_nodes(controller).await;
+    }
+}
+
+async fn sync_nodes(controller: &Controller_) {
+    let context = &controller.context;
+    let started = Instant::now();
+    let nodes = target_nodes(context);
+    let wanted = node_set(&nodes);
+    let views: Arc<Vec<contract::Node>> =
+        Arc::new(nodes.iter().map(|node| node_view(node)).collect());
+    let services: Vec<Arc<Service>> = context
+        .services
+        .store()
+        .state()
+        .into_iter()
+        .filter(|service| wants_load_balancer(service) && has_finalizer(service))
+        .collect();
+    futures::stream::iter(services)
+        .for_each_concurrent(
+            context.settings.concurrent_service_syncs.max(1),
+            |service| {
+                let wanted = wanted.clone();
+                let views = views.clone();
+                async move {
+                    let key = key_of(&service);
+                    let lock = controller.lock_for(&key);
+                    let _guard = lock.lock().await;
+                    // The Service as it is now, not as it was at its last sync.
+                    let (namespace, name) = key.split_once('/').unwrap_or_default();
+                    let Some(service) = controller.context.services.get_namespaced(namespace, name)
+                    else {
+                        return;
+                    };
+                    if !wants_load_balancer(&service) || needs_cleanup(&service) {
+                        return;
+                    }
+                    // A service not synced yet gets the current nodes from its own sync.
+                    match controller.memory().nodes.get(&key) {
+                        None => return,
+                        Some(synced) if *synced == wanted => return,
+                        Some(_) => {}
+                    }
+                    update_hosts(controller, &service, &wanted, &views).await;
+                }
+            },
+        )
+        .await;
+    context
+        .metrics
+        .nodesync_latency
+        .observe(started.elapsed().as_secs_f64());
+}
+
+async fn update_hosts(
+    controller: &Controller_,
+    service: &Arc<Service>,
+    wanted: &NodeSet,
+    views: &[contract::Node],
+) {
+    let context = &controller.context;
+    let key = key_of(service);
+    controller
+        .memory()
+        .nodes
+        .insert(key.clone(), wanted.clone());
+    context.metrics.loadbalancer_syncs.inc();
+    let started = Instant::now();
+    let view = service_view(service);
+    let result = context
+        .provider
+        .update_load_balancer(controller.cluster(), &view, views)
+        .await;
+    context
+        .metrics
+        .update_loadbalancer_host_latency
+        .observe(started.elapsed().as_secs_f64());
+    let reference = service.object_ref(&());
+    let error = match result {
+        Ok(()) => {
+            if views.is_empty() {
+                controller.events.warning(
+                    reference,
+                    "UnAvailableLoadBalancer",
+                    "There are no available nodes for LoadBalancer".into(),
+                );
+            } else {
+                controller.events.normal(
+                    reference,
+                    "UpdatedLoadBalancer",
+                    "Updated load balancer with new hosts".into(),
+                );
+            }
+            return;
+        }
+        Err(error) if error.is_implemented_elsewhere() => return,
+        Err(error) => error,
+    };
+    // A load balancer deleted meanwhile needs no hosts.
+    if let Ok(None) = context
+        .provider
+        .get_load_balancer(controller.cluster(), &view)
+        .await
+    {
+        return;
+    }
+    let names: Vec<&str> = views
+        .iter()
+        .take(20)
+        .map(|node| node.name.as_str())
+        .collect();
+    controller.events.warning(
+        reference,
+        "UpdateLoadBalancerFailed",
+        format!(
+            "Error updating load balancer with new hosts [{}] [node names limited, total number of nodes: {}], error: {error}",
+            names.join(" "),
+            views.len()
+        ),
+    );
+    context.metrics.nodesync_errors.inc();
+    tracing::warn!(service = %key, %error, "updating load balancer hosts failed; the service will be synced again");
+    // Forget the targets so the full sync passes them again.
+    controller.memory().nodes.remove(&key);
+    match error.retry_after() {
+        Some(delay) => controller.queue.add_after(key, delay),
+        None => controller.queue.add_rate_limited(key),
+    }
+}
+
+// ---- drift check ----
+
+/// Every `--load-balancer-drift-period`, ask the provider whether each load balancer still
+/// exists, and ensure again any that vanished out of band (upstream only notices on the
+/// next Service change).
+async fn drift_check_loop(controller: &Controller_) {
+    let period = controller.context.settings.load_balancer_drift_period;
+    if period.is_zero() {
+        return std::future::pending().await;
+    }
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let services: Vec<Arc<Service>> = controller
+            .context
+            .services
+            .store()
+            .state()
+            .into_iter()
+            .filter(|service| {
+                wants_load_balancer(service) && has_finalizer(service) && !needs_cleanup(service)
+            })
+            .collect();
+        futures::stream::iter(services)
+            .for_each_concurrent(
+                controller.context.settings.concurrent_service_syncs.max(1),
+                |service| async move {
+                    let key = key_of(&service);
+                    if controller.queue.failures(&key) > 0 {
+                        return; // already being retried
+                    }
+                    let view = service_view(&service);
+                    match controller
+                        .context
+                        .provider
+                        .get_load_balancer(controller.cluster(), &view)
+                        .await
+                    {
+                        Ok(Some(_)) => {}
+                        Ok(None) => {
+                            tracing::warn!(service = %key, "load balancer missing from the cloud; ensuring it again");
+                            controller.queue.add(key);
+                        }
+                        Err(error) => {
+                            tracing::warn!(service = %key, %error, "drift check failed")
+                        }
+                    }
+                },
+            )
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSpec, ServicePort, ServiceSpec, Taint};
+    use std::collections::BTreeMap;
+
+    fn service(type_: &str) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_classless_load_balancer_services_want_one() {
+        assert!(wants_load_balancer(&service("LoadBalancer")));
+        assert!(!wants_load_balancer(&service("ClusterIP")));
+        let mut classed = service("LoadBalancer");
+        classed.spec.as_mut().unwrap().load_balancer_class = Some("simcloud".into());
+        assert!(!wants_load_balancer(&classed));
+    }
+
+    #[test]
+    fn cleanup_needs_the_finalizer_and_deletion_or_type_change() {
+        let mut svc = service("ClusterIP");
+        assert!(!needs_cleanup(&svc));
+        svc.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert!(needs_cleanup(&svc), "type no longer LoadBalancer");
+        let mut lb = service("LoadBalancer");
+        lb.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert!(!needs_cleanup(&lb));
+        lb.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert!(needs_cleanup(&lb));
+    }
+
+    #[test]
+    fn labels_and_status_do_not_trigger_updates_but_annotations_and_ports_do() {
+        let old = service("LoadBalancer");
+        let mut labelled = old.clone();
+        labelled.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(!needs_update(&old, &labelled));
+        let mut annotated = old.clone();
+        annotated.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(needs_update(&old, &annotated));
+        let mut ported = old.clone();
+        ported.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+        assert!(needs_update(&old, &ported));
+        let mut affinity = old.clone();
+        affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        assert!(needs_update(&old, &affinity));
+        assert!(needs_update(&old, &service("ClusterIP")));
+    }
+
+    fn node(labels: &[(&str, &str)], taints: &[&str]) -> Node {
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("n".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(
+                    taints
+                        .iter()
+                        .map(|key| Taint {
+                            key: key.to_string(),
+                            effect: "NoSchedule".into(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_predicates_follow_upstream_and_skip_uninitialised_nodes() {
+        assert!(is_target(&node(&[], &[])));
+        assert!(is_target(&node(&[(EXCLUDE_LABEL, "false")], &[])));
+        assert!(!is_target(&node(&[(EXCLUDE_LABEL, "true")], &[])));
+        assert!(
+            !is_target(&node(&[(EXCLUDE_LABEL, "maybe")], &[])),
+            "unparsable excludes"
+        );
+        assert!(!is_target(&node(&[], &[AUTOSCALER_TAINT])));
+        assert!(!is_target(&node(&[], &[UNINITIALIZED_TAINT])));
+        assert!(
+            is_target(&node(&[], &["node.kubernetes.io/not-ready"])),
+            "readiness is not considered"
+        );
+    }
+
+    #[test]
+    fn a_provider_id_change_matters_but_a_readiness_change_does_not() {
+        let old = Arc::new(node(&[], &[]));
+        let mut with_id = node(&[], &[]);
+        with_id.spec.as_mut().unwrap().provider_id = Some("simcloud://i-1".into());
+        assert!(node_change_matters(&Change::Updated {
+            old: old.clone(),
+            new: Arc::new(with_id)
+        }));
+        let not_ready = node(&[], &["node.kubernetes.io/not-ready"]);
+        assert!(!node_change_matters(&Change::Updated {
+            old,
+            new: Arc::new(not_ready)
+        }));
+    }
+}

@@ -1,0 +1,423 @@
+//! A work queue with client-go's semantics, which the controllers' behaviour depends on:
+//!
+//! - a key queued twice is processed once (dedupe while waiting);
+//! - a key is never processed by two workers at once: added while processing, it runs again
+//!   after `done`;
+//! - `add_after` for a provider's `retry-after` (the earliest pending time wins);
+//! - `add_rate_limited`: per-key exponential backoff between `base` and `max`, reset by
+//!   `forget` after a success.
+//!
+//! It also keeps upstream's `workqueue_*` metrics, labelled by queue name.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+
+/// Per-key exponential backoff: `base * 2^failures`, capped at `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    fn delay(&self, failures: u32) -> Duration {
+        let factor = 2u32.checked_pow(failures).unwrap_or(u32::MAX);
+        self.base
+            .checked_mul(factor)
+            .unwrap_or(self.max)
+            .min(self.max)
+    }
+}
+
+/// A cloneable handle to one queue.
+pub struct WorkQueue<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<K> {
+    name: String,
+    backoff: Backoff,
+    state: Mutex<State<K>>,
+    ready: Notify,
+    metrics: QueueMetrics,
+}
+
+struct State<K> {
+    queue: VecDeque<K>,
+    /// Keys waiting to be processed, with when they were added.
+    dirty: HashMap<K, Instant>,
+    processing: HashSet<K>,
+    /// Keys waiting for `add_after`, with the time they become due.
+    delayed: HashMap<K, Instant>,
+    failures: HashMap<K, u32>,
+    shut_down: bool,
+}
+
+impl<K> WorkQueue<K>
+where
+    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    pub fn new(name: &str, backoff: Backoff, metrics: &QueueMetrics) -> Self {
+        WorkQueue {
+            shared: Arc::new(Shared {
+                name: name.to_string(),
+                backoff,
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    dirty: HashMap::new(),
+                    processing: HashSet::new(),
+                    delayed: HashMap::new(),
+                    failures: HashMap::new(),
+                    shut_down: false,
+                }),
+                ready: Notify::new(),
+                metrics: metrics.clone(),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn labels(&self) -> QueueLabels {
+        QueueLabels {
+            name: self.shared.name.clone(),
+        }
+    }
+
+    /// Queue `key` unless it is already waiting.
+    pub fn add(&self, key: K) {
+        let mut state = self.state();
+        if state.shut_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        self.shared.metrics.adds.get_or_create(&self.labels()).inc();
+        state.dirty.insert(key.clone(), Instant::now());
+        if state.processing.contains(&key) {
+            // Runs again once the current processing is done.
+            return;
+        }
+        state.queue.push_back(key);
+        self.shared
+            .metrics
+            .depth
+            .get_or_create(&self.labels())
+            .set(state.queue.len() as i64);
+        drop(state);
+        self.shared.ready.notify_one();
+    }
+
+    /// Queue `key` after `delay`; an earlier pending time for the same key wins.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        if delay.is_zero() {
+            self.add(key);
+            return;
+        }
+        let due = Instant::now() + delay;
+        {
+            let mut state = self.state();
+            if state.shut_down {
+                return;
+            }
+            match state.delayed.entry(key.clone()) {
+                Entry::Occupied(mut pending) if *pending.get() > due => {
+                    pending.insert(due);
+                }
+                Entry::Occupied(_) => return,
+                Entry::Vacant(slot) => {
+                    slot.insert(due);
+                }
+            }
+        }
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due.into()).await;
+            let still_due = {
+                let mut state = queue.state();
+                match state.delayed.get(&key) {
+                    Some(pending) if *pending == due => {
+                        state.delayed.remove(&key);
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if still_due {
+                queue.add(key);
+            }
+        });
+    }
+
+    /// Queue `key` again after its next backoff delay.
+    pub fn add_rate_limited(&self, key: K) {
+        let failures = {
+            let mut state = self.state();
+            let failures = state.failures.entry(key.clone()).or_insert(0);
+            let seen = *failures;
+            *failures = failures.saturating_add(1);
+            seen
+        };
+        self.shared
+            .metrics
+            .retries
+            .get_or_create(&self.labels())
+            .inc();
+        self.add_after(key, self.shared.backoff.delay(failures));
+    }
+
+    /// Forget `key`'s failures (after a success).
+    pub fn forget(&self, key: &K) {
+        self.state().failures.remove(key);
+    }
+
+    /// How many times `key` failed in a row.
+    pub fn failures(&self, key: &K) -> u32 {
+        self.state().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// The next key to process, or `None` once the queue is shut down. The caller must call
+    /// [`WorkQueue::done`] with it.
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            let notified = self.shared.ready.notified();
+            {
+                let mut state = self.state();
+                if state.shut_down {
+                    return None;
+                }
+                if let Some(key) = state.queue.pop_front() {
+                    let added = state.dirty.remove(&key);
+                    state.processing.insert(key.clone());
+                    let labels = self.labels();
+                    self.shared
+                        .metrics
+                        .depth
+                        .get_or_create(&labels)
+                        .set(state.queue.len() as i64);
+                    if let Some(added) = added {
+                        self.shared
+                            .metrics
+                            .queue_duration
+                            .get_or_create(&labels)
+                            .observe(added.elapsed().as_secs_f64());
+                    }
+                    return Some(key);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Processing of `key` finished after `took`; if it was added meanwhile, queue it again.
+    pub fn done(&self, key: &K, took: Duration) {
+        let mut state = self.state();
+        state.processing.remove(key);
+        self.shared
+            .metrics
+            .work_duration
+            .get_or_create(&self.labels())
+            .observe(took.as_secs_f64());
+        if state.dirty.contains_key(key) && !state.shut_down {
+            state.queue.push_back(key.clone());
+            drop(state);
+            self.shared.ready.notify_one();
+        }
+    }
+
+    /// Stop handing out keys; waiting workers get `None`.
+    pub fn shut_down(&self) {
+        self.state().shut_down = true;
+        self.shared.ready.notify_waiters();
+    }
+
+    /// Keys waiting to be processed now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.state().queue.len()
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `workqueue_*` metric labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub name: String,
+}
+
+type HistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
+
+fn queue_histogram() -> Histogram {
+    // 1 µs .. ~1000 s, as client-go's workqueue buckets (powers of ten).
+    Histogram::new(exponential_buckets(1e-8, 10.0, 11))
+}
+
+/// Upstream's workqueue metrics for every queue of the process.
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    depth: Family<QueueLabels, Gauge>,
+    adds: Family<QueueLabels, Counter>,
+    retries: Family<QueueLabels, Counter>,
+    queue_duration: HistogramFamily,
+    work_duration: HistogramFamily,
+}
+
+impl Default for QueueMetrics {
+    fn default() -> Self {
+        QueueMetrics {
+            depth: Family::default(),
+            adds: Family::default(),
+            retries: Family::default(),
+            queue_duration: Family::new_with_constructor(queue_histogram),
+            work_duration: Family::new_with_constructor(queue_histogram),
+        }
+    }
+}
+
+impl QueueMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            self.depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            self.adds.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            self.retries.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            self.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            self.work_duration.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> WorkQueue<String> {
+        let backoff = Backoff {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(40),
+        };
+        WorkQueue::new("test", backoff, &QueueMetrics::default())
+    }
+
+    #[tokio::test]
+    async fn a_key_added_twice_while_waiting_is_processed_once() {
+        let queue = queue();
+        queue.add("a".to_string());
+        queue.add("a".to_string());
+        queue.add("b".to_string());
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.next().await.as_deref(), Some("a"));
+        assert_eq!(queue.next().await.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_key_added_while_processing_runs_again_after_done_not_concurrently() {
+        let queue = queue();
+        queue.add("a".to_string());
+        let key = queue.next().await.expect("key");
+        queue.add("a".to_string());
+        assert!(
+            queue.is_empty(),
+            "not handed to a second worker while processing"
+        );
+        queue.done(&key, Duration::ZERO);
+        assert_eq!(queue.next().await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_keeps_the_earliest_time() {
+        let queue = queue();
+        queue.add_after("a".to_string(), Duration::from_secs(10));
+        queue.add_after("a".to_string(), Duration::from_secs(2));
+        queue.add_after("a".to_string(), Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        assert_eq!(queue.len(), 1);
+        let key = queue.next().await.expect("key");
+        queue.done(&key, Duration::ZERO);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            queue.is_empty(),
+            "later times were superseded, not queued again"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let backoff = Backoff {
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(300),
+        };
+        let delays: Vec<u64> = (0..8).map(|n| backoff.delay(n).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(backoff.delay(60).as_secs(), 300);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_retries_back_off_until_forgotten() {
+        let queue = queue();
+        let key = "a".to_string();
+        queue.add_rate_limited(key.clone());
+        queue.add_rate_limited(key.clone());
+        assert_eq!(queue.failures(&key), 2);
+        queue.forget(&key);
+        assert_eq!(queue.failures(&key), 0);
+        tokio::time::sleep(Duration::from_millis(11)).await;
+        assert_eq!(queue.next().await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn shut_down_wakes_waiting_workers() {
+        let queue = queue();
+        let waiting = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.next().await }
+        });
+        tokio::task::yield_now().await;
+        queue.shut_down();
+        assert_eq!(waiting.await.expect("worker"), None);
+    }
+}

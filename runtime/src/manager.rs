@@ -1,0 +1,269 @@
+//! Run mode: everything `wasm-ccm` does as a cloud-controller-manager, in order:
+//!
+//! 1. load the provider (`--provider`), `init` it with `--cloud-config`, and check it is the
+//!    `--cloud-provider` the operator named;
+//! 2. decide which controllers run (selected *and* supported);
+//! 3. connect to the API server, serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
+//! 4. with `--leader-elect`, wait for the Lease; then run the controllers until leadership is
+//!    lost or the process is asked to stop.
+//!
+//! Losing the lease stops every controller at once and drops their caches; the manager then
+//! campaigns again as a standby (upstream exits instead, to be restarted by the kubelet).
+//! A clean shutdown releases the lease so a standby takes over without waiting it out.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::{self, ClientMetrics, ClusterSettings};
+use crate::controllers::{
+    self, Context, Controller, ControllerMetrics, ControllerSelection, ControllerSettings,
+    Informer, QueueMetrics,
+};
+use crate::egress::{EgressConfig, EgressGate};
+use crate::leader::{LeaderElector, LeaseSettings};
+use crate::metrics::Metrics;
+use crate::provider::{Provider, ProviderSource};
+use crate::sandbox::{Sandbox, SandboxConfig};
+use crate::serving::{self, HealthChecks, Probe, ServingConfig};
+
+/// Where the provider comes from and what it is told.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    /// `--provider file://PATH`.
+    pub path: PathBuf,
+    /// `--cloud-provider`: the name the provider must report.
+    pub name: String,
+    /// `--cloud-config`.
+    pub cloud_config: Option<PathBuf>,
+    /// `--allow-untagged-cloud`.
+    pub allow_untagged_cloud: bool,
+}
+
+/// Everything run mode needs, validated.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    pub provider: ProviderSettings,
+    pub egress: EgressConfig,
+    pub sandbox: SandboxConfig,
+    pub cluster: ClusterSettings,
+    pub controllers: ControllerSelection,
+    pub settings: ControllerSettings,
+    /// `None` with `--leader-elect=false`.
+    pub leader_election: Option<LeaseSettings>,
+    pub serving: ServingConfig,
+}
+
+/// Why the manager could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("--provider {path}: {source}")]
+    ProviderFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("--cloud-config {path}: {source}")]
+    CloudConfig {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Load(#[from] crate::provider::ProviderLoadError),
+    #[error(
+        "--cloud-provider {wanted}: the provider at {path} reports its name as {actual:?}; pass --cloud-provider={actual} if this is the provider you meant"
+    )]
+    WrongProvider {
+        wanted: String,
+        actual: String,
+        path: String,
+    },
+    #[error(
+        "provider {provider} reports no cluster ID (has-cluster-id = false); pass --allow-untagged-cloud to run anyway"
+    )]
+    Untagged { provider: String },
+    #[error(transparent)]
+    Start(#[from] controllers::StartError),
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterError),
+    #[error(transparent)]
+    Serving(#[from] serving::ServingError),
+    #[error(transparent)]
+    Leader(#[from] crate::leader::LeaderError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::LoadError),
+}
+
+/// Run until `shutdown` is cancelled.
+pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(), ManagerError> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::default());
+    metrics.register(&mut registry);
+    let controller_metrics = ControllerMetrics::default();
+    controller_metrics.register(&mut registry);
+    let queue_metrics = QueueMetrics::default();
+    queue_metrics.register(&mut registry);
+    let client_metrics = ClientMetrics::default();
+    client_metrics.register(&mut registry);
+
+    let provider = load_provider(&config, metrics.clone()).await?;
+    let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
+    let client = cluster::connect(&config.cluster, &client_metrics).await?;
+
+    let elector = config
+        .leader_election
+        .clone()
+        .map(|lease| LeaderElector::new(client.clone(), lease));
+    if let Some(elector) = &elector {
+        elector.register(&mut registry);
+    }
+    let health = HealthChecks::default();
+    if let Some(elector) = &elector {
+        health.add(
+            "leaderElection",
+            &[Probe::Healthz, Probe::Livez],
+            elector.health_check(),
+        );
+    }
+    let serving = serving::serve(
+        config.serving.clone(),
+        health.clone(),
+        Arc::new(registry),
+        shutdown.clone(),
+    )
+    .await?;
+    let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
+    tracing::info!(
+        provider = %provider.label(),
+        controllers = ?names,
+        serving = ?serving.as_ref().map(|s| s.local_addr()),
+        leader_election = elector.is_some(),
+        "wasm-ccm started"
+    );
+
+    let term = Term {
+        client,
+        provider,
+        settings: config.settings.clone(),
+        metrics: controller_metrics,
+        queues: queue_metrics,
+        planned,
+        health,
+    };
+    match elector {
+        None => term.run(shutdown.clone()).await,
+        Some(elector) => loop {
+            let Some(leadership) = elector.acquire(&shutdown).await? else {
+                break;
+            };
+            let stop = leadership.lost().child_token();
+            let shutdown_link = {
+                let stop = stop.clone();
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    shutdown.cancelled().await;
+                    stop.cancel();
+                })
+            };
+            term.run(stop).await;
+            shutdown_link.abort();
+            if shutdown.is_cancelled() {
+                leadership.release().await;
+                break;
+            }
+            tracing::error!(
+                "leadership lost: stopped every controller; campaigning again as a standby"
+            );
+        },
+    }
+    tracing::info!("wasm-ccm stopped");
+    Ok(())
+}
+
+async fn load_provider(
+    config: &ManagerConfig,
+    metrics: Arc<Metrics>,
+) -> Result<Provider, ManagerError> {
+    let settings = &config.provider;
+    let shown = format!("file://{}", settings.path.display());
+    let wasm =
+        tokio::fs::read(&settings.path)
+            .await
+            .map_err(|source| ManagerError::ProviderFile {
+                path: shown.clone(),
+                source,
+            })?;
+    let cloud_config = match &settings.cloud_config {
+        None => None,
+        Some(path) => {
+            Some(
+                tokio::fs::read(path)
+                    .await
+                    .map_err(|source| ManagerError::CloudConfig {
+                        path: path.display().to_string(),
+                        source,
+                    })?,
+            )
+        }
+    };
+    let sandbox = Sandbox::new(config.sandbox.clone(), metrics.clone())?;
+    let gate = EgressGate::new(config.egress.clone(), metrics.clone());
+    let source = ProviderSource {
+        wasm: wasm.into(),
+        origin: shown.clone(),
+        cloud_config,
+    };
+    let provider = Provider::load(&sandbox, gate, source, metrics).await?;
+    let capabilities = provider.capabilities();
+    if capabilities.name != settings.name {
+        return Err(ManagerError::WrongProvider {
+            wanted: settings.name.clone(),
+            actual: capabilities.name.clone(),
+            path: shown,
+        });
+    }
+    if !capabilities.has_cluster_id && !settings.allow_untagged_cloud {
+        return Err(ManagerError::Untagged {
+            provider: provider.label(),
+        });
+    }
+    Ok(provider)
+}
+
+/// What one period of running the controllers needs (one leadership term, or the whole
+/// life of the process without leader election).
+struct Term {
+    client: kube::Client,
+    provider: Provider,
+    settings: ControllerSettings,
+    metrics: ControllerMetrics,
+    queues: QueueMetrics,
+    planned: Vec<Controller>,
+    health: HealthChecks,
+}
+
+impl Term {
+    /// Start informers and controllers; return once `stop` is cancelled and all stopped.
+    async fn run(&self, stop: CancellationToken) {
+        let informers_stop = stop.child_token();
+        let context = Arc::new(Context {
+            client: self.client.clone(),
+            provider: self.provider.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            queues: self.queues.clone(),
+            nodes: Informer::start(
+                kube::Api::<Node>::all(self.client.clone()),
+                informers_stop.clone(),
+            ),
+            services: Informer::start(
+                kube::Api::<Service>::all(self.client.clone()),
+                informers_stop.clone(),
+            ),
+        });
+        controllers::run(&self.planned, context, &self.health, stop).await;
+        informers_stop.cancel();
+    }
+}

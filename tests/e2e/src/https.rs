@@ -1,0 +1,100 @@
+//! A bare HTTPS GET for the manager's secure port, which serves a self-signed certificate
+//! made at start: tests check what is served, not who serves it, so any certificate is
+//! accepted (never do this outside tests).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::crypto::{CryptoProvider, ring};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, Error, SignatureScheme};
+
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        tokio_rustls::rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        tokio_rustls::rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `GET https://addr/path`: the status code and body, or an error if nothing answers.
+pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let provider = Arc::new(ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(connection);
+    let request = http::Request::get(path)
+        .header(http::header::HOST, "localhost")
+        .body(Empty::<Bytes>::new())
+        .map_err(std::io::Error::other)?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(std::io::Error::other)?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A loopback port that was free a moment ago (0 would mean "serving disabled").
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("an ephemeral port")
+}

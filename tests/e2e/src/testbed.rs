@@ -1,0 +1,280 @@
+//! A whole cluster on loopback for controller tests: the Kubernetes API emulator, the cloud
+//! simulator, and the manager running simcloud against both, reached only through a
+//! kubeconfig file and the simulator's URL, as in production.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cloud_sim::NewInstance;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use kube_emulator::{Emulator, EmulatorOptions};
+use tokio_util::sync::CancellationToken;
+use wasm_ccm::cluster::ClusterSettings;
+use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
+use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
+use wasm_ccm::sandbox::SandboxConfig;
+use wasm_ccm::serving::{ServingConfig, TlsSource};
+
+use crate::{Cloud, loopback};
+
+pub const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// The emulator, the simulator, a client for the tests, and files the manager reads.
+pub struct Testbed {
+    pub cloud: Cloud,
+    pub emulator: Emulator,
+    pub client: kube::Client,
+    dir: tempfile::TempDir,
+}
+
+/// A manager running in this process.
+pub struct RunningManager {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), manager::ManagerError>>,
+}
+
+impl RunningManager {
+    /// Stop it cleanly (as SIGTERM does) and return how it ended.
+    pub async fn stop(self) -> Result<(), manager::ManagerError> {
+        self.stop.cancel();
+        self.task.await.expect("manager task")
+    }
+
+    /// Kill it: no clean shutdown, as a crashed process.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+impl Testbed {
+    pub async fn start() -> Testbed {
+        let cloud = Cloud::start().await;
+        let emulator = Emulator::start(loopback(), EmulatorOptions::default())
+            .await
+            .expect("emulator starts");
+        let config =
+            kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default())
+                .await
+                .expect("kubeconfig");
+        let client = kube::Client::try_from(config).expect("client");
+        let dir = tempfile::tempdir().expect("temp dir");
+        emulator
+            .write_kubeconfig(&dir.path().join("kubeconfig"))
+            .expect("write kubeconfig");
+        std::fs::write(dir.path().join("cloud.json"), cloud.simcloud_config()).expect("config");
+        Testbed {
+            cloud,
+            emulator,
+            client,
+            dir,
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    pub fn cloud_config(&self) -> PathBuf {
+        self.dir.path().join("cloud.json")
+    }
+
+    /// A configuration for simcloud against this testbed: every controller, no leader
+    /// election, no serving, and short periods so tests are quick.
+    pub fn config(&self) -> ManagerConfig {
+        ManagerConfig {
+            provider: ProviderSettings {
+                path: guest_builds::SIMCLOUD.into(),
+                name: "simcloud".into(),
+                cloud_config: Some(self.cloud_config()),
+                allow_untagged_cloud: false,
+            },
+            egress: self.cloud.egress(),
+            sandbox: SandboxConfig::default(),
+            cluster: ClusterSettings {
+                kubeconfig: Some(self.kubeconfig()),
+                qps: 200.0,
+                burst: 400,
+            },
+            controllers: ControllerSelection::default(),
+            settings: ControllerSettings {
+                cluster_name: "kubernetes".into(),
+                cluster_cidrs: Some("10.244.0.0/16".parse().expect("cidr")),
+                configure_cloud_routes: true,
+                route_reconciliation_period: Duration::from_millis(500),
+                node_monitor_period: Duration::from_millis(300),
+                node_status_update_frequency: Duration::from_secs(300),
+                concurrent_node_syncs: 2,
+                concurrent_node_status_updates: 0,
+                concurrent_service_syncs: 2,
+                load_balancer_drift_period: Duration::ZERO,
+                identity: "test-manager".into(),
+            },
+            leader_election: None,
+            serving: ServingConfig {
+                bind_address: [127, 0, 0, 1].into(),
+                port: 0,
+                tls: TlsSource::SelfSigned,
+            },
+        }
+    }
+
+    /// Run a manager with `config` in this process.
+    pub fn run(&self, config: ManagerConfig) -> RunningManager {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager::run(config, stop.clone()));
+        RunningManager { stop, task }
+    }
+
+    /// An instance in the cloud named `name` in `zone`; returns its id.
+    pub fn add_instance(&self, name: &str, zone: &str) -> String {
+        self.cloud
+            .sim
+            .state()
+            .add_instance(NewInstance {
+                name: name.into(),
+                instance_type: "sim.small".into(),
+                zone: zone.into(),
+                private_ip: None,
+                public_ip: None,
+                public_ipv6: None,
+                hostname: None,
+            })
+            .id
+    }
+
+    /// A Node as a kubelet with `--cloud-provider=external` registers it: tainted
+    /// uninitialized, no providerID.
+    pub fn kubelet_node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(
+                    "kubernetes.io/hostname".to_string(),
+                    name.to_string(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: UNINITIALIZED.into(),
+                    value: Some("true".into()),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub async fn create_node(&self, node: &Node) -> Node {
+        Api::<Node>::all(self.client.clone())
+            .create(&PostParams::default(), node)
+            .await
+            .expect("create node")
+    }
+
+    /// An instance and its kubelet-registered node.
+    pub async fn add_node(&self, name: &str, zone: &str) -> String {
+        let id = self.add_instance(name, zone);
+        self.create_node(&Self::kubelet_node(name)).await;
+        id
+    }
+
+    pub async fn node(&self, name: &str) -> Option<Node> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .expect("get node")
+    }
+
+    /// A `type: LoadBalancer` Service with one TCP port.
+    pub fn lb_service(name: &str) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(vec![ServicePort {
+                    name: Some("http".into()),
+                    port: 80,
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    pub async fn service(&self, name: &str) -> Option<Service> {
+        self.services().get_opt(name).await.expect("get service")
+    }
+
+    /// `reason`s of the events about the object named `name`, oldest first.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        let mut list: Vec<_> = events
+            .list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect();
+        list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+        list.into_iter().filter_map(|e| e.reason).collect()
+    }
+}
+
+/// Poll `check` until it returns `Some`, failing with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether `node` still has the uninitialized taint.
+pub fn is_uninitialized(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED))
+}
+
+/// The first ingress IP in a Service's load-balancer status.
+pub fn ingress_ip(service: &Service) -> Option<String> {
+    service
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .ip
+        .clone()
+}

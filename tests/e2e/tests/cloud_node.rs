@@ -1,0 +1,194 @@
+//! cloud-node controller end to end: the manager running simcloud initialises nodes in the
+//! Kubernetes API emulator from instances in the cloud simulator.
+
+use std::time::Duration;
+
+use e2e::testbed::{Testbed, eventually, is_uninitialized};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use wasm_ccm::controllers::ControllerSelection;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn addresses(node: &Node) -> Vec<(String, String)> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|list| {
+            list.iter()
+                .map(|a| (a.type_.clone(), a.address.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn initialised(bed: &Testbed, name: &str) -> Node {
+    eventually(&format!("node {name} initialised"), WAIT, || async {
+        bed.node(name).await.filter(|node| !is_uninitialized(node))
+    })
+    .await
+}
+
+fn only(controllers: &str, bed: &Testbed) -> wasm_ccm::manager::ManagerConfig {
+    let mut config = bed.config();
+    config.controllers = controllers.parse::<ControllerSelection>().unwrap();
+    config
+}
+
+#[tokio::test]
+async fn uninitialised_node_gets_provider_id_labels_and_addresses_and_loses_the_taint() {
+    let bed = Testbed::start().await;
+    let id = bed.add_node("worker-1", "sim-central-1a").await;
+    let manager = bed.run(only("cloud-node", &bed));
+
+    let node = initialised(&bed, "worker-1").await;
+    let spec = node.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.provider_id.as_deref(),
+        Some(format!("simcloud://{id}").as_str())
+    );
+    assert_eq!(
+        label(&node, "node.kubernetes.io/instance-type"),
+        Some("sim.small")
+    );
+    assert_eq!(
+        label(&node, "beta.kubernetes.io/instance-type"),
+        Some("sim.small")
+    );
+    assert_eq!(
+        label(&node, "topology.kubernetes.io/zone"),
+        Some("sim-central-1a")
+    );
+    assert_eq!(
+        label(&node, "failure-domain.beta.kubernetes.io/zone"),
+        Some("sim-central-1a")
+    );
+    assert_eq!(
+        label(&node, "topology.kubernetes.io/region"),
+        Some("sim-central-1")
+    );
+    assert_eq!(
+        label(&node, "failure-domain.beta.kubernetes.io/region"),
+        Some("sim-central-1")
+    );
+    let instance = bed
+        .cloud
+        .sim
+        .state()
+        .instances()
+        .into_iter()
+        .find(|i| i.id == id)
+        .unwrap();
+    let node = eventually("addresses", WAIT, || async {
+        bed.node("worker-1")
+            .await
+            .filter(|n| !addresses(n).is_empty())
+    })
+    .await;
+    let addresses = addresses(&node);
+    assert!(
+        addresses.contains(&("InternalIP".into(), instance.private_ip.clone())),
+        "{addresses:?}"
+    );
+    assert!(
+        addresses.iter().any(|(kind, _)| kind == "Hostname"),
+        "{addresses:?}"
+    );
+    assert!(
+        addresses
+            .iter()
+            .all(|(kind, address)| !kind.is_empty() && !address.is_empty()),
+        "{addresses:?}"
+    );
+    let reasons = eventually("Synced event", WAIT, || async {
+        let reasons = bed.event_reasons("worker-1").await;
+        reasons.contains(&"Synced".to_string()).then_some(reasons)
+    })
+    .await;
+    assert_eq!(reasons, ["Synced"]);
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn node_without_an_instance_stays_tainted_until_the_instance_appears() {
+    let bed = Testbed::start().await;
+    bed.create_node(&Testbed::kubelet_node("late-1")).await;
+    let manager = bed.run(only("cloud-node", &bed));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let node = bed.node("late-1").await.unwrap();
+    assert!(is_uninitialized(&node), "no instance, no initialisation");
+    assert!(node.spec.as_ref().unwrap().provider_id.is_none());
+
+    bed.add_instance("late-1", "sim-central-1b");
+    let node = initialised(&bed, "late-1").await;
+    assert_eq!(
+        label(&node, "topology.kubernetes.io/zone"),
+        Some("sim-central-1b")
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn conflicting_node_updates_are_retried() {
+    let bed = Testbed::start().await;
+    bed.add_node("busy-1", "sim-central-1a").await;
+    bed.emulator.faults().conflict_next_updates("nodes", 3);
+    let manager = bed.run(only("cloud-node", &bed));
+    let node = initialised(&bed, "busy-1").await;
+    assert!(node.spec.unwrap().provider_id.is_some());
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn provided_node_ip_the_cloud_does_not_know_keeps_the_node_tainted() {
+    let bed = Testbed::start().await;
+    bed.add_instance("ip-1", "sim-central-1a");
+    let mut node = Testbed::kubelet_node("ip-1");
+    node.metadata.annotations = Some(
+        [(
+            "alpha.kubernetes.io/provided-node-ip".to_string(),
+            "192.0.2.99".to_string(),
+        )]
+        .into(),
+    );
+    bed.create_node(&node).await;
+    let manager = bed.run(only("cloud-node", &bed));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(is_uninitialized(&bed.node("ip-1").await.unwrap()));
+
+    // The kubelet corrects its IP to one the cloud has: the node is initialised.
+    let private_ip = bed.cloud.sim.state().instances()[0].private_ip.clone();
+    let patch = serde_json::json!({"metadata": {"annotations": {"alpha.kubernetes.io/provided-node-ip": private_ip}}});
+    Api::<Node>::all(bed.client.clone())
+        .patch("ip-1", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    initialised(&bed, "ip-1").await;
+    let node = eventually("addresses", WAIT, || async {
+        bed.node("ip-1").await.filter(|n| !addresses(n).is_empty())
+    })
+    .await;
+    assert_eq!(
+        addresses(&node)[0],
+        ("InternalIP".to_string(), private_ip),
+        "the provided IP leads"
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn nodes_added_after_a_dropped_watch_are_still_initialised() {
+    let bed = Testbed::start().await;
+    bed.add_node("before-1", "sim-central-1a").await;
+    let manager = bed.run(only("cloud-node", &bed));
+    initialised(&bed, "before-1").await;
+    bed.emulator.faults().drop_watches();
+    bed.add_node("after-1", "sim-central-1a").await;
+    initialised(&bed, "after-1").await;
+    manager.stop().await.unwrap();
+}

@@ -1,0 +1,204 @@
+//! cloud-node-lifecycle and route controllers end to end.
+
+use std::time::Duration;
+
+use cloud_sim::{Faults, InstanceStatus};
+use e2e::testbed::{RunningManager, Testbed, eventually, is_uninitialized};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use wasm_ccm::controllers::ControllerSelection;
+
+const WAIT: Duration = Duration::from_secs(20);
+const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
+
+async fn start(bed: &Testbed, controllers: &str, nodes: &[&str]) -> (RunningManager, Vec<String>) {
+    let mut ids = Vec::new();
+    for name in nodes {
+        ids.push(bed.add_node(name, "sim-central-1a").await);
+    }
+    let mut config = bed.config();
+    config.controllers = controllers.parse::<ControllerSelection>().unwrap();
+    let manager = bed.run(config);
+    for name in nodes {
+        eventually(&format!("{name} initialised"), WAIT, || async {
+            bed.node(name).await.filter(|n| !is_uninitialized(n))
+        })
+        .await;
+    }
+    (manager, ids)
+}
+
+/// Report the node Ready or not, as its kubelet (or the node-lifecycle controller) would.
+async fn set_ready(bed: &Testbed, name: &str, ready: bool) {
+    let status = if ready { "True" } else { "Unknown" };
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "Ready", "status": status, "reason": "Test",
+        "lastHeartbeatTime": "2026-11-21T00:00:00Z", "lastTransitionTime": "2026-11-21T00:00:00Z"
+    }]}});
+    Api::<Node>::all(bed.client.clone())
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .expect("set Ready");
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+#[tokio::test]
+async fn not_ready_node_whose_instance_is_gone_is_deleted_with_an_event() {
+    let bed = Testbed::start().await;
+    let (manager, ids) = start(
+        &bed,
+        "cloud-node,cloud-node-lifecycle",
+        &["gone-1", "kept-1"],
+    )
+    .await;
+    assert!(bed.cloud.sim.state().delete_instance(&ids[0]));
+    set_ready(&bed, "gone-1", false).await;
+    set_ready(&bed, "kept-1", false).await;
+    eventually("gone-1 deleted", WAIT, || async {
+        bed.node("gone-1").await.is_none().then_some(())
+    })
+    .await;
+    let reasons = eventually("DeletingNode event", WAIT, || async {
+        let reasons = bed.event_reasons("gone-1").await;
+        reasons.contains(&"DeletingNode".into()).then_some(reasons)
+    })
+    .await;
+    assert!(!reasons.contains(&"DeletingNodeFailed".to_string()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        bed.node("kept-1").await.is_some(),
+        "a node whose instance exists stays"
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn provider_errors_never_delete_a_node() {
+    let bed = Testbed::start().await;
+    let (manager, ids) = start(&bed, "cloud-node,cloud-node-lifecycle", &["doomed-1"]).await;
+    bed.cloud.sim.state().set_faults(Faults {
+        error_rate: 1.0,
+        ..Faults::default()
+    });
+    assert!(bed.cloud.sim.state().delete_instance(&ids[0]));
+    set_ready(&bed, "doomed-1", false).await;
+    // Several monitor periods of 500s from the cloud: the node stays.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        bed.node("doomed-1").await.is_some(),
+        "deleted on a provider error"
+    );
+    // Once the cloud answers, the definite absence deletes it (so the test above could fail).
+    bed.cloud.sim.state().set_faults(Faults::default());
+    eventually("doomed-1 deleted", WAIT, || async {
+        bed.node("doomed-1").await.is_none().then_some(())
+    })
+    .await;
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shut_down_instance_taints_the_node_until_it_is_ready_again() {
+    let bed = Testbed::start().await;
+    let (manager, ids) = start(&bed, "cloud-node,cloud-node-lifecycle", &["sleepy-1"]).await;
+    bed.cloud
+        .sim
+        .state()
+        .set_instance_status(&ids[0], InstanceStatus::Stopped);
+    set_ready(&bed, "sleepy-1", false).await;
+    eventually("shutdown taint", WAIT, || async {
+        bed.node("sleepy-1")
+            .await
+            .filter(|n| has_taint(n, SHUTDOWN))
+    })
+    .await;
+    bed.cloud
+        .sim
+        .state()
+        .set_instance_status(&ids[0], InstanceStatus::Running);
+    set_ready(&bed, "sleepy-1", true).await;
+    let node = eventually("shutdown taint removed", WAIT, || async {
+        bed.node("sleepy-1")
+            .await
+            .filter(|n| !has_taint(n, SHUTDOWN))
+    })
+    .await;
+    assert!(node.spec.unwrap().provider_id.is_some());
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_provider_that_traps_leaves_the_node_tainted_and_the_manager_running() {
+    let bed = Testbed::start().await;
+    bed.create_node(&Testbed::kubelet_node("trap")).await;
+    let mut config = bed.config();
+    config.provider.path = guest_builds::HOSTILE.into();
+    config.provider.name = "hostile".into();
+    config.controllers = "cloud-node,cloud-node-lifecycle"
+        .parse::<ControllerSelection>()
+        .unwrap();
+    let manager = bed.run(config);
+    set_ready(&bed, "trap", false).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node = bed.node("trap").await.expect("never deleted");
+    assert!(is_uninitialized(&node), "a trap initialises nothing");
+    manager.stop().await.expect("the manager ran until stopped");
+}
+
+fn condition(node: &Node, kind: &str) -> Option<(String, Option<String>)> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn set_pod_cidr(bed: &Testbed, name: &str, cidr: &str) {
+    let patch = serde_json::json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+    Api::<Node>::all(bed.client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("set pod CIDR");
+}
+
+#[tokio::test]
+async fn routes_follow_pod_cidrs_and_stale_routes_are_removed() {
+    let bed = Testbed::start().await;
+    let (manager, _) = start(&bed, "cloud-node,route", &["r-1", "r-2"]).await;
+    set_pod_cidr(&bed, "r-1", "10.244.1.0/24").await;
+    set_pod_cidr(&bed, "r-2", "10.244.2.0/24").await;
+    eventually("two routes", WAIT, || async {
+        (bed.cloud.sim.state().routes().len() == 2).then_some(())
+    })
+    .await;
+    let node = eventually("NetworkUnavailable False", WAIT, || async {
+        bed.node("r-1").await.filter(|n| {
+            condition(n, "NetworkUnavailable")
+                == Some(("False".into(), Some("RouteCreated".into())))
+        })
+    })
+    .await;
+    assert!(node.spec.unwrap().pod_cidrs.is_some());
+
+    // The node goes away: its route is stale and is removed; the other stays.
+    Api::<Node>::all(bed.client.clone())
+        .delete("r-2", &Default::default())
+        .await
+        .unwrap();
+    let routes = eventually("stale route removed", WAIT, || async {
+        let routes = bed.cloud.sim.state().routes();
+        (routes.len() == 1).then_some(routes)
+    })
+    .await;
+    assert_eq!(routes[0].destination_cidr, "10.244.1.0/24");
+    manager.stop().await.unwrap();
+}

@@ -1,0 +1,291 @@
+//! `wasm-ccm` run mode through the binary: flags, serving, and two managers electing a leader.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use e2e::https;
+use e2e::testbed::{Testbed, eventually, is_uninitialized};
+use e2e::wasm_ccm_binary;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The flags that run simcloud against `bed`, serving on `port`.
+fn flags(bed: &Testbed, port: u16) -> Vec<String> {
+    let sim = bed.cloud.sim.url();
+    [
+        format!("--provider=file://{}", guest_builds::SIMCLOUD),
+        "--cloud-provider=simcloud".into(),
+        format!("--cloud-config={}", bed.cloud_config().display()),
+        format!("--kubeconfig={}", bed.kubeconfig().display()),
+        format!("--allow={sim}"),
+        format!(
+            "--credential={sim}=bearer:file:{}",
+            bed.cloud.token_file.path().display()
+        ),
+        "--controllers=cloud-node".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ]
+    .into()
+}
+
+fn run_to_end(args: &[String]) -> Output {
+    Command::new(wasm_ccm_binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run wasm-ccm")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `args` with each of `extra` added, replacing a flag of the same name.
+fn with(mut args: Vec<String>, extra: &[&str]) -> Vec<String> {
+    for flag in extra {
+        let name = flag.split('=').next().unwrap_or_default();
+        args.retain(|arg| arg.split('=').next() != Some(name));
+        args.push(flag.to_string());
+    }
+    args
+}
+
+#[tokio::test]
+async fn bad_flags_are_refused_naming_the_flag() {
+    let bed = Testbed::start().await;
+    let base = flags(&bed, 0);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--cloud-provider=simcloud".into()],
+            "--provider is required",
+        ),
+        (
+            base.iter()
+                .filter(|f| !f.starts_with("--cloud-provider"))
+                .cloned()
+                .collect(),
+            "--cloud-provider is required",
+        ),
+        (
+            with(base.clone(), &["--provider=oci://example/p:1"]),
+            "only file://PATH",
+        ),
+        (
+            with(base.clone(), &["--cluster-cidr=10.0.0.0/8,10.1.0.0/16"]),
+            "--cluster-cidr",
+        ),
+        (with(base.clone(), &["--controllers=*,-routes"]), "-routes"),
+        (
+            with(base.clone(), &["--concurrent-service-syncs=0"]),
+            "--concurrent-service-syncs",
+        ),
+        (
+            with(base.clone(), &["--node-monitor-period=soon"]),
+            "--node-monitor-period",
+        ),
+        (
+            with(base.clone(), &["--leader-elect-renew-deadline=20s"]),
+            "--leader-elect-renew-deadline",
+        ),
+        (
+            with(base.clone(), &["--leader-elect-resource-lock=endpoints"]),
+            "only \"leases\"",
+        ),
+        (
+            with(base.clone(), &["--kubeconfig=/nonexistent/kubeconfig"]),
+            "--kubeconfig /nonexistent/kubeconfig",
+        ),
+        (
+            with(base.clone(), &["--provider=file:///nonexistent.wasm"]),
+            "--provider file:///nonexistent.wasm",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = run_to_end(&args);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+        assert!(
+            message.contains(expected),
+            "{args:?}: expected {expected:?} in {message}"
+        );
+        assert!(!message.contains("panicked"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_provider_reporting_another_name_is_refused() {
+    let bed = Testbed::start().await;
+    let output = run_to_end(&with(flags(&bed, 0), &["--cloud-provider=aws"]));
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(message.contains("--cloud-provider aws"), "{message}");
+    assert!(message.contains("\"simcloud\""), "{message}");
+}
+
+#[tokio::test]
+async fn routes_without_a_cluster_cidr_are_refused_naming_the_fix() {
+    let bed = Testbed::start().await;
+    let args: Vec<String> = flags(&bed, 0)
+        .into_iter()
+        .map(|f| {
+            if f.starts_with("--controllers") {
+                "--controllers=*".into()
+            } else {
+                f
+            }
+        })
+        .collect();
+    let output = run_to_end(&args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(message.contains("--cluster-cidr is required"), "{message}");
+    assert!(
+        message.contains("--configure-cloud-routes=false"),
+        "{message}"
+    );
+}
+
+struct Manager {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(bed: &Testbed, extra: &[&str]) -> Manager {
+    let port = https::free_port();
+    let child = Command::new(wasm_ccm_binary())
+        .args(with(flags(bed, port), extra))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start wasm-ccm");
+    Manager {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    }
+}
+
+async fn is_leading(manager: &Manager) -> Option<bool> {
+    let (_, metrics) = https::get(manager.addr, "/metrics").await.ok()?;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("leader_election_master_status"))?;
+    Some(line.ends_with(" 1"))
+}
+
+async fn holder(bed: &Testbed) -> Option<String> {
+    Api::<Lease>::namespaced(bed.client.clone(), "kube-system")
+        .get_opt("cloud-controller-manager")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+const LEASE: [&str; 3] = [
+    "--leader-elect-lease-duration=2s",
+    "--leader-elect-renew-deadline=1500ms",
+    "--leader-elect-retry-period=300ms",
+];
+
+#[tokio::test]
+async fn the_standby_takes_over_when_the_leader_is_killed() {
+    let bed = Testbed::start().await;
+    let first = spawn(&bed, &LEASE);
+    let second = spawn(&bed, &LEASE);
+    let old_holder = eventually("a leader", WAIT, || async { holder(&bed).await }).await;
+    let (mut leader, standby) = eventually("one leads, one stands by", WAIT, || async {
+        match (is_leading(&first).await?, is_leading(&second).await?) {
+            (true, false) => Some((0, 1)),
+            (false, true) => Some((1, 0)),
+            _ => None,
+        }
+    })
+    .await;
+    let mut managers = [first, second];
+
+    // Served over HTTPS, with upstream's checks.
+    let (status, body) = https::get(managers[leader].addr, "/healthz?verbose")
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]leaderElection ok"), "{body}");
+    assert!(body.contains("[+]cloud-node-controller ok"), "{body}");
+    let (_, standby_health) = https::get(managers[standby].addr, "/healthz?verbose")
+        .await
+        .unwrap();
+    assert!(
+        !standby_health.contains("cloud-node-controller"),
+        "a standby runs no controllers: {standby_health}"
+    );
+
+    bed.add_node("before", "sim-central-1a").await;
+    eventually("before initialised", WAIT, || async {
+        bed.node("before").await.filter(|n| !is_uninitialized(n))
+    })
+    .await;
+
+    // Kill the leader without a chance to release the lease.
+    managers[leader].child.kill().expect("kill the leader");
+    managers[leader].child.wait().expect("reap the leader");
+    leader = standby;
+    bed.add_node("after", "sim-central-1a").await;
+    eventually("after initialised by the new leader", WAIT, || async {
+        bed.node("after").await.filter(|n| !is_uninitialized(n))
+    })
+    .await;
+    assert_eq!(is_leading(&managers[leader]).await, Some(true));
+    let new_holder = holder(&bed).await.expect("a holder");
+    assert_ne!(new_holder, old_holder);
+    let (_, metrics) = https::get(managers[leader].addr, "/metrics").await.unwrap();
+    for name in [
+        "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+        "running_managed_controllers{",
+        "rest_client_requests_total{",
+        "workqueue_adds_total{name=\"Nodes\"}",
+        "wasm_ccm_provider_calls_total{",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_clean_shutdown_releases_the_lease() {
+    let bed = Testbed::start().await;
+    let mut manager = spawn(&bed, &LEASE);
+    eventually("leading", WAIT, || async {
+        is_leading(&manager).await.filter(|l| *l)
+    })
+    .await;
+    assert!(holder(&bed).await.is_some());
+    let pid = manager.child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        let exit = manager.child.wait().expect("wait");
+        drop(manager);
+        exit
+    })
+    .await
+    .unwrap();
+    assert!(exit.success(), "exit status {exit}");
+    assert_eq!(holder(&bed).await, None, "the lease was given up");
+}
