@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup demo test bench fmt lint
+.PHONY: setup demo test bench bench-scale fmt lint
 
 setup:
 	rustup target add wasm32-wasip2
@@ -18,6 +18,10 @@ test: setup
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox
+
+# The controller-manager at scale (SCALE_NODES, SCALE_SERVICES, SCALE_LATENCY_MS).
+bench-scale: setup
+	$(CARGO) bench --locked -p e2e --bench scale
 
 fmt:
 	$(CARGO) fmt --all

@@ -208,10 +208,26 @@ impl Request {
             let stream = outgoing_body
                 .write()
                 .map_err(|()| transport("request body stream unavailable".into()))?;
-            for chunk in self.body.chunks(4096) {
-                stream
-                    .blocking_write_and_flush(chunk)
+            // Nothing drains the host's buffer before `handle`, so the body goes in as few
+            // writes as the host allows (each up to its chunk size, 1 MiB on wasmtime 48),
+            // never blocking: `blocking-write-and-flush` writes 4 KiB at a time and would
+            // wait forever once the host's few buffered chunks are full.
+            let mut rest: &[u8] = &self.body;
+            while !rest.is_empty() {
+                let permit = stream
+                    .check_write()
                     .map_err(|err| transport(format!("writing request body: {err:?}")))?;
+                if permit == 0 {
+                    return Err(transport(format!(
+                        "request body of {} bytes is larger than the host buffers before sending",
+                        self.body.len()
+                    )));
+                }
+                let (now, later) = rest.split_at(rest.len().min(permit as usize));
+                stream
+                    .write(now)
+                    .map_err(|err| transport(format!("writing request body: {err:?}")))?;
+                rest = later;
             }
         }
         OutgoingBody::finish(outgoing_body, None).map_err(|err| error_code(&url, err))?;

@@ -3,10 +3,11 @@
 //! that name within the cluster. Owns the mapping from a Service and its nodes to listeners,
 //! targets and source ranges, and from a load balancer to the Service's status.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use wasm_ccm_sdk::{
-    Error, IpMode, LbIngress, LbStatus, Node, PortStatus, Service, ServicePort,
+    Error, IpMode, LbIngress, LbStatus, Node, PortStatus, Service, ServicePort, cache,
     default_load_balancer_name,
 };
 
@@ -14,10 +15,13 @@ use crate::SimCloud;
 use crate::api::Api;
 use crate::config::Config;
 use crate::instances::instance_id_of;
-use crate::model::{LbSpec, LbState, Listener, LoadBalancer, NewLoadBalancer, set};
+use crate::model::{InstanceStatus, LbSpec, LbState, Listener, LoadBalancer, NewLoadBalancer, set};
 
 /// How long the host waits before asking again about a provisioning load balancer.
 const PROVISIONING_RETRY: Duration = Duration::from_secs(2);
+/// Host-cache key and lifetime of the ids of live instances.
+const LIVE_IDS: &str = "live-instance-ids";
+const LIVE_IDS_TTL: Duration = Duration::from_secs(10);
 
 impl wasm_ccm_sdk::LoadBalancers for SimCloud {
     fn get_load_balancer(cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
@@ -41,14 +45,14 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
             Some(lb) if spec.matches(&lb) => lb,
             None => {
                 spec.targets = live(&api, spec.targets)?;
-                create(&api, &name, &cluster_name, &svc, spec)?
+                unless_stale(create(&api, &name, &cluster_name, &svc, spec))?
             }
             Some(lb) => {
                 spec.targets = live(&api, spec.targets)?;
                 if spec.matches(&lb) {
                     lb
                 } else {
-                    update(&api, &lb, &spec)?
+                    unless_stale(update(&api, &lb, &spec))?
                 }
             }
         };
@@ -68,7 +72,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         }
         let targets = live(&api, targets)?;
         if set(&targets) != set(&lb.targets) {
-            api.set_targets(&lb.id, &targets)?;
+            unless_stale(api.set_targets(&lb.id, &targets).map_err(Error::from))?;
             wasm_ccm_sdk::info!(
                 "load balancer {} ({}) now targets {targets:?}",
                 lb.name,
@@ -163,9 +167,25 @@ fn listener(port: &ServicePort) -> Result<Listener, Error> {
 
 /// The `targets` whose instances exist. A Node can outlive its instance until the lifecycle
 /// controller deletes it, and one such node must not fail the load balancer of every Service.
-/// Asked only before a write, so an unchanged load balancer costs no listing.
+/// Asked only before a write, so an unchanged load balancer costs no listing; the list of
+/// live ids is kept in the host cache for a few seconds (as hcloud's server cache) and
+/// fetched again only when a target is not in it, so a thousand load balancers cost one
+/// listing, not a thousand.
 fn live(api: &Api, targets: Vec<String>) -> Result<Vec<String>, Error> {
-    let existing: Vec<String> = api.instances(None)?.into_iter().map(|i| i.id).collect();
+    let known = |ids: &HashSet<String>| targets.iter().all(|id| ids.contains(id));
+    let existing = match cache::get_json::<HashSet<String>>(LIVE_IDS) {
+        Some(ids) if known(&ids) => ids,
+        _ => {
+            let ids: HashSet<String> = api
+                .instances(None)?
+                .into_iter()
+                .filter(|i| i.status != InstanceStatus::Deleted)
+                .map(|i| i.id)
+                .collect();
+            cache::set_json(LIVE_IDS, &ids, LIVE_IDS_TTL);
+            ids
+        }
+    };
     let (live, gone): (Vec<String>, Vec<String>) =
         targets.into_iter().partition(|id| existing.contains(id));
     if !gone.is_empty() {
@@ -174,13 +194,23 @@ fn live(api: &Api, targets: Vec<String>) -> Result<Vec<String>, Error> {
     Ok(live)
 }
 
+/// A failed write may have named an instance the cached list still had: the next attempt
+/// lists instances afresh.
+fn unless_stale<T>(write: Result<T, Error>) -> Result<T, Error> {
+    if write.is_err() {
+        cache::delete(LIVE_IDS);
+    }
+    write
+}
+
 /// The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
 /// provider ID are skipped.
 fn target_ids(nodes: &[Node]) -> Vec<String> {
     let mut ids: Vec<String> = Vec::with_capacity(nodes.len());
+    let mut seen = HashSet::with_capacity(nodes.len());
     for node in nodes {
         match node.provider_id.as_deref().and_then(instance_id_of) {
-            Some(id) if ids.iter().any(|known| known == id) => {}
+            Some(id) if !seen.insert(id) => {}
             Some(id) => ids.push(id.to_string()),
             None => wasm_ccm_sdk::info!(
                 "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",

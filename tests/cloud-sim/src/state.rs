@@ -7,6 +7,7 @@
 //! whose provisioning time has elapsed, in creation order, so addresses are
 //! handed out deterministically.
 
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -223,10 +224,15 @@ impl SimState {
         name: Option<&str>,
         cluster: Option<&str>,
     ) -> Vec<LoadBalancer> {
-        let all = self.model().load_balancers();
-        all.into_iter()
+        // Filter before cloning: a thousand load balancers with thousands of targets each
+        // would otherwise be copied for every lookup by name.
+        self.model()
+            .load_balancers
+            .iter()
+            .map(|entry| &entry.lb)
             .filter(|lb| name.is_none_or(|name| lb.name == name))
             .filter(|lb| cluster.is_none_or(|cluster| lb.cluster == cluster))
+            .cloned()
             .collect()
     }
 
@@ -424,26 +430,36 @@ impl Model {
             .ok_or_else(|| ApiError::not_found("load balancer", id))
     }
 
-    /// The targets deduplicated, each a live instance.
+    /// The targets deduplicated, each a live instance. Indexed, so a load balancer with
+    /// thousands of targets costs linear time, not quadratic.
     fn checked_targets(&self, targets: Vec<String>) -> Result<Vec<String>, ApiError> {
+        let status: HashMap<&str, InstanceStatus> = self
+            .instances
+            .iter()
+            .map(|instance| (instance.id.as_str(), instance.status))
+            .collect();
+        let mut seen = HashSet::with_capacity(targets.len());
         let mut checked: Vec<String> = Vec::with_capacity(targets.len());
         for (i, target) in targets.into_iter().enumerate() {
-            let field = format!("targets[{i}]");
-            match self.instances.iter().find(|instance| instance.id == target) {
+            let field = || format!("targets[{i}]");
+            match status.get(target.as_str()) {
                 None => {
                     return Err(ApiError::invalid(
-                        &field,
+                        &field(),
                         format!("instance {target:?} does not exist"),
                     ));
                 }
-                Some(instance) if instance.status == InstanceStatus::Deleted => {
+                Some(InstanceStatus::Deleted) => {
                     return Err(ApiError::invalid(
-                        &field,
+                        &field(),
                         format!("instance {target:?} is deleted"),
                     ));
                 }
-                Some(_) if checked.contains(&target) => {}
-                Some(_) => checked.push(target),
+                Some(_) => {
+                    if seen.insert(target.clone()) {
+                        checked.push(target);
+                    }
+                }
             }
         }
         Ok(checked)

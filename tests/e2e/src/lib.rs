@@ -122,10 +122,16 @@ pub async fn simcloud(cloud: &Cloud) -> Provider {
 /// `CARGO_TARGET_DIR` and `build.target-dir` are respected. Blocking.
 pub fn wasm_ccm_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_wasm_ccm).clone()
+    BINARY.get_or_init(|| build_wasm_ccm(false)).clone()
 }
 
-fn build_wasm_ccm() -> PathBuf {
+/// As [`wasm_ccm_binary`], but an optimised build (for benchmarks).
+pub fn wasm_ccm_release_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_wasm_ccm(true)).clone()
+}
+
+fn build_wasm_ccm(release: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(&cargo);
@@ -150,6 +156,7 @@ fn build_wasm_ccm() -> PathBuf {
     let output = build
         .current_dir(&root)
         .args(["build", "-p", "wasm-ccm", "--bin", "wasm-ccm"])
+        .args(release.then_some("--release"))
         .arg("--message-format=json-render-diagnostics")
         .output()
         .unwrap_or_else(|err| panic!("cannot run {}: {err}", cargo.to_string_lossy()));
@@ -170,7 +177,7 @@ fn build_wasm_ccm() -> PathBuf {
             .map(|dir| root.join(dir))
             .unwrap_or_else(|| root.join("target"));
         target
-            .join("debug")
+            .join(if release { "release" } else { "debug" })
             .join(format!("wasm-ccm{}", std::env::consts::EXE_SUFFIX))
     });
     assert!(

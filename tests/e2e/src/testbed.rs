@@ -82,6 +82,23 @@ impl Testbed {
         self.dir.path().join("cloud.json")
     }
 
+    /// The `wasm-ccm` flags that run simcloud against this testbed: provider, cloud config,
+    /// kubeconfig, and the simulator granted with its token.
+    pub fn provider_flags(&self) -> Vec<String> {
+        let sim = self.cloud.sim.url();
+        vec![
+            format!("--provider=file://{}", guest_builds::SIMCLOUD),
+            "--cloud-provider=simcloud".into(),
+            format!("--cloud-config={}", self.cloud_config().display()),
+            format!("--kubeconfig={}", self.kubeconfig().display()),
+            format!("--allow={sim}"),
+            format!(
+                "--credential={sim}=bearer:file:{}",
+                self.cloud.token_file.path().display()
+            ),
+        ]
+    }
+
     /// A configuration for simcloud against this testbed: every controller, no leader
     /// election, no serving, and short periods so tests are quick.
     pub fn config(&self) -> ManagerConfig {
@@ -277,4 +294,45 @@ pub fn ingress_ip(service: &Service) -> Option<String> {
         .first()?
         .ip
         .clone()
+}
+
+/// A `wasm-ccm` process serving on `addr`; killed when dropped.
+pub struct ManagerProcess {
+    pub child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl ManagerProcess {
+    /// Start `binary` with `args`, serving on loopback `port`; its output is discarded
+    /// except errors, which go to this process's stderr when `show_errors`.
+    pub fn spawn(
+        binary: &std::path::Path,
+        args: &[String],
+        port: u16,
+        show_errors: bool,
+    ) -> ManagerProcess {
+        use std::process::Stdio;
+        let child = std::process::Command::new(binary)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(if show_errors {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .expect("start wasm-ccm");
+        ManagerProcess {
+            child,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+}
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

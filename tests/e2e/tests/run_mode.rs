@@ -1,11 +1,10 @@
 //! `wasm-ccm` run mode through the binary: flags, serving, and two managers electing a leader.
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use e2e::https;
-use e2e::testbed::{Testbed, eventually, is_uninitialized};
+use e2e::testbed::{ManagerProcess as Manager, Testbed, eventually, is_uninitialized};
 use e2e::wasm_ccm_binary;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -14,22 +13,13 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The flags that run simcloud against `bed`, serving on `port`.
 fn flags(bed: &Testbed, port: u16) -> Vec<String> {
-    let sim = bed.cloud.sim.url();
-    [
-        format!("--provider=file://{}", guest_builds::SIMCLOUD),
-        "--cloud-provider=simcloud".into(),
-        format!("--cloud-config={}", bed.cloud_config().display()),
-        format!("--kubeconfig={}", bed.kubeconfig().display()),
-        format!("--allow={sim}"),
-        format!(
-            "--credential={sim}=bearer:file:{}",
-            bed.cloud.token_file.path().display()
-        ),
+    let mut flags = bed.provider_flags();
+    flags.extend([
         "--controllers=cloud-node".into(),
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={port}"),
-    ]
-    .into()
+    ]);
+    flags
 }
 
 fn run_to_end(args: &[String]) -> Output {
@@ -149,31 +139,14 @@ async fn routes_without_a_cluster_cidr_are_refused_naming_the_fix() {
     );
 }
 
-struct Manager {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(bed: &Testbed, extra: &[&str]) -> Manager {
     let port = https::free_port();
-    let child = Command::new(wasm_ccm_binary())
-        .args(with(flags(bed, port), extra))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start wasm-ccm");
-    Manager {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    }
+    Manager::spawn(
+        &wasm_ccm_binary(),
+        &with(flags(bed, port), extra),
+        port,
+        false,
+    )
 }
 
 async fn is_leading(manager: &Manager) -> Option<bool> {

@@ -691,6 +691,32 @@ async fn update_load_balancer_changes_only_the_targets() {
 }
 
 #[tokio::test]
+async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
+    // Request bodies of tens of KiB: the SDK once hung on bodies over two 4 KiB chunks.
+    let cloud = Cloud::start().await;
+    let nodes: Vec<Node> = (0..2000)
+        .map(|i| {
+            let instance = cloud.sim.state().add_instance(NewInstance {
+                name: format!("node-{i}"),
+                instance_type: "sim.small".into(),
+                zone: "sim-central-1a".into(),
+                private_ip: None,
+                public_ip: None,
+                public_ipv6: None,
+                hostname: None,
+            });
+            node_of(&instance)
+        })
+        .collect();
+    let p = simcloud(&cloud).await;
+    let svc = web_service();
+    ensure_active(&p, &svc, &nodes[..1500]).await;
+    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 1500);
+    p.update_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 2000);
+}
+
+#[tokio::test]
 async fn a_node_whose_instance_is_gone_is_left_out_not_failing_the_load_balancer() {
     let cloud = Cloud::start().await;
     let i1 = add_instance(&cloud, "node-1", 11);
