@@ -36,6 +36,9 @@ use bindings::{CloudProvider, CloudProviderPre};
 pub use compile_cache::Origin;
 pub use host::ProviderCache;
 
+/// Nodes per unit of `--max-concurrent-calls` a call passing a node list takes.
+const NODES_PER_SLOT: usize = 1024;
+
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Bytes of a pooled slot's linear memory and tables kept resident between calls.
@@ -485,10 +488,30 @@ impl Guest {
         &self,
         invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
     ) -> Result<Finished<R>, CallFailure> {
+        self.call_weighted(1, invoke).await
+    }
+
+    /// As [`Guest::call`] for a call passing `nodes` nodes: it takes one of
+    /// `--max-concurrent-calls` per [`NODES_PER_SLOT`] nodes, so the memory of calls that
+    /// carry thousands of nodes (tens of MiB each, guest and host) stays bounded.
+    async fn call_with_nodes<R>(
+        &self,
+        nodes: usize,
+        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<Finished<R>, CallFailure> {
+        let weight = 1 + u32::try_from(nodes / NODES_PER_SLOT).unwrap_or(u32::MAX);
+        self.call_weighted(weight, invoke).await
+    }
+
+    async fn call_weighted<R>(
+        &self,
+        weight: u32,
+        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<Finished<R>, CallFailure> {
         let sandbox = &self.image.sandbox;
         let _slot = sandbox
             .slots
-            .acquire()
+            .acquire_many(weight.min(sandbox.config.max_concurrent_calls))
             .await
             .map_err(|_| CallFailure::Instantiate {
                 message: "the sandbox is shutting down".into(),
@@ -630,8 +653,9 @@ impl Guest {
         nodes: &[c::Node],
     ) -> Result<Finished<Result<c::LbStatus, CloudError>>, CallFailure> {
         let svc = svc.into();
-        let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
-        self.call(async |p, store| {
+        self.call_with_nodes(nodes.len(), async |p, store| {
+            // Converted once the call has its slots, so waiting calls hold no copies.
+            let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
             p.wasm_ccm_provider_load_balancer()
                 .call_ensure_load_balancer(store, cluster, &svc, &nodes)
                 .await
@@ -648,8 +672,9 @@ impl Guest {
         nodes: &[c::Node],
     ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
         let svc = svc.into();
-        let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
-        self.call(async |p, store| {
+        self.call_with_nodes(nodes.len(), async |p, store| {
+            // Converted once the call has its slots, so waiting calls hold no copies.
+            let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
             p.wasm_ccm_provider_load_balancer()
                 .call_update_load_balancer(store, cluster, &svc, &nodes)
                 .await

@@ -106,6 +106,15 @@ impl SimState {
             .is_ok()
     }
 
+    /// Gives an instance a new public IP, as when an elastic address is attached or
+    /// released out of band. Returns false for an unknown id.
+    pub fn set_public_ip(&self, id: &str, public_ip: Option<String>) -> bool {
+        self.model()
+            .instance_mut(id)
+            .map(|instance| instance.public_ip = public_ip)
+            .is_ok()
+    }
+
     /// Terminates an instance. Returns false for an unknown id.
     pub fn delete_instance(&self, id: &str) -> bool {
         self.model().delete_instance(id).is_ok()

@@ -113,6 +113,7 @@ async fn run() {
     let created = started.elapsed();
     let nodes_done = wait_nodes_initialised(&bed, nodes, started).await;
     eprintln!("scale: nodes initialised after {nodes_done:.1?}");
+    let peak_after_nodes = peak_rss_mib(&manager);
 
     state.clear_requests();
     bed.emulator.reset_requests();
@@ -202,7 +203,10 @@ async fn run() {
     println!(
         "| after {ADDED_NODES} more nodes: load balancers updated once / more than once / targeting every node | {updated_once} / {updated_more} / {complete} of {services} |"
     );
-    println!("| manager peak RSS | {:.0} MiB |", peak_rss_mib(&manager));
+    println!(
+        "| manager peak RSS after the nodes / at the end | {peak_after_nodes:.0} MiB / {:.0} MiB |",
+        peak_rss_mib(&manager)
+    );
 }
 
 async fn create_nodes(bed: &Testbed, range: std::ops::Range<usize>) {

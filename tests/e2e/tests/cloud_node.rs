@@ -192,3 +192,43 @@ async fn nodes_added_after_a_dropped_watch_are_still_initialised() {
     initialised(&bed, "after-1").await;
     manager.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn addresses_follow_the_cloud_on_the_periodic_sync() {
+    let bed = Testbed::start().await;
+    let id = bed.add_node("moving-1", "sim-central-1a").await;
+    let mut config = only("cloud-node", &bed);
+    config.settings.node_status_update_frequency = Duration::from_millis(300);
+    let manager = bed.run(config);
+    initialised(&bed, "moving-1").await;
+    let external = |node: &Node| {
+        addresses(node)
+            .into_iter()
+            .find(|(kind, _)| kind == "ExternalIP")
+            .map(|(_, address)| address)
+    };
+
+    assert!(
+        bed.cloud
+            .sim
+            .state()
+            .set_public_ip(&id, Some("203.0.113.77".into()))
+    );
+    eventually("the new external IP on the node", WAIT, || async {
+        bed.node("moving-1")
+            .await
+            .filter(|n| external(n).as_deref() == Some("203.0.113.77"))
+    })
+    .await;
+    assert!(bed.cloud.sim.state().set_public_ip(&id, None));
+    let node = eventually("the external IP gone from the node", WAIT, || async {
+        bed.node("moving-1").await.filter(|n| external(n).is_none())
+    })
+    .await;
+    assert!(
+        addresses(&node)
+            .iter()
+            .any(|(kind, _)| kind == "InternalIP")
+    );
+    manager.stop().await.unwrap();
+}

@@ -202,3 +202,46 @@ async fn routes_follow_pod_cidrs_and_stale_routes_are_removed() {
     assert_eq!(routes[0].destination_cidr, "10.244.1.0/24");
     manager.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_blackholed_route_is_removed_and_its_node_reported_without_network() {
+    let bed = Testbed::start().await;
+    let (manager, ids) = start(&bed, "cloud-node,route", &["ok-1", "lost-1"]).await;
+    set_pod_cidr(&bed, "ok-1", "10.244.1.0/24").await;
+    set_pod_cidr(&bed, "lost-1", "10.244.2.0/24").await;
+    eventually("two routes", WAIT, || async {
+        (bed.cloud.sim.state().routes().len() == 2).then_some(())
+    })
+    .await;
+
+    // The instance behind lost-1 is terminated: its route becomes a blackhole. The
+    // controller removes it, cannot create it again, and says so on the node.
+    assert!(bed.cloud.sim.state().delete_instance(&ids[1]));
+    let routes = eventually("the blackholed route removed", WAIT, || async {
+        let routes = bed.cloud.sim.state().routes();
+        (routes.len() == 1).then_some(routes)
+    })
+    .await;
+    assert_eq!(routes[0].destination_cidr, "10.244.1.0/24");
+    eventually("NetworkUnavailable True on lost-1", WAIT, || async {
+        bed.node("lost-1").await.filter(|n| {
+            condition(n, "NetworkUnavailable")
+                == Some(("True".into(), Some("NoRouteCreated".into())))
+        })
+    })
+    .await;
+    let reasons = eventually("FailedToCreateRoute event", WAIT, || async {
+        let reasons = bed.event_reasons("lost-1").await;
+        reasons
+            .contains(&"FailedToCreateRoute".into())
+            .then_some(reasons)
+    })
+    .await;
+    assert!(!reasons.is_empty());
+    let ok = bed.node("ok-1").await.unwrap();
+    assert_eq!(
+        condition(&ok, "NetworkUnavailable"),
+        Some(("False".into(), Some("RouteCreated".into())))
+    );
+    manager.stop().await.unwrap();
+}

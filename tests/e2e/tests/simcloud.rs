@@ -708,7 +708,19 @@ async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
             node_of(&instance)
         })
         .collect();
-    let p = simcloud(&cloud).await;
+    // One call slot: a call weighing more than all slots must still run, not wait forever.
+    let one_slot = sandbox(SandboxConfig {
+        max_concurrent_calls: 1,
+        ..SandboxConfig::default()
+    });
+    let p = load(
+        &one_slot,
+        guest_builds::SIMCLOUD,
+        cloud.egress(),
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("simcloud loads");
     let svc = web_service();
     ensure_active(&p, &svc, &nodes[..1500]).await;
     assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 1500);
