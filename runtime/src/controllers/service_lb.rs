@@ -206,6 +206,15 @@ struct Failure {
     error: SyncError,
 }
 
+/// The failure of a sync about `service`.
+fn failed(service: &Arc<Service>) -> impl FnOnce(SyncError) -> Failure {
+    let service = service.clone();
+    move |error| Failure {
+        service: Some(service),
+        error,
+    }
+}
+
 async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), Failure> {
     let (namespace, name) = key.split_once('/').unwrap_or_default();
     let current = controller.context.services.get_namespaced(namespace, name);
@@ -215,10 +224,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         if let Some(cached) = cached {
             delete_load_balancer(controller, &cached)
                 .await
-                .map_err(|error| Failure {
-                    service: Some(cached.clone()),
-                    error,
-                })?;
+                .map_err(failed(&cached))?;
         }
         let mut memory = controller.memory();
         memory.services.remove(key);
@@ -230,10 +236,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         // Deleted and recreated under the same name: the old one's load balancer goes first.
         delete_load_balancer(controller, &cached)
             .await
-            .map_err(|error| Failure {
-                service: Some(cached.clone()),
-                error,
-            })?;
+            .map_err(failed(&cached))?;
     }
     controller
         .memory()
@@ -241,10 +244,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         .insert(key.clone(), service.clone());
     sync_load_balancer(controller, &service)
         .await
-        .map_err(|error| Failure {
-            service: Some(service.clone()),
-            error,
-        })?;
+        .map_err(failed(&service))?;
     set_error_condition(controller, &service, None).await;
     Ok(())
 }
@@ -258,28 +258,13 @@ async fn delete_load_balancer(
         return Ok(());
     }
     let reference = service.object_ref(&());
-    controller.events.normal(
-        reference.clone(),
-        "DeletingLoadBalancer",
-        "Deleting load balancer".into(),
-    );
-    let view = service_view(service);
-    match controller
-        .context
-        .provider
-        .ensure_load_balancer_deleted(controller.cluster(), &view)
-        .await
-    {
-        Ok(()) => {}
-        Err(error) if error.is_implemented_elsewhere() => {}
-        Err(error) => {
-            controller.events.warning(
-                reference,
-                "DeleteLoadBalancerFailed",
-                format!("Error deleting load balancer: {error}"),
-            );
-            return Err(error.into());
-        }
+    if let Err(error) = delete_from_cloud(controller, service).await {
+        controller.events.warning(
+            reference,
+            "DeleteLoadBalancerFailed",
+            format!("Error deleting load balancer: {error}"),
+        );
+        return Err(error);
     }
     controller.events.normal(
         reference,
@@ -287,6 +272,29 @@ async fn delete_load_balancer(
         "Deleted load balancer".into(),
     );
     Ok(())
+}
+
+/// `DeletingLoadBalancer`, then `ensure-load-balancer-deleted`; another controller owning
+/// the load balancer (`implemented-elsewhere`) counts as done.
+async fn delete_from_cloud(
+    controller: &ServiceController,
+    service: &Service,
+) -> Result<(), SyncError> {
+    controller.events.normal(
+        service.object_ref(&()),
+        "DeletingLoadBalancer",
+        "Deleting load balancer".into(),
+    );
+    match controller
+        .context
+        .provider
+        .ensure_load_balancer_deleted(controller.cluster(), &service_view(service))
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(error) if error.is_implemented_elsewhere() => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }
 
 async fn sync_load_balancer(
@@ -300,29 +308,13 @@ async fn sync_load_balancer(
     let provider = &context.provider;
 
     let new_status = if !wants_load_balancer(service) || needs_cleanup(service) {
-        let exists = provider
+        // A failed lookup keeps its kind (a `retry-after` is honoured), as upstream wraps it.
+        if provider
             .get_load_balancer(controller.cluster(), &view)
-            .await
-            .map_err(|error| {
-                SyncError::Invalid(format!(
-                    "failed to check if load balancer exists before cleanup: {error}"
-                ))
-            })?
-            .is_some();
-        if exists {
-            controller.events.normal(
-                reference.clone(),
-                "DeletingLoadBalancer",
-                "Deleting load balancer".into(),
-            );
-            match provider
-                .ensure_load_balancer_deleted(controller.cluster(), &view)
-                .await
-            {
-                Ok(()) => {}
-                Err(error) if error.is_implemented_elsewhere() => {}
-                Err(error) => return Err(error.into()),
-            }
+            .await?
+            .is_some()
+        {
+            delete_from_cloud(controller, service).await?;
         }
         remove_finalizer(context, service).await?;
         controller.events.normal(
