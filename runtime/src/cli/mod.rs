@@ -129,7 +129,7 @@ pub struct SandboxFlags {
     pub timeout: std::time::Duration,
 
     /// Most provider calls in flight at once; a call passing a node list counts once per
-    /// 1024 nodes, so calls carrying thousands of nodes cannot exhaust memory together.
+    /// 512 nodes, so calls carrying thousands of nodes cannot exhaust memory together.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_concurrent_calls: u32,
 

@@ -37,7 +37,7 @@ pub use compile_cache::Origin;
 pub use host::ProviderCache;
 
 /// Nodes per unit of `--max-concurrent-calls` a call passing a node list takes.
-const NODES_PER_SLOT: usize = 1024;
+const NODES_PER_SLOT: usize = 512;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);

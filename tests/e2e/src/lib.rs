@@ -1,5 +1,7 @@
 //! Shared set-up for the end-to-end tests and benchmarks: a cloud simulator on loopback, a
-//! bearer token in a file, and providers loaded from the guests built from source.
+//! bearer token in a file, providers loaded from the guests built from source, the
+//! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]) and an HTTPS
+//! client for the manager's secure port ([`https`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
