@@ -226,41 +226,40 @@ async fn create_nodes(bed: &Testbed, range: std::ops::Range<usize>) {
         .await;
 }
 
-async fn wait_nodes_initialised(bed: &Testbed, count: usize, since: Instant) -> Duration {
-    let api: Api<Node> = Api::all(bed.client.clone());
+/// Wait until `count` objects listed by `api` are `done`; how long that took since `since`.
+async fn wait_for<K>(
+    api: Api<K>,
+    what: &str,
+    count: usize,
+    since: Instant,
+    done: impl Fn(&K) -> bool,
+) -> Duration
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     loop {
-        let list = api.list(&ListParams::default()).await.expect("list nodes");
-        let done = list.items.iter().filter(|n| !is_uninitialized(n)).count();
-        if done >= count {
+        let list = api.list(&ListParams::default()).await.expect("list");
+        let finished = list.items.iter().filter(|item| done(item)).count();
+        if finished >= count {
             return since.elapsed();
         }
         assert!(
             since.elapsed() < Duration::from_secs(600),
-            "only {done} of {count} nodes initialised after 10 minutes"
+            "only {finished} of {count} {what} after 10 minutes"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
+async fn wait_nodes_initialised(bed: &Testbed, count: usize, since: Instant) -> Duration {
+    let api: Api<Node> = Api::all(bed.client.clone());
+    wait_for(api, "nodes initialised", count, since, |n| {
+        !is_uninitialized(n)
+    })
+    .await
+}
+
 async fn wait_ingress(bed: &Testbed, count: usize, since: Instant) -> Duration {
-    let api: Api<Service> = bed.services();
-    loop {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .expect("list services");
-        let done = list
-            .items
-            .iter()
-            .filter(|s| ingress_ip(s).is_some())
-            .count();
-        if done >= count {
-            return since.elapsed();
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(600),
-            "only {done} of {count} load balancers ready after 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let done = |s: &Service| ingress_ip(s).is_some();
+    wait_for(bed.services(), "load balancers ready", count, since, done).await
 }
