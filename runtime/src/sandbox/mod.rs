@@ -10,6 +10,9 @@
 //!   stderr are captured (bounded) and logged tagged with provider and version;
 //! - `wasi:http` through the egress gate only, and the contract's `host` interface.
 //!
+//! Calls in flight are bounded by `max_concurrent_calls`; a call passing a node list counts
+//! once per 512 nodes, since its memory grows with the list.
+//!
 //! This module and `egress` are the only ones that touch wasmtime types.
 
 mod bindings;
