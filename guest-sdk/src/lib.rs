@@ -18,10 +18,16 @@
 //!
 //! Every call runs under a memory cap and a deadline; a panic ends only that call.
 //!
+//! Name the node labels and annotations you read in [`Capabilities::node_metadata`]: every
+//! call then carries only those, and a load-balancer call with thousands of nodes costs a
+//! fraction of what it costs with every label of every node.
+//!
 //! # Example
 //!
 //! ```no_run
-//! use wasm_ccm_sdk::{export_provider, http, Capabilities, Error, InstanceMetadata, Node};
+//! use wasm_ccm_sdk::{
+//!     export_provider, http, Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys,
+//! };
 //!
 //! struct Acme;
 //!
@@ -33,6 +39,8 @@
 //!             load_balancer: false,
 //!             routes: false,
 //!             has_cluster_id: true,
+//!             // Acme reads no node labels or annotations: calls carry none.
+//!             node_metadata: Some(NodeMetadataKeys { labels: vec![], annotations: vec![] }),
 //!         })
 //!     }
 //! }
@@ -106,7 +114,8 @@ pub use wit_bindgen as __wit_bindgen;
 
 pub use bindings::wasm_ccm::provider::types::{
     AddressKind, Capabilities, InstanceMetadata, IpFamily, IpMode, LbIngress, LbStatus, Node,
-    NodeAddress, PortStatus, Protocol, ProviderError as Error, Retry, Route, Service, ServicePort,
+    NodeAddress, NodeMetadataKeys, PortStatus, Protocol, ProviderError as Error, Retry, Route,
+    Service, ServicePort,
 };
 pub use traits::{Instances, LoadBalancers, Provider, Routes, default_load_balancer_name};
 

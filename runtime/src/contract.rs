@@ -4,6 +4,8 @@
 //! CLI can build, compare and (de)serialise them without knowing wasm exists. The sandbox
 //! converts them to and from the component's canonical ABI.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 /// The version of `wasm-ccm:provider` this host implements.
@@ -185,6 +187,16 @@ pub struct Capabilities {
     pub load_balancer: bool,
     pub routes: bool,
     pub has_cluster_id: bool,
+    /// The node labels and annotations the provider reads; `None`: all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_metadata: Option<NodeMetadataKeys>,
+}
+
+/// The keys of the node labels and annotations a provider reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMetadataKeys {
+    pub labels: BTreeSet<String>,
+    pub annotations: BTreeSet<String>,
 }
 
 /// An error a provider returned on purpose: the contract's `provider-error`.

@@ -146,6 +146,7 @@ impl Provider {
             egress,
             cache: ProviderCache::default(),
             cloud_config: source.cloud_config.clone().map(Into::into),
+            node_metadata: None,
         });
         let config = source.cloud_config.as_deref();
         let init = guest.init(config).await;
@@ -156,10 +157,13 @@ impl Provider {
                     error,
                 }
             })?;
-        let guest = guest.renamed(Caller {
-            provider: capabilities.name.clone(),
-            version,
-        });
+        let guest = guest.initialised(
+            Caller {
+                provider: capabilities.name.clone(),
+                version,
+            },
+            &capabilities,
+        );
         Ok(Provider {
             guest,
             capabilities,

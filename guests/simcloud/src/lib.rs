@@ -29,7 +29,7 @@ mod load_balancers;
 mod model;
 mod routes;
 
-use wasm_ccm_sdk::{Capabilities, Error, export_provider};
+use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
 
 use crate::config::Config;
 
@@ -46,6 +46,11 @@ impl wasm_ccm_sdk::Provider for SimCloud {
             load_balancer: true,
             routes: true,
             has_cluster_id: true,
+            // Nodes are found by provider ID and name: no label or annotation is read.
+            node_metadata: Some(NodeMetadataKeys {
+                labels: vec![],
+                annotations: vec![],
+            }),
         })
     }
 }

@@ -128,8 +128,9 @@ pub struct SandboxFlags {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub timeout: std::time::Duration,
 
-    /// Most provider calls in flight at once; a call passing a node list counts once per
-    /// 512 nodes, so calls carrying thousands of nodes cannot exhaust memory together.
+    /// Most provider calls in flight at once; a call passing a node list counts once more
+    /// per 384 KiB of node data it passes, so calls carrying thousands of nodes cannot
+    /// exhaust memory together.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_concurrent_calls: u32,
 

@@ -8,6 +8,7 @@
 mod cloud_node;
 mod events;
 mod informer;
+mod lb_targets;
 mod metrics;
 mod node_lifecycle;
 mod route;

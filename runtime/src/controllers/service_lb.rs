@@ -17,8 +17,7 @@
 //! `wasm-ccm.io/LoadBalancerError` condition describing the last failure, removed on
 //! success. Calls for one Service never overlap.
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,18 +29,16 @@ use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 
-use super::cloud_node::UNINITIALIZED_TAINT;
 use super::events::EventSink;
 use super::informer::{Change, Notice};
-use super::views::{api_lb_status, node_view, service_view};
+use super::lb_targets::{NodeSet, Targets};
+use super::views::{api_lb_status, service_view};
 use super::workqueue::{Backoff, WorkQueue};
-use super::{Context, Controller, SyncError, has_taint, is_not_found, labels, name_of};
+use super::{Context, Controller, SyncError, is_not_found};
 use crate::contract::{self, LbStatus};
 use crate::provider::ErrorKind;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
-const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-const AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// The condition describing the last load-balancer failure.
 pub const ERROR_CONDITION: &str = "wasm-ccm.io/LoadBalancerError";
 
@@ -61,12 +58,6 @@ fn key_of(service: &Service) -> Key {
     )
 }
 
-/// A fingerprint of the (name, providerID) of each load-balancer target: remembering it
-/// for every Service costs 8 bytes, where the set itself would cost 1,000 Services times
-/// 5,000 names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NodeSet(u64);
-
 /// What the controller remembers between syncs (lost on restart, as upstream; the
 /// finalizer makes that safe).
 #[derive(Default)]
@@ -75,8 +66,6 @@ struct Memory {
     services: HashMap<Key, Arc<Service>>,
     /// The targets each load balancer was last given.
     nodes: HashMap<Key, NodeSet>,
-    /// The provider's view of the current targets, keyed by their resourceVersions.
-    views: Option<(u64, Arc<Vec<contract::Node>>)>,
     /// One lock per Service so its cloud calls never overlap.
     locks: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
 }
@@ -87,11 +76,27 @@ struct ServiceController {
     events: EventSink,
     queue: WorkQueue<Key>,
     memory: Mutex<Memory>,
+    targets: Mutex<Targets>,
 }
 
 impl ServiceController {
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
         self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn targets(&self) -> std::sync::MutexGuard<'_, Targets> {
+        self.targets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take a node notice into account; whether load balancers may need new targets.
+    fn note_node(&self, notice: &Notice<Node>) -> bool {
+        match notice {
+            Notice::Change(change) => self.targets().apply(change),
+            Notice::Resync => {
+                self.targets().reset(self.context.nodes.store().state());
+                true
+            }
+        }
     }
 
     fn lock_for(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
@@ -112,6 +117,7 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         events: context.events(Controller::ServiceLoadBalancer),
         queue: WorkQueue::new("service", backoff, &context.queues),
         memory: Mutex::default(),
+        targets: Mutex::default(),
         context: context.clone(),
     });
     let mut service_changes = context.services.subscribe();
@@ -120,6 +126,8 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         () = stop.cancelled() => return,
         () = async { context.services.wait_synced().await; context.nodes.wait_synced().await } => {}
     }
+    // The node feed repeats what the cache holds already; applying it again changes nothing.
+    controller.targets().reset(context.nodes.store().state());
     // Every service arrives as added (or as one resync) with the first list.
     let workers = futures::future::join_all(
         (0..context.settings.concurrent_service_syncs.max(1)).map(|_| worker(controller.clone())),
@@ -336,7 +344,7 @@ async fn sync_load_balancer(
             "Ensuring load balancer".into(),
         );
         add_finalizer(context, service).await?;
-        let (targets, views) = target_views(controller);
+        let (targets, views) = controller.targets().current();
         if views.is_empty() {
             controller.events.warning(
                 reference.clone(),
@@ -613,91 +621,6 @@ fn needs_update(old: &Service, new: &Service) -> bool {
         || families(a) != families(b)
 }
 
-/// Go's `strconv.ParseBool`.
-fn parse_bool(text: &str) -> Option<bool> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// Whether a node is a load-balancer target: upstream's predicates (not being deleted, not
-/// excluded by label, not being removed by the cluster autoscaler) plus initialised.
-fn is_target(node: &Node) -> bool {
-    if node.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    if let Some(value) = labels(node).get(EXCLUDE_LABEL) {
-        // An unparsable value excludes the node, as upstream.
-        if parse_bool(value) != Some(false) {
-            return false;
-        }
-    }
-    !has_taint(node, AUTOSCALER_TAINT) && !has_taint(node, UNINITIALIZED_TAINT)
-}
-
-fn provider_id(node: &Node) -> String {
-    node.spec
-        .as_ref()
-        .and_then(|spec| spec.provider_id.clone())
-        .unwrap_or_default()
-}
-
-/// A node change that can change load-balancer targets.
-fn node_change_matters(change: &Change<Node>) -> bool {
-    match change {
-        Change::Added(node) | Change::Deleted(node) => is_target(node),
-        Change::Updated { old, new } => {
-            is_target(old) != is_target(new) || provider_id(old) != provider_id(new)
-        }
-    }
-}
-
-fn target_nodes(context: &Context) -> Vec<Arc<Node>> {
-    let mut nodes: Vec<Arc<Node>> = context
-        .nodes
-        .store()
-        .state()
-        .into_iter()
-        .filter(|node| is_target(node))
-        .collect();
-    nodes.sort_by(|a, b| name_of(a).cmp(name_of(b)));
-    nodes
-}
-
-/// The targets as the provider sees them, and their [`NodeSet`]. The views are built once
-/// and shared by every sync until a target node changes: a thousand Services syncing at
-/// once hold one copy of 5,000 nodes, not one each.
-fn target_views(controller: &ServiceController) -> (NodeSet, Arc<Vec<contract::Node>>) {
-    let nodes = target_nodes(&controller.context);
-    let targets = node_set(&nodes);
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for node in &nodes {
-        (name_of(node), node.metadata.resource_version.as_deref()).hash(&mut hasher);
-    }
-    let version = hasher.finish();
-    if let Some((cached, views)) = &controller.memory().views
-        && *cached == version
-    {
-        return (targets, views.clone());
-    }
-    let views: Arc<Vec<contract::Node>> =
-        Arc::new(nodes.iter().map(|node| node_view(node)).collect());
-    controller.memory().views = Some((version, views.clone()));
-    (targets, views)
-}
-
-fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
-    let members: BTreeSet<(&str, String)> = nodes
-        .iter()
-        .map(|node| (name_of(node), provider_id(node)))
-        .collect();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    members.hash(&mut hasher);
-    NodeSet(hasher.finish())
-}
-
 // ---- node-triggered updates ----
 
 /// Wait for node changes that matter, let a burst of them settle, then update every load
@@ -706,28 +629,27 @@ async fn node_sync_loop(
     controller: &ServiceController,
     mut changes: super::informer::Subscription<Node>,
 ) {
-    let relevant = |notice: &Notice<Node>| match notice {
-        Notice::Change(change) => node_change_matters(change),
-        Notice::Resync => true,
-    };
     loop {
         // The first change that matters...
         loop {
             match changes.next().await {
-                Some(notice) if relevant(&notice) => break,
+                Some(notice) if controller.note_node(&notice) => break,
                 Some(_) => {}
                 None => return,
             }
         }
-        // ...then until the burst is over.
+        // ...then until the burst of such changes is over.
         let first = Instant::now();
+        let mut last = first;
         loop {
-            let left = NODE_MAX_WAIT.saturating_sub(first.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            match tokio::time::timeout(NODE_QUIET_PERIOD.min(left), changes.next()).await {
-                Ok(Some(_)) => {}
+            let deadline = (last + NODE_QUIET_PERIOD).min(first + NODE_MAX_WAIT);
+            let deadline = tokio::time::Instant::from_std(deadline);
+            match tokio::time::timeout_at(deadline, changes.next()).await {
+                Ok(Some(notice)) => {
+                    if controller.note_node(&notice) {
+                        last = Instant::now();
+                    }
+                }
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -739,7 +661,7 @@ async fn node_sync_loop(
 async fn sync_nodes(controller: &ServiceController) {
     let context = &controller.context;
     let started = Instant::now();
-    let (wanted, views) = target_views(controller);
+    let (wanted, views) = controller.targets().current();
     let services: Vec<Arc<Service>> = context
         .services
         .store()
@@ -912,7 +834,7 @@ async fn drift_check_loop(controller: &ServiceController) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeSpec, ServicePort, ServiceSpec, Taint};
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use std::collections::BTreeMap;
 
     fn service(type_: &str) -> Service {
@@ -968,67 +890,5 @@ mod tests {
         affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
         assert!(needs_update(&old, &affinity));
         assert!(needs_update(&old, &service("ClusterIP")));
-    }
-
-    fn node(labels: &[(&str, &str)], taints: &[&str]) -> Node {
-        Node {
-            metadata: kube::api::ObjectMeta {
-                name: Some("n".into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(
-                    taints
-                        .iter()
-                        .map(|key| Taint {
-                            key: key.to_string(),
-                            effect: "NoSchedule".into(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn node_predicates_follow_upstream_and_skip_uninitialised_nodes() {
-        assert!(is_target(&node(&[], &[])));
-        assert!(is_target(&node(&[(EXCLUDE_LABEL, "false")], &[])));
-        assert!(!is_target(&node(&[(EXCLUDE_LABEL, "true")], &[])));
-        assert!(
-            !is_target(&node(&[(EXCLUDE_LABEL, "maybe")], &[])),
-            "unparsable excludes"
-        );
-        assert!(!is_target(&node(&[], &[AUTOSCALER_TAINT])));
-        assert!(!is_target(&node(&[], &[UNINITIALIZED_TAINT])));
-        assert!(
-            is_target(&node(&[], &["node.kubernetes.io/not-ready"])),
-            "readiness is not considered"
-        );
-    }
-
-    #[test]
-    fn a_provider_id_change_matters_but_a_readiness_change_does_not() {
-        let old = Arc::new(node(&[], &[]));
-        let mut with_id = node(&[], &[]);
-        with_id.spec.as_mut().unwrap().provider_id = Some("simcloud://i-1".into());
-        assert!(node_change_matters(&Change::Updated {
-            old: old.clone(),
-            new: Arc::new(with_id)
-        }));
-        let not_ready = node(&[], &["node.kubernetes.io/not-ready"]);
-        assert!(!node_change_matters(&Change::Updated {
-            old,
-            new: Arc::new(not_ready)
-        }));
     }
 }

@@ -11,7 +11,8 @@
 //! - `wasi:http` through the egress gate only, and the contract's `host` interface.
 //!
 //! Calls in flight are bounded by `max_concurrent_calls`; a call passing a node list counts
-//! once per 512 nodes, since its memory grows with the list.
+//! once more per 384 KiB of node data it passes, so `max_concurrent_calls` also bounds the
+//! memory of calls in flight.
 //!
 //! This module and `egress` are the only ones that touch wasmtime types.
 
@@ -26,7 +27,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use wasmtime::component::types::{ComponentExtern, ComponentItem};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{
+    Component, ComponentExportIndex, ComponentNamedList, HasSelf, InstancePre, Lift, Linker, Lower,
+    ResourceTable,
+};
 use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -35,12 +39,15 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::contract::{self as c, CloudError};
 use crate::egress::{Caller, Denial, EgressGate, GateHooks};
 use crate::metrics::{CompileLabels, Metrics};
-use bindings::{CloudProvider, CloudProviderPre};
+use bindings::wasm_ccm::provider::types as w;
+use bindings::{CloudProvider, Exports, GuestNode, exported, guest_bytes};
 pub use compile_cache::Origin;
 pub use host::ProviderCache;
 
-/// Nodes per unit of `--max-concurrent-calls` a call passing a node list takes.
-const NODES_PER_SLOT: usize = 512;
+/// Bytes of node data (as [`guest_bytes`] estimates it) per extra unit of
+/// `--max-concurrent-calls` a call passing a node list takes. While it runs, such a call
+/// holds several times its node data in guest and host memory.
+const GUEST_BYTES_PER_SLOT: usize = 384 * 1024;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -163,10 +170,11 @@ impl Sandbox {
     /// in errors (a path or reference).
     pub async fn load(&self, wasm: Arc<[u8]>, origin: &str) -> Result<Image, LoadError> {
         let (component, digest, source) = self.compile(wasm, origin).await?;
-        let pre = self.link(&component, origin)?;
+        let (pre, exports) = self.link(&component, origin)?;
         Ok(Image {
             sandbox: self.inner.clone(),
             pre,
+            exports,
             digest,
             origin: source,
         })
@@ -234,7 +242,7 @@ impl Sandbox {
         &self,
         component: &Component,
         origin: &str,
-    ) -> Result<CloudProviderPre<CallState>, LoadError> {
+    ) -> Result<(InstancePre<CallState>, Arc<Exports>), LoadError> {
         let instance_pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
             let detail = format!("{e:#}");
             let import = detail
@@ -248,10 +256,11 @@ impl Sandbox {
                 detail,
             }
         })?;
-        CloudProviderPre::new(instance_pre).map_err(|e| LoadError::NotAProvider {
+        let exports = Exports::new(&instance_pre).map_err(|e| LoadError::NotAProvider {
             origin: origin.to_string(),
             detail: format!("{e:#}"),
-        })
+        })?;
+        Ok((instance_pre, Arc::new(exports)))
     }
 }
 
@@ -322,7 +331,8 @@ fn start_epoch_ticker(engine: &Engine) {
 #[derive(Clone)]
 pub struct Image {
     sandbox: Arc<SandboxInner>,
-    pre: CloudProviderPre<CallState>,
+    pre: InstancePre<CallState>,
+    exports: Arc<Exports>,
     digest: String,
     origin: Origin,
 }
@@ -354,6 +364,8 @@ pub struct GuestEnv {
     pub egress: Arc<EgressGate>,
     pub cache: ProviderCache,
     pub cloud_config: Option<Arc<[u8]>>,
+    /// The node labels and annotations calls pass (`None`: all), from `init`.
+    pub node_metadata: Option<c::NodeMetadataKeys>,
 }
 
 /// A provider version ready to be called; cheap to clone.
@@ -443,8 +455,9 @@ impl Guest {
         &self.env.egress
     }
 
-    /// This guest under another identity, sharing image, cache and configuration.
-    pub fn renamed(&self, caller: Caller) -> Guest {
+    /// This guest as its `init` described it: under the name it reported, and seeing only
+    /// the node metadata it reads. Image, cache and configuration are shared.
+    pub fn initialised(&self, caller: Caller, capabilities: &c::Capabilities) -> Guest {
         Guest {
             image: self.image.clone(),
             env: Arc::new(GuestEnv {
@@ -452,8 +465,17 @@ impl Guest {
                 egress: self.env.egress.clone(),
                 cache: self.env.cache.clone(),
                 cloud_config: self.env.cloud_config.clone(),
+                node_metadata: capabilities.node_metadata.clone(),
             }),
         }
+    }
+
+    fn guest_node<'a>(&self, node: &'a c::Node) -> GuestNode<'a> {
+        GuestNode::new(node, self.env.node_metadata.as_ref())
+    }
+
+    fn guest_nodes<'a>(&self, nodes: &'a [c::Node]) -> Vec<GuestNode<'a>> {
+        nodes.iter().map(|node| self.guest_node(node)).collect()
     }
 
     fn new_store(&self) -> Store<CallState> {
@@ -486,31 +508,50 @@ impl Guest {
         store
     }
 
-    /// Run one export in a fresh instance under the call's limits.
-    async fn call<R>(
+    /// Run one export in a fresh instance under the call's limits: `export` picks it,
+    /// `params` are its arguments.
+    async fn call<P, R>(
         &self,
-        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
-    ) -> Result<Finished<R>, CallFailure> {
-        self.call_weighted(1, invoke).await
+        export: fn(&Exports) -> &ComponentExportIndex,
+        params: P,
+    ) -> Result<Finished<R>, CallFailure>
+    where
+        P: ComponentNamedList + Lower + Send + Sync,
+        R: Lift + Send + Sync + 'static,
+    {
+        self.call_weighted(1, export, || params).await
     }
 
-    /// As [`Guest::call`] for a call passing `nodes` nodes: it takes one of
-    /// `--max-concurrent-calls` per [`NODES_PER_SLOT`] nodes, so the memory of calls that
-    /// carry thousands of nodes (tens of MiB each, guest and host) stays bounded.
-    async fn call_with_nodes<R>(
+    /// As [`Guest::call`] for a call passing `nodes`: it takes one more of
+    /// `--max-concurrent-calls` per [`GUEST_BYTES_PER_SLOT`] its nodes take in the guest,
+    /// so the memory of calls that carry thousands of nodes stays bounded. `params` are
+    /// made once the call has its slots, so waiting calls hold no copies.
+    async fn call_with_nodes<P, R>(
         &self,
-        nodes: usize,
-        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
-    ) -> Result<Finished<R>, CallFailure> {
-        let weight = 1 + u32::try_from(nodes / NODES_PER_SLOT).unwrap_or(u32::MAX);
-        self.call_weighted(weight, invoke).await
+        export: fn(&Exports) -> &ComponentExportIndex,
+        nodes: &[c::Node],
+        params: impl FnOnce() -> P,
+    ) -> Result<Finished<R>, CallFailure>
+    where
+        P: ComponentNamedList + Lower + Send + Sync,
+        R: Lift + Send + Sync + 'static,
+    {
+        let keys = self.env.node_metadata.as_ref();
+        let bytes: usize = nodes.iter().map(|node| guest_bytes(node, keys)).sum();
+        let weight = 1 + u32::try_from(bytes / GUEST_BYTES_PER_SLOT).unwrap_or(u32::MAX);
+        self.call_weighted(weight, export, params).await
     }
 
-    async fn call_weighted<R>(
+    async fn call_weighted<P, R>(
         &self,
         weight: u32,
-        invoke: impl AsyncFnOnce(&CloudProvider, &mut Store<CallState>) -> wasmtime::Result<R>,
-    ) -> Result<Finished<R>, CallFailure> {
+        export: fn(&Exports) -> &ComponentExportIndex,
+        params: impl FnOnce() -> P,
+    ) -> Result<Finished<R>, CallFailure>
+    where
+        P: ComponentNamedList + Lower + Send + Sync,
+        R: Lift + Send + Sync + 'static,
+    {
         let sandbox = &self.image.sandbox;
         let _slot = sandbox
             .slots
@@ -519,12 +560,14 @@ impl Guest {
             .map_err(|_| CallFailure::Instantiate {
                 message: "the sandbox is shutting down".into(),
             })?;
+        let params = params();
         let mut store = self.new_store();
         let mut instantiated = false;
         let run = async {
-            let provider = self.image.pre.instantiate_async(&mut store).await?;
+            let instance = self.image.pre.instantiate_async(&mut store).await?;
             instantiated = true;
-            invoke(&provider, &mut store).await
+            let func = exported::<_, P, (R,)>(&instance, &mut store, export(&self.image.exports))?;
+            Ok::<R, wasmtime::Error>(func.call_async(&mut store, params).await?.0)
         };
         let timeout = sandbox.config.call_timeout;
         let outcome = tokio::time::timeout(timeout, run).await;
@@ -562,14 +605,11 @@ impl Guest {
         &self,
         config: Option<&[u8]>,
     ) -> Result<Finished<Result<c::Capabilities, CloudError>>, CallFailure> {
-        let config = config.map(<[u8]>::to_vec);
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_provider()
-                .call_init(store, config.as_deref())
-                .await
+        self.call(|e| &e.init, (config,)).await.map(|f| {
+            f.map(|r: Result<w::Capabilities, w::ProviderError>| {
+                r.map(Into::into).map_err(Into::into)
+            })
         })
-        .await
-        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
     }
 
     /// `instances.instance-exists`.
@@ -577,14 +617,9 @@ impl Guest {
         &self,
         node: &c::Node,
     ) -> Result<Finished<Result<bool, CloudError>>, CallFailure> {
-        let node = node.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_instances()
-                .call_instance_exists(store, &node)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        self.call(|e| &e.instance_exists, (self.guest_node(node),))
+            .await
+            .map(|f| f.map(|r: Result<bool, w::ProviderError>| r.map_err(Into::into)))
     }
 
     /// `instances.instance-shutdown`.
@@ -592,14 +627,9 @@ impl Guest {
         &self,
         node: &c::Node,
     ) -> Result<Finished<Result<bool, CloudError>>, CallFailure> {
-        let node = node.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_instances()
-                .call_instance_shutdown(store, &node)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        self.call(|e| &e.instance_shutdown, (self.guest_node(node),))
+            .await
+            .map(|f| f.map(|r: Result<bool, w::ProviderError>| r.map_err(Into::into)))
     }
 
     /// `instances.instance-metadata`.
@@ -607,14 +637,13 @@ impl Guest {
         &self,
         node: &c::Node,
     ) -> Result<Finished<Result<c::InstanceMetadata, CloudError>>, CallFailure> {
-        let node = node.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_instances()
-                .call_instance_metadata(store, &node)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
+        self.call(|e| &e.instance_metadata, (self.guest_node(node),))
+            .await
+            .map(|f| {
+                f.map(|r: Result<w::InstanceMetadata, w::ProviderError>| {
+                    r.map(Into::into).map_err(Into::into)
+                })
+            })
     }
 
     /// `load-balancer.get-load-balancer`.
@@ -623,14 +652,14 @@ impl Guest {
         cluster: &str,
         svc: &c::Service,
     ) -> Result<Finished<Result<Option<c::LbStatus>, CloudError>>, CallFailure> {
-        let svc = svc.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_load_balancer()
-                .call_get_load_balancer(store, cluster, &svc)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map(|s| s.map(Into::into)).map_err(Into::into)))
+        let svc: w::Service = svc.into();
+        self.call(|e| &e.get_load_balancer, (cluster, &svc))
+            .await
+            .map(|f| {
+                f.map(|r: Result<Option<w::LbStatus>, w::ProviderError>| {
+                    r.map(|s| s.map(Into::into)).map_err(Into::into)
+                })
+            })
     }
 
     /// `load-balancer.get-load-balancer-name`.
@@ -639,13 +668,9 @@ impl Guest {
         cluster: &str,
         svc: &c::Service,
     ) -> Result<Finished<String>, CallFailure> {
-        let svc = svc.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_load_balancer()
-                .call_get_load_balancer_name(store, cluster, &svc)
-                .await
-        })
-        .await
+        let svc: w::Service = svc.into();
+        self.call(|e| &e.get_load_balancer_name, (cluster, &svc))
+            .await
     }
 
     /// `load-balancer.ensure-load-balancer`.
@@ -655,16 +680,15 @@ impl Guest {
         svc: &c::Service,
         nodes: &[c::Node],
     ) -> Result<Finished<Result<c::LbStatus, CloudError>>, CallFailure> {
-        let svc = svc.into();
-        self.call_with_nodes(nodes.len(), async |p, store| {
-            // Converted once the call has its slots, so waiting calls hold no copies.
-            let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
-            p.wasm_ccm_provider_load_balancer()
-                .call_ensure_load_balancer(store, cluster, &svc, &nodes)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map(Into::into).map_err(Into::into)))
+        let svc: w::Service = svc.into();
+        let params = || (cluster, &svc, self.guest_nodes(nodes));
+        self.call_with_nodes(|e| &e.ensure_load_balancer, nodes, params)
+            .await
+            .map(|f| {
+                f.map(|r: Result<w::LbStatus, w::ProviderError>| {
+                    r.map(Into::into).map_err(Into::into)
+                })
+            })
     }
 
     /// `load-balancer.update-load-balancer`.
@@ -674,16 +698,11 @@ impl Guest {
         svc: &c::Service,
         nodes: &[c::Node],
     ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
-        let svc = svc.into();
-        self.call_with_nodes(nodes.len(), async |p, store| {
-            // Converted once the call has its slots, so waiting calls hold no copies.
-            let nodes: Vec<_> = nodes.iter().map(Into::into).collect();
-            p.wasm_ccm_provider_load_balancer()
-                .call_update_load_balancer(store, cluster, &svc, &nodes)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        let svc: w::Service = svc.into();
+        let params = || (cluster, &svc, self.guest_nodes(nodes));
+        self.call_with_nodes(|e| &e.update_load_balancer, nodes, params)
+            .await
+            .map(|f| f.map(|r: Result<(), w::ProviderError>| r.map_err(Into::into)))
     }
 
     /// `load-balancer.ensure-load-balancer-deleted`.
@@ -692,14 +711,10 @@ impl Guest {
         cluster: &str,
         svc: &c::Service,
     ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
-        let svc = svc.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_load_balancer()
-                .call_ensure_load_balancer_deleted(store, cluster, &svc)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        let svc: w::Service = svc.into();
+        self.call(|e| &e.ensure_load_balancer_deleted, (cluster, &svc))
+            .await
+            .map(|f| f.map(|r: Result<(), w::ProviderError>| r.map_err(Into::into)))
     }
 
     /// `routes.list-routes`.
@@ -707,14 +722,8 @@ impl Guest {
         &self,
         cluster: &str,
     ) -> Result<Finished<Result<Vec<c::Route>, CloudError>>, CallFailure> {
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_routes()
-                .call_list_routes(store, cluster)
-                .await
-        })
-        .await
-        .map(|f| {
-            f.map(|r| {
+        self.call(|e| &e.list_routes, (cluster,)).await.map(|f| {
+            f.map(|r: Result<Vec<w::Route>, w::ProviderError>| {
                 r.map(|routes| routes.into_iter().map(Into::into).collect())
                     .map_err(Into::into)
             })
@@ -728,14 +737,10 @@ impl Guest {
         name_hint: &str,
         route: &c::Route,
     ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
-        let route = route.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_routes()
-                .call_create_route(store, cluster, name_hint, &route)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        let route: w::Route = route.into();
+        self.call(|e| &e.create_route, (cluster, name_hint, &route))
+            .await
+            .map(|f| f.map(|r: Result<(), w::ProviderError>| r.map_err(Into::into)))
     }
 
     /// `routes.delete-route`.
@@ -744,14 +749,10 @@ impl Guest {
         cluster: &str,
         route: &c::Route,
     ) -> Result<Finished<Result<(), CloudError>>, CallFailure> {
-        let route = route.into();
-        self.call(async |p, store| {
-            p.wasm_ccm_provider_routes()
-                .call_delete_route(store, cluster, &route)
-                .await
-        })
-        .await
-        .map(|f| f.map(|r| r.map_err(Into::into)))
+        let route: w::Route = route.into();
+        self.call(|e| &e.delete_route, (cluster, &route))
+            .await
+            .map(|f| f.map(|r: Result<(), w::ProviderError>| r.map_err(Into::into)))
     }
 }
 

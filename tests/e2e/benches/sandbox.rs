@@ -2,6 +2,9 @@
 //!
 //! - per-call cost of a fresh Store + instantiate + trivial call (get-load-balancer-name),
 //!   with the pooling allocator on and off;
+//! - a load-balancer call carrying 5,000 nodes (the `hostile` guest, which answers
+//!   `not-implemented` once the nodes are in its memory), with every label and annotation
+//!   passed and with the provider declaring it reads none;
 //! - compiling a provider vs loading its precompiled code from the cache;
 //! - simcloud instance-metadata (sandbox + guest + egress gate), the same HTTP request sent
 //!   through the egress gate from the host side, and the same request made natively from Rust
@@ -9,20 +12,22 @@
 //!   sandboxed call's, each against the native request.
 //!
 //! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
-//! of `calls`, `compile`, `egress` to run only that group).
+//! of `calls`, `nodes`, `compile`, `egress` to run only that group).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e::{Cloud, TOKEN, load, sandbox};
 use native::get_native;
-use wasm_ccm::contract::{Node, Service};
+use wasm_ccm::contract::{AddressKind, Node, NodeAddress, Service};
 use wasm_ccm::egress::{Caller, EgressConfig, EgressGate};
 use wasm_ccm::metrics::Metrics;
 use wasm_ccm::sandbox::{Origin, Sandbox, SandboxConfig};
 
 const TRIVIAL_CALLS: usize = 20_000;
 const HTTP_CALLS: usize = 1_000;
+const NODE_CALLS: usize = 50;
+const NODES: usize = 5_000;
 const COMPILES: usize = 5;
 
 fn main() {
@@ -46,6 +51,14 @@ async fn run() {
             rows.push((
                 format!("fresh Store + instantiate + trivial call ({allocator})"),
                 stats,
+            ));
+        }
+    }
+    if wanted("nodes") {
+        for (declared, config) in [("every label passed", None), ("none declared", Some("{}"))] {
+            rows.push((
+                format!("update-load-balancer carrying {NODES} nodes, labels: {declared}"),
+                node_carrying_calls(config).await,
             ));
         }
     }
@@ -174,6 +187,81 @@ async fn fresh_store_calls(pooling: bool) -> Stats {
         samples.push(started.elapsed());
     }
     stats(samples)
+}
+
+/// Nodes as the service controller passes them after cloud-node initialised them: eight
+/// labels, two annotations, two addresses and a provider ID each.
+fn initialised_nodes() -> Vec<Node> {
+    (0..NODES)
+        .map(|i| {
+            let name = format!("node-{i:05}");
+            let zone = format!("sim-central-1{}", ["a", "b", "c"][i % 3]);
+            let label = |key: &str, value: &str| (key.to_string(), value.to_string());
+            Node {
+                uid: format!("6c1c1a3e-0000-4000-8000-{i:012}"),
+                labels: vec![
+                    label("kubernetes.io/hostname", &name),
+                    label("kubernetes.io/os", "linux"),
+                    label("node.kubernetes.io/instance-type", "sim.small"),
+                    label("beta.kubernetes.io/instance-type", "sim.small"),
+                    label("topology.kubernetes.io/zone", &zone),
+                    label("failure-domain.beta.kubernetes.io/zone", &zone),
+                    label("topology.kubernetes.io/region", "sim-central-1"),
+                    label("failure-domain.beta.kubernetes.io/region", "sim-central-1"),
+                ],
+                annotations: vec![
+                    label("node.alpha.kubernetes.io/ttl", "0"),
+                    label(
+                        "volumes.kubernetes.io/controller-managed-attach-detach",
+                        "true",
+                    ),
+                ],
+                provider_id: Some(format!("simcloud://i-{i:08x}")),
+                addresses: vec![
+                    NodeAddress {
+                        kind: AddressKind::InternalIP,
+                        address: format!("10.0.{}.{}", i / 250, i % 250),
+                    },
+                    NodeAddress {
+                        kind: AddressKind::Hostname,
+                        address: name.clone(),
+                    },
+                ],
+                pod_cidrs: vec![format!("10.244.{}.0/24", i % 250)],
+                name,
+            }
+        })
+        .collect()
+}
+
+/// `update-load-balancer` with [`NODES`] nodes into the hostile guest, whose `cloud_config`
+/// declares the node metadata it reads (`None`: it declares nothing and gets everything).
+async fn node_carrying_calls(cloud_config: Option<&str>) -> Stats {
+    let sandbox = sandbox(SandboxConfig::default());
+    let provider = load(
+        &sandbox,
+        guest_builds::HOSTILE,
+        EgressConfig::default(),
+        cloud_config.map(|c| c.as_bytes().to_vec()),
+    )
+    .await
+    .expect("hostile loads");
+    let nodes = initialised_nodes();
+    let svc = Service {
+        name: "web".into(),
+        ..Service::default()
+    };
+    let mut samples = Vec::with_capacity(NODE_CALLS);
+    for _ in 0..NODE_CALLS + 5 {
+        let started = Instant::now();
+        let error = provider
+            .update_load_balancer("kubernetes", &svc, &nodes)
+            .await
+            .expect_err("hostile does not balance");
+        samples.push(started.elapsed());
+        assert!(error.is_not_implemented(), "{error}");
+    }
+    stats(samples.split_off(5))
 }
 
 async fn compile_vs_cache() -> (Stats, Stats) {

@@ -50,6 +50,21 @@ fn peak_rss_mib(manager: &Manager) -> f64 {
         .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
+/// CPU seconds (user + system, all threads) a process has used so far. Linux reports them
+/// in clock ticks of 1/100 s (`USER_HZ`).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
 /// Sum of a metric's series whose labels contain `filter`.
 async fn metric(manager: &Manager, name: &str, filter: &str) -> f64 {
     let Ok((_, text)) = https::get(manager.addr, "/metrics").await else {
@@ -109,15 +124,27 @@ async fn run() {
     eprintln!("scale: {nodes} nodes, {services} services, {latency} ms cloud latency");
 
     let started = Instant::now();
+    let cpu_start = (
+        cpu_seconds(manager.child.id()),
+        cpu_seconds(std::process::id()),
+    );
     create_nodes(&bed, 0..nodes).await;
     let created = started.elapsed();
     let nodes_done = wait_nodes_initialised(&bed, nodes, started).await;
     eprintln!("scale: nodes initialised after {nodes_done:.1?}");
     let peak_after_nodes = peak_rss_mib(&manager);
+    let node_cpu = (
+        cpu_seconds(manager.child.id()) - cpu_start.0,
+        cpu_seconds(std::process::id()) - cpu_start.1,
+    );
 
     state.clear_requests();
     bed.emulator.reset_requests();
     let lb_started = Instant::now();
+    let cpu_before = (
+        cpu_seconds(manager.child.id()),
+        cpu_seconds(std::process::id()),
+    );
     futures::stream::iter(0..services)
         .for_each_concurrent(64, |i| {
             let service = Testbed::lb_service(&format!("svc-{i:04}"));
@@ -131,6 +158,10 @@ async fn run() {
         .await;
     let lbs_done = wait_ingress(&bed, services, lb_started).await;
     eprintln!("scale: load balancers ready after {lbs_done:.1?}");
+    let lb_cpu = (
+        cpu_seconds(manager.child.id()) - cpu_before.0,
+        cpu_seconds(std::process::id()) - cpu_before.1,
+    );
 
     let metadata_calls = metric(
         &manager,
@@ -200,6 +231,14 @@ async fn run() {
         cloud_requests_lbs as f64 / services as f64
     );
     println!("| kube API requests by the manager (whole run) | {kube_requests} |");
+    println!(
+        "| CPU while nodes were initialised: manager / emulator + simulator + bench | {:.1} s / {:.1} s |",
+        node_cpu.0, node_cpu.1
+    );
+    println!(
+        "| CPU while load balancers were made: manager / emulator + simulator + bench | {:.1} s / {:.1} s |",
+        lb_cpu.0, lb_cpu.1
+    );
     println!(
         "| after {ADDED_NODES} more nodes: load balancers updated once / more than once / targeting every node | {updated_once} / {updated_more} / {complete} of {services} |"
     );

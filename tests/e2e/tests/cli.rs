@@ -358,7 +358,8 @@ async fn call_init_prints_the_capabilities() {
         caps,
         serde_json::json!({
             "name": "simcloud", "instances": true, "loadBalancer": true,
-            "routes": true, "hasClusterId": true
+            "routes": true, "hasClusterId": true,
+            "nodeMetadata": {"labels": [], "annotations": []}
         })
     );
     assert!(cloud.sim.state().requests().is_empty());

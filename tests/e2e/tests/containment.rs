@@ -311,6 +311,64 @@ async fn snooping_guest_sees_no_secret_no_files_no_environment() {
 }
 
 #[tokio::test]
+async fn a_guest_sees_only_the_node_metadata_it_declared() {
+    let node = Node {
+        labels: vec![
+            ("topology.kubernetes.io/zone".into(), "z1".into()),
+            ("team".into(), "payments".into()),
+        ],
+        annotations: vec![
+            ("node.alpha.kubernetes.io/ttl".into(), "0".into()),
+            ("acme.example/pool".into(), "blue".into()),
+        ],
+        ..command("metadata")
+    };
+    let seen = async |cloud_config: Option<&str>| {
+        let provider = load(
+            &sandbox(SandboxConfig::default()),
+            guest_builds::HOSTILE,
+            EgressConfig::default(),
+            cloud_config.map(|c| c.as_bytes().to_vec()),
+        )
+        .await
+        .expect("hostile guest loads");
+        let metadata = provider.instance_metadata(&node).await.expect("metadata");
+        let report: Value = serde_json::from_str(&metadata.additional_labels[0].1).unwrap();
+        (provider.capabilities().node_metadata.clone(), report)
+    };
+
+    let (declared, report) = seen(None).await;
+    assert_eq!(declared, None);
+    assert_eq!(
+        report,
+        serde_json::json!({
+            "labels": [["topology.kubernetes.io/zone", "z1"], ["team", "payments"]],
+            "annotations": [["node.alpha.kubernetes.io/ttl", "0"], ["acme.example/pool", "blue"]],
+        }),
+        "a provider that declares nothing sees everything"
+    );
+
+    let config = r#"{"labels": ["topology.kubernetes.io/zone", "absent"], "annotations": ["acme.example/pool"]}"#;
+    let (declared, report) = seen(Some(config)).await;
+    let declared = declared.expect("keys declared");
+    assert!(declared.labels.contains("absent"));
+    assert_eq!(
+        report,
+        serde_json::json!({
+            "labels": [["topology.kubernetes.io/zone", "z1"]],
+            "annotations": [["acme.example/pool", "blue"]],
+        })
+    );
+
+    let (_, report) = seen(Some(r#"{}"#)).await;
+    assert_eq!(
+        report,
+        serde_json::json!({"labels": [], "annotations": []}),
+        "declaring no keys passes no labels or annotations"
+    );
+}
+
+#[tokio::test]
 async fn huge_response_is_cut_at_the_cap() {
     let cap = 256 * 1024;
     let egress_with_cap = |url: &str| EgressConfig {

@@ -1,5 +1,6 @@
 //! Loading providers: the on-disk compile cache is used, and a corrupted entry is detected and
-//! rebuilt rather than loaded; bytes that are not a component are refused with a clear error.
+//! rebuilt rather than loaded; bytes that are not a component, and a
+//! component that is not a provider, are refused with a clear error.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -104,4 +105,26 @@ async fn bytes_that_are_not_a_component_are_refused_naming_the_origin() {
             "{error}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_component_without_the_contract_exports_is_refused_naming_what_is_missing() {
+    let sandbox = Sandbox::new(SandboxConfig::default(), Arc::new(Metrics::default())).unwrap();
+    // The smallest valid component: the preamble of the component binary format, nothing in it.
+    let empty = b"\0asm\x0d\0\x01\0".to_vec();
+    let error = sandbox
+        .load(empty.into(), "empty.wasm")
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(error, LoadError::NotAProvider { .. }), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("empty.wasm does not implement the wasm-ccm:provider@0.1.0 contract"),
+        "{message}"
+    );
+    assert!(
+        message.contains("wasm-ccm:provider/"),
+        "names the missing export: {message}"
+    );
 }

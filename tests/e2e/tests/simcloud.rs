@@ -694,7 +694,7 @@ async fn update_load_balancer_changes_only_the_targets() {
 async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
     // Request bodies of tens of KiB: the SDK once hung on bodies over two 4 KiB chunks.
     let cloud = Cloud::start().await;
-    let nodes: Vec<Node> = (0..2000)
+    let nodes: Vec<Node> = (0..6000)
         .map(|i| {
             let instance = cloud.sim.state().add_instance(NewInstance {
                 name: format!("node-{i}"),
@@ -708,7 +708,8 @@ async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
             node_of(&instance)
         })
         .collect();
-    // One call slot: a call weighing more than all slots must still run, not wait forever.
+    // One call slot: these calls weigh two and three (one more per MiB of node data in the
+    // guest), more than all slots, and must still run, not wait forever.
     let one_slot = sandbox(SandboxConfig {
         max_concurrent_calls: 1,
         ..SandboxConfig::default()
@@ -722,10 +723,10 @@ async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
     .await
     .expect("simcloud loads");
     let svc = web_service();
-    ensure_active(&p, &svc, &nodes[..1500]).await;
-    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 1500);
+    ensure_active(&p, &svc, &nodes[..3000]).await;
+    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 3000);
     p.update_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
-    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 2000);
+    assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 6000);
 }
 
 #[tokio::test]

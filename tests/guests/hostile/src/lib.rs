@@ -19,6 +19,10 @@
 //! | `cache-set:KEY=VALUE` | stores VALUE for 60 s | `{"key","value": <read back>}` |
 //! | `cache-get:KEY` | reads KEY | `{"key","value": string or null}` |
 //! | `log:MESSAGE` | host log (info), stdout and stderr | `{"ok":true,"stdout","stderr"}` |
+//! | `metadata` | the node's labels and annotations as the guest received them | `{"labels","annotations"}` |
+//!
+//! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
+//! node metadata keys; without one it declares none (and so sees every label).
 //!
 //! `kind` is one of `invalid-url`, `denied`, `forbidden-header`, `transport`, `status`,
 //! `decode`. An unknown command is `Err(other("unknown hostile command <node.name>"))`.
@@ -30,19 +34,22 @@ mod net;
 mod snoop;
 
 use serde_json::Value;
-use wasm_ccm_sdk::{Capabilities, Error, InstanceMetadata, Node, export_provider};
+use wasm_ccm_sdk::{
+    Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys, export_provider,
+};
 
 /// The provider.
 struct Hostile;
 
 impl wasm_ccm_sdk::Provider for Hostile {
-    fn init(_config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
+    fn init(config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
         Ok(Capabilities {
             name: "hostile".into(),
             instances: true,
             load_balancer: true,
             routes: true,
             has_cluster_id: true,
+            node_metadata: config.map(|bytes| declared_keys(&bytes)).transpose()?,
         })
     }
 }
@@ -53,6 +60,12 @@ impl wasm_ccm_sdk::Instances for Hostile {
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
+        if node.name == "metadata" {
+            return Ok(report(serde_json::json!({
+                "labels": node.labels,
+                "annotations": node.annotations,
+            })));
+        }
         run(&node.name).map(report)
     }
 }
@@ -80,6 +93,26 @@ fn run(command: &str) -> Result<Value, Error> {
         "log" => Ok(host::log(arg)),
         _ => Err(Error::other(format!("unknown hostile command {command}"))),
     }
+}
+
+/// The node metadata keys a cloud config names.
+fn declared_keys(config: &[u8]) -> Result<NodeMetadataKeys, Error> {
+    let config: Value = serde_json::from_slice(config)
+        .map_err(|e| Error::other(format!("cloud config is not JSON: {e}")))?;
+    let keys = |field: &str| -> Vec<String> {
+        config[field]
+            .as_array()
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(NodeMetadataKeys {
+        labels: keys("labels"),
+        annotations: keys("annotations"),
+    })
 }
 
 /// The metadata that carries a command's report.
