@@ -1,6 +1,7 @@
 //! The Kubernetes API client every controller shares: built from `--kubeconfig` (or the
 //! in-cluster service account), held to `--kube-api-qps`/`--kube-api-burst` for the whole
-//! process as client-go's rate limiter does, and counted in `rest_client_requests_total`.
+//! process as client-go's rate limiter does, and counted and timed as client-go does
+//! (`rest_client_requests_total`, `rest_client_request_duration_seconds`).
 //!
 //! The limiter sits in the client's `poll_ready`, so a request waits for a token before it is
 //! sent, exactly once per request, whichever controller made it.
@@ -17,6 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
 
@@ -57,11 +59,36 @@ struct RequestLabels {
     host: String,
 }
 
+/// `rest_client_request_duration_seconds` labels, as client-go.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    verb: String,
+    host: String,
+}
+
+/// client-go's request latency buckets, in seconds.
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+    ])
+}
+
 /// Requests the manager sent to the API server.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClientMetrics {
     requests: Family<RequestLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
     sent: Counter,
+}
+
+impl Default for ClientMetrics {
+    fn default() -> Self {
+        ClientMetrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            sent: Counter::default(),
+        }
+    }
 }
 
 impl ClientMetrics {
@@ -70,6 +97,11 @@ impl ClientMetrics {
             "rest_client_requests",
             "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host",
             self.requests.clone(),
+        );
+        registry.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds until the response headers, after the rate limiter. Broken down by verb and host.",
+            self.latency.clone(),
         );
     }
 
@@ -190,8 +222,16 @@ where
         let metrics = self.metrics.clone();
         let host = self.host.to_string();
         let response = self.inner.call(request);
+        let started = std::time::Instant::now();
         Box::pin(async move {
             let result = response.await;
+            metrics
+                .latency
+                .get_or_create(&LatencyLabels {
+                    verb: method.clone(),
+                    host: host.clone(),
+                })
+                .observe(started.elapsed().as_secs_f64());
             let code = match &result {
                 Ok(response) => response.status().as_str().to_string(),
                 Err(_) => "<error>".to_string(),

@@ -22,6 +22,8 @@ pub mod sandbox;
 pub mod egress;
 /// Prometheus metrics of providers, sandbox, egress and controllers.
 pub mod metrics;
+/// `process_*` metrics and `wasm_ccm_build_info`.
+pub mod process_metrics;
 /// HTTPS endpoints: `/healthz`, `/readyz`, `/livez` and `/metrics`.
 pub mod serving;
 /// The command line: flags, subcommands.

@@ -107,6 +107,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     queue_metrics.register(&mut registry);
     let client_metrics = ClientMetrics::default();
     client_metrics.register(&mut registry);
+    crate::process_metrics::register(&mut registry);
 
     let provider = load_provider(&config, metrics.clone()).await?;
     let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;

@@ -7,13 +7,15 @@
 //! - `add_rate_limited`: per-key exponential backoff between `base` and `max`, reset by
 //!   `forget` after a success.
 //!
-//! It also keeps upstream's `workqueue_*` metrics, labelled by queue name.
+//! It also keeps upstream's `workqueue_*` metrics, labelled by queue name; the two about
+//! work in progress (a stuck worker shows there) are refreshed every 500 ms, as client-go.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -66,7 +68,8 @@ struct State<K> {
     queue: VecDeque<K>,
     /// Keys waiting to be processed, with when they were added.
     dirty: HashMap<K, Instant>,
-    processing: HashSet<K>,
+    /// Keys being processed, with when processing started (tokio's clock, for tests).
+    processing: HashMap<K, tokio::time::Instant>,
     /// Keys waiting for `add_after`, with the time they become due.
     delayed: HashMap<K, Instant>,
     failures: HashMap<K, u32>,
@@ -77,15 +80,16 @@ impl<K> WorkQueue<K>
 where
     K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
 {
+    /// A queue named `name` in the metrics. Must be created inside a tokio runtime.
     pub fn new(name: &str, backoff: Backoff, metrics: &QueueMetrics) -> Self {
-        WorkQueue {
+        let queue = WorkQueue {
             shared: Arc::new(Shared {
                 name: name.to_string(),
                 backoff,
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     dirty: HashMap::new(),
-                    processing: HashSet::new(),
+                    processing: HashMap::new(),
                     delayed: HashMap::new(),
                     failures: HashMap::new(),
                     shut_down: false,
@@ -93,7 +97,9 @@ where
                 ready: Notify::new(),
                 metrics: metrics.clone(),
             }),
-        }
+        };
+        tokio::spawn(report_work_in_progress(Arc::downgrade(&queue.shared)));
+        queue
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
@@ -117,7 +123,7 @@ where
         }
         self.shared.metrics.adds.get_or_create(&self.labels()).inc();
         state.dirty.insert(key.clone(), Instant::now());
-        if state.processing.contains(&key) {
+        if state.processing.contains_key(&key) {
             // Runs again once the current processing is done.
             return;
         }
@@ -211,7 +217,9 @@ where
                 }
                 if let Some(key) = state.queue.pop_front() {
                     let added = state.dirty.remove(&key);
-                    state.processing.insert(key.clone());
+                    state
+                        .processing
+                        .insert(key.clone(), tokio::time::Instant::now());
                     let labels = self.labels();
                     self.shared
                         .metrics
@@ -266,6 +274,35 @@ where
     }
 }
 
+/// client-go's `updateUnfinishedWorkLoop`: every 500 ms, how long the keys in processing
+/// have been at it, in total and the longest, until the queue shuts down or is dropped.
+async fn report_work_in_progress<K>(shared: Weak<Shared<K>>) {
+    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        ticks.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let (total, longest) = {
+            let state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.shut_down {
+                return;
+            }
+            let running = state.processing.values().map(|started| started.elapsed());
+            running.fold((0.0, 0.0), |(total, longest): (f64, f64), took| {
+                let took = took.as_secs_f64();
+                (total + took, longest.max(took))
+            })
+        };
+        let labels = QueueLabels {
+            name: shared.name.clone(),
+        };
+        let metrics = &shared.metrics;
+        metrics.unfinished_work.get_or_create(&labels).set(total);
+        metrics.longest_running.get_or_create(&labels).set(longest);
+    }
+}
+
 /// `workqueue_*` metric labels.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
@@ -287,6 +324,8 @@ pub struct QueueMetrics {
     retries: Family<QueueLabels, Counter>,
     queue_duration: HistogramFamily,
     work_duration: HistogramFamily,
+    unfinished_work: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    longest_running: Family<QueueLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for QueueMetrics {
@@ -297,6 +336,8 @@ impl Default for QueueMetrics {
             retries: Family::default(),
             queue_duration: Family::new_with_constructor(queue_histogram),
             work_duration: Family::new_with_constructor(queue_histogram),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
         }
     }
 }
@@ -327,6 +368,16 @@ impl QueueMetrics {
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
             self.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
+            self.unfinished_work.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            self.longest_running.clone(),
         );
     }
 }
@@ -407,6 +458,38 @@ mod tests {
         assert_eq!(queue.failures(&key), 0);
         tokio::time::sleep(Duration::from_millis(11)).await;
         assert_eq!(queue.next().await.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_in_progress_is_reported_until_done() {
+        let metrics = QueueMetrics::default();
+        let backoff = Backoff {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(40),
+        };
+        let queue = WorkQueue::new("test", backoff, &metrics);
+        let labels = QueueLabels {
+            name: "test".into(),
+        };
+        let reported = || {
+            (
+                metrics.unfinished_work.get_or_create(&labels).get(),
+                metrics.longest_running.get_or_create(&labels).get(),
+            )
+        };
+        queue.add("stuck".to_string());
+        queue.add("slow".to_string());
+        let stuck = queue.next().await.expect("key");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let slow = queue.next().await.expect("key");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (total, longest) = reported();
+        assert!((4.0..4.3).contains(&total), "3.1 s + 1.1 s, got {total}");
+        assert!((3.0..3.2).contains(&longest), "{longest}");
+        queue.done(&stuck, Duration::from_secs(3));
+        queue.done(&slow, Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(reported(), (0.0, 0.0));
     }
 
     #[tokio::test]

@@ -227,7 +227,11 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
         "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
         "running_managed_controllers{",
         "rest_client_requests_total{",
+        "rest_client_request_duration_seconds_bucket{",
+        "process_resident_memory_bytes ",
         "workqueue_adds_total{name=\"Nodes\"}",
+        "workqueue_unfinished_work_seconds{name=\"Nodes\"}",
+        "workqueue_longest_running_processor_seconds{name=\"Nodes\"}",
         "wasm_ccm_provider_calls_total{",
     ] {
         assert!(
