@@ -132,13 +132,40 @@ pub fn service_view(service: &core::Service) -> Service {
         ports,
         external_traffic_policy: spec.external_traffic_policy,
         health_check_node_port: spec.health_check_node_port,
-        load_balancer_source_ranges: spec.load_balancer_source_ranges.unwrap_or_default(),
+        load_balancer_source_ranges: source_ranges(service, spec.load_balancer_source_ranges),
         load_balancer_ip: spec.load_balancer_ip,
         ip_families,
         session_affinity: spec.session_affinity,
         load_balancer_class: spec.load_balancer_class,
         status: lb_status_view(service),
     }
+}
+
+/// The legacy annotation upstream's `GetLoadBalancerSourceRanges` falls back to.
+const SOURCE_RANGES_ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+/// `spec.loadBalancerSourceRanges`, or when that is empty the comma-separated legacy
+/// annotation, as upstream's helper reads them (empty: no restriction).
+fn source_ranges(service: &core::Service, spec_ranges: Option<Vec<String>>) -> Vec<String> {
+    let from_spec = spec_ranges.unwrap_or_default();
+    if !from_spec.is_empty() {
+        return from_spec.iter().map(|r| r.trim().to_string()).collect();
+    }
+    let annotation = service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SOURCE_RANGES_ANNOTATION));
+    annotation
+        .map(|ranges| {
+            ranges
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn lb_status_view(service: &core::Service) -> LbStatus {
@@ -204,5 +231,46 @@ pub fn api_lb_status(status: &LbStatus) -> core::LoadBalancerStatus {
         .collect::<Vec<_>>();
     core::LoadBalancerStatus {
         ingress: (!ingress.is_empty()).then_some(ingress),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn service(spec_ranges: Option<Vec<&str>>, annotation: Option<&str>) -> core::Service {
+        core::Service {
+            metadata: kube::api::ObjectMeta {
+                annotations: annotation.map(|value| {
+                    BTreeMap::from([(SOURCE_RANGES_ANNOTATION.to_string(), value.to_string())])
+                }),
+                ..Default::default()
+            },
+            spec: Some(core::ServiceSpec {
+                load_balancer_source_ranges: spec_ranges
+                    .map(|ranges| ranges.into_iter().map(String::from).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn source_ranges_come_from_the_spec_else_from_the_legacy_annotation() {
+        let ranges = |svc: core::Service| service_view(&svc).load_balancer_source_ranges;
+        assert_eq!(
+            ranges(service(Some(vec!["10.0.0.0/8"]), Some("192.168.0.0/16"))),
+            ["10.0.0.0/8"]
+        );
+        assert_eq!(
+            ranges(service(None, Some(" 192.168.0.0/16, 172.16.0.0/12 ,"))),
+            ["192.168.0.0/16", "172.16.0.0/12"]
+        );
+        assert_eq!(
+            ranges(service(Some(vec![]), Some("192.168.0.0/16"))),
+            ["192.168.0.0/16"]
+        );
+        assert!(ranges(service(None, None)).is_empty(), "no restriction");
     }
 }
