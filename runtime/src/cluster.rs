@@ -22,7 +22,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
 
-use crate::egress::{Budgets, RateBudget};
+use wasm_ccm_host::rate::{Budgets, RateBudget};
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,9 @@
 //! wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly
 //! components.
 //!
+//! This crate is the manager: it talks to Kubernetes and calls providers through
+//! [`wasm_ccm_host::provider::Provider`], never through wasmtime (which it does not depend on).
+//!
 //! Modules in the order data flows through them:
 
 /// Run mode: load the provider, connect to the cluster, serve health, elect a leader, run
@@ -12,16 +15,6 @@ pub mod cluster;
 pub mod leader;
 /// The upstream controllers and which of them run.
 pub mod controllers;
-/// The provider contract as plain Rust types.
-pub mod contract;
-/// Typed async facade over one provider version; what controllers call.
-pub mod provider;
-/// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
-pub mod sandbox;
-/// The egress gate: allow-list, address checks, budgets, credential injection, audit.
-pub mod egress;
-/// Prometheus metrics of providers, sandbox, egress and controllers.
-pub mod metrics;
 /// `process_*` metrics and `wasm_ccm_build_info`.
 pub mod process_metrics;
 /// HTTPS endpoints: `/healthz`, `/readyz`, `/livez` and `/metrics`.

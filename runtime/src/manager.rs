@@ -23,11 +23,11 @@ use crate::controllers::{
     self, Context, Controller, ControllerMetrics, ControllerSelection, ControllerSettings,
     Informer, QueueMetrics,
 };
-use crate::egress::{EgressConfig, EgressGate};
+use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use crate::leader::{LeaderElector, LeaseSettings};
-use crate::metrics::Metrics;
-use crate::provider::{Provider, ProviderSource};
-use crate::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::provider::{Provider, ProviderSource};
+use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
 
 /// Where the provider comes from and what it is told.
@@ -71,7 +71,7 @@ pub enum ManagerError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Load(#[from] crate::provider::ProviderLoadError),
+    Load(#[from] wasm_ccm_host::provider::ProviderLoadError),
     #[error(
         "--cloud-provider {wanted}: the provider at {path} reports its name as {actual:?}; pass --cloud-provider={actual} if this is the provider you meant"
     )]
@@ -93,7 +93,7 @@ pub enum ManagerError {
     #[error(transparent)]
     Leader(#[from] crate::leader::LeaderError),
     #[error(transparent)]
-    Sandbox(#[from] crate::sandbox::LoadError),
+    Sandbox(#[from] wasm_ccm_host::sandbox::LoadError),
 }
 
 /// Run until `shutdown` is cancelled.

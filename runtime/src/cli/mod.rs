@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
-use crate::metrics::Metrics;
-use crate::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};

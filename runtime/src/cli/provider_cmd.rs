@@ -11,10 +11,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{EgressFlags, SandboxFlags};
-use crate::egress::EgressGate;
-use crate::metrics::Metrics;
-use crate::provider::{Provider, ProviderError, ProviderSource};
-use crate::sandbox::Inspection;
+use wasm_ccm_host::egress::EgressGate;
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
+use wasm_ccm_host::sandbox::Inspection;
 
 /// Every function `provider call` accepts, with its parameters as named in the WIT.
 const FUNCTIONS: &[(&str, &[&str])] = &[
@@ -112,7 +112,7 @@ impl ProviderCommand {
                 .await;
                 let outcome = match provider {
                     Ok(provider) => call.invoke(&provider).await,
-                    Err(crate::provider::ProviderLoadError::Init { error, .. }) => Err(error),
+                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => Err(error),
                     Err(error) => return Err(error.into()),
                 };
                 if audit {
@@ -235,7 +235,7 @@ impl CallRequest {
 
     /// Decode every argument now, so a type error is reported before the provider loads.
     fn check_types(&self) -> anyhow::Result<()> {
-        use crate::contract::{Node, Route, Service};
+        use wasm_ccm_host::contract::{Node, Route, Service};
         for (name, value) in &self.args {
             let value = value.clone();
             let checked = match name.as_str() {

@@ -20,7 +20,7 @@ use super::informer::{Change, Notice};
 use super::views::{api_address, node_view};
 use super::workqueue::{Backoff, WorkQueue};
 use super::{Context, Controller, SyncError, has_taint, labels, name_of, update_node};
-use crate::contract::{AddressKind, InstanceMetadata, NodeAddress};
+use wasm_ccm_host::contract::{AddressKind, InstanceMetadata, NodeAddress};
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";

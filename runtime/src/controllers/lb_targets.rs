@@ -16,7 +16,7 @@ use super::cloud_node::UNINITIALIZED_TAINT;
 use super::informer::Change;
 use super::views::node_view;
 use super::{has_taint, labels, name_of};
-use crate::contract;
+use wasm_ccm_host::contract;
 
 const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 const AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";

@@ -32,7 +32,7 @@ pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
 pub use workqueue::QueueMetrics;
 
-use crate::provider::{Provider, ProviderError};
+use wasm_ccm_host::provider::{Provider, ProviderError};
 use crate::serving::{HealthChecks, Probe};
 use events::EventSink;
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::EventSink;
 use super::views::node_addresses;
 use super::{Context, Controller, SyncError, every_period, name_of};
-use crate::contract::Route;
+use wasm_ccm_host::contract::Route;
 
 /// Cloud route operations in flight at once, as upstream.
 const MAX_CONCURRENT_OPERATIONS: usize = 200;

@@ -35,8 +35,8 @@ use super::lb_targets::{NodeSet, Targets};
 use super::views::{api_lb_status, service_view};
 use super::workqueue::{Backoff, WorkQueue};
 use super::{Context, Controller, SyncError, is_not_found};
-use crate::contract::{self, LbStatus};
-use crate::provider::ErrorKind;
+use wasm_ccm_host::contract::{self, LbStatus};
+use wasm_ccm_host::provider::ErrorKind;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 /// The condition describing the last load-balancer failure.

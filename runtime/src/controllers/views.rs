@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 
-use crate::contract::{
+use wasm_ccm_host::contract::{
     AddressKind, IpFamily, IpMode, LbIngress, LbStatus, Node, NodeAddress, PortStatus, Protocol,
     Service, ServicePort,
 };

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use e2e::{Cloud, TOKEN, load, sandbox};
 use native::get_native;
-use wasm_ccm::contract::{AddressKind, Node, NodeAddress, Service};
-use wasm_ccm::egress::{Caller, EgressConfig, EgressGate};
-use wasm_ccm::metrics::Metrics;
-use wasm_ccm::sandbox::{Origin, Sandbox, SandboxConfig};
+use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress, Service};
+use wasm_ccm_host::egress::{Caller, EgressConfig, EgressGate};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::sandbox::{Origin, Sandbox, SandboxConfig};
 
 const TRIVIAL_CALLS: usize = 20_000;
 const HTTP_CALLS: usize = 1_000;
@@ -302,7 +302,7 @@ async fn egress_vs_native() -> EgressStats {
         ..cloud_sim::NewInstance::default()
     });
     let egress = EgressConfig {
-        budget: wasm_ccm::egress::RateBudget {
+        budget: wasm_ccm_host::egress::RateBudget {
             per_second: 1e6,
             burst: 1_000_000,
         },

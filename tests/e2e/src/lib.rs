@@ -10,10 +10,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cloud_sim::{CloudSim, SimOptions};
-use wasm_ccm::egress::{CredentialRule, EgressConfig, EgressGate, HostPattern};
-use wasm_ccm::metrics::Metrics;
-use wasm_ccm::provider::{Provider, ProviderLoadError, ProviderSource};
-use wasm_ccm::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::egress::{CredentialRule, EgressConfig, EgressGate, HostPattern};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::provider::{Provider, ProviderLoadError, ProviderSource};
+use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 
 pub mod https;
 pub mod testbed;

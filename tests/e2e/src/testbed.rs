@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use wasm_ccm::cluster::ClusterSettings;
 use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
-use wasm_ccm::sandbox::SandboxConfig;
+use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm::serving::{ServingConfig, TlsSource};
 
 use crate::{Cloud, loopback};

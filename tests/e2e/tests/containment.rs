@@ -10,10 +10,10 @@ use e2e::{Cloud, TOKEN, load, loopback, sandbox};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use wasm_ccm::contract::Node;
-use wasm_ccm::egress::{EgressConfig, HostPattern};
-use wasm_ccm::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError};
-use wasm_ccm::sandbox::{CallFailure, LoadError, SandboxConfig};
+use wasm_ccm_host::contract::Node;
+use wasm_ccm_host::egress::{EgressConfig, HostPattern};
+use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError};
+use wasm_ccm_host::sandbox::{CallFailure, LoadError, SandboxConfig};
 
 fn command(command: &str) -> Node {
     Node {
@@ -372,7 +372,7 @@ async fn a_guest_sees_only_the_node_metadata_it_declared() {
 async fn huge_response_is_cut_at_the_cap() {
     let cap = 256 * 1024;
     let egress_with_cap = |url: &str| EgressConfig {
-        limits: wasm_ccm::egress::Limits {
+        limits: wasm_ccm_host::egress::Limits {
             max_response_bytes: cap,
             ..EgressConfig::default().limits
         },
@@ -417,7 +417,7 @@ async fn huge_response_is_cut_at_the_cap() {
 async fn exhausted_rate_budget_answers_429_with_retry_after() {
     let cloud = Cloud::start().await;
     let egress = EgressConfig {
-        budget: wasm_ccm::egress::RateBudget {
+        budget: wasm_ccm_host::egress::RateBudget {
             per_second: 0.5,
             burst: 2,
         },

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use wasm_ccm::metrics::Metrics;
-use wasm_ccm::sandbox::{LoadError, Origin, Sandbox, SandboxConfig};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::sandbox::{LoadError, Origin, Sandbox, SandboxConfig};
 
 fn cached_sandbox(dir: &std::path::Path) -> Sandbox {
     let config = SandboxConfig {

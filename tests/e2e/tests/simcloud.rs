@@ -8,12 +8,12 @@ use cloud_sim::{
     Faults, Instance, InstanceStatus, LoadBalancerStatus, NewInstance, Protocol as SimProtocol,
 };
 use e2e::{Cloud, TOKEN, load, sandbox, simcloud};
-use wasm_ccm::contract::{
+use wasm_ccm_host::contract::{
     AddressKind, IpMode, LbStatus, Node, NodeAddress, PortStatus, Protocol, Route, Service,
     ServicePort,
 };
-use wasm_ccm::provider::{Provider, ProviderError, ProviderLoadError};
-use wasm_ccm::sandbox::SandboxConfig;
+use wasm_ccm_host::provider::{Provider, ProviderError, ProviderLoadError};
+use wasm_ccm_host::sandbox::SandboxConfig;
 
 const CLUSTER: &str = "kubernetes";
 /// A Service UID as Kubernetes writes them: 32 hex digits and four dashes.

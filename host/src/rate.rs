@@ -1,5 +1,6 @@
-//! Per-host rate budgets: a token bucket for each destination a provider calls, so a
-//! runaway or buggy provider cannot flood a cloud API (and get the whole account throttled).
+//! Token buckets keyed by name: the egress gate keeps one per destination a provider calls,
+//! so a runaway provider cannot flood a cloud API (and get the whole account throttled), and
+//! the manager's API client one for the whole process (`--kube-api-qps`/`--kube-api-burst`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,7 +22,7 @@ impl Default for RateBudget {
     }
 }
 
-/// Token buckets keyed by destination (`scheme://host:port`).
+/// Token buckets keyed by name (the egress gate uses `scheme://host:port`).
 #[derive(Debug)]
 pub struct Budgets {
     budget: RateBudget,

@@ -14,7 +14,6 @@
 //! 6. **audit**: one record per request, allowed or not.
 
 mod audit;
-mod budget;
 mod credentials;
 mod policy;
 mod transport;
@@ -30,12 +29,12 @@ use wasmtime_wasi_http::{
 };
 
 pub use audit::{Audit, AuditRecord};
-pub use budget::{Budgets, RateBudget};
 pub use credentials::{CredentialError, CredentialRule};
 pub use policy::{HostPattern, PatternError};
 pub use transport::Limits;
 
 use crate::metrics::Metrics;
+use crate::rate::{Budgets, RateBudget};
 use policy::Destination;
 use transport::ConnectRefusal;
 
@@ -76,7 +75,7 @@ impl Default for EgressConfig {
 pub struct EgressGate {
     config: EgressConfig,
     forbidden: Arc<Vec<HeaderName>>,
-    budgets: budget::Budgets,
+    budgets: Budgets,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
     audit: Audit,
     /// The last value read for each credential rule (by index), and when.
@@ -105,7 +104,7 @@ impl EgressGate {
         forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
         forbidden.dedup();
         Arc::new(EgressGate {
-            budgets: budget::Budgets::new(config.budget),
+            budgets: Budgets::new(config.budget),
             forbidden: Arc::new(forbidden),
             tls: transport::tls_config(),
             audit: Audit::new(metrics),

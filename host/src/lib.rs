@@ -1,0 +1,18 @@
+//! wasm-ccm-host: everything between a controller's typed call and a provider component.
+//!
+//! This crate alone depends on wasmtime and wasi-http; the manager crate (`wasm-ccm`) sees
+//! plain Rust types and async methods only, so a wasmtime upgrade stays inside `sandbox`
+//! and `egress`. Modules in the order a call flows through them:
+
+/// The provider contract (`wit/provider.wit`) as plain Rust types.
+pub mod contract;
+/// Typed async facade over one provider version: what controllers call.
+pub mod provider;
+/// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
+pub mod sandbox;
+/// The egress gate: allow-list, address checks, budgets, credential injection, audit.
+pub mod egress;
+/// Prometheus metrics of provider calls, compilation and egress.
+pub mod metrics;
+/// Token buckets keyed by name, for the egress gate and the manager's API client.
+pub mod rate;
