@@ -8,7 +8,6 @@
 mod cloud_node;
 mod events;
 mod informer;
-mod lb_targets;
 mod metrics;
 mod node_lifecycle;
 mod route;

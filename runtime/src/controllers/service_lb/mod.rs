@@ -16,13 +16,21 @@
 //! re-ensures load balancers deleted out of band; and the Service carries a
 //! `wasm-ccm.io/LoadBalancerError` condition describing the last failure, removed on
 //! success. Calls for one Service never overlap.
+//!
+//! This module owns the controller and the sync of one Service; [`predicates`] decides which
+//! Services and changes matter, [`lb_targets`] keeps the nodes load balancers send traffic
+//! to, [`node_sync`] follows node changes and [`drift`] checks the cloud.
+
+mod drift;
+mod lb_targets;
+mod node_sync;
+mod predicates;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -31,21 +39,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::EventSink;
 use super::informer::{Change, Notice};
-use super::lb_targets::{NodeSet, Targets};
 use super::views::{api_lb_status, service_view};
 use super::workqueue::{Backoff, WorkQueue};
 use super::{Context, Controller, SyncError, is_not_found};
+use drift::drift_check_loop;
+use lb_targets::{NodeSet, Targets};
+use node_sync::node_sync_loop;
+use predicates::{has_finalizer, needs_cleanup, needs_update, wants_load_balancer};
 use wasm_ccm_host::contract::{self, LbStatus};
 use wasm_ccm_host::provider::ErrorKind;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 /// The condition describing the last load-balancer failure.
 pub const ERROR_CONDITION: &str = "wasm-ccm.io/LoadBalancerError";
-
-/// Node changes closer together than this are handled as one node-set change.
-const NODE_QUIET_PERIOD: Duration = Duration::from_secs(1);
-/// ...but no node change waits longer than this.
-const NODE_MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// `namespace/name`.
 type Key = String;
@@ -86,17 +92,6 @@ impl ServiceController {
 
     fn targets(&self) -> std::sync::MutexGuard<'_, Targets> {
         self.targets.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Take a node notice into account; whether load balancers may need new targets.
-    fn note_node(&self, notice: &Notice<Node>) -> bool {
-        match notice {
-            Notice::Change(change) => self.targets().apply(change),
-            Notice::Resync => {
-                self.targets().reset(self.context.nodes.store().state());
-                true
-            }
-        }
     }
 
     fn lock_for(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
@@ -447,14 +442,6 @@ fn name(service: &Service) -> &str {
     service.metadata.name.as_deref().unwrap_or_default()
 }
 
-fn has_finalizer(service: &Service) -> bool {
-    service
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
-}
-
 async fn add_finalizer(context: &Context, service: &Service) -> Result<(), SyncError> {
     if has_finalizer(service) {
         return Ok(());
@@ -558,337 +545,5 @@ fn condition_reason(error: &SyncError) -> &'static str {
         },
         SyncError::Kube { .. } => "KubernetesAPIError",
         SyncError::Invalid(_) => "ProviderError",
-    }
-}
-
-// ---- selection and change detection (upstream's helpers) ----
-
-/// `type: LoadBalancer` and no `loadBalancerClass`.
-fn wants_load_balancer(service: &Service) -> bool {
-    service.spec.as_ref().is_some_and(|spec| {
-        spec.type_.as_deref() == Some("LoadBalancer") && spec.load_balancer_class.is_none()
-    })
-}
-
-/// Has our finalizer and is being deleted or no longer a load balancer.
-fn needs_cleanup(service: &Service) -> bool {
-    has_finalizer(service)
-        && (service.metadata.deletion_timestamp.is_some()
-            || service.spec.as_ref().and_then(|s| s.type_.as_deref()) != Some("LoadBalancer"))
-}
-
-/// Upstream's `needsUpdate`: the fields a load balancer is built from.
-fn needs_update(old: &Service, new: &Service) -> bool {
-    if wants_load_balancer(old) != wants_load_balancer(new) {
-        return true;
-    }
-    if !wants_load_balancer(old) && !wants_load_balancer(new) {
-        return false;
-    }
-    let (Some(a), Some(b)) = (old.spec.as_ref(), new.spec.as_ref()) else {
-        return true;
-    };
-    let ports = |spec: &k8s_openapi::api::core::v1::ServiceSpec| {
-        spec.ports.as_ref().map(|ports| {
-            ports
-                .iter()
-                .map(|p| {
-                    (
-                        p.name.clone(),
-                        p.protocol.clone(),
-                        p.port,
-                        p.node_port,
-                        p.target_port.clone(),
-                        p.app_protocol.clone(),
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
-    };
-    let families = |spec: &k8s_openapi::api::core::v1::ServiceSpec| {
-        spec.ip_families.as_ref().map_or(0, Vec::len)
-    };
-    a.load_balancer_source_ranges != b.load_balancer_source_ranges
-        || ports(a) != ports(b)
-        || a.session_affinity != b.session_affinity
-        || a.session_affinity_config != b.session_affinity_config
-        || a.load_balancer_ip != b.load_balancer_ip
-        || a.external_ips != b.external_ips
-        || old.metadata.annotations != new.metadata.annotations
-        || old.metadata.uid != new.metadata.uid
-        || a.external_traffic_policy != b.external_traffic_policy
-        || a.health_check_node_port != b.health_check_node_port
-        || families(a) != families(b)
-}
-
-// ---- node-triggered updates ----
-
-/// Wait for node changes that matter, let a burst of them settle, then update every load
-/// balancer whose targets changed.
-async fn node_sync_loop(
-    controller: &ServiceController,
-    mut changes: super::informer::Subscription<Node>,
-) {
-    loop {
-        // The first change that matters...
-        loop {
-            match changes.next().await {
-                Some(notice) if controller.note_node(&notice) => break,
-                Some(_) => {}
-                None => return,
-            }
-        }
-        // ...then until the burst of such changes is over.
-        let first = Instant::now();
-        let mut last = first;
-        loop {
-            let deadline = (last + NODE_QUIET_PERIOD).min(first + NODE_MAX_WAIT);
-            let deadline = tokio::time::Instant::from_std(deadline);
-            match tokio::time::timeout_at(deadline, changes.next()).await {
-                Ok(Some(notice)) => {
-                    if controller.note_node(&notice) {
-                        last = Instant::now();
-                    }
-                }
-                Ok(None) => return,
-                Err(_) => break,
-            }
-        }
-        sync_nodes(controller).await;
-    }
-}
-
-async fn sync_nodes(controller: &ServiceController) {
-    let context = &controller.context;
-    let started = Instant::now();
-    let (wanted, views) = controller.targets().current();
-    let services: Vec<Arc<Service>> = context
-        .services
-        .store()
-        .state()
-        .into_iter()
-        .filter(|service| wants_load_balancer(service) && has_finalizer(service))
-        .collect();
-    futures::stream::iter(services)
-        .for_each_concurrent(
-            context.settings.concurrent_service_syncs.max(1),
-            |service| {
-                let views = views.clone();
-                async move {
-                    let key = key_of(&service);
-                    let lock = controller.lock_for(&key);
-                    let _guard = lock.lock().await;
-                    // The Service as it is now, not as it was at its last sync.
-                    let (namespace, name) = key.split_once('/').unwrap_or_default();
-                    let Some(service) = controller.context.services.get_namespaced(namespace, name)
-                    else {
-                        return;
-                    };
-                    if !wants_load_balancer(&service) || needs_cleanup(&service) {
-                        return;
-                    }
-                    // A service not synced yet gets the current nodes from its own sync.
-                    match controller.memory().nodes.get(&key) {
-                        None => return,
-                        Some(synced) if *synced == wanted => return,
-                        Some(_) => {}
-                    }
-                    update_hosts(controller, &service, wanted, &views).await;
-                }
-            },
-        )
-        .await;
-    context
-        .metrics
-        .nodesync_latency
-        .observe(started.elapsed().as_secs_f64());
-}
-
-async fn update_hosts(
-    controller: &ServiceController,
-    service: &Arc<Service>,
-    wanted: NodeSet,
-    views: &[contract::Node],
-) {
-    let context = &controller.context;
-    let key = key_of(service);
-    controller.memory().nodes.insert(key.clone(), wanted);
-    context.metrics.loadbalancer_syncs.inc();
-    let started = Instant::now();
-    let view = service_view(service);
-    let result = context
-        .provider
-        .update_load_balancer(controller.cluster(), &view, views)
-        .await;
-    context
-        .metrics
-        .update_loadbalancer_host_latency
-        .observe(started.elapsed().as_secs_f64());
-    let reference = service.object_ref(&());
-    let error = match result {
-        Ok(()) => {
-            if views.is_empty() {
-                controller.events.warning(
-                    reference,
-                    "UnAvailableLoadBalancer",
-                    "There are no available nodes for LoadBalancer".into(),
-                );
-            } else {
-                controller.events.normal(
-                    reference,
-                    "UpdatedLoadBalancer",
-                    "Updated load balancer with new hosts".into(),
-                );
-            }
-            return;
-        }
-        Err(error) if error.is_implemented_elsewhere() => return,
-        Err(error) => error,
-    };
-    // A load balancer deleted meanwhile needs no hosts.
-    if let Ok(None) = context
-        .provider
-        .get_load_balancer(controller.cluster(), &view)
-        .await
-    {
-        return;
-    }
-    let names: Vec<&str> = views
-        .iter()
-        .take(20)
-        .map(|node| node.name.as_str())
-        .collect();
-    controller.events.warning(
-        reference,
-        "UpdateLoadBalancerFailed",
-        format!(
-            "Error updating load balancer with new hosts [{}] [node names limited, total number of nodes: {}], error: {error}",
-            names.join(" "),
-            views.len()
-        ),
-    );
-    context.metrics.nodesync_errors.inc();
-    tracing::warn!(service = %key, %error, "updating load balancer hosts failed; the service will be synced again");
-    // Forget the targets so the full sync passes them again.
-    controller.memory().nodes.remove(&key);
-    match error.retry_after() {
-        Some(delay) => controller.queue.add_after(key, delay),
-        None => controller.queue.add_rate_limited(key),
-    }
-}
-
-// ---- drift check ----
-
-/// Every `--load-balancer-drift-period`, ask the provider whether each load balancer still
-/// exists, and ensure again any that vanished out of band (upstream only notices on the
-/// next Service change).
-async fn drift_check_loop(controller: &ServiceController) {
-    let period = controller.context.settings.load_balancer_drift_period;
-    if period.is_zero() {
-        return std::future::pending().await;
-    }
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let services: Vec<Arc<Service>> = controller
-            .context
-            .services
-            .store()
-            .state()
-            .into_iter()
-            .filter(|service| {
-                wants_load_balancer(service) && has_finalizer(service) && !needs_cleanup(service)
-            })
-            .collect();
-        futures::stream::iter(services)
-            .for_each_concurrent(
-                controller.context.settings.concurrent_service_syncs.max(1),
-                |service| async move {
-                    let key = key_of(&service);
-                    if controller.queue.failures(&key) > 0 {
-                        return; // already being retried
-                    }
-                    let view = service_view(&service);
-                    match controller
-                        .context
-                        .provider
-                        .get_load_balancer(controller.cluster(), &view)
-                        .await
-                    {
-                        Ok(Some(_)) => {}
-                        Ok(None) => {
-                            tracing::warn!(service = %key, "load balancer missing from the cloud; ensuring it again");
-                            controller.queue.add(key);
-                        }
-                        Err(error) => {
-                            tracing::warn!(service = %key, %error, "drift check failed")
-                        }
-                    }
-                },
-            )
-            .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
-    use std::collections::BTreeMap;
-
-    fn service(type_: &str) -> Service {
-        Service {
-            spec: Some(ServiceSpec {
-                type_: Some(type_.into()),
-                ports: Some(vec![ServicePort {
-                    port: 80,
-                    protocol: Some("TCP".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_classless_load_balancer_services_want_one() {
-        assert!(wants_load_balancer(&service("LoadBalancer")));
-        assert!(!wants_load_balancer(&service("ClusterIP")));
-        let mut classed = service("LoadBalancer");
-        classed.spec.as_mut().unwrap().load_balancer_class = Some("simcloud".into());
-        assert!(!wants_load_balancer(&classed));
-    }
-
-    #[test]
-    fn cleanup_needs_the_finalizer_and_deletion_or_type_change() {
-        let mut svc = service("ClusterIP");
-        assert!(!needs_cleanup(&svc));
-        svc.metadata.finalizers = Some(vec![FINALIZER.into()]);
-        assert!(needs_cleanup(&svc), "type no longer LoadBalancer");
-        let mut lb = service("LoadBalancer");
-        lb.metadata.finalizers = Some(vec![FINALIZER.into()]);
-        assert!(!needs_cleanup(&lb));
-        lb.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-        assert!(needs_cleanup(&lb));
-    }
-
-    #[test]
-    fn labels_and_status_do_not_trigger_updates_but_annotations_and_ports_do() {
-        let old = service("LoadBalancer");
-        let mut labelled = old.clone();
-        labelled.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
-        assert!(!needs_update(&old, &labelled));
-        let mut annotated = old.clone();
-        annotated.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
-        assert!(needs_update(&old, &annotated));
-        let mut ported = old.clone();
-        ported.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
-        assert!(needs_update(&old, &ported));
-        let mut affinity = old.clone();
-        affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
-        assert!(needs_update(&old, &affinity));
-        assert!(needs_update(&old, &service("ClusterIP")));
     }
 }

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::cloud_node::UNINITIALIZED_TAINT;
-use super::informer::Change;
-use super::views::node_view;
-use super::{has_taint, labels, name_of};
+use crate::controllers::cloud_node::UNINITIALIZED_TAINT;
+use crate::controllers::informer::Change;
+use crate::controllers::views::node_view;
+use crate::controllers::{has_taint, labels, name_of};
 use wasm_ccm_host::contract;
 
 const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";

@@ -1,0 +1,135 @@
+//! Which Services want a load balancer, which are being cleaned up, and which changes to a
+//! Service call for a new sync: upstream's selection and change-detection helpers.
+
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+
+use super::FINALIZER;
+
+/// `type: LoadBalancer` and no `loadBalancerClass`.
+pub(super) fn wants_load_balancer(service: &Service) -> bool {
+    service.spec.as_ref().is_some_and(|spec| {
+        spec.type_.as_deref() == Some("LoadBalancer") && spec.load_balancer_class.is_none()
+    })
+}
+
+/// Has our finalizer and is being deleted or no longer a load balancer.
+pub(super) fn needs_cleanup(service: &Service) -> bool {
+    has_finalizer(service)
+        && (service.metadata.deletion_timestamp.is_some()
+            || service.spec.as_ref().and_then(|s| s.type_.as_deref()) != Some("LoadBalancer"))
+}
+
+/// Upstream's `needsUpdate`: the fields a load balancer is built from.
+pub(super) fn needs_update(old: &Service, new: &Service) -> bool {
+    if wants_load_balancer(old) != wants_load_balancer(new) {
+        return true;
+    }
+    if !wants_load_balancer(old) && !wants_load_balancer(new) {
+        return false;
+    }
+    let (Some(a), Some(b)) = (old.spec.as_ref(), new.spec.as_ref()) else {
+        return true;
+    };
+    let ports = |spec: &ServiceSpec| {
+        spec.ports.as_ref().map(|ports| {
+            ports
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone(),
+                        p.protocol.clone(),
+                        p.port,
+                        p.node_port,
+                        p.target_port.clone(),
+                        p.app_protocol.clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let families = |spec: &ServiceSpec| spec.ip_families.as_ref().map_or(0, Vec::len);
+    a.load_balancer_source_ranges != b.load_balancer_source_ranges
+        || ports(a) != ports(b)
+        || a.session_affinity != b.session_affinity
+        || a.session_affinity_config != b.session_affinity_config
+        || a.load_balancer_ip != b.load_balancer_ip
+        || a.external_ips != b.external_ips
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.uid != new.metadata.uid
+        || a.external_traffic_policy != b.external_traffic_policy
+        || a.health_check_node_port != b.health_check_node_port
+        || families(a) != families(b)
+}
+
+/// Carries our cleanup finalizer, added before the first cloud call for the Service.
+pub(super) fn has_finalizer(service: &Service) -> bool {
+    service
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServicePort;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::BTreeMap;
+
+    fn service(type_: &str) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_classless_load_balancer_services_want_one() {
+        assert!(wants_load_balancer(&service("LoadBalancer")));
+        assert!(!wants_load_balancer(&service("ClusterIP")));
+        let mut classed = service("LoadBalancer");
+        classed.spec.as_mut().unwrap().load_balancer_class = Some("simcloud".into());
+        assert!(!wants_load_balancer(&classed));
+    }
+
+    #[test]
+    fn cleanup_needs_the_finalizer_and_deletion_or_type_change() {
+        let mut svc = service("ClusterIP");
+        assert!(!needs_cleanup(&svc));
+        svc.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert!(needs_cleanup(&svc), "type no longer LoadBalancer");
+        let mut lb = service("LoadBalancer");
+        lb.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert!(!needs_cleanup(&lb));
+        lb.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert!(needs_cleanup(&lb));
+    }
+
+    #[test]
+    fn labels_and_status_do_not_trigger_updates_but_annotations_and_ports_do() {
+        let old = service("LoadBalancer");
+        let mut labelled = old.clone();
+        labelled.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(!needs_update(&old, &labelled));
+        let mut annotated = old.clone();
+        annotated.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(needs_update(&old, &annotated));
+        let mut ported = old.clone();
+        ported.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+        assert!(needs_update(&old, &ported));
+        let mut affinity = old.clone();
+        affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        assert!(needs_update(&old, &affinity));
+        assert!(needs_update(&old, &service("ClusterIP")));
+    }
+}
