@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -86,16 +86,18 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
 
 async fn worker(context: Arc<Context>, queue: WorkQueue<String>) {
     let events = context.events(Controller::CloudNode);
-    while let Some(name) = queue.next().await {
-        let started = Instant::now();
-        match sync_node(&context, &events, &name).await {
-            Ok(()) => queue.forget(&name),
+    // Dropping `processing` at the end of each turn marks the node done.
+    while let Some(processing) = queue.next().await {
+        let name = processing.key();
+        // `as_str()`, not an implicit `&String` to `&str` coercion: with the coercion rustc
+        // cannot prove this future `Send` (its higher-ranked lifetime limitation).
+        match sync_node(&context, &events, name.as_str()).await {
+            Ok(()) => queue.forget(name),
             Err(error) => {
                 tracing::warn!(node = %name, %error, "initialising node failed; retrying with backoff");
                 queue.add_rate_limited(name.clone());
             }
         }
-        queue.done(&name, started.elapsed());
     }
 }
 

@@ -2,13 +2,38 @@
 //!
 //! - a key queued twice is processed once (dedupe while waiting);
 //! - a key is never processed by two workers at once: added while processing, it runs again
-//!   after `done`;
+//!   once the worker's [`Processing`] guard is dropped;
 //! - `add_after` for a provider's `retry-after` (the earliest pending time wins);
 //! - `add_rate_limited`: per-key exponential backoff between `base` and `max`, reset by
 //!   `forget` after a success.
 //!
 //! It also keeps upstream's `workqueue_*` metrics, labelled by queue name; the two about
 //! work in progress (a stuck worker shows there) are refreshed every 500 ms, as client-go.
+//!
+//! ```ignore
+//! while let Some(item) = queue.next().await {
+//!     match sync(item.key()).await {
+//!         Ok(()) => queue.forget(item.key()),
+//!         Err(_) => queue.add_rate_limited(item.key().clone()),
+//!     }
+//! } // `item` dropped: the key is done, and runs again if it was added meanwhile
+//! ```
+//!
+//! Why not kube-runtime's queue (kube 5.0): `kube::runtime::scheduler` delays and dedupes
+//! (earliest time wins) and can hold a key back with `hold_unless`, but it is a stream with
+//! one consumer that knows nothing of processing, failures or depth. The part that runs one
+//! reconciliation per key and defers a re-add until it ends is `controller::Runner`, private
+//! to kube-runtime and reachable only through `Controller`/`applier`, which:
+//!
+//! - hand the reconciler an object from the store and skip keys whose object is gone
+//!   (`Error::ObjectNotFound`), where service-lb must sync a Service deleted without its
+//!   finalizer to delete its load balancer;
+//! - retry by `error_policy` returning `Action::requeue(delay)`: no per-key failure count to
+//!   back off from and no `forget`;
+//! - poll every reconciliation inside the one task driving the stream, so concurrent syncs
+//!   share that task instead of spreading over the runtime's threads;
+//! - expose no queue depth, adds, retries, waiting or processing times, so none of the
+//!   `workqueue_*` metrics with client-go's names could be reported.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -205,9 +230,10 @@ where
         self.state().failures.get(key).copied().unwrap_or(0)
     }
 
-    /// The next key to process, or `None` once the queue is shut down. The caller must call
-    /// [`WorkQueue::done`] with it.
-    pub async fn next(&self) -> Option<K> {
+    /// The next key to process, or `None` once the queue is shut down. The key is the
+    /// worker's until the returned [`Processing`] is dropped, however the worker ends: by
+    /// finishing, returning early, failing, panicking or being cancelled.
+    pub async fn next(&self) -> Option<Processing<K>> {
         loop {
             let notified = self.shared.ready.notified();
             {
@@ -217,9 +243,8 @@ where
                 }
                 if let Some(key) = state.queue.pop_front() {
                     let added = state.dirty.remove(&key);
-                    state
-                        .processing
-                        .insert(key.clone(), tokio::time::Instant::now());
+                    let started = tokio::time::Instant::now();
+                    state.processing.insert(key.clone(), started);
                     let labels = self.labels();
                     self.shared
                         .metrics
@@ -233,7 +258,11 @@ where
                             .get_or_create(&labels)
                             .observe(added.elapsed().as_secs_f64());
                     }
-                    return Some(key);
+                    return Some(Processing {
+                        queue: self.clone(),
+                        key,
+                        started,
+                    });
                 }
             }
             notified.await;
@@ -241,7 +270,7 @@ where
     }
 
     /// Processing of `key` finished after `took`; if it was added meanwhile, queue it again.
-    pub fn done(&self, key: &K, took: Duration) {
+    fn done(&self, key: &K, took: Duration) {
         let mut state = self.state();
         state.processing.remove(key);
         self.shared
@@ -271,6 +300,51 @@ where
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A key handed to one worker by [`WorkQueue::next`]. Dropping it marks the key done
+/// (client-go's `Done`): a re-add that came while it was processed is queued then, and the
+/// time it took is observed. Tying `done` to the drop means no path out of a worker, early
+/// return, `?`, panic or cancellation, can leave a key processing forever, which would
+/// stop it from ever being handed out again.
+pub struct Processing<K>
+where
+    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    queue: WorkQueue<K>,
+    key: K,
+    started: tokio::time::Instant,
+}
+
+impl<K> Processing<K>
+where
+    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    /// The key being processed.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K> Debug for Processing<K>
+where
+    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processing")
+            .field("queue", &self.queue.shared.name)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<K> Drop for Processing<K>
+where
+    K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        self.queue.done(&self.key, self.started.elapsed());
     }
 }
 
@@ -343,6 +417,7 @@ impl Default for QueueMetrics {
 }
 
 impl QueueMetrics {
+    /// Register the `workqueue_*` families in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "workqueue_depth",
@@ -394,6 +469,14 @@ mod tests {
         WorkQueue::new("test", backoff, &QueueMetrics::default())
     }
 
+    /// The next key, processed at once (its guard dropped).
+    async fn next_key(queue: &WorkQueue<String>) -> Option<String> {
+        queue
+            .next()
+            .await
+            .map(|processing| processing.key().clone())
+    }
+
     #[tokio::test]
     async fn a_key_added_twice_while_waiting_is_processed_once() {
         let queue = queue();
@@ -401,22 +484,86 @@ mod tests {
         queue.add("a".to_string());
         queue.add("b".to_string());
         assert_eq!(queue.len(), 2);
-        assert_eq!(queue.next().await.as_deref(), Some("a"));
-        assert_eq!(queue.next().await.as_deref(), Some("b"));
+        assert_eq!(next_key(&queue).await.as_deref(), Some("a"));
+        assert_eq!(next_key(&queue).await.as_deref(), Some("b"));
     }
 
     #[tokio::test]
-    async fn a_key_added_while_processing_runs_again_after_done_not_concurrently() {
+    async fn a_key_re_added_while_processing_is_handed_out_again_after_the_guard_drops() {
         let queue = queue();
         queue.add("a".to_string());
-        let key = queue.next().await.expect("key");
+        let processing = queue.next().await.expect("key");
         queue.add("a".to_string());
         assert!(
             queue.is_empty(),
             "not handed to a second worker while processing"
         );
-        queue.done(&key, Duration::ZERO);
-        assert_eq!(queue.next().await.as_deref(), Some("a"));
+        drop(processing);
+        assert_eq!(queue.len(), 1, "queued again once done");
+        let again = queue.next().await.expect("key");
+        assert_eq!(again.key(), "a");
+        drop(again);
+        assert!(queue.is_empty(), "one re-add, one more run");
+    }
+
+    #[tokio::test]
+    async fn a_worker_returning_early_or_failing_releases_its_key() {
+        let queue = queue();
+        // A worker that bails out with `?` before doing anything with its key.
+        async fn worker(queue: &WorkQueue<String>, fail: bool) -> Result<String, String> {
+            let processing = queue.next().await.ok_or("shut down")?;
+            if fail {
+                return Err(format!("{} failed", processing.key()));
+            }
+            Ok(processing.key().clone())
+        }
+        queue.add("a".to_string());
+        assert_eq!(worker(&queue, true).await, Err("a failed".to_string()));
+        queue.add("a".to_string());
+        assert_eq!(queue.len(), 1, "not left processing by the early return");
+        assert_eq!(worker(&queue, false).await, Ok("a".to_string()));
+        queue.add("a".to_string());
+        assert_eq!(queue.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_or_cancelled_worker_releases_its_key() {
+        let queue = queue();
+        queue.add("a".to_string());
+        let panicking = tokio::spawn({
+            let queue = queue.clone();
+            async move {
+                let processing = queue.next().await.expect("key");
+                queue.add(processing.key().clone());
+                panic!("worker bug while syncing {}", processing.key());
+            }
+        });
+        assert!(panicking.await.expect_err("worker panicked").is_panic());
+        assert_eq!(
+            next_key(&queue).await.as_deref(),
+            Some("a"),
+            "re-added during the panicking run, handed out again"
+        );
+
+        queue.add("b".to_string());
+        let (started, taken) = tokio::sync::oneshot::channel();
+        let cancelled = tokio::spawn({
+            let queue = queue.clone();
+            async move {
+                let _processing = queue.next().await.expect("key");
+                let _ = started.send(());
+                std::future::pending::<()>().await;
+            }
+        });
+        taken.await.expect("the worker took b");
+        cancelled.abort();
+        assert!(cancelled.await.expect_err("aborted").is_cancelled());
+        queue.add("b".to_string());
+        assert_eq!(
+            queue.len(),
+            1,
+            "not left processing by the cancelled worker"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -427,8 +574,7 @@ mod tests {
         queue.add_after("a".to_string(), Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(2100)).await;
         assert_eq!(queue.len(), 1);
-        let key = queue.next().await.expect("key");
-        queue.done(&key, Duration::ZERO);
+        assert_eq!(next_key(&queue).await.as_deref(), Some("a"));
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(
             queue.is_empty(),
@@ -457,7 +603,7 @@ mod tests {
         queue.forget(&key);
         assert_eq!(queue.failures(&key), 0);
         tokio::time::sleep(Duration::from_millis(11)).await;
-        assert_eq!(queue.next().await.as_deref(), Some("a"));
+        assert_eq!(next_key(&queue).await.as_deref(), Some("a"));
     }
 
     #[tokio::test(start_paused = true)]
@@ -486,8 +632,7 @@ mod tests {
         let (total, longest) = reported();
         assert!((4.0..4.3).contains(&total), "3.1 s + 1.1 s, got {total}");
         assert!((3.0..3.2).contains(&longest), "{longest}");
-        queue.done(&stuck, Duration::from_secs(3));
-        queue.done(&slow, Duration::from_secs(1));
+        drop((stuck, slow));
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert_eq!(reported(), (0.0, 0.0));
     }
@@ -501,6 +646,6 @@ mod tests {
         });
         tokio::task::yield_now().await;
         queue.shut_down();
-        assert_eq!(waiting.await.expect("worker"), None);
+        assert!(waiting.await.expect("worker").is_none());
     }
 }

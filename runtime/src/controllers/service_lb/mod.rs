@@ -28,7 +28,7 @@ mod predicates;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -168,15 +168,16 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
 }
 
 async fn worker(controller: Arc<ServiceController>) {
-    while let Some(key) = controller.queue.next().await {
-        let started = Instant::now();
-        let lock = controller.lock_for(&key);
+    // Dropping `processing` at the end of each turn marks the service done.
+    while let Some(processing) = controller.queue.next().await {
+        let key = processing.key();
+        let lock = controller.lock_for(key);
         let result = {
             let _guard = lock.lock().await;
-            sync_service(&controller, &key).await
+            sync_service(&controller, key).await
         };
         match result {
-            Ok(()) => controller.queue.forget(&key),
+            Ok(()) => controller.queue.forget(key),
             Err(failure) => {
                 let delay = failure.error.retry_after();
                 match delay {
@@ -199,7 +200,6 @@ async fn worker(controller: Arc<ServiceController>) {
                 }
             }
         }
-        controller.queue.done(&key, started.elapsed());
     }
 }
 
