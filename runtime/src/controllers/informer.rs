@@ -5,6 +5,8 @@
 //!
 //! A relist (after a dropped watch or `410 Gone`) is diffed against the cache, so objects
 //! that changed or vanished while the watch was down are reported like any other change.
+//! As with client-go's relist, every listed object already cached comes as an update,
+//! changed or not; handlers compare old and new.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -77,6 +79,18 @@ where
 {
     /// Start watching `api` until `stop` is cancelled.
     pub fn start(api: kube::Api<K>, stop: CancellationToken) -> Informer<K> {
+        let (informer, feed) = Informer::unfed();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = feed.run(api) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+        informer
+    }
+
+    /// An informer and the feed that fills it from watch events.
+    fn unfed() -> (Informer<K>, Feed<K>) {
         let (store, writer) = reflector::store();
         let (changes, _) = broadcast::channel(BACKLOG);
         let (synced_tx, synced) = watch::channel(false);
@@ -94,13 +108,7 @@ where
             announcing: informer.announcing.clone(),
             relist: None,
         };
-        tokio::spawn(async move {
-            tokio::select! {
-                () = feed.run(api) => {}
-                () = stop.cancelled() => {}
-            }
-        });
-        informer
+        (informer, feed)
     }
 }
 
@@ -245,5 +253,179 @@ where
         for (_, gone) in before {
             let _ = self.changes.send(Change::Deleted(gone));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::ObjectMeta;
+    use watcher::Event;
+
+    fn node(name: &str, version: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn label(node: &Node) -> String {
+        format!(
+            "{}@{}",
+            node.metadata.name.as_deref().unwrap_or_default(),
+            node.metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default()
+        )
+    }
+
+    /// The notices waiting for `subscription`, in order, as short words.
+    fn notices(subscription: &mut Subscription<Node>) -> Vec<String> {
+        std::iter::from_fn(|| subscription.next().now_or_never().flatten())
+            .map(|notice| match notice {
+                Notice::Change(Change::Added(new)) => format!("added {}", label(&new)),
+                Notice::Change(Change::Updated { old, new }) => {
+                    format!("updated {} -> {}", label(&old), label(&new))
+                }
+                Notice::Change(Change::Deleted(old)) => format!("deleted {}", label(&old)),
+                Notice::Resync => "resync".into(),
+            })
+            .collect()
+    }
+
+    fn cached(informer: &Informer<Node>) -> Vec<String> {
+        let mut cached: Vec<String> = informer.store().state().iter().map(|n| label(n)).collect();
+        cached.sort();
+        cached
+    }
+
+    fn list(feed: &mut Feed<Node>, nodes: &[Node]) {
+        feed.apply(Event::Init);
+        for node in nodes {
+            feed.apply(Event::InitApply(node.clone()));
+        }
+        feed.apply(Event::InitDone);
+    }
+
+    /// An informer whose first list held `nodes`, and a subscriber that has seen it.
+    fn listed(nodes: &[Node]) -> (Informer<Node>, Feed<Node>, Subscription<Node>) {
+        let (informer, mut feed) = Informer::unfed();
+        let mut subscription = informer.subscribe();
+        list(&mut feed, nodes);
+        notices(&mut subscription);
+        (informer, feed, subscription)
+    }
+
+    #[test]
+    fn a_subscriber_before_the_first_list_sees_every_object_added_once_synced() {
+        let (informer, mut feed) = Informer::<Node>::unfed();
+        let mut subscription = informer.subscribe();
+        feed.apply(Event::Init);
+        feed.apply(Event::InitApply(node("a", "1")));
+        feed.apply(Event::InitApply(node("b", "1")));
+        assert!(
+            notices(&mut subscription).is_empty(),
+            "nothing before the list is done"
+        );
+        assert!(
+            informer.wait_synced().now_or_never().is_none(),
+            "not synced yet"
+        );
+        feed.apply(Event::InitDone);
+        assert_eq!(notices(&mut subscription), ["added a@1", "added b@1"]);
+        assert!(informer.wait_synced().now_or_never().is_some(), "synced");
+        assert_eq!(cached(&informer), ["a@1", "b@1"]);
+    }
+
+    #[test]
+    fn a_relist_that_drops_an_object_reports_it_deleted() {
+        let (informer, mut feed, mut subscription) = listed(&[node("a", "1"), node("b", "1")]);
+        feed.apply(Event::Init);
+        feed.apply(Event::InitApply(node("a", "1")));
+        assert_eq!(
+            cached(&informer),
+            ["a@1", "b@1"],
+            "the cache holds until the relist is done"
+        );
+        feed.apply(Event::InitDone);
+        assert_eq!(
+            notices(&mut subscription),
+            ["updated a@1 -> a@1", "deleted b@1"]
+        );
+        assert_eq!(cached(&informer), ["a@1"]);
+    }
+
+    #[test]
+    fn a_relist_that_changes_or_adds_an_object_reports_old_and_new() {
+        let (informer, mut feed, mut subscription) = listed(&[node("a", "1")]);
+        list(&mut feed, &[node("a", "7"), node("c", "7")]);
+        assert_eq!(
+            notices(&mut subscription),
+            ["updated a@1 -> a@7", "added c@7"]
+        );
+        assert_eq!(cached(&informer), ["a@7", "c@7"]);
+    }
+
+    /// As client-go's relist: every listed object is an update, and handlers compare.
+    #[test]
+    fn a_relisted_unchanged_object_is_an_update_with_equal_old_and_new() {
+        let (_informer, mut feed, mut subscription) = listed(&[node("a", "1")]);
+        list(&mut feed, &[node("a", "1")]);
+        let Some(Notice::Change(Change::Updated { old, new })) =
+            subscription.next().now_or_never().flatten()
+        else {
+            panic!("an update");
+        };
+        assert_eq!(old, new);
+        assert!(notices(&mut subscription).is_empty());
+    }
+
+    #[test]
+    fn watch_events_are_reported_with_the_old_object() {
+        let (informer, mut feed, mut subscription) = listed(&[node("a", "1")]);
+        feed.apply(Event::Apply(node("a", "2")));
+        feed.apply(Event::Apply(node("b", "3")));
+        feed.apply(Event::Delete(node("a", "4")));
+        assert_eq!(
+            notices(&mut subscription),
+            ["updated a@1 -> a@2", "added b@3", "deleted a@4"]
+        );
+        assert_eq!(cached(&informer), ["b@3"]);
+    }
+
+    #[test]
+    fn a_subscriber_after_the_first_list_starts_with_one_resync() {
+        let (informer, mut feed, _early) = listed(&[node("a", "1")]);
+        let mut late = informer.subscribe();
+        feed.apply(Event::Apply(node("a", "2")));
+        assert_eq!(notices(&mut late), ["resync", "updated a@1 -> a@2"]);
+        list(&mut feed, &[node("a", "2")]);
+        assert_eq!(
+            notices(&mut late),
+            ["updated a@2 -> a@2"],
+            "a relist is not another resync"
+        );
+    }
+
+    #[test]
+    fn a_subscriber_that_falls_behind_is_told_to_resync() {
+        let (_informer, mut feed, mut subscription) = listed(&[]);
+        for version in 0..=BACKLOG {
+            feed.apply(Event::Apply(node("a", &version.to_string())));
+        }
+        let seen = notices(&mut subscription);
+        assert_eq!(seen[0], "resync");
+        assert_eq!(seen.len(), BACKLOG + 1, "then the changes still held");
+        assert_eq!(
+            seen.last().map(String::as_str),
+            Some(format!("updated a@{} -> a@{BACKLOG}", BACKLOG - 1).as_str())
+        );
     }
 }
