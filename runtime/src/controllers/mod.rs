@@ -31,9 +31,9 @@ pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
 pub use workqueue::QueueMetrics;
 
-use wasm_ccm_host::provider::{Provider, ProviderError};
 use crate::serving::{HealthChecks, Probe};
 use events::EventSink;
+use wasm_ccm_host::provider::{Provider, ProviderError};
 
 /// Settings of the controllers, from flags.
 #[derive(Debug, Clone)]
@@ -44,11 +44,17 @@ pub struct ControllerSettings {
     pub cluster_cidrs: Option<ClusterCidrs>,
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
+    /// `--route-reconciliation-period`.
     pub route_reconciliation_period: Duration,
+    /// `--node-monitor-period`: how often the lifecycle controller checks every node.
     pub node_monitor_period: Duration,
+    /// `--node-status-update-frequency`: how often node addresses are refreshed.
     pub node_status_update_frequency: Duration,
+    /// `--concurrent-node-syncs`: cloud-node workers.
     pub concurrent_node_syncs: usize,
+    /// `--concurrent-node-status-updates`: node address updates at once.
     pub concurrent_node_status_updates: usize,
+    /// `--concurrent-service-syncs`: service-lb workers.
     pub concurrent_service_syncs: usize,
     /// How often each load balancer is checked against the cloud (0 = never).
     pub load_balancer_drift_period: Duration,
@@ -58,12 +64,19 @@ pub struct ControllerSettings {
 
 /// What every controller shares.
 pub struct Context {
+    /// The Kubernetes API, with the manager's QPS and burst.
     pub client: kube::Client,
+    /// The cloud.
     pub provider: Provider,
+    /// From flags.
     pub settings: ControllerSettings,
+    /// Upstream's controller metrics.
     pub metrics: ControllerMetrics,
+    /// The `workqueue_*` metrics of every queue.
     pub queues: QueueMetrics,
+    /// The shared node cache and change feed.
     pub nodes: Informer<Node>,
+    /// The shared service cache and change feed.
     pub services: Informer<Service>,
 }
 
@@ -80,10 +93,14 @@ impl Context {
 /// Why a controller could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// Routes would run without the pod network to route.
     #[error(
         "--cluster-cidr is required: the route controller is enabled (--configure-cloud-routes=true) and provider {provider} supports routes; set it, or disable routes with --configure-cloud-routes=false or --controllers=*,-route"
     )]
-    MissingClusterCidr { provider: String },
+    MissingClusterCidr {
+        /// The provider, as its label names it.
+        provider: String,
+    },
 }
 
 /// The controllers that will run: selected and supported. The reasons others are skipped
@@ -193,10 +210,18 @@ async fn every_period<F, Fut>(
 /// Why one sync of one object failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
+    /// The provider's call failed.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
-    Kube { action: String, source: kube::Error },
+    Kube {
+        /// What the call was for, naming the object.
+        action: String,
+        /// What the API said.
+        source: kube::Error,
+    },
+    /// What the provider answered, or what a node says, cannot be used.
     #[error("{0}")]
     Invalid(String),
 }
