@@ -1,9 +1,10 @@
-//! The manager's own Prometheus metrics for providers: sandboxed calls, compilation and the
-//! egress gate. Controllers register theirs beside these in the same registry.
+//! The manager's own Prometheus metrics for providers: sandboxed calls, compilation, the
+//! budgets of the host interface (cache, logs) and the egress gate. Controllers register theirs beside these in the same registry.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -48,6 +49,18 @@ pub struct FunctionLabels {
     pub function: String,
 }
 
+/// A provider version and the limit it ran into (`key-too-long`, `value-too-large`,
+/// `over-budget` for the cache; `lines-per-call`, `bytes-per-call`, `rate` for logs).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// The provider's name.
+    pub provider: String,
+    /// Its version (`sha256:<12 hex>`).
+    pub version: String,
+    /// The limit.
+    pub limit: String,
+}
+
 /// Where precompiled code came from: `cache` or `compile`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CompileLabels {
@@ -67,6 +80,14 @@ pub struct Metrics {
     pub provider_calls: Family<CallLabels, Counter>,
     pub provider_call_duration: HistogramFamily<FunctionLabels>,
     pub compiles: Family<CompileLabels, Counter>,
+    /// Bytes each provider version's cache holds (keys, values, per-entry overhead).
+    pub provider_cache_bytes: Family<ProviderLabels, Gauge>,
+    /// Unexpired entries evicted to make room in a provider version's cache.
+    pub provider_cache_evictions: Family<ProviderLabels, Counter>,
+    /// Values a provider asked to cache that were not stored.
+    pub provider_cache_refused: Family<LimitLabels, Counter>,
+    /// Provider log lines dropped by the log budgets.
+    pub provider_log_lines_dropped: Family<LimitLabels, Counter>,
     pub egress_requests: Family<EgressLabels, Counter>,
     pub egress_response_bytes: Family<EgressHostLabels, Counter>,
     pub egress_request_duration: HistogramFamily<EgressHostLabels>,
@@ -78,6 +99,10 @@ impl Default for Metrics {
             provider_calls: Family::default(),
             provider_call_duration: Family::new_with_constructor(latency_histogram),
             compiles: Family::default(),
+            provider_cache_bytes: Family::default(),
+            provider_cache_evictions: Family::default(),
+            provider_cache_refused: Family::default(),
+            provider_log_lines_dropped: Family::default(),
             egress_requests: Family::default(),
             egress_response_bytes: Family::default(),
             egress_request_duration: Family::new_with_constructor(latency_histogram),
@@ -103,6 +128,26 @@ impl Metrics {
             "sandbox_compiles",
             "Provider components made ready to run, by source of the machine code",
             self.compiles.clone(),
+        );
+        registry.register(
+            "provider_cache_bytes",
+            "Bytes a provider version keeps in its cache: keys, values and per-entry overhead",
+            self.provider_cache_bytes.clone(),
+        );
+        registry.register(
+            "provider_cache_evictions",
+            "Unexpired cache entries evicted to keep a provider version within its cache size",
+            self.provider_cache_evictions.clone(),
+        );
+        registry.register(
+            "provider_cache_refused",
+            "Values a provider asked to cache that were not stored, by the limit they broke",
+            self.provider_cache_refused.clone(),
+        );
+        registry.register(
+            "provider_log_lines_dropped",
+            "Provider log lines (host log, stdout, stderr) dropped, by the limit that dropped them",
+            self.provider_log_lines_dropped.clone(),
         );
         registry.register(
             "egress_requests",

@@ -147,6 +147,7 @@ impl Provider {
             cache: ProviderCache::default(),
             cloud_config: source.cloud_config.clone().map(Into::into),
             node_metadata: None,
+            logs: Default::default(),
         });
         let config = source.cloud_config.as_deref();
         let init = guest.init(config).await;

@@ -1,71 +1,52 @@
 //! What the sandbox gives a provider besides `wasi:http`: the `host` interface of the
 //! contract (log, cloud config, the per-version cache) and the guest's stdout/stderr, all
-//! routed to `tracing` tagged with the provider's name and version.
+//! routed to `tracing` tagged with the provider's name and version, and all within budgets a
+//! provider cannot exceed: the cache holds at most `--provider-cache-size` bytes per
+//! version ([`cache`]), and logs are capped per call and rate-limited per version
+//! ([`logs`]). What the host refuses or drops is reported under target `wasm_ccm::sandbox`
+//! and counted in metrics, never silently.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod cache;
+mod logs;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::CallState;
+use tracing::Level;
+
 use super::bindings::wasm_ccm::provider::host::{Host, LogLevel};
 use super::bindings::wasm_ccm::provider::types;
+use super::{CallState, SandboxConfig};
+use crate::egress::Caller;
+use crate::metrics::{LimitLabels, Metrics, ProviderLabels};
+pub use cache::{CacheLimits, ProviderCache};
+use cache::{ENTRY_OVERHEAD, Refusal};
+use logs::{CallLog, SANDBOX_TARGET};
+pub use logs::{LogLimits, ProviderLogs};
 
-/// Longest a cache entry lives, whatever TTL the provider asks for.
-const MAX_TTL: Duration = Duration::from_secs(3600);
-/// Most entries one provider version may keep; beyond it the soonest to expire go first.
-const MAX_ENTRIES: usize = 10_000;
-/// Largest value one entry may hold.
-const MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// Longest log line kept; the rest is cut.
 const MAX_LOG_LINE: usize = 8 * 1024;
+/// Most bytes of a refused key quoted in a warning.
+const KEY_SHOWN: usize = 64;
 
-/// Values by key, each with the instant it expires.
-type Entries = HashMap<String, (Instant, Vec<u8>)>;
+/// Where provider-written lines go.
+const PROVIDER_TARGET: &str = "wasm_ccm::provider";
 
-/// The key-value cache shared by all calls of one provider version.
-#[derive(Debug, Clone, Default)]
-pub struct ProviderCache {
-    entries: Arc<Mutex<Entries>>,
+/// What the host interface keeps for one call: the limits it enforces, the call's log
+/// tally, and the metrics it reports to.
+pub(crate) struct HostState {
+    cache: CacheLimits,
+    log: CallLog,
+    metrics: Arc<Metrics>,
 }
 
-impl ProviderCache {
-    fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(key) {
-            Some((expires, value)) if *expires > Instant::now() => Some(value.clone()),
-            Some(_) => {
-                entries.remove(key);
-                None
-            }
-            None => None,
+impl HostState {
+    pub(crate) fn new(config: &SandboxConfig, metrics: Arc<Metrics>) -> Self {
+        HostState {
+            cache: config.provider_cache,
+            log: CallLog::new(config.provider_logs),
+            metrics,
         }
-    }
-
-    fn set(&self, key: String, value: Vec<u8>, ttl: Duration) {
-        if value.len() > MAX_VALUE_BYTES {
-            return;
-        }
-        let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
-            entries.retain(|_, (expires, _)| *expires > now);
-            if entries.len() >= MAX_ENTRIES
-                && let Some(soonest) = entries
-                    .iter()
-                    .min_by_key(|(_, (expires, _))| *expires)
-                    .map(|(k, _)| k.clone())
-            {
-                entries.remove(&soonest);
-            }
-        }
-        entries.insert(key, (now + ttl.min(MAX_TTL), value));
-    }
-
-    fn delete(&self, key: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
     }
 }
 
@@ -74,24 +55,31 @@ impl types::Host for CallState {}
 
 impl Host for CallState {
     fn log(&mut self, level: LogLevel, message: String) {
-        let caller = &self.env.caller;
+        // A line nobody would see costs no budget.
+        if !enabled(level) {
+            return;
+        }
         let message = truncate(&message, MAX_LOG_LINE);
+        if !self.host.log.admit(message.len(), &self.env.logs) {
+            return;
+        }
+        let caller = &self.env.caller;
         let (provider, version) = (&caller.provider, &caller.version);
         match level {
             LogLevel::Trace => {
-                tracing::trace!(target: "wasm_ccm::provider", provider, version, "{message}")
+                tracing::trace!(target: PROVIDER_TARGET, provider, version, "{message}")
             }
             LogLevel::Debug => {
-                tracing::debug!(target: "wasm_ccm::provider", provider, version, "{message}")
+                tracing::debug!(target: PROVIDER_TARGET, provider, version, "{message}")
             }
             LogLevel::Info => {
-                tracing::info!(target: "wasm_ccm::provider", provider, version, "{message}")
+                tracing::info!(target: PROVIDER_TARGET, provider, version, "{message}")
             }
             LogLevel::Warn => {
-                tracing::warn!(target: "wasm_ccm::provider", provider, version, "{message}")
+                tracing::warn!(target: PROVIDER_TARGET, provider, version, "{message}")
             }
             LogLevel::Error => {
-                tracing::error!(target: "wasm_ccm::provider", provider, version, "{message}")
+                tracing::error!(target: PROVIDER_TARGET, provider, version, "{message}")
             }
         }
     }
@@ -105,26 +93,149 @@ impl Host for CallState {
     }
 
     fn cache_set(&mut self, key: String, value: Vec<u8>, ttl_ms: u64) {
-        self.env
-            .cache
-            .set(key, value, Duration::from_millis(ttl_ms));
+        let value_len = value.len();
+        let ttl = Duration::from_millis(ttl_ms);
+        let outcome = self.env.cache.set(&key, value, ttl, &self.host.cache);
+        let metrics = &self.host.metrics;
+        let labels = provider_labels(&self.env.caller);
+        match outcome {
+            Ok(stored) => {
+                if stored.evicted > 0 {
+                    metrics
+                        .provider_cache_evictions
+                        .get_or_create(&labels)
+                        .inc_by(stored.evicted as u64);
+                }
+                set_cache_bytes(metrics, &labels, stored.bytes);
+            }
+            Err(refusal) => {
+                metrics
+                    .provider_cache_refused
+                    .get_or_create(&LimitLabels {
+                        provider: labels.provider.clone(),
+                        version: labels.version.clone(),
+                        limit: refusal.label().into(),
+                    })
+                    .inc();
+                set_cache_bytes(metrics, &labels, self.env.cache.bytes());
+                if let Some(refusals) = self.env.cache.note_refusal(Instant::now()) {
+                    let why = refusal_reason(refusal, &key, value_len, &self.host.cache);
+                    warn_refused(&self.env.caller, &key, &why, refusals);
+                }
+            }
+        }
     }
 
     fn cache_delete(&mut self, key: String) {
-        self.env.cache.delete(&key);
+        let bytes = self.env.cache.delete(&key);
+        let labels = provider_labels(&self.env.caller);
+        set_cache_bytes(&self.host.metrics, &labels, bytes);
     }
 }
 
-/// Log what the guest wrote to stdout and stderr during a call, one event per line.
-pub fn log_output(caller: &crate::egress::Caller, stream: &str, output: &[u8]) {
+/// After a call: log what the guest wrote to stdout and stderr (one event per line, within
+/// what is left of the call's log budget), then warn once if the budget dropped lines.
+pub(crate) fn finish_call(state: &mut CallState) {
+    let caller = &state.env.caller;
+    for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+        log_output(
+            caller,
+            stream,
+            &pipe.contents(),
+            &mut state.host.log,
+            &state.env.logs,
+        );
+    }
+    state.host.log.report(caller, &state.host.metrics);
+}
+
+fn log_output(
+    caller: &Caller,
+    stream: &str,
+    output: &[u8],
+    log: &mut CallLog,
+    bucket: &ProviderLogs,
+) {
+    if output.is_empty() || !enabled(LogLevel::Info) {
+        return;
+    }
     let (provider, version) = (&caller.provider, &caller.version);
     for line in String::from_utf8_lossy(output)
         .lines()
         .filter(|l| !l.trim().is_empty())
     {
         let line = truncate(line, MAX_LOG_LINE);
-        tracing::info!(target: "wasm_ccm::provider", provider, version, stream, "{line}");
+        if log.admit(line.len(), bucket) {
+            tracing::info!(
+                target: PROVIDER_TARGET,
+                provider,
+                version,
+                stream,
+                "{line}"
+            );
+        }
     }
+}
+
+/// Whether a provider line at `level` would reach any subscriber.
+fn enabled(level: LogLevel) -> bool {
+    match level {
+        LogLevel::Trace => tracing::enabled!(target: PROVIDER_TARGET, Level::TRACE),
+        LogLevel::Debug => tracing::enabled!(target: PROVIDER_TARGET, Level::DEBUG),
+        LogLevel::Info => tracing::enabled!(target: PROVIDER_TARGET, Level::INFO),
+        LogLevel::Warn => tracing::enabled!(target: PROVIDER_TARGET, Level::WARN),
+        LogLevel::Error => tracing::enabled!(target: PROVIDER_TARGET, Level::ERROR),
+    }
+}
+
+fn provider_labels(caller: &Caller) -> ProviderLabels {
+    ProviderLabels {
+        provider: caller.provider.clone(),
+        version: caller.version.clone(),
+    }
+}
+
+fn set_cache_bytes(metrics: &Metrics, labels: &ProviderLabels, bytes: usize) {
+    metrics
+        .provider_cache_bytes
+        .get_or_create(labels)
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// Why `refusal` happened, in the operator's terms.
+fn refusal_reason(refusal: Refusal, key: &str, value_len: usize, limits: &CacheLimits) -> String {
+    match refusal {
+        Refusal::KeyTooLong => format!(
+            "the key is {} bytes, over the {}-byte key limit",
+            key.len(),
+            limits.max_key_bytes
+        ),
+        Refusal::ValueTooLarge => format!(
+            "the value is {value_len} bytes, over the {}-byte value limit",
+            limits.max_value_bytes
+        ),
+        Refusal::OverBudget => format!(
+            "key, value and {ENTRY_OVERHEAD} bytes of overhead make {} bytes, more than the \
+             whole cache of {} bytes (--provider-cache-size)",
+            key.len() + value_len + ENTRY_OVERHEAD,
+            limits.max_bytes
+        ),
+    }
+}
+
+fn warn_refused(caller: &Caller, key: &str, why: &str, refusals: u64) {
+    let (provider, version) = (&caller.provider, &caller.version);
+    let shown = truncate(key, KEY_SHOWN);
+    let ellipsis = if shown.len() < key.len() { "…" } else { "" };
+    tracing::warn!(
+        target: SANDBOX_TARGET,
+        provider,
+        version,
+        refusals,
+        "provider {provider}@{version}: cache-set {shown:?}{ellipsis} not stored: {why}; \
+         {refusals} value(s) refused since the last warning (at most one a minute; see \
+         wasm_ccm_provider_cache_refused_total)"
+    );
 }
 
 fn truncate(text: &str, max: usize) -> &str {
@@ -141,23 +252,6 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cache_entries_expire_and_are_capped() {
-        let cache = ProviderCache::default();
-        cache.set("a".into(), b"1".to_vec(), Duration::from_secs(60));
-        assert_eq!(cache.get("a"), Some(b"1".to_vec()));
-        cache.set("b".into(), b"2".to_vec(), Duration::ZERO);
-        assert_eq!(cache.get("b"), None);
-        cache.delete("a");
-        assert_eq!(cache.get("a"), None);
-        cache.set(
-            "big".into(),
-            vec![0; MAX_VALUE_BYTES + 1],
-            Duration::from_secs(60),
-        );
-        assert_eq!(cache.get("big"), None);
-    }
 
     #[test]
     fn truncation_respects_char_boundaries() {

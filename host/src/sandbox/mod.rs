@@ -42,7 +42,7 @@ use crate::metrics::{CompileLabels, Metrics};
 use bindings::wasm_ccm::provider::types as w;
 use bindings::{CloudProvider, Exports, GuestNode, exported, guest_bytes};
 pub use compile_cache::Origin;
-pub use host::ProviderCache;
+pub use host::{CacheLimits, LogLimits, ProviderCache, ProviderLogs};
 
 /// Bytes of node data (as [`guest_bytes`] estimates it) per extra unit of
 /// `--max-concurrent-calls` a call passing a node list takes. While it runs, such a call
@@ -70,6 +70,10 @@ pub struct SandboxConfig {
     pub max_concurrent_calls: u32,
     /// Where precompiled components are kept; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,
+    /// What one provider version may keep in its cache (`--provider-cache-size`).
+    pub provider_cache: CacheLimits,
+    /// How much a provider may log, per call and per second (`--provider-log-*`).
+    pub provider_logs: LogLimits,
 }
 
 impl Default for SandboxConfig {
@@ -80,6 +84,8 @@ impl Default for SandboxConfig {
             pooling: true,
             max_concurrent_calls: 128,
             cache_dir: None,
+            provider_cache: CacheLimits::default(),
+            provider_logs: LogLimits::default(),
         }
     }
 }
@@ -366,6 +372,8 @@ pub struct GuestEnv {
     pub cloud_config: Option<Arc<[u8]>>,
     /// The node labels and annotations calls pass (`None`: all), from `init`.
     pub node_metadata: Option<c::NodeMetadataKeys>,
+    /// The rate its log lines are held to, across calls.
+    pub logs: ProviderLogs,
 }
 
 /// A provider version ready to be called; cheap to clone.
@@ -385,6 +393,8 @@ pub(crate) struct CallState {
     env: Arc<GuestEnv>,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    /// The host interface's limits and this call's log tally.
+    host: host::HostState,
 }
 
 impl WasiView for CallState {
@@ -466,6 +476,7 @@ impl Guest {
                 cache: self.env.cache.clone(),
                 cloud_config: self.env.cloud_config.clone(),
                 node_metadata: capabilities.node_metadata.clone(),
+                logs: self.env.logs.clone(),
             }),
         }
     }
@@ -499,6 +510,7 @@ impl Guest {
             env: self.env.clone(),
             stdout,
             stderr,
+            host: host::HostState::new(&sandbox.config, sandbox.metrics.clone()),
         };
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -571,9 +583,8 @@ impl Guest {
         };
         let timeout = sandbox.config.call_timeout;
         let outcome = tokio::time::timeout(timeout, run).await;
+        host::finish_call(store.data_mut());
         let state = store.data();
-        host::log_output(&self.env.caller, "stdout", &state.stdout.contents());
-        host::log_output(&self.env.caller, "stderr", &state.stderr.contents());
         let denials = state.hooks.denials();
         let limit_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         match outcome {

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 
 use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
@@ -108,6 +108,15 @@ impl EgressFlags {
     }
 }
 
+fn positive_line_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a positive number of lines per second"
+        )),
+    }
+}
+
 fn positive_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
@@ -141,6 +150,30 @@ pub struct SandboxFlags {
     /// Directory for precompiled providers (keyed by digest and engine); none disables it.
     #[arg(long, value_name = "DIR")]
     pub compile_cache_dir: Option<PathBuf>,
+
+    /// Most bytes one provider version may keep in its cache: keys, values and 256 bytes
+    /// per entry (e.g. 16Mi). When full, expired entries go first, then the soonest to
+    /// expire; keys over 1 KiB, values over 1 MiB and entries larger than the whole cache
+    /// are not stored.
+    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size)]
+    pub provider_cache_size: u64,
+
+    /// Most lines one provider call may log (host log, stdout and stderr together); the
+    /// rest are dropped and counted in one warning at the end of the call.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub provider_log_lines_per_call: u32,
+
+    /// Most bytes of log lines one provider call may log (e.g. 256Ki).
+    #[arg(long, value_name = "SIZE", default_value = "256Ki", value_parser = parse_size)]
+    pub provider_log_bytes_per_call: u64,
+
+    /// Log lines per second each provider version may write, across its calls.
+    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_line_rate)]
+    pub provider_log_rate: f64,
+
+    /// Burst of log lines above the rate each provider version may write.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub provider_log_burst: u32,
 }
 
 impl SandboxFlags {
@@ -152,6 +185,19 @@ impl SandboxFlags {
             pooling: self.pooling_allocator,
             max_concurrent_calls: self.max_concurrent_calls,
             cache_dir: self.compile_cache_dir.clone(),
+            provider_cache: CacheLimits {
+                max_bytes: usize::try_from(self.provider_cache_size).unwrap_or(usize::MAX),
+                ..CacheLimits::default()
+            },
+            provider_logs: LogLimits {
+                lines_per_call: self.provider_log_lines_per_call,
+                bytes_per_call: usize::try_from(self.provider_log_bytes_per_call)
+                    .unwrap_or(usize::MAX),
+                rate: RateBudget {
+                    per_second: self.provider_log_rate,
+                    burst: self.provider_log_burst,
+                },
+            },
         }
     }
 
