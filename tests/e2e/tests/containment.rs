@@ -1,19 +1,22 @@
 //! The sandbox holds: hostile guests (tests/guests/hostile) get a typed error, the host keeps
-//! serving other calls, nothing reaches a target the gate refused, and the injected secret
-//! never becomes visible inside the sandbox.
+//! serving other calls, nothing reaches a target the gate refused, the injected secret
+//! never becomes visible inside the sandbox, and a provider flooding the host's cache or log
+//! leaves the host's memory and log within their budgets.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2e::{Cloud, TOKEN, load, loopback, sandbox};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::{EgressConfig, HostPattern};
 use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError};
-use wasm_ccm_host::sandbox::{CallFailure, LoadError, SandboxConfig};
+use wasm_ccm_host::rate::RateBudget;
+use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
 
 fn command(command: &str) -> Node {
     Node {
@@ -491,4 +494,260 @@ async fn component_importing_an_unknown_interface_is_refused_by_name() {
     };
     assert_eq!(import, "evil:secrets/vault");
     assert!(error.to_string().contains("evil:secrets/vault"));
+}
+
+/// Resident memory of this process, which hosts the sandbox, from /proc/self/status.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// What `tracing` emits on this thread, one JSON object per event, as the manager's log
+/// would hold it. Tests using it run on the current-thread runtime, where every host call
+/// of the sandbox runs on the test's thread.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Capture info and above until the returned guard drops.
+    fn capture() -> (Logs, impl Sized) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let guard = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_writer(move || writer.clone())
+            .finish()
+            .set_default();
+        (logs, guard)
+    }
+
+    /// The events captured since the last call, and their size in bytes.
+    fn take(&self) -> (Vec<Value>, usize) {
+        let bytes = std::mem::take(&mut *self.0.lock().unwrap());
+        let events = String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("JSON log line"))
+            .collect();
+        (events, bytes.len())
+    }
+}
+
+/// Lines the provider wrote that reached the log, and the host's "dropped" warnings.
+fn provider_lines_and_drops(events: &[Value]) -> (usize, Vec<&Value>) {
+    let lines = events
+        .iter()
+        .filter(|e| e["target"] == "wasm_ccm::provider")
+        .count();
+    let drops = events
+        .iter()
+        .filter(|e| e["target"] == "wasm_ccm::sandbox" && e["fields"]["dropped"].is_u64())
+        .collect();
+    (lines, drops)
+}
+
+#[tokio::test]
+async fn cache_flood_stays_within_the_byte_budget() {
+    let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let budget = CacheLimits::default().max_bytes;
+    // 500 values of 1 MB: 500 MB for a host without a budget. (More would only slow the
+    // test: an unoptimised test build copies a list out of the guest at ~100 MB/s.)
+    let (count, size) = (500, 1_000_000);
+    let before = resident_bytes();
+    let started = Instant::now();
+    let filled = report(&provider, &format!("cache-fill:{count}x{size}")).await;
+    let grown = resident_bytes().saturating_sub(before);
+    eprintln!(
+        "stored {count} x {size} bytes in {:?}; resident memory grew {} MiB (budget {} MiB)",
+        started.elapsed(),
+        grown / MIB,
+        budget as u64 / MIB
+    );
+    assert!(
+        grown < 6 * budget as u64,
+        "resident memory grew {grown} bytes for a {budget}-byte cache"
+    );
+
+    // Each entry is charged its key, its value and 256 bytes.
+    let fit = budget / (size + "fill-0000".len() + 256);
+    let present = filled["present"].as_u64().unwrap() as usize;
+    assert!(0 < present && present <= fit, "{filled}");
+    assert_eq!(
+        filled["last_present"], true,
+        "the newest values stay: {filled}"
+    );
+    assert!(
+        filled["first_present"].as_u64().unwrap() as usize >= count - fit,
+        "the first to expire went first: {filled}"
+    );
+    assert_eq!(
+        report(&provider, "cache-get:fill-0").await["value"],
+        Value::Null,
+        "an evicted key is gone in later calls"
+    );
+
+    // Keys: 1 KiB at most; a 20 MB key is not stored.
+    assert_eq!(report(&provider, "cache-key:1024").await["stored"], true);
+    assert_eq!(report(&provider, "cache-key:1025").await["stored"], false);
+    assert_eq!(
+        report(&provider, "cache-key:20000000").await["stored"],
+        false
+    );
+}
+
+#[tokio::test]
+async fn log_flood_is_cut_at_the_call_budget_with_one_warning() {
+    let (logs, _guard) = Logs::capture();
+    // The rate across calls is tested on its own below.
+    let limits = LogLimits {
+        rate: RateBudget {
+            per_second: 1e9,
+            burst: u32::MAX,
+        },
+        ..LogLimits::default()
+    };
+    let config = SandboxConfig {
+        provider_logs: limits,
+        ..SandboxConfig::default()
+    };
+    let provider = hostile(config, EgressConfig::default()).await;
+    logs.take();
+
+    // 100,000 lines of 8,000 bytes: 800 MB of log for a host without a budget.
+    let before = resident_bytes();
+    let started = Instant::now();
+    report(&provider, "log-flood:100000x8000").await;
+    let grown = resident_bytes().saturating_sub(before);
+    let (events, log_bytes) = logs.take();
+    eprintln!(
+        "100000 lines of 8000 bytes in {:?}: {log_bytes} bytes of log; resident memory grew {} MiB",
+        started.elapsed(),
+        grown / MIB
+    );
+    assert!(grown < 64 * MIB, "resident memory grew {grown} bytes");
+    let fit = limits.bytes_per_call / 8000;
+    let (lines, drops) = provider_lines_and_drops(&events);
+    assert_eq!(lines, fit, "lines within --provider-log-bytes-per-call");
+    assert_eq!(drops.len(), 1, "one warning for the call: {drops:?}");
+    let fields = &drops[0]["fields"];
+    assert_eq!(fields["dropped"], 100_000 - fit as u64);
+    assert_eq!(fields["limits"], "bytes-per-call");
+    assert_eq!(fields["provider"], "hostile");
+    assert_eq!(
+        fields["version"],
+        provider.label().split_once('@').unwrap().1
+    );
+    let message = fields["message"].as_str().unwrap();
+    assert!(
+        message.contains("--provider-log-bytes-per-call"),
+        "{message}"
+    );
+
+    // Short lines run into the line cap instead.
+    report(&provider, "log-flood:100000x10").await;
+    let (events, _) = logs.take();
+    let (lines, drops) = provider_lines_and_drops(&events);
+    assert_eq!(lines, limits.lines_per_call as usize);
+    assert_eq!(drops.len(), 1, "{drops:?}");
+    assert_eq!(drops[0]["fields"]["dropped"], 99_000);
+    assert_eq!(drops[0]["fields"]["limits"], "lines-per-call");
+
+    // A call within the budget logs everything and warns of nothing.
+    report(&provider, "log-flood:10x10").await;
+    let (events, _) = logs.take();
+    assert_eq!(provider_lines_and_drops(&events), (10, vec![]));
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_share_the_call_budget_with_the_host_log() {
+    let (logs, _guard) = Logs::capture();
+    let config = SandboxConfig {
+        provider_logs: LogLimits {
+            lines_per_call: 2,
+            ..LogLimits::default()
+        },
+        ..SandboxConfig::default()
+    };
+    let provider = hostile(config, EgressConfig::default()).await;
+    logs.take();
+    // One line each to the host log, stdout and stderr.
+    report(&provider, "log:hello").await;
+    let (events, _) = logs.take();
+    let (lines, drops) = provider_lines_and_drops(&events);
+    assert_eq!(lines, 2);
+    assert_eq!(drops.len(), 1, "{events:?}");
+    assert_eq!(drops[0]["fields"]["dropped"], 1);
+    let streams: Vec<&Value> = events.iter().map(|e| &e["fields"]["stream"]).collect();
+    assert!(streams.contains(&&Value::from("stdout")), "{events:?}");
+    assert!(!streams.contains(&&Value::from("stderr")), "{events:?}");
+}
+
+#[tokio::test]
+async fn log_rate_is_shared_by_the_calls_of_a_provider_version() {
+    let (logs, _guard) = Logs::capture();
+    let config = SandboxConfig {
+        provider_logs: LogLimits {
+            rate: RateBudget {
+                per_second: 0.001,
+                burst: 50,
+            },
+            ..LogLimits::default()
+        },
+        ..SandboxConfig::default()
+    };
+    let provider = hostile(config, EgressConfig::default()).await;
+    logs.take();
+
+    report(&provider, "log-flood:40x10").await;
+    let (events, _) = logs.take();
+    assert_eq!(provider_lines_and_drops(&events), (40, vec![]));
+
+    // 10 lines left in the bucket: a flood of 100,000 gets 10 through and one warning.
+    let before = resident_bytes();
+    report(&provider, "log-flood:100000x8000").await;
+    let grown = resident_bytes().saturating_sub(before);
+    let (events, _) = logs.take();
+    eprintln!(
+        "rate-limited flood: resident memory grew {} MiB",
+        grown / MIB
+    );
+    assert!(grown < 64 * MIB, "resident memory grew {grown} bytes");
+    let (lines, drops) = provider_lines_and_drops(&events);
+    assert_eq!(lines, 10);
+    assert_eq!(drops.len(), 1, "{drops:?}");
+    assert_eq!(drops[0]["fields"]["limits"], "rate");
+    let dropped = drops[0]["fields"]["dropped"].as_u64().unwrap();
+    assert_eq!(dropped, 100_000 - 10);
+
+    // The next call finds the bucket still empty.
+    report(&provider, "log-flood:5x10").await;
+    let (events, _) = logs.take();
+    let (lines, drops) = provider_lines_and_drops(&events);
+    assert_eq!(lines, 0);
+    assert_eq!(drops[0]["fields"]["limits"], "rate");
 }

@@ -2,8 +2,9 @@
 //! bad providers. This file owns the provider surface and the command dispatch; the
 //! behaviours live in the modules.
 //!
-//! `instance-metadata(node)` runs the command named by `node.name` (`COMMAND` or
-//! `COMMAND:ARG`, split at the first `:`). Non-fatal commands answer
+//! `instance-metadata(node)` runs the command named by the node's label
+//! `hostile.wasm-ccm.io/command`, or else by `node.name` (`COMMAND` or `COMMAND:ARG`, split
+//! at the first `:`). Non-fatal commands answer
 //! `Ok(InstanceMetadata { provider_id: "hostile://report", instance_type: "report", .. })`
 //! whose only additional label is `("report", <JSON>)`:
 //!
@@ -18,7 +19,11 @@
 //! | `huge:URL` | `GET URL` with the SDK (expects a huge body) | `{"status","bytes"}` or `{"error","kind"}` |
 //! | `cache-set:KEY=VALUE` | stores VALUE for 60 s | `{"key","value": <read back>}` |
 //! | `cache-get:KEY` | reads KEY | `{"key","value": string or null}` |
+//! | `cache-fill:COUNTxSIZE` | stores COUNT values of SIZE bytes (`fill-0`…, 60 s each, in order), then reads them all | `{"count","size","present","first_present": index or null,"last_present": bool}` |
+//! | `cache-key:LEN` | stores `v` under a key of LEN bytes, reads it back | `{"len","stored": bool}` |
 //! | `log:MESSAGE` | host log (info), stdout and stderr | `{"ok":true,"stdout","stderr"}` |
+//! | `log-flood:COUNTxSIZE` | COUNT host log lines (info) of SIZE bytes | `{"lines","size"}` |
+//! | `answer:N` | answers with a report of N bytes (to push the host's result cap) | `"aaa…"` |
 //! | `metadata` | the node's labels and annotations as the guest received them | `{"labels","annotations"}` |
 //!
 //! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
@@ -37,6 +42,10 @@ use serde_json::Value;
 use wasm_ccm_sdk::{
     Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys, export_provider,
 };
+
+/// A node label that names the command instead of the node's name, so nodes of a real
+/// cluster (whose names cannot hold `:`) can run one: `hostile.wasm-ccm.io/command=loop`.
+const COMMAND_LABEL: &str = "hostile.wasm-ccm.io/command";
 
 /// The provider.
 struct Hostile;
@@ -66,7 +75,12 @@ impl wasm_ccm_sdk::Instances for Hostile {
                 "annotations": node.annotations,
             })));
         }
-        run(&node.name).map(report)
+        let command = node
+            .labels
+            .iter()
+            .find(|(key, _)| key == COMMAND_LABEL)
+            .map_or(node.name.as_str(), |(_, command)| command.as_str());
+        run(command).map(report)
     }
 }
 
@@ -90,7 +104,11 @@ fn run(command: &str) -> Result<Value, Error> {
         "connect" => Ok(net::connect(arg)),
         "cache-set" => host::cache_set(arg),
         "cache-get" => Ok(host::cache_get(arg)),
+        "cache-fill" => host::cache_fill(arg),
+        "cache-key" => host::cache_key(arg),
         "log" => Ok(host::log(arg)),
+        "log-flood" => host::log_flood(arg),
+        "answer" => Ok(Value::String("a".repeat(arg.parse().unwrap_or(0)))),
         _ => Err(Error::other(format!("unknown hostile command {command}"))),
     }
 }
