@@ -2,6 +2,9 @@
 //! loaded provider version. This is all controllers see of a provider: they do not know
 //! wasm exists.
 //!
+//! Each method is one line over one call path ([`Provider::call`]), which times the call,
+//! counts its outcome and maps its failure; hot-swap and shadow calls wrap that path.
+//!
 //! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
 //! (trap, deadline, memory, egress denied) and never deletes a node on the latter.
@@ -9,11 +12,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::contract::{Capabilities, CloudError, InstanceMetadata, LbStatus, Node, Route, Service};
+use crate::contract::{
+    Capabilities, CloudError, Function, InstanceMetadata, LbStatus, Node, Route, Service,
+};
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
-    CallFailure, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache, Sandbox,
+    Answer, Args, CallFailure, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache, Sandbox,
 };
 
 /// Why a provider call failed.
@@ -22,8 +27,8 @@ use crate::sandbox::{
 pub struct ProviderError {
     /// `name@sha256:…` of the provider version.
     pub provider: String,
-    /// The contract function, as named in the WIT.
-    pub function: &'static str,
+    /// The contract function.
+    pub function: Function,
     pub kind: ErrorKind,
 }
 
@@ -93,6 +98,7 @@ impl ProviderError {
             ErrorKind::Sandbox(CallFailure::Deadline { .. }) => "deadline",
             ErrorKind::Sandbox(CallFailure::MemoryLimit { .. }) => "memory",
             ErrorKind::Sandbox(CallFailure::Instantiate { .. }) => "instantiate",
+            ErrorKind::Sandbox(CallFailure::ResultTooLarge { .. }) => "result-too-large",
             ErrorKind::EgressDenied { .. } => "egress-denied",
         }
     }
@@ -150,13 +156,11 @@ impl Provider {
             logs: Default::default(),
         });
         let config = source.cloud_config.as_deref();
-        let init = guest.init(config).await;
-        let capabilities =
-            settle(&guest, &metrics, "init", Instant::now(), init).map_err(|error| {
-                ProviderLoadError::Init {
-                    origin: source.origin.clone(),
-                    error,
-                }
+        let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
+            .await
+            .map_err(|error| ProviderLoadError::Init {
+                origin: source.origin.clone(),
+                error,
             })?;
         let guest = guest.initialised(
             Caller {
@@ -195,32 +199,17 @@ impl Provider {
 
     /// Whether the instance behind `node` exists (`false` only on definite absence).
     pub async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "instance-exists",
-            started,
-            self.guest.instance_exists(node).await,
-        )
+        self.call(Function::InstanceExists, (node,)).await
     }
 
     /// Whether the instance behind `node` is shut down.
     pub async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "instance-shutdown",
-            started,
-            self.guest.instance_shutdown(node).await,
-        )
+        self.call(Function::InstanceShutdown, (node,)).await
     }
 
     /// Identity, type, addresses and placement of the instance behind `node`.
     pub async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "instance-metadata",
-            started,
-            self.guest.instance_metadata(node).await,
-        )
+        self.call(Function::InstanceMetadata, (node,)).await
     }
 
     /// The load balancer of `svc`, or `None` if it does not exist.
@@ -229,12 +218,7 @@ impl Provider {
         cluster: &str,
         svc: &Service,
     ) -> Result<Option<LbStatus>, ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "get-load-balancer",
-            started,
-            self.guest.get_load_balancer(cluster, svc).await,
-        )
+        self.call(Function::GetLoadBalancer, (cluster, svc)).await
     }
 
     /// The cloud-side name of the load balancer of `svc`.
@@ -243,9 +227,8 @@ impl Provider {
         cluster: &str,
         svc: &Service,
     ) -> Result<String, ProviderError> {
-        let started = Instant::now();
-        let result = self.guest.get_load_balancer_name(cluster, svc).await;
-        self.finish("get-load-balancer-name", started, result.map(|f| f.map(Ok)))
+        self.call(Function::GetLoadBalancerName, (cluster, svc))
+            .await
     }
 
     /// Create or update the load balancer of `svc` for `nodes`.
@@ -255,9 +238,8 @@ impl Provider {
         svc: &Service,
         nodes: &[Node],
     ) -> Result<LbStatus, ProviderError> {
-        let started = Instant::now();
-        let result = self.guest.ensure_load_balancer(cluster, svc, nodes).await;
-        self.finish("ensure-load-balancer", started, result)
+        self.call(Function::EnsureLoadBalancer, (cluster, svc, nodes))
+            .await
     }
 
     /// Point the load balancer of `svc` at `nodes`.
@@ -267,9 +249,8 @@ impl Provider {
         svc: &Service,
         nodes: &[Node],
     ) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let result = self.guest.update_load_balancer(cluster, svc, nodes).await;
-        self.finish("update-load-balancer", started, result)
+        self.call(Function::UpdateLoadBalancer, (cluster, svc, nodes))
+            .await
     }
 
     /// Delete the load balancer of `svc`; `Ok` if already gone.
@@ -278,19 +259,13 @@ impl Provider {
         cluster: &str,
         svc: &Service,
     ) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let result = self.guest.ensure_load_balancer_deleted(cluster, svc).await;
-        self.finish("ensure-load-balancer-deleted", started, result)
+        self.call(Function::EnsureLoadBalancerDeleted, (cluster, svc))
+            .await
     }
 
     /// The routes of `cluster`.
     pub async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "list-routes",
-            started,
-            self.guest.list_routes(cluster).await,
-        )
+        self.call(Function::ListRoutes, (cluster,)).await
     }
 
     /// Create `route` (`name_hint` is the node's UID).
@@ -300,36 +275,43 @@ impl Provider {
         name_hint: &str,
         route: &Route,
     ) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let result = self.guest.create_route(cluster, name_hint, route).await;
-        self.finish("create-route", started, result)
+        self.call(Function::CreateRoute, (cluster, name_hint, route))
+            .await
     }
 
     /// Delete `route`.
     pub async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        self.finish(
-            "delete-route",
-            started,
-            self.guest.delete_route(cluster, route).await,
-        )
+        self.call(Function::DeleteRoute, (cluster, route)).await
     }
 
-    fn finish<T>(
+    /// The one path of every call: run `function` in the sandbox, time it, count its
+    /// outcome and map its failure to a [`ProviderError`].
+    async fn call<A: Args, T: Answer>(
         &self,
-        function: &'static str,
-        started: Instant,
-        result: Result<Finished<Result<T, CloudError>>, CallFailure>,
+        function: Function,
+        args: A,
     ) -> Result<T, ProviderError> {
-        settle(&self.guest, &self.metrics, function, started, result)
+        call(&self.guest, &self.metrics, function, args).await
     }
+}
+
+/// Run `function` on `guest`, recording metrics; the facade's result.
+async fn call<A: Args, T: Answer>(
+    guest: &Guest,
+    metrics: &Metrics,
+    function: Function,
+    args: A,
+) -> Result<T, ProviderError> {
+    let started = Instant::now();
+    let result = guest.call(function, args).await;
+    settle(guest, metrics, function, started, result)
 }
 
 /// Turn a sandbox result into the facade's, recording metrics.
 fn settle<T>(
     guest: &Guest,
     metrics: &Metrics,
-    function: &'static str,
+    function: Function,
     started: Instant,
     result: Result<Finished<Result<T, CloudError>>, CallFailure>,
 ) -> Result<T, ProviderError> {
@@ -359,12 +341,12 @@ fn settle<T>(
     Err(error)
 }
 
-fn observe(guest: &Guest, metrics: &Metrics, function: &str, started: Instant, outcome: &str) {
+fn observe(guest: &Guest, metrics: &Metrics, function: Function, started: Instant, outcome: &str) {
     let caller = guest.caller();
     let labels = FunctionLabels {
         provider: caller.provider.clone(),
         version: caller.version.clone(),
-        function: function.to_string(),
+        function: function.name().to_string(),
     };
     metrics
         .provider_call_duration
@@ -412,7 +394,7 @@ mod tests {
     fn errors_keep_contract_kinds_apart_from_sandbox_failures() {
         let error = |kind| ProviderError {
             provider: "p@sha256:0".into(),
-            function: "instance-exists",
+            function: Function::InstanceExists,
             kind,
         };
         let not_found = error(ErrorKind::Cloud(CloudError::NotFound {

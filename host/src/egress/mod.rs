@@ -34,7 +34,8 @@ pub use policy::{HostPattern, PatternError};
 pub use transport::Limits;
 
 use crate::metrics::Metrics;
-use crate::rate::{Budgets, RateBudget};
+use crate::rate::Budgets;
+pub use crate::rate::RateBudget;
 use policy::Destination;
 use transport::ConnectRefusal;
 

@@ -161,18 +161,8 @@ pub fn guest_bytes(n: &c::Node, keys: Option<&c::NodeMetadataKeys>) -> usize {
 /// runs. (Bindgen's `CloudProviderPre::instantiate` checks all twelve on every
 /// instantiation: a fifth of a trivial call.)
 pub struct Exports {
-    pub init: ComponentExportIndex,
-    pub instance_exists: ComponentExportIndex,
-    pub instance_shutdown: ComponentExportIndex,
-    pub instance_metadata: ComponentExportIndex,
-    pub get_load_balancer: ComponentExportIndex,
-    pub get_load_balancer_name: ComponentExportIndex,
-    pub ensure_load_balancer: ComponentExportIndex,
-    pub update_load_balancer: ComponentExportIndex,
-    pub ensure_load_balancer_deleted: ComponentExportIndex,
-    pub list_routes: ComponentExportIndex,
-    pub create_route: ComponentExportIndex,
-    pub delete_route: ComponentExportIndex,
+    /// Indexed by [`c::Function::index`].
+    indices: Vec<ComponentExportIndex>,
 }
 
 impl Exports {
@@ -181,31 +171,250 @@ impl Exports {
     pub fn new<T: 'static>(pre: &InstancePre<T>) -> wasmtime::Result<Exports> {
         CloudProviderIndices::new(pre)?;
         let component = pre.component();
-        let find = |interface: &str, function: &str| {
+        let find = |function: c::Function| {
             let interface = format!(
-                "{}/{interface}@{}",
+                "{}/{}@{}",
                 c::CONTRACT_PACKAGE,
+                function.interface(),
                 c::CONTRACT_VERSION
             );
             component
                 .get_export_index(None, &interface)
-                .and_then(|i| component.get_export_index(Some(&i), function))
+                .and_then(|i| component.get_export_index(Some(&i), function.name()))
                 .ok_or_else(|| wasmtime::format_err!("no export `{function}` in `{interface}`"))
         };
-        Ok(Exports {
-            init: find("provider", "init")?,
-            instance_exists: find("instances", "instance-exists")?,
-            instance_shutdown: find("instances", "instance-shutdown")?,
-            instance_metadata: find("instances", "instance-metadata")?,
-            get_load_balancer: find("load-balancer", "get-load-balancer")?,
-            get_load_balancer_name: find("load-balancer", "get-load-balancer-name")?,
-            ensure_load_balancer: find("load-balancer", "ensure-load-balancer")?,
-            update_load_balancer: find("load-balancer", "update-load-balancer")?,
-            ensure_load_balancer_deleted: find("load-balancer", "ensure-load-balancer-deleted")?,
-            list_routes: find("routes", "list-routes")?,
-            create_route: find("routes", "create-route")?,
-            delete_route: find("routes", "delete-route")?,
+        let indices = c::Function::ALL
+            .iter()
+            .map(|&f| find(f))
+            .collect::<Result<_, _>>()?;
+        Ok(Exports { indices })
+    }
+
+    /// Where `function` sits in the component.
+    pub fn get(&self, function: c::Function) -> &ComponentExportIndex {
+        &self.indices[function.index()]
+    }
+}
+
+/// The arguments of a contract function as the manager holds them, and how they are
+/// lowered into the guest. Implemented for the argument tuples of the contract's functions,
+/// so the facade passes e.g. `(cluster, svc, nodes)` and this decides the guest's view.
+pub trait Args: Send + Sync {
+    /// The arguments as wasmtime lowers them; borrowed from `self` where possible.
+    type Lowered<'a>: ComponentNamedList + Lower + Send + Sync
+    where
+        Self: 'a;
+
+    /// The guest's view of the arguments, for a guest that reads the node metadata `keys`.
+    fn lower<'a>(&'a self, keys: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a>;
+
+    /// The node data the arguments carry into the guest, as [`guest_bytes`] estimates it.
+    fn node_bytes(&self, _keys: Option<&c::NodeMetadataKeys>) -> usize {
+        0
+    }
+}
+
+impl<'x> Args for (Option<&'x [u8]>,) {
+    type Lowered<'a>
+        = (Option<&'a [u8]>,)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, _: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (self.0,)
+    }
+}
+
+impl<'x> Args for (&'x c::Node,) {
+    type Lowered<'a>
+        = (GuestNode<'a>,)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, keys: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (GuestNode::new(self.0, keys),)
+    }
+}
+
+impl<'x> Args for (&'x str,) {
+    type Lowered<'a>
+        = (&'a str,)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, _: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (self.0,)
+    }
+}
+
+impl<'x> Args for (&'x str, &'x c::Service) {
+    type Lowered<'a>
+        = (&'a str, w::Service)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, _: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (self.0, self.1.into())
+    }
+}
+
+impl<'x> Args for (&'x str, &'x c::Service, &'x [c::Node]) {
+    type Lowered<'a>
+        = (&'a str, w::Service, Vec<GuestNode<'a>>)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, keys: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        let nodes = self
+            .2
+            .iter()
+            .map(|node| GuestNode::new(node, keys))
+            .collect();
+        (self.0, self.1.into(), nodes)
+    }
+    fn node_bytes(&self, keys: Option<&c::NodeMetadataKeys>) -> usize {
+        self.2.iter().map(|node| guest_bytes(node, keys)).sum()
+    }
+}
+
+impl<'x> Args for (&'x str, &'x c::Route) {
+    type Lowered<'a>
+        = (&'a str, w::Route)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, _: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (self.0, self.1.into())
+    }
+}
+
+impl<'x> Args for (&'x str, &'x str, &'x c::Route) {
+    type Lowered<'a>
+        = (&'a str, &'a str, w::Route)
+    where
+        Self: 'a;
+    fn lower<'a>(&'a self, _: Option<&'a c::NodeMetadataKeys>) -> Self::Lowered<'a> {
+        (self.0, self.1, self.2.into())
+    }
+}
+
+/// What a contract function answers, as the manager holds it, and how it is lifted out of
+/// the guest. `bytes` is what the answer makes the host hold, checked against the result
+/// cap of the sandbox.
+pub trait Answer: Sized + Send + 'static {
+    /// The function's WIT result as wasmtime lifts it.
+    type Lifted: Lift + Send + Sync + 'static;
+
+    /// The answer, or the contract error the provider returned.
+    fn from_guest(lifted: Self::Lifted) -> Result<Self, c::CloudError>;
+
+    /// About how many bytes of host memory the answer holds (its strings and records).
+    fn bytes(&self) -> usize;
+}
+
+/// Bytes a string of `text` holds on the host, header included.
+fn string_bytes(text: &str) -> usize {
+    text.len() + std::mem::size_of::<String>()
+}
+
+fn pairs_bytes(pairs: &[(String, String)]) -> usize {
+    pairs
+        .iter()
+        .map(|(k, v)| string_bytes(k) + string_bytes(v))
+        .sum()
+}
+
+fn addresses_bytes(addresses: &[c::NodeAddress]) -> usize {
+    addresses
+        .iter()
+        .map(|a| string_bytes(&a.address) + std::mem::size_of::<c::NodeAddress>())
+        .sum()
+}
+
+fn lb_status_bytes(status: &c::LbStatus) -> usize {
+    let optional = |text: &Option<String>| text.as_deref().map_or(0, string_bytes);
+    status
+        .ingress
+        .iter()
+        .map(|i| {
+            std::mem::size_of::<c::LbIngress>()
+                + optional(&i.ip)
+                + optional(&i.hostname)
+                + i.ports
+                    .iter()
+                    .map(|p| std::mem::size_of::<c::PortStatus>() + optional(&p.error))
+                    .sum::<usize>()
         })
+        .sum()
+}
+
+/// `Answer` for a function whose WIT result is `result<W, provider-error>`.
+macro_rules! fallible_answer {
+    ($answer:ty, $lifted:ty, |$value:ident| $bytes:expr) => {
+        impl Answer for $answer {
+            type Lifted = Result<$lifted, w::ProviderError>;
+            fn from_guest(lifted: Self::Lifted) -> Result<Self, c::CloudError> {
+                lifted.map(Into::into).map_err(Into::into)
+            }
+            fn bytes(&self) -> usize {
+                let $value = self;
+                $bytes
+            }
+        }
+    };
+}
+
+fallible_answer!(bool, bool, |_value| 0);
+fallible_answer!((), (), |_value| 0);
+fallible_answer!(c::Capabilities, w::Capabilities, |caps| {
+    let keys = caps
+        .node_metadata
+        .iter()
+        .flat_map(|k| k.labels.iter().chain(&k.annotations));
+    string_bytes(&caps.name) + keys.map(|key| string_bytes(key)).sum::<usize>()
+});
+fallible_answer!(c::InstanceMetadata, w::InstanceMetadata, |m| {
+    string_bytes(&m.provider_id)
+        + string_bytes(&m.instance_type)
+        + string_bytes(&m.zone)
+        + string_bytes(&m.region)
+        + addresses_bytes(&m.node_addresses)
+        + pairs_bytes(&m.additional_labels)
+});
+fallible_answer!(c::LbStatus, w::LbStatus, |status| lb_status_bytes(status));
+
+impl Answer for Option<c::LbStatus> {
+    type Lifted = Result<Option<w::LbStatus>, w::ProviderError>;
+    fn from_guest(lifted: Self::Lifted) -> Result<Self, c::CloudError> {
+        lifted.map(|s| s.map(Into::into)).map_err(Into::into)
+    }
+    fn bytes(&self) -> usize {
+        self.as_ref().map_or(0, lb_status_bytes)
+    }
+}
+
+impl Answer for Vec<c::Route> {
+    type Lifted = Result<Vec<w::Route>, w::ProviderError>;
+    fn from_guest(lifted: Self::Lifted) -> Result<Self, c::CloudError> {
+        lifted
+            .map(|routes| routes.into_iter().map(Into::into).collect())
+            .map_err(Into::into)
+    }
+    fn bytes(&self) -> usize {
+        self.iter()
+            .map(|r| {
+                std::mem::size_of::<c::Route>()
+                    + string_bytes(&r.name)
+                    + string_bytes(&r.target_node)
+                    + string_bytes(&r.destination_cidr)
+                    + addresses_bytes(&r.target_node_addresses)
+            })
+            .sum()
+    }
+}
+
+/// `get-load-balancer-name` answers a plain `string`: it cannot fail.
+impl Answer for String {
+    type Lifted = String;
+    fn from_guest(lifted: String) -> Result<String, c::CloudError> {
+        Ok(lifted)
+    }
+    fn bytes(&self) -> usize {
+        string_bytes(self)
     }
 }
 

@@ -11,26 +11,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{EgressFlags, SandboxFlags};
+use wasm_ccm_host::contract::{Function, Node, Route, Service};
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
 use wasm_ccm_host::sandbox::Inspection;
-
-/// Every function `provider call` accepts, with its parameters as named in the WIT.
-const FUNCTIONS: &[(&str, &[&str])] = &[
-    ("init", &[]),
-    ("instance-exists", &["node"]),
-    ("instance-shutdown", &["node"]),
-    ("instance-metadata", &["node"]),
-    ("get-load-balancer", &["cluster-name", "svc"]),
-    ("get-load-balancer-name", &["cluster-name", "svc"]),
-    ("ensure-load-balancer", &["cluster-name", "svc", "nodes"]),
-    ("update-load-balancer", &["cluster-name", "svc", "nodes"]),
-    ("ensure-load-balancer-deleted", &["cluster-name", "svc"]),
-    ("list-routes", &["cluster-name"]),
-    ("create-route", &["cluster-name", "name-hint", "route"]),
-    ("delete-route", &["cluster-name", "route"]),
-];
 
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
@@ -112,7 +97,9 @@ impl ProviderCommand {
                 .await;
                 let outcome = match provider {
                     Ok(provider) => call.invoke(&provider).await,
-                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => Err(error),
+                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => {
+                        Err(error)
+                    }
                     Err(error) => return Err(error.into()),
                 };
                 if audit {
@@ -196,19 +183,29 @@ fn report(outcome: Result<Value, ProviderError>) -> ExitCode {
 
 /// A function and its arguments, checked before anything is loaded.
 struct CallRequest {
-    function: &'static str,
+    function: Function,
     args: Map<String, Value>,
+}
+
+/// The parameters `provider call` takes for `function`, as named in the WIT: all of them,
+/// but `init`'s configuration, which comes from `--config`.
+fn params(function: Function) -> &'static [&'static str] {
+    match function {
+        Function::Init => &[],
+        _ => function.params(),
+    }
 }
 
 impl CallRequest {
     fn parse(function: &str, args: &str) -> anyhow::Result<CallRequest> {
-        let Some((function, params)) = FUNCTIONS.iter().find(|(name, _)| *name == function) else {
-            let known: Vec<&str> = FUNCTIONS.iter().map(|(name, _)| *name).collect();
+        let Some(function) = Function::named(function) else {
+            let known: Vec<&str> = Function::ALL.iter().map(|f| f.name()).collect();
             bail!(
                 "unknown function {function:?}; known functions: {}",
                 known.join(", ")
             );
         };
+        let params = params(function);
         let args: Value = serde_json::from_str(args)
             .with_context(|| format!("--args is not valid JSON: {args}"))?;
         let Value::Object(args) = args else {
@@ -235,7 +232,6 @@ impl CallRequest {
 
     /// Decode every argument now, so a type error is reported before the provider loads.
     fn check_types(&self) -> anyhow::Result<()> {
-        use wasm_ccm_host::contract::{Node, Route, Service};
         for (name, value) in &self.args {
             let value = value.clone();
             let checked = match name.as_str() {
@@ -263,39 +259,41 @@ impl CallRequest {
         } else {
             String::new()
         };
+        let (node, svc, route) = ("node", "svc", "route");
         Ok(match self.function {
-            "init" => json(p.capabilities()),
-            "instance-exists" => json(&p.instance_exists(&self.arg("node")).await?),
-            "instance-shutdown" => json(&p.instance_shutdown(&self.arg("node")).await?),
-            "instance-metadata" => json(&p.instance_metadata(&self.arg("node")).await?),
-            "get-load-balancer" => json(&p.get_load_balancer(&cluster, &self.arg("svc")).await?),
-            "get-load-balancer-name" => {
-                json(&p.get_load_balancer_name(&cluster, &self.arg("svc")).await?)
+            Function::Init => json(p.capabilities()),
+            Function::InstanceExists => json(&p.instance_exists(&self.arg(node)).await?),
+            Function::InstanceShutdown => json(&p.instance_shutdown(&self.arg(node)).await?),
+            Function::InstanceMetadata => json(&p.instance_metadata(&self.arg(node)).await?),
+            Function::GetLoadBalancer => {
+                json(&p.get_load_balancer(&cluster, &self.arg(svc)).await?)
             }
-            "ensure-load-balancer" => json(
-                &p.ensure_load_balancer(&cluster, &self.arg("svc"), &self.arg::<Vec<_>>("nodes"))
+            Function::GetLoadBalancerName => {
+                json(&p.get_load_balancer_name(&cluster, &self.arg(svc)).await?)
+            }
+            Function::EnsureLoadBalancer => json(
+                &p.ensure_load_balancer(&cluster, &self.arg(svc), &self.nodes())
                     .await?,
             ),
-            "update-load-balancer" => json(
-                &p.update_load_balancer(&cluster, &self.arg("svc"), &self.arg::<Vec<_>>("nodes"))
+            Function::UpdateLoadBalancer => json(
+                &p.update_load_balancer(&cluster, &self.arg(svc), &self.nodes())
                     .await?,
             ),
-            "ensure-load-balancer-deleted" => json(
-                &p.ensure_load_balancer_deleted(&cluster, &self.arg("svc"))
+            Function::EnsureLoadBalancerDeleted => json(
+                &p.ensure_load_balancer_deleted(&cluster, &self.arg(svc))
                     .await?,
             ),
-            "list-routes" => json(&p.list_routes(&cluster).await?),
-            "create-route" => json(
-                &p.create_route(
-                    &cluster,
-                    &self.arg::<String>("name-hint"),
-                    &self.arg("route"),
-                )
-                .await?,
+            Function::ListRoutes => json(&p.list_routes(&cluster).await?),
+            Function::CreateRoute => json(
+                &p.create_route(&cluster, &self.arg::<String>("name-hint"), &self.arg(route))
+                    .await?,
             ),
-            "delete-route" => json(&p.delete_route(&cluster, &self.arg("route")).await?),
-            other => unreachable!("function {other} is in FUNCTIONS but not dispatched"),
+            Function::DeleteRoute => json(&p.delete_route(&cluster, &self.arg(route)).await?),
         })
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        self.arg("nodes")
     }
 }
 
