@@ -2,6 +2,10 @@
 //!
 //! Flag groups shared by every command that runs a provider ([`EgressFlags`],
 //! [`SandboxFlags`]) live here; each subcommand has its own module.
+//!
+//! A flag given twice takes its last value, as upstream's (pflag) flags do: deployments
+//! append `extraArgs` after a chart's own arguments to override them. List flags append
+//! instead (`--allow`, `--credential`, and `--controllers` as upstream's string slices).
 
 mod provider_cmd;
 mod run;
@@ -12,26 +16,36 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
-use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
-use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
+use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
 
 /// wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly components.
 ///
 /// Without a subcommand it runs as the cloud-controller-manager.
 #[derive(Debug, Parser)]
-#[command(name = "wasm-ccm", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "wasm-ccm",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
 pub struct Cli {
+    /// The subcommand; none for run mode.
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// Run mode's flags.
     #[command(flatten)]
     pub run: RunFlags,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Inspect and call provider components (for provider authors and operators).
@@ -204,5 +218,197 @@ impl SandboxFlags {
     /// The sandbox these flags describe.
     pub fn sandbox(&self, metrics: Arc<Metrics>) -> anyhow::Result<Sandbox> {
         Ok(Sandbox::new(self.config(), metrics)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::controllers::Controller;
+
+    fn parse(args: &[&str]) -> Cli {
+        let argv = std::iter::once("wasm-ccm").chain(args.iter().copied());
+        Cli::try_parse_from(argv).unwrap_or_else(|error| panic!("{args:?}: {error}"))
+    }
+
+    fn run(args: &[&str]) -> RunFlags {
+        parse(args).run
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        // Booleans with Go's `--flag[=BOOL]` form, in every order.
+        assert!(!run(&["--leader-elect", "--leader-elect=false"]).leader_elect);
+        assert!(run(&["--leader-elect=false", "--leader-elect=true"]).leader_elect);
+        assert!(run(&["--leader-elect=false", "--leader-elect"]).leader_elect);
+        assert!(
+            !run(&["--allow-untagged-cloud", "--allow-untagged-cloud=false"]).allow_untagged_cloud
+        );
+        assert!(
+            !run(&[
+                "--configure-cloud-routes=true",
+                "--configure-cloud-routes=false"
+            ])
+            .configure_cloud_routes
+        );
+        assert!(
+            run(&["--pooling-allocator", "false", "--pooling-allocator=true"])
+                .sandbox
+                .pooling_allocator
+        );
+
+        let flags = run(&[
+            "--provider=file:///a.wasm",
+            "--provider",
+            "file:///b.wasm",
+            "--kubeconfig=/a/kubeconfig",
+            "--kubeconfig=/b/kubeconfig",
+            "--node-monitor-period=1s",
+            "--node-monitor-period=1m30s",
+            "--load-balancer-drift-period=5m",
+            "--load-balancer-drift-period=0",
+            "--concurrent-service-syncs=3",
+            "--concurrent-service-syncs",
+            "5",
+            "--kube-api-qps=5",
+            "--kube-api-qps=50",
+            "--cluster-cidr=10.0.0.0/8",
+            "--cluster-cidr=10.244.0.0/16",
+            "--secure-port=1",
+            "--secure-port=0",
+            "--bind-address=0.0.0.0",
+            "--bind-address=127.0.0.1",
+            "--memory-limit=16Mi",
+            "--memory-limit=32Mi",
+            "--egress-rate=1",
+            "--egress-rate=2.5",
+        ]);
+        assert_eq!(flags.provider.as_deref(), Some("file:///b.wasm"));
+        assert_eq!(
+            flags.kubeconfig.as_deref(),
+            Some(Path::new("/b/kubeconfig"))
+        );
+        assert_eq!(flags.node_monitor_period, Duration::from_secs(90));
+        assert_eq!(flags.load_balancer_drift_period, Duration::ZERO);
+        assert_eq!(flags.concurrent_service_syncs, 5);
+        assert_eq!(flags.kube_api_qps, 50.0);
+        assert_eq!(
+            flags.cluster_cidr,
+            Some("10.244.0.0/16".parse().unwrap()),
+            "a plain string flag upstream: the last wins"
+        );
+        assert_eq!(flags.secure_port, 0);
+        assert_eq!(flags.bind_address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(flags.sandbox.memory_limit, 32 << 20);
+        assert_eq!(flags.egress.egress_rate, 2.5);
+    }
+
+    #[test]
+    fn an_overridden_bad_value_is_still_refused() {
+        let error = Cli::try_parse_from([
+            "wasm-ccm",
+            "--node-monitor-period=soon",
+            "--node-monitor-period=5s",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("--node-monitor-period"), "{error}");
+    }
+
+    #[test]
+    fn list_flags_append() {
+        let flags = run(&[
+            "--allow=https://a.example.com",
+            "--allow",
+            "https://b.example.com",
+            "--credential=https://a.example.com=bearer:env:A",
+            "--credential=https://b.example.com=bearer:file:/run/b",
+        ]);
+        assert_eq!(flags.egress.allow.len(), 2);
+        assert_eq!(flags.egress.credentials.len(), 2);
+    }
+
+    /// The controllers run mode would start with `args`.
+    fn controllers(args: &[&str]) -> Vec<Controller> {
+        let required = ["--provider=file:///p.wasm", "--cloud-provider=p"];
+        let args: Vec<&str> = required.iter().chain(args).copied().collect();
+        run(&args).config().unwrap().controllers.enabled()
+    }
+
+    #[test]
+    fn controllers_lists_are_joined_and_the_first_replaces_the_default() {
+        use Controller::*;
+        assert_eq!(controllers(&[]), Controller::ALL.to_vec());
+        assert_eq!(controllers(&["--controllers=cloud-node"]), vec![CloudNode]);
+        assert_eq!(
+            controllers(&["--controllers=cloud-node", "--controllers=service"]),
+            vec![CloudNode, ServiceLoadBalancer]
+        );
+        assert_eq!(
+            controllers(&["--controllers=*", "--controllers=-route,-service"]),
+            vec![CloudNode, CloudNodeLifecycle]
+        );
+        // The first entry naming a controller still decides, across occurrences.
+        assert_eq!(
+            controllers(&["--controllers=-route", "--controllers=route,*"]),
+            vec![CloudNode, CloudNodeLifecycle, ServiceLoadBalancer]
+        );
+    }
+
+    #[test]
+    fn provider_subcommands_take_the_last_value_too() {
+        let call = parse(&[
+            "provider",
+            "call",
+            "p.wasm",
+            "init",
+            "--timeout=1s",
+            "--timeout=2s",
+            "--config=/a.json",
+            "--config=/b.json",
+            "--audit",
+            "--audit",
+            "--args={}",
+            r#"--args={"node": {}}"#,
+            "--allow=https://a.example.com",
+            "--allow=https://b.example.com",
+        ]);
+        let Some(Command::Provider(ProviderCommand::Call {
+            args,
+            config,
+            audit,
+            egress,
+            sandbox,
+            ..
+        })) = call.command
+        else {
+            panic!("not provider call: {call:?}");
+        };
+        assert_eq!(args, r#"{"node": {}}"#);
+        assert_eq!(config.as_deref(), Some(Path::new("/b.json")));
+        assert!(audit);
+        assert_eq!(sandbox.timeout, Duration::from_secs(2));
+        assert_eq!(egress.allow.len(), 2);
+
+        let inspect = parse(&[
+            "provider",
+            "inspect",
+            "p.wasm",
+            "--json",
+            "--json",
+            "--memory-limit=1Mi",
+            "--memory-limit=2Mi",
+        ]);
+        let Some(Command::Provider(ProviderCommand::Inspect { json, sandbox, .. })) =
+            inspect.command
+        else {
+            panic!("not provider inspect: {inspect:?}");
+        };
+        assert!(json);
+        assert_eq!(sandbox.memory_limit, 2 << 20);
     }
 }

@@ -21,6 +21,7 @@ use crate::leader::{LeaseSettings, default_identity};
 use crate::manager::{self, ManagerConfig, ProviderSettings};
 use crate::serving::{ServingConfig, TlsSource};
 
+/// Run mode's flags, as upstream's where upstream has one.
 #[derive(Debug, Args)]
 pub struct RunFlags {
     /// The provider component: file://PATH to a .wasm.
@@ -54,13 +55,14 @@ pub struct RunFlags {
     /// Controllers to run: * (all), NAME to enable, -NAME to disable; names or aliases:
     /// cloud-node-controller (cloud-node), cloud-node-lifecycle-controller
     /// (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route).
+    /// Repeated, the lists are joined (as upstream).
     #[arg(
         long,
         value_name = "LIST",
         default_value = "*",
         help_heading = "Controllers"
     )]
-    pub controllers: ControllerSelection,
+    pub controllers: Vec<ControllerSelection>,
 
     /// Cluster name passed to the provider's load-balancer and route calls.
     #[arg(
@@ -200,9 +202,11 @@ pub struct RunFlags {
     )]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// What the provider may reach.
     #[command(flatten)]
     pub egress: EgressFlags,
 
+    /// Limits of each provider call.
     #[command(flatten)]
     pub sandbox: SandboxFlags,
 }
@@ -277,7 +281,7 @@ impl RunFlags {
                 qps: self.kube_api_qps,
                 burst: self.kube_api_burst,
             },
-            controllers: self.controllers.clone(),
+            controllers: self.controllers.iter().cloned().collect(),
             settings: ControllerSettings {
                 cluster_name: self.cluster_name.clone(),
                 cluster_cidrs: self.cluster_cidr.clone(),

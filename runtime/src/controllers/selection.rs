@@ -4,7 +4,8 @@
 //! default, `name` turns one on, and `-name` turns one off. For each controller the first
 //! entry naming it wins. Without `*`, only the controllers named are on. Aliases
 //! (`cloud-node`, `service`, `route`, ...) name the same controllers. An unknown name is an
-//! error, as upstream.
+//! error, as upstream. Given more than once, the lists are joined in order, as upstream's
+//! string-slice flag appends (see [`ControllerSelection::from_iter`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,9 +13,13 @@ use std::str::FromStr;
 /// One of the four upstream controllers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Controller {
+    /// `cloud-node-controller`: initialises nodes and syncs their addresses.
     CloudNode,
+    /// `cloud-node-lifecycle-controller`: deletes nodes whose instance is gone.
     CloudNodeLifecycle,
+    /// `service-lb-controller`: load balancers for `type: LoadBalancer` Services.
     ServiceLoadBalancer,
+    /// `node-route-controller`: cloud routes for node pod CIDRs.
     NodeRoute,
 }
 
@@ -134,6 +139,16 @@ impl FromStr for ControllerSelection {
     }
 }
 
+/// Lists joined in order: `--controllers=cloud-node --controllers=service` is
+/// `cloud-node,service`. The default `*` applies only when the flag is absent.
+impl FromIterator<ControllerSelection> for ControllerSelection {
+    fn from_iter<I: IntoIterator<Item = ControllerSelection>>(lists: I) -> Self {
+        ControllerSelection {
+            entries: lists.into_iter().flat_map(|list| list.entries).collect(),
+        }
+    }
+}
+
 impl ControllerSelection {
     /// Whether `controller` runs: the first entry naming it decides; otherwise `*` does.
     pub fn is_enabled(&self, controller: Controller) -> bool {
@@ -202,6 +217,19 @@ mod tests {
         assert_eq!(
             enabled("-route,*"),
             vec![CloudNode, CloudNodeLifecycle, ServiceLoadBalancer]
+        );
+    }
+
+    #[test]
+    fn joined_lists_keep_their_order() {
+        let joined: ControllerSelection = ["cloud-node", "-service,*"]
+            .into_iter()
+            .map(|list| list.parse().unwrap())
+            .collect();
+        assert_eq!(joined, "cloud-node,-service,*".parse().unwrap());
+        assert_eq!(
+            joined.enabled(),
+            vec![CloudNode, CloudNodeLifecycle, NodeRoute]
         );
     }
 

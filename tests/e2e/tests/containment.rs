@@ -756,3 +756,39 @@ async fn log_rate_is_shared_by_the_calls_of_a_provider_version() {
     assert_eq!(lines, 0);
     assert_eq!(drops[0]["fields"]["limits"], "rate");
 }
+
+#[tokio::test]
+async fn an_answer_over_the_result_cap_fails_the_call_and_nothing_is_kept() {
+    let limit = 4 * MIB;
+    let config = SandboxConfig {
+        max_result_bytes: limit,
+        ..SandboxConfig::default()
+    };
+    let provider = hostile(config, EgressConfig::default()).await;
+    let small = report(&provider, "answer:1000").await;
+    assert_eq!(small.as_str().map(str::len), Some(1000));
+
+    let before = resident_bytes();
+    let calls = 20;
+    for _ in 0..calls {
+        let error = provider
+            .instance_metadata(&command("answer:6000000"))
+            .await
+            .unwrap_err();
+        assert_eq!(error.outcome(), "result-too-large");
+        match sandbox_failure(error) {
+            CallFailure::ResultTooLarge { bytes, limit_bytes } => {
+                assert!(bytes > 6_000_000, "{bytes}");
+                assert_eq!(limit_bytes, limit);
+            }
+            other => panic!("expected result-too-large, got {other:?}"),
+        }
+    }
+    let grown = resident_bytes().saturating_sub(before);
+    assert!(
+        grown < 64 * MIB,
+        "{calls} answers of 6 MB grew the host by {} MiB",
+        grown / MIB
+    );
+    assert_eq!(report(&provider, "answer:10").await, "a".repeat(10));
+}

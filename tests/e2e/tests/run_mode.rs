@@ -106,6 +106,42 @@ async fn bad_flags_are_refused_naming_the_flag() {
     }
 }
 
+/// As a Helm chart's `extraArgs`, appended after the chart's own arguments, override them.
+#[tokio::test]
+async fn a_repeated_flag_overrides_the_earlier_one_and_controllers_lists_join() {
+    let bed = Testbed::start().await;
+    let port = https::free_port();
+    let mut args = flags(&bed, port); // with --controllers=cloud-node
+    args.extend(
+        [
+            "--leader-elect=true",
+            "--node-monitor-period=1s",
+            "--leader-elect=false",
+            "--controllers=service",
+            "--node-monitor-period=2s",
+        ]
+        .map(String::from),
+    );
+    let manager = Manager::spawn(&wasm_ccm_binary(), &args, port, false);
+    let health = eventually("both controllers running", WAIT, || async {
+        let (status, body) = https::get(manager.addr, "/healthz?verbose").await.ok()?;
+        (status == 200 && body.contains("service-lb-controller")).then_some(body)
+    })
+    .await;
+    assert!(health.contains("[+]cloud-node-controller ok"), "{health}");
+    assert!(health.contains("[+]service-lb-controller ok"), "{health}");
+    assert!(
+        !health.contains("leaderElection"),
+        "--leader-elect=false came last: {health}"
+    );
+    assert_eq!(holder(&bed).await, None, "no Lease without leader election");
+    bed.add_node("n1", "sim-central-1a").await;
+    eventually("n1 initialised without a leader", WAIT, || async {
+        bed.node("n1").await.filter(|n| !is_uninitialized(n))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_provider_reporting_another_name_is_refused() {
     let bed = Testbed::start().await;
