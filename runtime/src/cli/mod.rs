@@ -12,6 +12,7 @@ mod run;
 mod units;
 
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
@@ -19,7 +20,9 @@ use clap::{Args, Parser, Subcommand};
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
-use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, Limits, RateBudget};
+use wasm_ccm_host::egress::{
+    CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, RateBudget,
+};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
 
@@ -79,7 +82,7 @@ pub struct EgressFlags {
     /// Inject a credential into requests to a host: HOSTPATTERN=bearer:env:VAR,
     /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH). Repeatable.
     #[arg(long = "credential", value_name = "RULE")]
-    pub credentials: Vec<CredentialRule>,
+    pub credentials: Vec<CredentialFlag>,
 
     /// Requests per second each destination host may receive from the provider.
     #[arg(long, value_name = "RATE", default_value_t = 50.0, value_parser = positive_rate)]
@@ -107,7 +110,7 @@ impl EgressFlags {
     pub fn config(&self) -> EgressConfig {
         EgressConfig {
             allow: self.allow.clone(),
-            credentials: self.credentials.clone(),
+            credentials: self.credentials.iter().map(|c| c.rule.clone()).collect(),
             budget: RateBudget {
                 per_second: self.egress_rate,
                 burst: self.egress_burst,
@@ -120,6 +123,48 @@ impl EgressFlags {
             },
         }
     }
+
+    /// Read every credential now, so a rule naming a missing variable or file stops the
+    /// process at start instead of failing each cloud call later.
+    pub fn check_credentials(&self) -> Result<(), UnreadableSecret> {
+        self.credentials.iter().try_for_each(|credential| {
+            credential.rule.check().map_err(|problem| UnreadableSecret {
+                flag: "--credential",
+                rule: credential.text.clone(),
+                problem,
+            })
+        })
+    }
+}
+
+/// A `--credential` rule, with the text the operator wrote to quote in errors.
+#[derive(Debug, Clone)]
+pub struct CredentialFlag {
+    text: String,
+    rule: CredentialRule,
+}
+
+impl FromStr for CredentialFlag {
+    type Err = CredentialError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(CredentialFlag {
+            text: text.to_string(),
+            rule: text.parse()?,
+        })
+    }
+}
+
+/// A secret a flag names cannot be read at start.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {rule}: {problem}")]
+pub struct UnreadableSecret {
+    /// The flag, e.g. `--credential`.
+    pub flag: &'static str,
+    /// The rule as given on the command line.
+    pub rule: String,
+    /// Why it cannot be read.
+    pub problem: String,
 }
 
 fn positive_line_rate(text: &str) -> Result<f64, String> {
@@ -329,7 +374,7 @@ mod tests {
             "--credential=https://b.example.com=bearer:file:/run/b",
         ]);
         assert_eq!(flags.egress.allow.len(), 2);
-        assert_eq!(flags.egress.credentials.len(), 2);
+        assert_eq!(flags.egress.config().credentials.len(), 2);
     }
 
     /// The controllers run mode would start with `args`.
@@ -410,5 +455,49 @@ mod tests {
         };
         assert!(json);
         assert_eq!(sandbox.memory_limit, 2 << 20);
+    }
+
+    #[test]
+    fn an_unreadable_credential_names_the_flag_and_the_rule() {
+        let env = "https://api.example.com=bearer:env:WASM_CCM_UNIT_TEST_UNSET_TOKEN";
+        let file = "https://*.example.com=header:X-Token:file:/nonexistent/wasm-ccm/token";
+        let readable = format!(
+            "https://other.example.com=bearer:file:{}",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")
+        );
+        assert!(
+            run(&["--credential", &readable])
+                .egress
+                .check_credentials()
+                .is_ok()
+        );
+
+        let error = run(&["--credential", &readable, "--credential", env])
+            .egress
+            .check_credentials()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("--credential {env}: ")),
+            "{error}"
+        );
+        assert!(
+            error.contains("environment variable WASM_CCM_UNIT_TEST_UNSET_TOKEN is not set"),
+            "{error}"
+        );
+
+        let error = run(&["--credential", file])
+            .egress
+            .check_credentials()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("--credential {file}: ")),
+            "{error}"
+        );
+        assert!(
+            error.contains("cannot read /nonexistent/wasm-ccm/token"),
+            "{error}"
+        );
     }
 }

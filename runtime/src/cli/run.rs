@@ -307,6 +307,9 @@ impl RunFlags {
     /// Run until SIGINT or SIGTERM.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         let config = self.config()?;
+        // Before anything connects: an unreadable credential would otherwise show only as
+        // failed cloud calls, long after start.
+        self.egress.check_credentials()?;
         let shutdown = CancellationToken::new();
         tokio::spawn({
             let shutdown = shutdown.clone();

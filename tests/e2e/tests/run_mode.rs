@@ -106,6 +106,39 @@ async fn bad_flags_are_refused_naming_the_flag() {
     }
 }
 
+#[test]
+fn an_unreadable_credential_is_refused_before_anything_connects() {
+    for (rule, problem) in [
+        (
+            "http://127.0.0.1:8080=bearer:env:WASM_CCM_RUN_MODE_UNSET_TOKEN",
+            "environment variable WASM_CCM_RUN_MODE_UNSET_TOKEN is not set",
+        ),
+        (
+            "http://127.0.0.1:8080=header:X-Auth-Token:file:/nonexistent/wasm-ccm/token",
+            "cannot read /nonexistent/wasm-ccm/token",
+        ),
+    ] {
+        // The kubeconfig does not exist either: the credential is refused before the
+        // manager tries the cluster.
+        let args: Vec<String> = vec![
+            format!("--provider=file://{}", guest_builds::SIMCLOUD),
+            "--cloud-provider=simcloud".into(),
+            "--kubeconfig=/nonexistent/kubeconfig".into(),
+            "--allow=http://127.0.0.1:8080".into(),
+            format!("--credential={rule}"),
+        ];
+        let output = run_to_end(&args);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{rule}: {message}");
+        assert!(
+            message.contains(&format!("--credential {rule}: ")),
+            "the flag and the rule: {message}"
+        );
+        assert!(message.contains(problem), "{message}");
+        assert!(!message.contains("kubeconfig"), "{message}");
+    }
+}
+
 /// As a Helm chart's `extraArgs`, appended after the chart's own arguments, override them.
 #[tokio::test]
 async fn a_repeated_flag_overrides_the_earlier_one_and_controllers_lists_join() {
