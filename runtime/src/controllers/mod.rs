@@ -160,9 +160,17 @@ pub async fn run(
             }
         });
         context.metrics.set_running(controller, true);
+        let running = OnDrop::new({
+            let context = context.clone();
+            move || {
+                alive.store(false, Ordering::Relaxed);
+                context.metrics.set_running(controller, false);
+            }
+        });
         let context = context.clone();
         let stop = stop.clone();
         tasks.spawn(async move {
+            let _running = running;
             tracing::info!(controller = %controller, "starting");
             match controller {
                 Controller::CloudNode => cloud_node::run(context.clone(), stop).await,
@@ -170,14 +178,37 @@ pub async fn run(
                 Controller::ServiceLoadBalancer => service_lb::run(context.clone(), stop).await,
                 Controller::NodeRoute => route::run(context.clone(), stop).await,
             }
-            alive.store(false, Ordering::Relaxed);
-            context.metrics.set_running(controller, false);
             tracing::info!(controller = %controller, "stopped");
         });
     }
-    while tasks.join_next().await.is_some() {}
+    while let Some(ended) = tasks.join_next().await {
+        if let Err(error) = ended
+            && error.is_panic()
+        {
+            tracing::error!("a controller panicked; its health check fails from now on");
+        }
+    }
     for controller in controllers {
         health.remove(controller.name());
+    }
+}
+
+/// Runs a closure when dropped: a controller's task holds one that marks it stopped (in its
+/// health check and `running_managed_controllers`) however the task ends: returned,
+/// panicked or aborted.
+struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnDrop<F> {
+    fn new(on_drop: F) -> Self {
+        OnDrop(Some(on_drop))
+    }
+}
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(on_drop) = self.0.take() {
+            on_drop();
+        }
     }
 }
 
@@ -308,4 +339,24 @@ fn labels(node: &Node) -> &BTreeMap<String, String> {
 
 fn name_of(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_controller_task_that_panics_is_marked_stopped() {
+        let alive = Arc::new(AtomicBool::new(true));
+        let running = OnDrop::new({
+            let alive = alive.clone();
+            move || alive.store(false, Ordering::Relaxed)
+        });
+        let task = tokio::spawn(async move {
+            let _running = running;
+            panic!("a controller bug");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert!(!alive.load(Ordering::Relaxed));
+    }
 }
