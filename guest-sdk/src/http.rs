@@ -27,20 +27,37 @@ pub enum HttpError {
     /// The URL could not be parsed.
     InvalidUrl(String),
     /// The host refused to send the request (host not granted, address not allowed).
-    Denied { url: String },
+    Denied {
+        /// The URL the request was for.
+        url: String,
+    },
     /// The request set a header the host keeps for itself.
     ForbiddenHeader(String),
     /// The request could not be sent or the response not read.
-    Transport { url: String, error: String },
+    Transport {
+        /// The URL the request was for.
+        url: String,
+        /// What failed: the host's `wasi:http` error code or a stream error.
+        error: String,
+    },
     /// The server answered with a non-success status.
     Status {
+        /// The URL the request was for.
         url: String,
+        /// The HTTP status code, outside 2xx.
         status: u16,
+        /// The response body, decoded as UTF-8 (invalid bytes replaced).
         body: String,
+        /// The `Retry-After` header, when it gave a number of seconds.
         retry_after: Option<Duration>,
     },
     /// The response body was not the JSON expected.
-    Decode { url: String, error: String },
+    Decode {
+        /// The URL the request was for.
+        url: String,
+        /// What `serde_json` said was wrong.
+        error: String,
+    },
 }
 
 impl HttpError {
@@ -106,9 +123,14 @@ pub struct Request {
 /// A received response with its whole body.
 #[derive(Debug, Clone)]
 pub struct Response {
+    /// The URL the request was for.
     pub url: String,
+    /// The HTTP status code, whatever it is; [`Response::success`] turns non-2xx into errors.
     pub status: u16,
+    /// Header names and values in the order the host gave them; look one up with
+    /// [`Response::header`].
     pub headers: Vec<(String, String)>,
+    /// The whole body, as received.
     pub body: Vec<u8>,
 }
 

@@ -29,6 +29,7 @@ pub struct ProviderError {
     pub provider: String,
     /// The contract function.
     pub function: Function,
+    /// Whether the provider, the sandbox or the egress gate failed the call.
     pub kind: ErrorKind,
 }
 
@@ -44,7 +45,9 @@ pub enum ErrorKind {
     /// The provider failed after the egress gate refused one of its requests.
     #[error("egress denied: {}; the provider said: {message}", describe(denials))]
     EgressDenied {
+        /// The requests the gate refused during the call.
         denials: Vec<Denial>,
+        /// The `other` error the provider returned after the refusal.
         message: String,
     },
 }
@@ -107,11 +110,17 @@ impl ProviderError {
 /// Why a provider version could not be made ready.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderLoadError {
+    /// The bytes are not a provider this host can run (invalid, foreign imports, wrong
+    /// contract), or the engine failed.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// `init` failed: the provider rejected the cloud configuration, or the sandbox ended
+    /// the call.
     #[error("{origin}: init rejected the configuration: {error}")]
     Init {
+        /// Where the component came from (a path or reference).
         origin: String,
+        /// How `init` failed.
         error: ProviderError,
     },
 }

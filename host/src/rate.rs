@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 /// Requests per second and burst allowed to each destination host.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateBudget {
+    /// Sustained rate: tokens added to a bucket per second (default 50).
     pub per_second: f64,
+    /// Tokens a full bucket holds: how many may go at once after a quiet spell
+    /// (default 100; 0 counts as 1).
     pub burst: u32,
 }
 
@@ -36,6 +39,7 @@ struct Bucket {
 }
 
 impl Budgets {
+    /// Buckets for `budget`; each name starts with a full one on first use.
     pub fn new(budget: RateBudget) -> Self {
         Budgets {
             budget,

@@ -27,17 +27,28 @@ use wasm_ccm_host::rate::{Budgets, RateBudget};
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// The `--kubeconfig` file could not be read or used.
     #[error("--kubeconfig {path}: {source}")]
     Kubeconfig {
+        /// The file given to `--kubeconfig`.
         path: PathBuf,
+        /// Why kube could not read or use it.
         source: kube::config::KubeconfigError,
     },
+    /// No `--kubeconfig`, and neither `KUBECONFIG`, `~/.kube/config` nor the in-cluster
+    /// service account worked.
     #[error(
         "no --kubeconfig given and no usable default (KUBECONFIG, ~/.kube/config or the in-cluster service account): {0}"
     )]
     Infer(kube::config::InferConfigError),
+    /// The configuration was read but no client could be built from it (e.g. bad TLS data).
     #[error("building the Kubernetes client from {origin}: {source}")]
-    Client { origin: String, source: kube::Error },
+    Client {
+        /// Where the configuration came from: the `--kubeconfig` path or the inferred one.
+        origin: String,
+        /// What kube said.
+        source: kube::Error,
+    },
 }
 
 /// How the manager talks to the API server.
@@ -92,6 +103,8 @@ impl Default for ClientMetrics {
 }
 
 impl ClientMetrics {
+    /// Add `rest_client_requests_total` and `rest_client_request_duration_seconds` to
+    /// `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "rest_client_requests",

@@ -195,8 +195,14 @@ pub fn default_identity() -> String {
 /// Why leader election cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// The lease settings fail [`LeaseSettings::validate`].
     #[error("leader election on lease {lease}: {problem}")]
-    InvalidSettings { lease: String, problem: String },
+    InvalidSettings {
+        /// The lease, as `namespace/name`.
+        lease: String,
+        /// Which setting is wrong and what it must be.
+        problem: String,
+    },
 }
 
 /// `leader_election_master_status` labels, as client-go.

@@ -16,17 +16,24 @@ const RECENT_CAPACITY: usize = 1024;
 /// One request, allowed or not.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditRecord {
+    /// Name of the calling provider.
     pub provider: String,
+    /// Version of the calling provider: `sha256:` and the first 12 hex digits of its digest.
     pub version: String,
+    /// HTTP method, e.g. `GET`.
     pub method: String,
     /// `scheme://host:port`.
     pub host: String,
+    /// URL path, without the query.
     pub path: String,
     /// The response status, when a response came (a synthetic 429 for rate-limited requests).
     pub status: Option<u16>,
     /// Why the gate refused or failed the request.
     pub denied: Option<String>,
+    /// Bytes of response body the provider received.
     pub response_bytes: u64,
+    /// From the start of the request to the end of its response body, or to the refusal;
+    /// serialised in milliseconds.
     #[serde(serialize_with = "as_millis")]
     pub latency: Duration,
 }
@@ -56,6 +63,7 @@ pub struct Audit {
 }
 
 impl Audit {
+    /// An empty trail that counts its records into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Audit {
             metrics,

@@ -72,7 +72,9 @@ pub struct CredentialRule {
     "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR)"
 )]
 pub struct CredentialError {
+    /// The rule as given, e.g. to `--credential`.
     pub rule: String,
+    /// What is wrong with it.
     pub problem: String,
 }
 
@@ -137,10 +139,7 @@ impl CredentialRule {
 
     /// Check now that the secret can be read, so a bad rule fails at start-up.
     pub fn check(&self) -> Result<(), String> {
-        self.source
-            .read()
-            .map(drop)
-            .map_err(|err| format!("credential for {}: {err}", self.target))
+        self.source.read().map(drop)
     }
 
     /// The header value to send, read from the source now.

@@ -49,9 +49,13 @@ const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "
 /// What providers may reach and with which credentials; validated once at start-up.
 #[derive(Debug, Clone)]
 pub struct EgressConfig {
+    /// The hosts providers may reach (`--allow`); every other destination is denied.
     pub allow: Vec<HostPattern>,
+    /// Headers the gate adds to requests for matching hosts (`--credential`).
     pub credentials: Vec<CredentialRule>,
+    /// Requests allowed to each destination host (`--egress-rate`, `--egress-burst`).
     pub budget: RateBudget,
+    /// Timeouts and the response size cap of every request.
     pub limits: Limits,
 }
 
@@ -86,7 +90,10 @@ pub struct EgressGate {
 /// Who is calling: the provider's name and version, for audit and error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
+    /// Provider name: the file stem of its origin until `init` answers, then
+    /// `capabilities.name`.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
 }
 
@@ -95,10 +102,12 @@ pub struct Caller {
 pub struct Denial {
     /// `METHOD scheme://host:port/path`.
     pub request: String,
+    /// Why it was refused, e.g. `not in allowedHosts (granted: …)`.
     pub reason: String,
 }
 
 impl EgressGate {
+    /// The gate for `config`, with fresh rate budgets, counting into `metrics`.
     pub fn new(config: EgressConfig, metrics: Arc<Metrics>) -> Arc<Self> {
         let mut forbidden: Vec<HeaderName> = DEFAULT_FORBIDDEN_HEADERS.to_vec();
         forbidden.extend(CREDENTIAL_HEADERS.map(HeaderName::from_static));
@@ -112,14 +121,6 @@ impl EgressGate {
             credential_values: Mutex::new(vec![None; config.credentials.len()]),
             config,
         })
-    }
-
-    /// Check that every credential can be read now, so a bad rule fails at start-up.
-    pub fn check_credentials(&self) -> Result<(), String> {
-        self.config
-            .credentials
-            .iter()
-            .try_for_each(CredentialRule::check)
     }
 
     /// The audit trail.

@@ -86,7 +86,9 @@ impl fmt::Display for Destination {
     "invalid host pattern {pattern:?}: {problem} (expected e.g. https://api.example.com, https://*.example.com:8443 or http://127.0.0.1:8080)"
 )]
 pub struct PatternError {
+    /// The pattern as given, e.g. to `--allow`.
     pub pattern: String,
+    /// What is wrong with it.
     pub problem: String,
 }
 

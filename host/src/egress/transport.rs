@@ -26,9 +26,16 @@ use super::policy::{Destination, HostPattern, Scheme, internal_address_reason};
 /// Timeouts and limits of one request.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Time to resolve, connect and finish TLS (`--egress-connect-timeout`, default 5s).
     pub connect_timeout: Duration,
+    /// Time from sending the request to the first byte of the response
+    /// (`--egress-first-byte-timeout`, default 30s).
     pub first_byte_timeout: Duration,
+    /// Longest pause allowed between two chunks of the response body (default 30s; the
+    /// manager sets it to the first-byte timeout).
     pub between_bytes_timeout: Duration,
+    /// Largest response body, in bytes (`--egress-max-response`, default 8 MiB); a larger
+    /// one fails the request.
     pub max_response_bytes: u64,
 }
 

@@ -26,6 +26,7 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// Its `source` label on the compile counter: `cache` or `compile`.
     pub fn label(self) -> &'static str {
         match self {
             Origin::Cache => "cache",

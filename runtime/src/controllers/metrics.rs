@@ -18,12 +18,25 @@ struct ManagedLabels {
 /// Upstream's controller metrics (`ccm-behaviour.md` §3.3).
 #[derive(Debug, Clone)]
 pub struct ControllerMetrics {
+    /// Seconds from a node's creation to the removal of its cloud-provider taint
+    /// (`node_controller_cloud_provider_taint_removal_delay_seconds`).
     pub taint_removal_delay: Histogram,
+    /// Seconds from a node's creation to the end of its first sync
+    /// (`node_controller_initial_node_sync_delay_seconds`).
     pub initial_node_sync_delay: Histogram,
+    /// Load balancers configured because services or nodes changed
+    /// (`service_controller_loadbalancer_sync`).
     pub loadbalancer_syncs: Counter,
+    /// Load balancer updates after node changes that failed
+    /// (`service_controller_nodesync_error`).
     pub nodesync_errors: Counter,
+    /// Seconds one node sync took to update every load balancer's hosts
+    /// (`service_controller_nodesync_latency_seconds`).
     pub nodesync_latency: Histogram,
+    /// Seconds one load balancer's host update took
+    /// (`service_controller_update_loadbalancer_host_latency_seconds`).
     pub update_loadbalancer_host_latency: Histogram,
+    /// Route syncs with the provider (`route_controller_route_sync`).
     pub route_syncs: Counter,
     running: Family<ManagedLabels, Gauge>,
 }
@@ -62,6 +75,7 @@ impl ControllerMetrics {
             .set(i64::from(running));
     }
 
+    /// Add every controller metric to `registry` under upstream's name.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "node_controller_cloud_provider_taint_removal_delay_seconds",
