@@ -1,8 +1,9 @@
 //! The HTTP surface: bearer-token authentication, URL routing
 //! (`/api/v1/...`, `/apis/{group}/{version}/...`, namespaced and cluster
-//! paths, `/status`), query parameters, content negotiation (JSON and
-//! `PartialObjectMetadata`), fault injection and request counting around
-//! every API call, and the admin endpoints under `/_emulator`.
+//! paths, `/status`), query parameters, content negotiation (JSON,
+//! `PartialObjectMetadata` and `Table`), fault injection and request
+//! counting around every API call, and the admin endpoints under
+//! `/_emulator`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,10 +24,11 @@ use crate::kinds::{self, FieldValidation, Subresource};
 use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
 use crate::resources::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, FieldError, GroupKind};
+use crate::status::{ApiError, FieldError, GroupKind, GroupResource};
 use crate::store::Store;
+use crate::table::{self, RowObject};
 use crate::verbs::{self, DeleteOptions, Filter, ListQuery, Target, WriteOptions, Written};
-use crate::watch::{self as watches, Start, WatchContext, WatchRequest};
+use crate::watch::{self as watches, Presentation, Start, WatchContext, WatchRequest};
 
 /// Upstream's limit on request bodies.
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -163,13 +165,17 @@ impl Query {
     }
 }
 
-/// How a response represents objects.
+/// How a response represents objects, as `Accept` asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Output {
     Full,
     Metadata,
+    /// `meta.k8s.io` `Table`, in this version (`v1` or `v1beta1`).
+    Table(&'static str),
 }
 
+/// The first media range of `Accept` the response can be: JSON, or its
+/// `PartialObjectMetadata[List]` or `Table` form.
 fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Output::Full);
@@ -190,14 +196,23 @@ fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
         if !matches!(*kind, "application/json" | "*/*" | "application/*") {
             continue;
         }
+        let meta = params.contains(&"g=meta.k8s.io");
+        let table_version = if params.contains(&"v=v1") {
+            Some("meta.k8s.io/v1")
+        } else if params.contains(&"v=v1beta1") {
+            Some("meta.k8s.io/v1beta1")
+        } else {
+            None
+        };
         match params.iter().find(|p| p.starts_with("as=")) {
             None => return Ok(Output::Full),
-            Some(as_)
-                if *as_ == metadata_as
-                    && params.contains(&"g=meta.k8s.io")
-                    && params.contains(&"v=v1") =>
-            {
+            Some(as_) if *as_ == metadata_as && meta && params.contains(&"v=v1") => {
                 return Ok(Output::Metadata);
+            }
+            Some(&"as=Table") if meta => {
+                if let Some(version) = table_version {
+                    return Ok(Output::Table(version));
+                }
             }
             Some(_) => {}
         }
@@ -367,6 +382,16 @@ fn route(
         [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
         _ => return Err(ApiError::UnknownResource),
     };
+    if core && plural == "pods" {
+        // As if the token may not read pods, rather than 404: `kubectl
+        // describe node` lists the node's pods and treats only 403 as
+        // "not authorized"; anything else fails the whole command.
+        return Err(ApiError::Forbidden {
+            resource: GroupResource::new("", "pods"),
+            name: name.unwrap_or("").to_owned(),
+            message: "kube-emulator does not serve pods".to_owned(),
+        });
+    }
     let rt = registry
         .find(group, version, plural)
         .ok_or(ApiError::UnknownResource)?;
@@ -420,19 +445,34 @@ impl Call<'_> {
         &self.route.rt
     }
 
-    fn respond(&self, output: Output, value: Value) -> Response {
-        let body = match output {
-            Output::Full => value,
-            Output::Metadata => watches::present_metadata(value),
-        };
-        json_response(StatusCode::OK, &body, &[])
+    /// What `Accept` and, for Tables, `includeObject` ask for.
+    fn presentation(&self, list: bool) -> Result<Presentation, ApiError> {
+        Ok(match negotiate(self.headers, list)? {
+            Output::Full => Presentation::Full,
+            Output::Metadata => Presentation::Metadata,
+            Output::Table(api_version) => {
+                let value = self.query.get("includeObject");
+                let rows = RowObject::parse(value).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "includeObject: Unsupported value: {:?}: supported values: \"None\", \"Metadata\", \"Object\"",
+                        value.unwrap_or("")
+                    ))
+                })?;
+                Presentation::Table(table::Format { api_version, rows })
+            }
+        })
     }
 
     fn get(self) -> Result<Response, ApiError> {
-        let output = negotiate(self.headers, false)?;
+        let presentation = self.presentation(false)?;
         let target = self.route.target()?;
         let object = self.app.store.read(|s| verbs::get(s, &target))?;
-        Ok(self.respond(output, object))
+        let body = match presentation {
+            Presentation::Full => object,
+            Presentation::Metadata => watches::present_metadata(object),
+            Presentation::Table(format) => table::object(self.rt(), &object, format),
+        };
+        Ok(json_response(StatusCode::OK, &body, &[]))
     }
 
     fn filter(&self) -> Result<Filter, ApiError> {
@@ -552,7 +592,7 @@ impl Call<'_> {
     }
 
     fn list(self) -> Result<Response, ApiError> {
-        let output = negotiate(self.headers, true)?;
+        let presentation = self.presentation(true)?;
         self.check_list_options(false)?;
         let query = ListQuery {
             filter: self.filter()?,
@@ -573,15 +613,16 @@ impl Call<'_> {
             .app
             .store
             .read(|s| verbs::list(s, self.rt(), self.route.namespace.as_deref(), &query))?;
-        let body = match output {
-            Output::Full => list,
-            Output::Metadata => watches::present_metadata_list(list),
+        let body = match presentation {
+            Presentation::Full => list,
+            Presentation::Metadata => watches::present_metadata_list(list),
+            Presentation::Table(format) => table::list(self.rt(), &list, format),
         };
         Ok(json_response(StatusCode::OK, &body, &[]))
     }
 
     fn watch(self) -> Result<Response, ApiError> {
-        let output = negotiate(self.headers, false)?;
+        let presentation = self.presentation(false)?;
         self.check_list_options(true)?;
         let rv = self.query.get("resourceVersion").unwrap_or("");
         let current = self.app.store.resource_version();
@@ -619,7 +660,7 @@ impl Call<'_> {
                 .number("timeoutSeconds")?
                 .filter(|t| *t > 0)
                 .map(Duration::from_secs),
-            metadata_only: output == Output::Metadata,
+            presentation,
         };
         let ctx = WatchContext {
             store: self.app.store.clone(),

@@ -5,7 +5,10 @@
 //! against it as against a kube-apiserver, and it is deliberately *not*
 //! more lenient than one: what a real 1.33 server rejects, it rejects with
 //! the same code, reason and (as far as practical) message. Clients reach
-//! it only through a kubeconfig, as in production.
+//! it only through a kubeconfig, as in production: HTTPS with a certificate
+//! from a CA the emulator generates at start (in the kubeconfig as
+//! `certificate-authority-data`) and a bearer token, so kube-rs and stock
+//! kubectl both connect without disabling verification.
 //!
 //! It is both a library ([`Emulator::start`] runs it in-process; [`Store`],
 //! [`Faults`] and [`Emulator::requests`] let a test look inside and break
@@ -45,6 +48,11 @@
 //! `/livez` and `/readyz` are served; `/openapi/*` answers 404. Every API
 //! request needs the kubeconfig's bearer token (401 otherwise).
 //!
+//! Responses are JSON, `PartialObjectMetadata` or, for get, list and watch,
+//! the `Table` that `kubectl get` asks for, with upstream's columns for the
+//! built-in kinds (so `get nodes`, `get services -A`, `get lease`, `get
+//! events -A` print as against a real cluster, `-o wide` included).
+//!
 //! Semantics, as upstream: one global resourceVersion bumped per write,
 //! no-op writes not written; `uid`/`creationTimestamp`; `generation` for
 //! CRDs and custom resources only (core kinds have none upstream); create
@@ -77,7 +85,8 @@
 //!
 //! # Layout
 //!
-//! In request order: `api` (HTTP routing, negotiation, faults around each
+//! In request order: `tls` (the generated CA, the serving certificate and
+//! TLS termination) → `api` (HTTP routing, negotiation, faults around each
 //! call) → `discovery` (discovery documents) or `verbs` (what each verb
 //! does) → `kinds` (per-kind defaulting, validation and strategies, with
 //! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
@@ -92,11 +101,16 @@
 //!
 //! # Known differences from a real kube-apiserver
 //!
-//! - Only the resources above exist; pods, endpoints and everything else
-//!   are 404. JSON only: protobuf, YAML and Table output answer 406, YAML
-//!   bodies 415.
+//! - Only the resources above exist: endpoints and everything else are
+//!   404, and pods 403 (so `kubectl describe node` prints `Pods: not
+//!   authorized` where it would fail on a 404). Protobuf and YAML answer
+//!   406, YAML bodies 415. Tables of custom resources have only Name and
+//!   Age (no `additionalPrinterColumns`). Without `/openapi`, `kubectl
+//!   create`/`apply` need `--validate=false`.
 //! - kube-rs retries 429, 503 and 504 by default, so injected failures with
 //!   those codes may be invisible to a kube-rs client; use 500 to see them.
+//! - The CA and serving certificate are new at every start, so a
+//!   kubeconfig is good for one run; client certificates are not accepted.
 //! - No authorization (any valid token may do anything), admission, API
 //!   priority and fairness, audit, `managedFields`, or garbage collector
 //!   (`propagationPolicy` is validated but owner references are never
@@ -135,11 +149,13 @@ mod schema;
 mod selectors;
 mod status;
 mod store;
+mod table;
+mod tls;
 mod validation;
 mod verbs;
 mod watch;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,6 +167,7 @@ use tokio::task::JoinHandle;
 
 pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
 pub use store::Store;
+pub use tls::TlsError;
 
 /// How long [`Emulator::shutdown`] waits for open requests to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -188,6 +205,8 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("kube-emulator: cannot set up HTTPS: {0}")]
+    Tls(#[from] TlsError),
     #[error("kube-emulator: seeding {what} failed: {message}")]
     Seed { what: &'static str, message: String },
 }
@@ -198,6 +217,7 @@ pub enum StartError {
 pub struct Emulator {
     addr: SocketAddr,
     token: String,
+    ca_pem: String,
     store: Store,
     faults: Faults,
     requests: faults::Requests,
@@ -206,8 +226,9 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// Binds `listen` (port 0 picks a free one), seeds the built-in
-    /// namespaces and serves in a background task.
+    /// Binds `listen` (port 0 picks a free one), generates a CA and a
+    /// serving certificate, seeds the built-in namespaces and serves HTTPS
+    /// in a background task.
     pub async fn start(
         listen: SocketAddr,
         options: EmulatorOptions,
@@ -224,6 +245,13 @@ impl Emulator {
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: listen,
             source,
+        })?;
+        let certificates = tls::generate(addr.ip())?;
+        let listener = tls::TlsListener::new(listener, certificates.server).map_err(|source| {
+            StartError::Bind {
+                addr: listen,
+                source,
+            }
         })?;
         let store = Store::new(options.history);
         seed(&store)?;
@@ -253,6 +281,7 @@ impl Emulator {
         Ok(Emulator {
             addr,
             token: options.token,
+            ca_pem: certificates.ca_pem,
             store,
             faults,
             requests,
@@ -266,14 +295,30 @@ impl Emulator {
         self.addr
     }
 
-    /// The server URL, e.g. `http://127.0.0.1:41234`.
+    /// The server URL, e.g. `https://127.0.0.1:41234`. When listening on
+    /// every address, the loopback one: the certificate names loopback, not
+    /// `0.0.0.0`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("https://{addr}")
+    }
+
+    /// The PEM certificate of the CA that signed the serving certificate,
+    /// for clients that do not read the kubeconfig (reqwest's
+    /// `Certificate::from_pem`, curl's `--cacert`).
+    pub fn ca_certificate_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     /// The kubeconfig (YAML) that reaches this emulator.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig::render(&self.url(), &self.token)
+        kubeconfig::render(&self.url(), &self.ca_pem, &self.token)
     }
 
     /// The kubeconfig that reaches this emulator, as kube-rs reads it.

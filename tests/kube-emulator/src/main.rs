@@ -1,7 +1,8 @@
 //! The `kube-emulator` binary: parses flags, starts the emulator, writes
-//! the kubeconfig, prints `kube-emulator listening on http://ADDR` on
-//! stdout once ready, and runs until Ctrl-C or SIGTERM. Logs go to stderr
-//! (`RUST_LOG` adjusts the level).
+//! the kubeconfig (server URL, the emulator's CA and the token), prints
+//! `kube-emulator listening on https://ADDR` on stdout once ready, and runs
+//! until Ctrl-C or SIGTERM. Logs go to stderr (`RUST_LOG` adjusts the
+//! level).
 
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
@@ -20,7 +21,8 @@ struct Args {
     /// Address to listen on, e.g. 127.0.0.1:6443 (port 0 picks a free one).
     #[arg(long, env = "KUBE_EMULATOR_LISTEN")]
     listen: SocketAddr,
-    /// Where to write the kubeconfig that reaches the emulator.
+    /// Where to write the kubeconfig that reaches the emulator (kubectl
+    /// --kubeconfig PATH works with it).
     #[arg(long, env = "KUBE_EMULATOR_KUBECONFIG_OUT")]
     kubeconfig_out: PathBuf,
     /// Bearer token clients must present.

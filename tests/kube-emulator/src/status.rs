@@ -287,7 +287,7 @@ pub enum ApiError {
     /// patch `test` operation.
     #[error("{0}")]
     Unprocessable(String),
-    #[error("{resource} {name:?} is forbidden: {message}")]
+    #[error("{}", forbidden_message(resource, name, message))]
     Forbidden {
         resource: GroupResource,
         name: String,
@@ -312,6 +312,15 @@ pub enum ApiError {
     /// A failure injected by a test through the fault controls.
     #[error("{message}")]
     Injected { code: u16, message: String },
+}
+
+/// `NewForbidden`: a collection (empty name) is forbidden unquoted.
+fn forbidden_message(resource: &GroupResource, name: &str, message: &str) -> String {
+    if name.is_empty() {
+        format!("{resource} is forbidden: {message}")
+    } else {
+        format!("{resource} {name:?} is forbidden: {message}")
+    }
 }
 
 fn invalid_message(kind: &GroupKind, name: &str, causes: &[FieldError]) -> String {

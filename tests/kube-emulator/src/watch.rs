@@ -20,6 +20,7 @@ use crate::meta;
 use crate::resources::ResourceType;
 use crate::status::ApiError;
 use crate::store::{ChangeKind, Compacted, State, Store};
+use crate::table;
 use crate::verbs::Filter;
 
 /// Where a watch starts.
@@ -44,7 +45,17 @@ pub struct WatchRequest {
     pub start: Start,
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
-    pub metadata_only: bool,
+    pub presentation: Presentation,
+}
+
+/// How event objects are presented (the negotiated `Accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presentation {
+    Full,
+    /// `PartialObjectMetadata`.
+    Metadata,
+    /// A one-row `Table` per event, as `kubectl get --watch` asks for.
+    Table(table::Format),
 }
 
 /// What a watch needs from the server.
@@ -69,12 +80,12 @@ pub fn serve(ctx: WatchContext, req: WatchRequest) -> Body {
 }
 
 /// Converts a stored object for the watch's endpoint and Accept type.
-pub fn present(rt: &ResourceType, stored: &Value, metadata_only: bool) -> Value {
+pub fn present(rt: &ResourceType, stored: &Value, presentation: Presentation) -> Value {
     let view = kinds::to_view(rt, stored);
-    if metadata_only {
-        present_metadata(view)
-    } else {
-        view
+    match presentation {
+        Presentation::Full => view,
+        Presentation::Metadata => present_metadata(view),
+        Presentation::Table(format) => table::object(rt, &view, format),
     }
 }
 
@@ -118,7 +129,7 @@ fn gone(rv: u64, compacted: Compacted) -> Bytes {
 }
 
 fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
-    let (kind, api_version) = if req.metadata_only {
+    let (kind, api_version) = if req.presentation == Presentation::Metadata {
         (
             "PartialObjectMetadata".to_owned(),
             "meta.k8s.io/v1".to_owned(),
@@ -200,7 +211,7 @@ fn catch_up(
             (false, false) => None,
         };
         if let Some((kind, object)) = event {
-            events.push(line(kind, present(&req.rt, &object, req.metadata_only)));
+            events.push(line(kind, present(&req.rt, &object, req.presentation)));
         }
     }
     Ok((events, state.resource_version()))
@@ -297,7 +308,7 @@ async fn stream(
     };
     let initial = initial
         .iter()
-        .map(|o| line("ADDED", present(&req.rt, o, req.metadata_only)))
+        .map(|o| line("ADDED", present(&req.rt, o, req.presentation)))
         .collect();
     if let Err(end) = sink.send_all(initial).await {
         return end;

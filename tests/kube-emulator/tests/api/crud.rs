@@ -8,7 +8,7 @@ use kube::api::{
 };
 use serde_json::json;
 
-use crate::harness::{self, create_node, start, status};
+use crate::harness::{self, create_node, http_client, start, status};
 
 #[tokio::test]
 async fn nodes_are_created_read_listed_and_updated_with_optimistic_concurrency() {
@@ -492,7 +492,7 @@ async fn lists_paginate_and_read_exact_past_versions() {
     );
     assert_eq!((err.code, err.reason.as_str()), (410, "Expired"));
     // kube-rs retries 504s, so ask directly: a future resourceVersion.
-    let future = reqwest::Client::new()
+    let future = http_client(&cluster.emulator)
         .get(format!(
             "{}/api/v1/namespaces/default/configmaps?resourceVersion=999999",
             cluster.emulator.url()
@@ -512,7 +512,7 @@ async fn lists_paginate_and_read_exact_past_versions() {
 #[tokio::test]
 async fn unknown_fields_warn_by_default_and_fail_strictly() {
     let cluster = start().await;
-    let http = reqwest::Client::new();
+    let http = http_client(&cluster.emulator);
     let url = format!(
         "{}/api/v1/namespaces/default/configmaps",
         cluster.emulator.url()

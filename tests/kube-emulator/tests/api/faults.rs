@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube_emulator::FailRule;
 use serde_json::json;
 
-use crate::harness::{create_node, start, status};
+use crate::harness::{create_node, http_client, start, status};
 
 #[tokio::test]
 async fn injected_failures_latency_and_conflicts_hit_the_next_requests() {
@@ -63,7 +63,7 @@ async fn injected_failures_latency_and_conflicts_hit_the_next_requests() {
 async fn the_admin_endpoint_drives_faults_and_reports_requests() {
     let cluster = start().await;
     create_node(&cluster.client, "n1").await;
-    let http = reqwest::Client::new();
+    let http = http_client(&cluster.emulator);
     let url = cluster.emulator.url();
     let state: serde_json::Value = http
         .post(format!("{url}/_emulator/faults"))

@@ -1,5 +1,6 @@
 //! Starting an emulator and a kube-rs client for it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
@@ -37,6 +38,83 @@ pub async fn client_for(emulator: &Emulator) -> Client {
             .await
             .expect("kubeconfig is usable");
     Client::try_from(config).expect("client builds")
+}
+
+/// An HTTP client for requests a kube-rs client would not make as-is
+/// (no token, odd parameters, the admin endpoints). It trusts only the
+/// emulator's CA, as the kubeconfig does.
+pub fn http_client(emulator: &Emulator) -> reqwest::Client {
+    http_client_trusting(emulator.ca_certificate_pem())
+}
+
+/// An HTTP client that trusts only the CA certificate `ca_pem`.
+pub fn http_client_trusting(ca_pem: &str) -> reqwest::Client {
+    // reqwest is built without a bundled crypto provider; ring is the one
+    // the rest of the workspace uses. Already installed is fine.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("a PEM certificate");
+    reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .build()
+        .expect("HTTP client builds")
+}
+
+/// The `kube-emulator` binary, listening on a free loopback port, with its
+/// kubeconfig written to `kubeconfig`; killed when dropped.
+pub struct Binary {
+    pub child: tokio::process::Child,
+    /// The URL it announced.
+    pub url: String,
+}
+
+pub async fn spawn_binary(kubeconfig: &Path) -> Binary {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
+        .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kube-emulator starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let line = within(10, tokio::io::BufReader::new(stdout).lines().next_line())
+        .await
+        .expect("stdout readable")
+        .expect("kube-emulator announces itself");
+    let url = line
+        .strip_prefix("kube-emulator listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    Binary { child, url }
+}
+
+/// Runs the real kubectl (`$KUBECTL`, else `kubectl` on the PATH) with
+/// `args` and returns what it printed; panics with its stderr if it fails.
+/// Its discovery cache goes to `cache_dir`, not `~/.kube/cache`.
+pub async fn kubectl(cache_dir: &Path, args: &[&str]) -> String {
+    let program = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
+    let output = tokio::process::Command::new(&program)
+        .args(args)
+        .env("KUBECACHEDIR", cache_dir)
+        .output()
+        .await
+        .unwrap_or_else(|err| {
+            panic!(
+                "cannot run kubectl ({}): {err}; these tests check the kubeconfig with the real \
+                 kubectl: install it (Debian package `kubectl`) or set KUBECTL to its path",
+                program.to_string_lossy()
+            )
+        });
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {} failed ({}):\n{}{stdout}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 /// The Status of a failed call.

@@ -1,5 +1,6 @@
-//! End-to-end tests of the emulator over real HTTP, through a kube-rs
-//! client built from the emulator's kubeconfig, as the manager uses it.
+//! End-to-end tests of the emulator over real HTTPS, through a kube-rs
+//! client built from the emulator's kubeconfig, as the manager uses it, and
+//! through the real kubectl with the kubeconfig the binary writes.
 
 mod harness;
 
@@ -9,8 +10,10 @@ mod custom_resources;
 mod discovery;
 mod events;
 mod faults;
+mod kubectl;
 mod leases;
 mod patches;
 mod selectors;
+mod tables;
 mod validation;
 mod watches;
