@@ -6,7 +6,9 @@
 //! LoadBalancer Services, then shows what the manager did: nodes initialised from the cloud,
 //! services with load-balancer IPs, and the egress audit of the provider.
 //!
-//! Runs until Ctrl-C, or `--exit-after SECONDS`.
+//! Runs until Ctrl-C, or `--exit-after SECONDS`. Meanwhile the `kubectl` commands it prints
+//! work: the emulator serves HTTPS with a CA of its own, written into the kubeconfig with the
+//! bearer token (kubectl sends a token only over HTTPS).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -71,7 +73,10 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
     println!("wasm-ccm demo");
     println!("=============\n");
     let bed = Testbed::start().await;
-    println!("  Kubernetes API emulator  {}", bed.emulator.url());
+    println!(
+        "  Kubernetes API emulator  {}  (HTTPS, its CA in the kubeconfig)",
+        bed.emulator.url()
+    );
     println!(
         "  cloud simulator          {}  (bearer token held by the host only)",
         bed.cloud.sim.url()
@@ -218,6 +223,12 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         bed.cloud.sim.state().requests().len()
     );
 
+    let kubeconfig = bed.kubeconfig();
+    println!("\nkubectl works against the cluster while the demo runs:");
+    for command in ["get nodes -o wide", "get services -A"] {
+        println!("  kubectl --kubeconfig {} {command}", kubeconfig.display());
+    }
+
     match exit_after {
         Some(limit) => {
             let left = limit.saturating_sub(started.elapsed());
@@ -228,9 +239,7 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             }
         }
         None => {
-            println!(
-                "\nThe manager keeps running; try the kubeconfig above with kubectl. Ctrl-C to stop."
-            );
+            println!("\nThe manager keeps running. Ctrl-C to stop.");
             let _ = tokio::signal::ctrl_c().await;
         }
     }
