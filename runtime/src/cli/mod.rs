@@ -210,6 +210,11 @@ pub struct SandboxFlags {
     #[arg(long, value_name = "DIR")]
     pub compile_cache_dir: Option<PathBuf>,
 
+    /// Most bytes one provider call's answer may make the host hold (routes, labels,
+    /// messages); a larger answer fails the call (e.g. 8Mi).
+    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
+    pub max_result_size: u64,
+
     /// Most bytes one provider version may keep in its cache: keys, values and 256 bytes
     /// per entry (e.g. 16Mi). When full, expired entries go first, then the soonest to
     /// expire; keys over 1 KiB, values over 1 MiB and entries larger than the whole cache
@@ -244,6 +249,7 @@ impl SandboxFlags {
             pooling: self.pooling_allocator,
             max_concurrent_calls: self.max_concurrent_calls,
             cache_dir: self.compile_cache_dir.clone(),
+            max_result_bytes: self.max_result_size,
             provider_cache: CacheLimits {
                 max_bytes: usize::try_from(self.provider_cache_size).unwrap_or(usize::MAX),
                 ..CacheLimits::default()

@@ -79,10 +79,9 @@ impl ProviderCommand {
                     ),
                     None => None,
                 };
+                egress.check_credentials()?;
                 let metrics = Arc::new(Metrics::default());
                 let gate = EgressGate::new(egress.config(), metrics.clone());
-                gate.check_credentials()
-                    .map_err(|e| anyhow::anyhow!("--credential: {e}"))?;
                 let source = ProviderSource {
                     wasm: read_component(&file)?,
                     origin: file.display().to_string(),
