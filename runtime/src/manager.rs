@@ -23,12 +23,12 @@ use crate::controllers::{
     self, Context, Controller, ControllerMetrics, ControllerSelection, ControllerSettings,
     Informer, QueueMetrics,
 };
-use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use crate::leader::{LeaderElector, LeaseSettings};
+use crate::serving::{self, HealthChecks, Probe, ServingConfig};
+use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
-use crate::serving::{self, HealthChecks, Probe, ServingConfig};
 
 /// Where the provider comes from and what it is told.
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use wasm_ccm::cluster::ClusterSettings;
 use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
-use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm::serving::{ServingConfig, TlsSource};
+use wasm_ccm_host::sandbox::SandboxConfig;
 
 use crate::{Cloud, loopback};
 
