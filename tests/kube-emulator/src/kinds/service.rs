@@ -432,11 +432,13 @@ pub fn validate_update(sub: Subresource, new: &Value, old: &Value) -> Vec<FieldE
                 let ips = meta::string_list(new.pointer("/spec/clusterIPs"));
                 errs.push(FieldError::invalid(
                     "spec.clusterIPs[0]",
-                    BadValue::Raw(
-                        format!("{ips:?}")
-                            .replacen('[', "[]string{", 1)
-                            .replacen(']', "}", 1),
-                    ),
+                    BadValue::Raw(format!(
+                        "[]string{{{}}}",
+                        ips.iter()
+                            .map(|ip| crate::status::quote(ip))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
                     "may not change once set",
                 ));
             }
