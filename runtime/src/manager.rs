@@ -60,15 +60,22 @@ pub struct ManagerConfig {
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
-    #[error("--provider {path}: {source}")]
+    /// The provider component cannot be read. (The I/O error is part of the message, not
+    /// a `source`, so `{:#}` does not print it twice.)
+    #[error("--provider {path}: {error}")]
     ProviderFile {
+        /// `file://PATH` as given.
         path: String,
-        source: std::io::Error,
+        /// Why it cannot be read.
+        error: std::io::Error,
     },
-    #[error("--cloud-config {path}: {source}")]
+    /// The cloud configuration file cannot be read.
+    #[error("--cloud-config {path}: {error}")]
     CloudConfig {
+        /// The path as given.
         path: String,
-        source: std::io::Error,
+        /// Why it cannot be read.
+        error: std::io::Error,
     },
     #[error(transparent)]
     Load(#[from] wasm_ccm_host::provider::ProviderLoadError),
@@ -192,9 +199,9 @@ async fn load_provider(
     let wasm =
         tokio::fs::read(&settings.path)
             .await
-            .map_err(|source| ManagerError::ProviderFile {
+            .map_err(|error| ManagerError::ProviderFile {
                 path: shown.clone(),
-                source,
+                error,
             })?;
     let cloud_config = match &settings.cloud_config {
         None => None,
@@ -202,9 +209,9 @@ async fn load_provider(
             Some(
                 tokio::fs::read(path)
                     .await
-                    .map_err(|source| ManagerError::CloudConfig {
+                    .map_err(|error| ManagerError::CloudConfig {
                         path: path.display().to_string(),
-                        source,
+                        error,
                     })?,
             )
         }
