@@ -28,12 +28,13 @@ use wasm_ccm_host::rate::{Budgets, RateBudget};
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The `--kubeconfig` file could not be read or used.
-    #[error("--kubeconfig {path}: {source}")]
+    #[error("--kubeconfig {path}: {error}")]
     Kubeconfig {
         /// The file given to `--kubeconfig`.
         path: PathBuf,
-        /// Why kube could not read or use it.
-        source: kube::config::KubeconfigError,
+        /// Why kube could not read or use it; its message includes its causes, so it is
+        /// not a `source` (the causes would be printed twice).
+        error: kube::config::KubeconfigError,
     },
     /// No `--kubeconfig`, and neither `KUBECONFIG`, `~/.kube/config` nor the in-cluster
     /// service account worked.
@@ -42,12 +43,12 @@ pub enum ClusterError {
     )]
     Infer(kube::config::InferConfigError),
     /// The configuration was read but no client could be built from it (e.g. bad TLS data).
-    #[error("building the Kubernetes client from {origin}: {source}")]
+    #[error("building the Kubernetes client from {origin}: {error}")]
     Client {
         /// Where the configuration came from: the `--kubeconfig` path or the inferred one.
         origin: String,
-        /// What kube said.
-        source: kube::Error,
+        /// What kube said (not a `source`, as above).
+        error: kube::Error,
     },
 }
 
@@ -141,9 +142,9 @@ pub async fn connect(
         .authority()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let builder = ClientBuilder::try_from(config).map_err(|source| ClusterError::Client {
+    let builder = ClientBuilder::try_from(config).map_err(|error| ClusterError::Client {
         origin: origin.clone(),
-        source,
+        error,
     })?;
     let layer = ThrottleLayer {
         budgets: Arc::new(Budgets::new(RateBudget {
@@ -157,9 +158,9 @@ pub async fn connect(
 }
 
 async fn load_kubeconfig(path: &Path) -> Result<kube::Config, ClusterError> {
-    let error = |source| ClusterError::Kubeconfig {
+    let error = |error| ClusterError::Kubeconfig {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let kubeconfig = Kubeconfig::read_from(path).map_err(error)?;
     kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

@@ -103,6 +103,11 @@ async fn bad_flags_are_refused_naming_the_flag() {
             "{args:?}: expected {expected:?} in {message}"
         );
         assert!(!message.contains("panicked"), "{message}");
+        assert_eq!(
+            message.matches("os error").count(),
+            message.contains("os error") as usize,
+            "{args:?}: the I/O error is told once: {message}"
+        );
     }
 }
 
