@@ -11,41 +11,58 @@ use prometheus_client::registry::Registry;
 /// Which provider version did something.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
+    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
 }
 
 /// One egress request's destination and outcome (`2xx`, `4xx`, `5xx`, `denied`, `rate-limited`, `error`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EgressLabels {
+    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
+    /// Destination as `scheme://host:port`.
     pub host: String,
+    /// `2xx`, `4xx`, `5xx`, `denied`, `rate-limited` or `error`.
     pub outcome: String,
 }
 
 /// One egress destination.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EgressHostLabels {
+    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
+    /// Destination as `scheme://host:port`.
     pub host: String,
 }
 
 /// One provider call and its outcome (`ok`, a contract error kind, or a sandbox failure).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
+    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
+    /// Contract function as named in the WIT, e.g. `instance-metadata`.
     pub function: String,
+    /// `ok`, a cloud error (`not-found`, `retry-after`, `error`...), a sandbox failure
+    /// (`trap`, `deadline`, `memory`...) or `egress-denied`: `ProviderError::outcome`.
     pub outcome: String,
 }
 
 /// One provider function.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FunctionLabels {
+    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
+    /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,
+    /// Contract function as named in the WIT, e.g. `instance-metadata`.
     pub function: String,
 }
 
@@ -64,6 +81,7 @@ pub struct LimitLabels {
 /// Where precompiled code came from: `cache` or `compile`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CompileLabels {
+    /// `cache` (loaded from `--compile-cache-dir`) or `compile`.
     pub source: String,
 }
 
@@ -77,8 +95,13 @@ fn latency_histogram() -> Histogram {
 /// Every metric of providers, sandbox and egress.
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    /// `wasm_ccm_provider_calls_total`: calls by function and outcome.
     pub provider_calls: Family<CallLabels, Counter>,
+    /// `wasm_ccm_provider_call_duration_seconds`: call latency, waiting for a slot and
+    /// instantiation included (buckets 100 µs to ~50 s).
     pub provider_call_duration: HistogramFamily<FunctionLabels>,
+    /// `wasm_ccm_sandbox_compiles_total`: components made ready, by where their machine
+    /// code came from.
     pub compiles: Family<CompileLabels, Counter>,
     /// Bytes each provider version's cache holds (keys, values, per-entry overhead).
     pub provider_cache_bytes: Family<ProviderLabels, Gauge>,
@@ -88,8 +111,12 @@ pub struct Metrics {
     pub provider_cache_refused: Family<LimitLabels, Counter>,
     /// Provider log lines dropped by the log budgets.
     pub provider_log_lines_dropped: Family<LimitLabels, Counter>,
+    /// `wasm_ccm_egress_requests_total`: provider HTTP requests, by destination and outcome.
     pub egress_requests: Family<EgressLabels, Counter>,
+    /// `wasm_ccm_egress_response_bytes_total`: response body bytes providers received.
     pub egress_response_bytes: Family<EgressHostLabels, Counter>,
+    /// `wasm_ccm_egress_request_duration_seconds`: request to end of response body
+    /// (buckets 100 µs to ~50 s).
     pub egress_request_duration: HistogramFamily<EgressHostLabels>,
 }
 

@@ -46,14 +46,24 @@ pub struct ProviderSettings {
 /// Everything run mode needs, validated.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
+    /// The component to load and the name it must report (`--provider`, `--cloud-provider`,
+    /// `--cloud-config`, `--allow-untagged-cloud`).
     pub provider: ProviderSettings,
+    /// The hosts the provider may reach and the credentials injected (`--allow`,
+    /// `--credential`, `--egress-*`).
     pub egress: EgressConfig,
+    /// Limits of every provider call (`--memory-limit`, `--timeout`, `--provider-cache-size`...).
     pub sandbox: SandboxConfig,
+    /// How to reach the API server (`--kubeconfig`, `--kube-api-qps`, `--kube-api-burst`).
     pub cluster: ClusterSettings,
+    /// `--controllers`; of those, only the ones the provider supports start.
     pub controllers: ControllerSelection,
+    /// Cluster name and CIDRs, periods and concurrency of the controllers.
     pub settings: ControllerSettings,
     /// `None` with `--leader-elect=false`.
     pub leader_election: Option<LeaseSettings>,
+    /// Where `/healthz`, `/readyz`, `/livez` and `/metrics` are served (`--bind-address`,
+    /// `--secure-port`, `--tls-*`).
     pub serving: ServingConfig,
 }
 
@@ -77,28 +87,42 @@ pub enum ManagerError {
         /// Why it cannot be read.
         error: std::io::Error,
     },
+    /// The component cannot run as a provider, or its `init` failed.
     #[error(transparent)]
     Load(#[from] wasm_ccm_host::provider::ProviderLoadError),
+    /// The provider's `init` reports a name other than `--cloud-provider`.
     #[error(
         "--cloud-provider {wanted}: the provider at {path} reports its name as {actual:?}; pass --cloud-provider={actual} if this is the provider you meant"
     )]
     WrongProvider {
+        /// `--cloud-provider`.
         wanted: String,
+        /// `capabilities.name` from the provider's `init`.
         actual: String,
+        /// `--provider`, as `file://PATH`.
         path: String,
     },
+    /// The provider has no cluster ID and `--allow-untagged-cloud` is not set.
     #[error(
         "provider {provider} reports no cluster ID (has-cluster-id = false); pass --allow-untagged-cloud to run anyway"
     )]
-    Untagged { provider: String },
+    Untagged {
+        /// The provider as `name@sha256:<12 hex>`.
+        provider: String,
+    },
+    /// A selected controller cannot run with these flags.
     #[error(transparent)]
     Start(#[from] controllers::StartError),
+    /// The Kubernetes client cannot be built.
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterError),
+    /// The health and metrics endpoints cannot be served.
     #[error(transparent)]
     Serving(#[from] serving::ServingError),
+    /// Leader election cannot run.
     #[error(transparent)]
     Leader(#[from] crate::leader::LeaderError),
+    /// The wasm engine cannot be set up.
     #[error(transparent)]
     Sandbox(#[from] wasm_ccm_host::sandbox::LoadError),
 }

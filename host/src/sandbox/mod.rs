@@ -105,43 +105,85 @@ impl Default for SandboxConfig {
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The engine or linker could not be built, or the compile task died.
     #[error("cannot set up the wasm engine: {0}")]
     Engine(String),
+    /// The bytes do not compile as a component.
     #[error("{origin} is not a valid WebAssembly component: {detail}")]
-    Invalid { origin: String, detail: String },
+    Invalid {
+        /// The path or reference the component was loaded from.
+        origin: String,
+        /// wasmtime's reason.
+        detail: String,
+    },
     #[error(
         "{origin} imports `{import}`, which this host does not offer (a provider may import the wasm-ccm:provider/host interface, wasi:http/outgoing-handler and the WASI 0.2 CLI interfaces): {detail}"
     )]
+    /// Linking failed: the component imports something outside the host's interfaces.
     UnsatisfiedImport {
+        /// The path or reference the component was loaded from.
         origin: String,
+        /// The import wasmtime named, or `an unknown import` if its message names none.
         import: String,
+        /// wasmtime's whole message.
         detail: String,
     },
+    /// A contract export is missing or has the wrong type.
     #[error("{origin} does not implement the wasm-ccm:provider@{version} contract: {detail}", version = c::CONTRACT_VERSION)]
-    NotAProvider { origin: String, detail: String },
+    NotAProvider {
+        /// The path or reference the component was loaded from.
+        origin: String,
+        /// The first export found missing or mistyped.
+        detail: String,
+    },
 }
 
 /// Why a call did not produce an answer from the provider.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallFailure {
+    /// The guest trapped (a Rust panic, an `unreachable`, a failed host call...).
     #[error("the provider trapped: {message}")]
-    Trap { message: String },
+    Trap {
+        /// The trap reason, plus up to the last three lines the guest wrote to stderr.
+        message: String,
+    },
+    /// The call outlived `--timeout`, in guest code or waiting on the host.
     #[error("the provider exceeded its {limit_ms} ms deadline")]
-    Deadline { limit_ms: u64 },
+    Deadline {
+        /// `--timeout`, in milliseconds.
+        limit_ms: u64,
+    },
+    /// The guest tried to grow its linear memories past `--memory-limit`.
     #[error("the provider exceeded its memory limit of {limit_bytes} bytes")]
-    MemoryLimit { limit_bytes: u64 },
+    MemoryLimit {
+        /// `--memory-limit`, in bytes.
+        limit_bytes: u64,
+    },
+    /// The instance could not be created, or the sandbox is shutting down.
     #[error("the provider could not be instantiated: {message}")]
-    Instantiate { message: String },
+    Instantiate {
+        /// wasmtime's reason, or that the sandbox is shutting down.
+        message: String,
+    },
+    /// The answer would make the host hold more than `--max-result-size`.
     #[error(
         "the provider returned {bytes} bytes, more than the {limit_bytes} bytes a call may return"
     )]
-    ResultTooLarge { bytes: u64, limit_bytes: u64 },
+    ResultTooLarge {
+        /// Bytes the answer (or its error message) holds on the host.
+        bytes: u64,
+        /// `--max-result-size`, in bytes.
+        limit_bytes: u64,
+    },
 }
 
 /// What a call produced: the provider's answer and the requests the egress gate refused.
 #[derive(Debug)]
 pub struct Finished<T> {
+    /// The provider's answer: its result or the cloud error it reported.
     pub value: T,
+    /// Requests the egress gate refused during the call, oldest first; they turn a cloud
+    /// error `other` into an egress denial.
     pub denials: Vec<Denial>,
 }
 
@@ -289,10 +331,15 @@ impl Sandbox {
 /// What `inspect` found in a component.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Inspection {
+    /// `sha256:<hex>` of the component's bytes.
     pub digest: String,
+    /// Size of the component, in bytes.
     pub size: usize,
+    /// The `wasm-ccm:provider` version its exports name (e.g. `0.1.0`); `None` if none do.
     pub contract_version: Option<String>,
+    /// Each import as `instance NAME`, `func NAME`, `resource NAME` or `item NAME`.
     pub imports: Vec<String>,
+    /// Each export, written as the imports are.
     pub exports: Vec<String>,
     /// Why the component does not satisfy the host contract, if it does not.
     pub problem: Option<String>,
@@ -382,9 +429,14 @@ impl Image {
 /// What calls of one provider version share: who it is (for logs and audit), its egress
 /// gate, its cache and its cloud configuration.
 pub struct GuestEnv {
+    /// Provider name and version, tagging its logs, metrics and egress audit records.
     pub caller: Arc<Caller>,
+    /// The gate every `wasi:http` request goes through.
     pub egress: Arc<EgressGate>,
+    /// The version's cache, kept across calls (`--provider-cache-size`).
     pub cache: ProviderCache,
+    /// The bytes of `--cloud-config` (`--config` for `provider call`), which
+    /// `host.cloud-config` returns.
     pub cloud_config: Option<Arc<[u8]>>,
     /// The node labels and annotations calls pass (`None`: all), from `init`.
     pub node_metadata: Option<c::NodeMetadataKeys>,

@@ -17,6 +17,8 @@ use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
 use wasm_ccm_host::sandbox::Inspection;
 
+/// The `provider` subcommands: each loads one component under the same sandbox and egress
+/// flags as run mode.
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
     /// Print a component's digest, size, contract version, imports and exports, and whether
@@ -27,6 +29,7 @@ pub enum ProviderCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// How the component is compiled (`--compile-cache-dir`, `--pooling-allocator`...).
         #[command(flatten)]
         sandbox: SandboxFlags,
     },
@@ -47,14 +50,18 @@ pub enum ProviderCommand {
         /// Also print the egress audit records of the call to stderr, as JSON lines.
         #[arg(long)]
         audit: bool,
+        /// What `init` and the call may reach, and with which credentials.
         #[command(flatten)]
         egress: EgressFlags,
+        /// Limits `init` and the call run under.
         #[command(flatten)]
         sandbox: SandboxFlags,
     },
 }
 
 impl ProviderCommand {
+    /// Inspect or call. Exit code 1 when the component breaks the contract or the call fails;
+    /// `Err` when the input is unusable (unreadable file, bad `--args`, missing credential).
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             ProviderCommand::Inspect {

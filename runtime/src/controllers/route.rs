@@ -35,12 +35,16 @@ pub struct Cidr {
 /// Why a CIDR or `--cluster-cidr` is not usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CidrError {
+    /// A part is not `ADDRESS/PREFIX`, or the prefix is longer than the address.
     #[error("{0:?} is not a CIDR like 10.244.0.0/16 or fd00:10:244::/56")]
     Syntax(String),
+    /// `--cluster-cidr` lists more than two CIDRs.
     #[error("at most two CIDRs (one IPv4, one IPv6) are allowed, got {0}")]
     TooMany(usize),
+    /// `--cluster-cidr` lists two CIDRs of the same family.
     #[error("two CIDRs must be dual-stack (one IPv4, one IPv6): {0} and {1}")]
     NotDualStack(String, String),
+    /// `--cluster-cidr` is empty or only commas.
     #[error("no CIDR given")]
     Empty,
 }
