@@ -18,7 +18,8 @@ use crate::contract::{
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
-    Answer, Args, CallFailure, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache, Sandbox,
+    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache,
+    Sandbox,
 };
 
 /// Why a provider call failed.
@@ -322,7 +323,7 @@ fn settle<T>(
     metrics: &Metrics,
     function: Function,
     started: Instant,
-    result: Result<Finished<Result<T, CloudError>>, CallFailure>,
+    result: Called<T>,
 ) -> Result<T, ProviderError> {
     let kind = match result {
         Ok(Finished {

@@ -214,7 +214,7 @@ pub trait Args: Send + Sync {
     }
 }
 
-impl<'x> Args for (Option<&'x [u8]>,) {
+impl Args for (Option<&[u8]>,) {
     type Lowered<'a>
         = (Option<&'a [u8]>,)
     where
@@ -224,7 +224,7 @@ impl<'x> Args for (Option<&'x [u8]>,) {
     }
 }
 
-impl<'x> Args for (&'x c::Node,) {
+impl Args for (&c::Node,) {
     type Lowered<'a>
         = (GuestNode<'a>,)
     where
@@ -234,7 +234,7 @@ impl<'x> Args for (&'x c::Node,) {
     }
 }
 
-impl<'x> Args for (&'x str,) {
+impl Args for (&str,) {
     type Lowered<'a>
         = (&'a str,)
     where

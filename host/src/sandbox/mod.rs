@@ -177,6 +177,9 @@ pub enum CallFailure {
     },
 }
 
+/// How one call ended: the provider's answer (or contract error), or a sandbox failure.
+pub type Called<T> = Result<Finished<Result<T, CloudError>>, CallFailure>;
+
 /// What a call produced: the provider's answer and the requests the egress gate refused.
 #[derive(Debug)]
 pub struct Finished<T> {
@@ -606,17 +609,11 @@ impl Guest {
         &'a self,
         function: c::Function,
         args: A,
-    ) -> Pin<
-        Box<dyn Future<Output = Result<Finished<Result<T, CloudError>>, CallFailure>> + Send + 'a>,
-    > {
+    ) -> Pin<Box<dyn Future<Output = Called<T>> + Send + 'a>> {
         Box::pin(self.run(function, args))
     }
 
-    async fn run<A: Args, T: Answer>(
-        &self,
-        function: c::Function,
-        args: A,
-    ) -> Result<Finished<Result<T, CloudError>>, CallFailure> {
+    async fn run<A: Args, T: Answer>(&self, function: c::Function, args: A) -> Called<T> {
         let sandbox = &self.image.sandbox;
         let keys = self.env.node_metadata.as_ref();
         let weight =
