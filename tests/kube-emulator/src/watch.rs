@@ -147,43 +147,46 @@ fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
     )
 }
 
-/// The initial events and the resourceVersion the watch continues after.
-fn begin(state: &State, req: &WatchRequest) -> Result<(u64, Vec<Arc<Value>>), Compacted> {
+/// The events a watch opens with and the resourceVersion it continues
+/// after. From a resourceVersion these are the changes since then, sent at
+/// once as upstream's watch cache does (not with the next write); from
+/// "now", synthetic `ADDED` events for the current objects if asked for,
+/// and the bookmark that ends them for a streaming list. `Err` as for
+/// [`catch_up`].
+fn begin(state: &State, req: &WatchRequest) -> Result<(Vec<Bytes>, u64), Option<Bytes>> {
     match req.start {
-        Start::After(rv) => {
-            state.changes_after(rv)?;
-            Ok((rv, Vec::new()))
-        }
-        Start::Now { initial_events, .. } => {
-            let objects = if initial_events {
+        Start::After(rv) => catch_up(state, req, rv),
+        Start::Now {
+            initial_events,
+            end_bookmark,
+        } => {
+            let rv = state.resource_version();
+            let mut events: Vec<Bytes> = if initial_events {
                 state
                     .list(&req.rt.storage, req.namespace.as_deref())
                     .into_iter()
                     .filter(|o| req.filter.matches(&req.rt, None, o))
+                    .map(|o| line("ADDED", present(&req.rt, &o, req.presentation)))
                     .collect()
             } else {
                 Vec::new()
             };
-            Ok((state.resource_version(), objects))
+            if end_bookmark {
+                events.push(bookmark(req, rv, true));
+            }
+            Ok((events, rv))
         }
     }
 }
 
-/// The events of changes after `cursor`, and the new cursor; `None` when
-/// the watch must end (history gone past it, or its resource removed).
+/// The events of changes after `cursor`, and the new cursor; `Err` when
+/// the watch must end, with its last events if any (history gone past the
+/// cursor: a 410 `ERROR`; its resource removed: what happened before).
 fn catch_up(
     state: &State,
     req: &WatchRequest,
     cursor: u64,
 ) -> Result<(Vec<Bytes>, u64), Option<Bytes>> {
-    if req.rt.is_custom()
-        && state
-            .registry
-            .find(&req.rt.group, &req.rt.version, &req.rt.plural)
-            .is_none()
-    {
-        return Err(None);
-    }
     let changes = state
         .changes_after(cursor)
         .map_err(|c| Some(gone(cursor, c)))?;
@@ -213,6 +216,16 @@ fn catch_up(
         if let Some((kind, object)) = event {
             events.push(line(kind, present(&req.rt, &object, req.presentation)));
         }
+    }
+    // The CRD is gone: the watch ends, but only after the events that led
+    // there (its objects' DELETED events), as upstream delivers them.
+    if req.rt.is_custom()
+        && state
+            .registry
+            .find(&req.rt.group, &req.rt.version, &req.rt.plural)
+            .is_none()
+    {
+        return Err((!events.is_empty()).then(|| Bytes::from(events.concat())));
     }
     Ok((events, state.resource_version()))
 }
@@ -291,35 +304,16 @@ async fn stream(
 ) -> End {
     let mut changes = store.subscribe();
     changes.borrow_and_update();
-    let begun = store.read(|state| begin(state, req));
-    let (mut cursor, initial) = match begun {
-        Ok(begun) => begun,
-        Err(compacted) => {
-            let rv = match req.start {
-                Start::After(rv) => rv,
-                Start::Now { .. } => 0,
-            };
-            return sink
-                .send(gone(rv, compacted))
-                .await
-                .err()
-                .unwrap_or(End::Quietly);
+    let mut cursor = match store.read(|state| begin(state, req)) {
+        Ok((initial, cursor)) => {
+            if let Err(end) = sink.send_all(initial).await {
+                return end;
+            }
+            cursor
         }
+        Err(Some(last)) => return sink.send(last).await.err().unwrap_or(End::Quietly),
+        Err(None) => return End::Quietly,
     };
-    let initial = initial
-        .iter()
-        .map(|o| line("ADDED", present(&req.rt, o, req.presentation)))
-        .collect();
-    if let Err(end) = sink.send_all(initial).await {
-        return end;
-    }
-    if let Start::Now {
-        end_bookmark: true, ..
-    } = req.start
-        && let Err(end) = sink.send(bookmark(req, cursor, true)).await
-    {
-        return end;
-    }
     let deadline = req.timeout.map(|t| Instant::now() + t);
     let mut ticker =
         tokio::time::interval_at(Instant::now() + bookmark_interval, bookmark_interval);

@@ -2,10 +2,13 @@
 //! kube-runtime watcher's relist, dropped connections, streaming lists,
 //! selector transitions and timeouts.
 
+use std::time::Duration;
+
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{
-    Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+    Api, DeleteParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
 };
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -103,6 +106,60 @@ async fn a_watch_replays_changes_after_its_resource_version_and_sends_bookmarks(
         }
         other => panic!("expected a bookmark, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_watch_from_a_listed_resource_version_replays_the_writes_since_at_once() {
+    // A real kube-apiserver sends the ADDED / MODIFIED / DELETED events
+    // since the requested resourceVersion as soon as the watch starts, not
+    // with the next write: here nothing is written after the watch opens
+    // and bookmarks are off, so only that replay can arrive.
+    let cluster = start_with(EmulatorOptions {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorOptions::default()
+    })
+    .await;
+    let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), "default");
+    create_config_map(&cluster.client, "kept").await;
+    let from = maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    create_config_map(&cluster.client, "passing").await;
+    maps.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
+    maps.delete("passing", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let mut stream = maps
+        .watch(&WatchParams::default().disable_bookmarks(), &from)
+        .await
+        .unwrap()
+        .boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(2), stream.try_next())
+            .await
+            .expect("the writes since the listed resourceVersion arrive at once")
+            .unwrap()
+            .expect("the watch stays open");
+        seen.push(match event {
+            WatchEvent::Added(cm) => format!("ADDED {}", cm.name_any()),
+            WatchEvent::Modified(cm) => format!("MODIFIED {}", cm.name_any()),
+            WatchEvent::Deleted(cm) => format!("DELETED {}", cm.name_any()),
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    assert_eq!(seen, ["ADDED passing", "MODIFIED kept", "DELETED passing"]);
 }
 
 #[tokio::test]
