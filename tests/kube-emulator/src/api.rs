@@ -18,13 +18,14 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::body::{self, Parsed};
 use crate::discovery;
 use crate::faults::{FaultCommand, Faults, Requests};
 use crate::kinds::{self, FieldValidation, Subresource};
 use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
 use crate::resources::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, FieldError, GroupKind, GroupResource};
+use crate::status::{ApiError, BadValue, FieldError, GroupKind, GroupResource, quote};
 use crate::store::Store;
 use crate::table::{self, RowObject};
 use crate::verbs::{self, DeleteOptions, Filter, ListQuery, Target, WriteOptions, Written};
@@ -32,6 +33,8 @@ use crate::watch::{self as watches, Presentation, Start, WatchContext, WatchRequ
 
 /// Upstream's limit on request bodies.
 const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Upstream's limit on `fieldManager` (`FieldManagerMaxLength`).
+const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 
 /// Everything a request handler needs.
 #[derive(Debug, Clone)]
@@ -142,6 +145,15 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Every value of a repeated parameter, in order.
+    fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
         match self.get(key) {
             None => Ok(None),
@@ -153,7 +165,8 @@ impl Query {
         }
     }
 
-    fn number(&self, key: &str) -> Result<Option<u64>, ApiError> {
+    /// An `int64` parameter (`limit`, `timeoutSeconds`).
+    fn number(&self, key: &str) -> Result<Option<i64>, ApiError> {
         self.get(key)
             .filter(|v| !v.is_empty())
             .map(|v| {
@@ -466,6 +479,9 @@ impl Call<'_> {
     fn get(self) -> Result<Response, ApiError> {
         let presentation = self.presentation(false)?;
         let target = self.route.target()?;
+        if let Some(err) = verbs::unparsable_rv(self.query.get("resourceVersion").unwrap_or("")) {
+            return Err(err);
+        }
         let object = self.app.store.read(|s| verbs::get(s, &target))?;
         let body = match presentation {
             Presentation::Full => object,
@@ -569,12 +585,6 @@ impl Call<'_> {
                 "sendInitialEvents is forbidden for list",
             ));
         }
-        if continued && !rv.is_empty() && rv != "0" {
-            errs.push(FieldError::forbidden(
-                "resourceVersion",
-                "specifying resource version is not allowed when using continue",
-            ));
-        }
         Ok(errs)
     }
 
@@ -596,7 +606,13 @@ impl Call<'_> {
         self.check_list_options(false)?;
         let query = ListQuery {
             filter: self.filter()?,
-            limit: self.query.number("limit")?,
+            // Upstream pages only for a positive limit; zero or negative is
+            // a whole list.
+            limit: self
+                .query
+                .number("limit")?
+                .and_then(|l| u64::try_from(l).ok())
+                .filter(|l| *l > 0),
             continue_token: self
                 .query
                 .get("continue")
@@ -625,14 +641,15 @@ impl Call<'_> {
         let presentation = self.presentation(false)?;
         self.check_list_options(true)?;
         let rv = self.query.get("resourceVersion").unwrap_or("");
+        if let Some(err) = verbs::unparsable_rv(rv) {
+            return Err(err);
+        }
+        let requested = verbs::parse_rv(rv).unwrap_or(0);
         let current = self.app.store.resource_version();
         let start = match self.query.flag("sendInitialEvents")? {
             Some(true) => {
-                if !rv.is_empty() && verbs::parse_rv(rv)? > current {
-                    return Err(ApiError::ResourceVersionTooLarge {
-                        requested: verbs::parse_rv(rv)?,
-                        current,
-                    });
+                if requested > current {
+                    return Err(ApiError::ResourceVersionTooLarge { requested, current });
                 }
                 Start::Now {
                     initial_events: true,
@@ -647,7 +664,7 @@ impl Call<'_> {
                 initial_events: true,
                 end_bookmark: false,
             },
-            _ => Start::After(verbs::parse_rv(rv)?),
+            _ => Start::After(requested),
         };
         let request = WatchRequest {
             rt: self.route.rt.clone(),
@@ -658,6 +675,7 @@ impl Call<'_> {
             timeout: self
                 .query
                 .number("timeoutSeconds")?
+                .and_then(|t| u64::try_from(t).ok())
                 .filter(|t| *t > 0)
                 .map(Duration::from_secs),
             presentation,
@@ -677,37 +695,97 @@ impl Call<'_> {
             .into_response())
     }
 
-    fn write_options(&self) -> Result<WriteOptions, ApiError> {
-        let dry_run = match self.query.get("dryRun") {
-            None | Some("") => false,
-            Some("All") => true,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    &GroupKind::new("meta.k8s.io", "Options"),
-                    "",
-                    vec![FieldError::not_supported("dryRun", other, &["All"])],
+    /// `dryRun`: every value must be `All` (`ValidateDryRun`).
+    fn dry_run(&self, errs: &mut Vec<FieldError>) -> bool {
+        let values = self.query.all("dryRun");
+        if values.iter().any(|v| *v != "All") {
+            let listed: Vec<String> = values.iter().map(|v| quote(v)).collect();
+            errs.push(FieldError::not_supported(
+                "dryRun",
+                BadValue::Raw(format!("[]string{{{}}}", listed.join(", "))),
+                &["All"],
+            ));
+        }
+        !values.is_empty()
+    }
+
+    /// The options of a create, update or patch, validated together as
+    /// `ValidateCreateOptions`, `ValidateUpdateOptions` and
+    /// `ValidatePatchOptions` do: one 422 on `CreateOptions` (…) naming
+    /// everything wrong.
+    fn write_options(&self, patch: Option<PatchType>) -> Result<WriteOptions, ApiError> {
+        let field_manager = self.query.get("fieldManager").unwrap_or("");
+        let force = self.query.flag("force")?;
+        let mut errs = Vec::new();
+        let kind = match (patch, self.route.name.is_some()) {
+            (Some(PatchType::Apply), _) => {
+                if field_manager.is_empty() {
+                    errs.push(FieldError::required(
+                        "fieldManager",
+                        "is required for apply patch",
+                    ));
+                }
+                "PatchOptions"
+            }
+            (Some(_), _) => {
+                if force.is_some() {
+                    errs.push(FieldError::forbidden(
+                        "force",
+                        "may not be specified for non-apply patch",
+                    ));
+                }
+                "PatchOptions"
+            }
+            (None, true) => "UpdateOptions",
+            (None, false) => "CreateOptions",
+        };
+        if field_manager.len() > FIELD_MANAGER_MAX_LENGTH {
+            errs.push(FieldError::too_long(
+                "fieldManager",
+                FIELD_MANAGER_MAX_LENGTH,
+            ));
+        }
+        for (at, c) in field_manager.char_indices() {
+            if c.is_control() || (c.is_whitespace() && c != ' ') {
+                errs.push(FieldError::invalid(
+                    "fieldManager",
+                    field_manager,
+                    format!(
+                        "invalid character U+{:04X} (at position {at})",
+                        u32::from(c)
+                    ),
                 ));
             }
-        };
+        }
+        let dry_run = self.dry_run(&mut errs);
         let field_validation = match self.query.get("fieldValidation") {
             None | Some("") | Some("Warn") => FieldValidation::Warn,
             Some("Strict") => FieldValidation::Strict,
             Some("Ignore") => FieldValidation::Ignore,
             Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
-                )));
+                errs.push(FieldError::not_supported(
+                    "fieldValidation",
+                    other,
+                    &["Ignore", "Strict", "Warn"],
+                ));
+                FieldValidation::Warn
             }
         };
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(
+                &GroupKind::new("meta.k8s.io", kind),
+                "",
+                errs,
+            ));
+        }
         Ok(WriteOptions {
             dry_run,
             field_validation,
-            field_manager: self.query.get("fieldManager").map(str::to_owned),
-            force: self.query.flag("force")?,
+            repeated_keys: Vec::new(),
         })
     }
 
-    fn json_body(&self) -> Result<Value, ApiError> {
+    fn json_body(&self) -> Result<Parsed, ApiError> {
         let content_type = self
             .headers
             .get(header::CONTENT_TYPE)
@@ -719,7 +797,7 @@ impl Call<'_> {
                 "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
             ));
         }
-        serde_json::from_slice(self.body).map_err(|e| {
+        body::parse(self.body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         })
     }
@@ -744,8 +822,10 @@ impl Call<'_> {
     }
 
     fn create(self) -> Result<Response, ApiError> {
-        let options = self.write_options()?;
+        let mut options = self.write_options(None)?;
         let body = self.json_body()?;
+        options.repeated_keys = body.duplicates;
+        let body = body.value;
         let namespace = self.route.namespace.clone().unwrap_or_default();
         let rt = self.route.rt.clone();
         let written = self
@@ -756,8 +836,10 @@ impl Call<'_> {
     }
 
     fn update(self) -> Result<Response, ApiError> {
-        let options = self.write_options()?;
+        let mut options = self.write_options(None)?;
         let body = self.json_body()?;
+        options.repeated_keys = body.duplicates;
+        let body = body.value;
         self.check_conflict()?;
         let target = self.route.target()?;
         let written = self
@@ -768,7 +850,6 @@ impl Call<'_> {
     }
 
     fn patch(self) -> Result<Response, ApiError> {
-        let options = self.write_options()?;
         let content_type = self
             .headers
             .get(header::CONTENT_TYPE)
@@ -776,6 +857,12 @@ impl Call<'_> {
             .unwrap_or("");
         let kind = PatchType::from_content_type(content_type)
             .ok_or_else(|| ApiError::UnsupportedMediaType(PATCH_MEDIA_TYPES.into()))?;
+        if self.rt().is_custom() && kind == PatchType::Strategic {
+            return Err(ApiError::UnsupportedMediaType(
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+            ));
+        }
+        let options = self.write_options(Some(kind))?;
         self.check_conflict()?;
         let target = self.route.target()?;
         let written = self
@@ -785,9 +872,12 @@ impl Call<'_> {
         Ok(Self::written(written))
     }
 
+    /// `DeleteOptions` from the query and body, validated as
+    /// `ValidateDeleteOptions` does.
     fn delete_options(&self) -> Result<DeleteOptions, ApiError> {
+        let mut errs = Vec::new();
         let mut options = DeleteOptions {
-            dry_run: self.write_options()?.dry_run,
+            dry_run: self.dry_run(&mut errs),
             propagation_policy: self.query.get("propagationPolicy").map(str::to_owned),
             ..DeleteOptions::default()
         };
@@ -807,6 +897,27 @@ impl Call<'_> {
             if let Some(dry) = body.get("dryRun").and_then(Value::as_array) {
                 options.dry_run |= dry.iter().any(|d| d == "All");
             }
+        }
+        if let Some(policy) = options
+            .propagation_policy
+            .as_deref()
+            .filter(|p| !["Foreground", "Background", "Orphan"].contains(p))
+        {
+            errs.insert(
+                0,
+                FieldError::not_supported(
+                    "propagationPolicy",
+                    policy,
+                    &["Foreground", "Background", "Orphan", "nil"],
+                ),
+            );
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(
+                &GroupKind::new("meta.k8s.io", "DeleteOptions"),
+                "",
+                errs,
+            ));
         }
         Ok(options)
     }

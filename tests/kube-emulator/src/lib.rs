@@ -138,11 +138,13 @@
 //!   Go would have decoded a zero value.
 
 mod api;
+mod body;
 mod discovery;
 mod faults;
 mod kinds;
 mod kubeconfig;
 mod meta;
+mod micro_time;
 mod patch;
 mod resources;
 mod schema;

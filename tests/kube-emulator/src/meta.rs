@@ -144,6 +144,26 @@ pub fn fill_system_fields(obj: &mut Value) {
     meta.remove("selfLink");
 }
 
+/// Drops the metadata's empty lists and maps (labels, annotations, owner
+/// references, finalizers): `ObjectMeta` marks them `omitempty`, so once a
+/// real server has decoded an object, `finalizers: []` is gone from what it
+/// stores and answers.
+pub fn omit_empty(obj: &mut Value) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["labels", "annotations", "ownerReferences", "finalizers"] {
+        let empty = match meta.get(field) {
+            Some(Value::Object(map)) => map.is_empty(),
+            Some(Value::Array(items)) => items.is_empty(),
+            _ => false,
+        };
+        if empty {
+            meta.remove(field);
+        }
+    }
+}
+
 /// What an update may not change (`BeforeUpdate`): the generation, creation
 /// time and deletion fields come from the stored object; a missing uid too.
 pub fn carry_system_fields(new: &mut Value, old: &Value) {

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::body::{self, Parsed};
 use crate::status::ApiError;
 
 /// How a list field merges under a strategic merge patch or apply.
@@ -49,30 +50,43 @@ impl PatchType {
     }
 }
 
-/// Applies `body` of type `kind` to `current`.
+/// Applies `body` of type `kind` to `current`. The result carries the
+/// keys a merge or strategic merge patch repeated, for strict decoding.
 pub fn apply(
     kind: PatchType,
     current: &Value,
     body: &[u8],
     schema: Schema<'_>,
-) -> Result<Value, ApiError> {
+) -> Result<Parsed, ApiError> {
     match kind {
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_slice(body)
+            // As evanphx/json-patch: the body must be a list of objects
+            // (else 400), but a bad operation in it (an unknown `op`, a
+            // missing `path`) fails only when applied, like a failing
+            // `test`: a 422 without the cause.
+            let ops: Vec<Map<String, Value>> = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let ops: json_patch::Patch =
+                serde_json::from_value(Value::from(ops)).map_err(|_| ApiError::Unprocessable)?;
             let mut doc = current.clone();
-            json_patch::patch(&mut doc, &ops)
-                .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
-            Ok(doc)
+            json_patch::patch(&mut doc, &ops).map_err(|_| ApiError::Unprocessable)?;
+            Ok(Parsed::clean(doc))
         }
         PatchType::Merge => {
             let patch = parse_object(body)?;
             let mut doc = current.clone();
-            json_patch::merge(&mut doc, &patch);
-            Ok(doc)
+            json_patch::merge(&mut doc, &patch.value);
+            Ok(Parsed {
+                value: doc,
+                duplicates: patch.duplicates,
+            })
         }
         PatchType::Strategic | PatchType::Apply => {
-            let Value::Object(patch) = parse_object(body)? else {
+            let Parsed {
+                value: Value::Object(patch),
+                duplicates,
+            } = parse_object(body)?
+            else {
                 return Err(ApiError::bad_request("the patch must be a JSON object"));
             };
             let Value::Object(original) = current.clone() else {
@@ -82,20 +96,46 @@ pub fn apply(
             };
             let merged = merge_map(original, patch, &mut Vec::new(), schema)
                 .map_err(ApiError::bad_request)?;
-            Ok(Value::Object(merged))
+            Ok(Parsed {
+                value: Value::Object(merged),
+                duplicates,
+            })
         }
     }
 }
 
-fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
-    let value: Value = serde_json::from_slice(body)
+fn parse_object(body: &[u8]) -> Result<Parsed, ApiError> {
+    let parsed = body::parse(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    if !value.is_object() {
+    if !parsed.value.is_object() {
         return Err(ApiError::bad_request(
             "error decoding patch: the patch must be a JSON object",
         ));
     }
-    Ok(value)
+    Ok(parsed)
+}
+
+/// A patch as Go's `%+v` prints the `map[string]interface{}` it decodes
+/// to, e.g. `map[metadata:map[labels:map[a:b]]]` (keys sorted, strings
+/// bare, `<nil>` for null).
+pub fn go_map_text(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_map_text).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::Object(map) => {
+            let entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_map_text(v)))
+                .collect();
+            format!("map[{}]", entries.join(" "))
+        }
+    }
 }
 
 const DIRECTIVE: &str = "$patch";
@@ -419,6 +459,7 @@ mod tests {
             &node_schema,
         )
         .unwrap()
+        .value
     }
 
     #[test]
@@ -554,7 +595,8 @@ mod tests {
             br#"[{"op":"add","path":"/metadata/finalizers/-","value":"b.io/y"}]"#,
             &node_schema,
         )
-        .unwrap();
+        .unwrap()
+        .value;
         assert_eq!(out["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
         let out = apply(
             PatchType::Merge,
@@ -562,7 +604,8 @@ mod tests {
             br#"{"spec":{"x":null,"y":2}}"#,
             &node_schema,
         )
-        .unwrap();
+        .unwrap()
+        .value;
         assert_eq!(out["spec"], json!({"y": 2}));
         let err = apply(
             PatchType::Json,
@@ -572,5 +615,31 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.code(), 422);
+        for (body, code) in [
+            (&br#"[{"op":"bogus","path":"/spec/x"}]"#[..], 422),
+            (br#"[{"op":"add","value":1}]"#, 422),
+            (br#"{"op":"add"}"#, 400),
+        ] {
+            let err = apply(PatchType::Json, &obj, body, &node_schema).unwrap_err();
+            assert_eq!(err.code(), code, "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn merge_patches_report_repeated_keys_and_print_as_go_maps() {
+        let obj = json!({"metadata": {"name": "a"}});
+        let out = apply(
+            PatchType::Merge,
+            &obj,
+            br#"{"metadata":{"labels":{"x":"1","x":"2"}}}"#,
+            &node_schema,
+        )
+        .unwrap();
+        assert_eq!(out.duplicates, ["metadata.labels.x"]);
+        assert_eq!(out.value["metadata"]["labels"], json!({"x": "2"}));
+        assert_eq!(
+            go_map_text(&json!({"spec": {"b": [1, null], "a": "x y"}})),
+            "map[spec:map[a:x y b:[1 <nil>]]]"
+        );
     }
 }

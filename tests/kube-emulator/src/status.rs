@@ -283,10 +283,24 @@ pub enum ApiError {
     },
     #[error("{0}")]
     BadRequest(String),
-    /// A well-formed request that cannot be applied, such as a failing JSON
-    /// patch `test` operation.
-    #[error("{0}")]
-    Unprocessable(String),
+    /// A body the decoder cannot turn into an object of the kind
+    /// (`transformDecodeError`): a type mismatch, a malformed time, or
+    /// strict decoding errors. The detail is the decoder's own message.
+    #[error(
+        "{kind} in version {} cannot be handled as a {kind}: {detail}",
+        quote(version)
+    )]
+    Undecodable {
+        kind: String,
+        version: String,
+        detail: String,
+    },
+    /// A JSON patch that cannot be applied (an unknown or malformed
+    /// operation, a failing `test`, a path that is not there). Upstream
+    /// answers `NewGenericServerResponse(422)`, whose message drops the
+    /// cause.
+    #[error("the server rejected our request due to an error in our request")]
+    Unprocessable,
     #[error("{}", forbidden_message(resource, name, message))]
     Forbidden {
         resource: GroupResource,
@@ -309,6 +323,11 @@ pub enum ApiError {
     Unauthorized,
     #[error("Internal error occurred: {0}")]
     Internal(String),
+    /// A plain Go error no layer turned into a `Status` (`ErrorToAPIStatus`
+    /// then answers 500 with no reason and the error's text), such as an
+    /// unparsable resourceVersion reaching the watch cache.
+    #[error("{0}")]
+    Unclassified(String),
     /// A failure injected by a test through the fault controls.
     #[error("{message}")]
     Injected { code: u16, message: String },
@@ -374,8 +393,8 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::UnknownResource => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
-            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => 422,
-            ApiError::BadRequest(_) => 400,
+            ApiError::Invalid { .. } | ApiError::Unprocessable => 422,
+            ApiError::BadRequest(_) | ApiError::Undecodable { .. } => 400,
             ApiError::Forbidden { .. } => 403,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::Expired(_) => 410,
@@ -384,7 +403,7 @@ impl ApiError {
             ApiError::TooLarge(_) => 413,
             ApiError::ResourceVersionTooLarge { .. } => 504,
             ApiError::Unauthorized => 401,
-            ApiError::Internal(_) => 500,
+            ApiError::Internal(_) | ApiError::Unclassified(_) => 500,
             ApiError::Injected { code, .. } => *code,
         }
     }
@@ -394,8 +413,8 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::UnknownResource => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
-            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
-            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Invalid { .. } | ApiError::Unprocessable => "Invalid",
+            ApiError::BadRequest(_) | ApiError::Undecodable { .. } => "BadRequest",
             ApiError::Forbidden { .. } => "Forbidden",
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::Expired(_) => "Expired",
@@ -405,6 +424,7 @@ impl ApiError {
             ApiError::ResourceVersionTooLarge { .. } => "Timeout",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Unclassified(_) => "",
             ApiError::Injected { code, .. } => reason_for_code(*code),
         }
     }
@@ -416,17 +436,15 @@ impl ApiError {
             | ApiError::Conflict { resource, name, .. }
             | ApiError::Forbidden { resource, name, .. } => Some(resource_details(resource, name)),
             ApiError::Invalid { kind, name, causes } => {
-                let mut details = json!({ "name": name, "kind": kind.kind });
-                if !kind.group.is_empty() {
-                    details["group"] = json!(kind.group);
-                }
+                let mut details =
+                    non_empty(&[("name", name), ("group", &kind.group), ("kind", &kind.kind)]);
                 details["causes"] = causes
                     .iter()
                     .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
                     .collect();
                 Some(details)
             }
-            ApiError::UnknownResource => Some(json!({})),
+            ApiError::UnknownResource | ApiError::Unprocessable => Some(json!({})),
             ApiError::ResourceVersionTooLarge { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1
@@ -445,9 +463,11 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.to_string(),
-            "reason": self.reason(),
             "code": self.code(),
         });
+        if !self.reason().is_empty() {
+            status["reason"] = json!(self.reason());
+        }
         if let Some(details) = self.details() {
             status["details"] = details;
         }
@@ -456,11 +476,22 @@ impl ApiError {
 }
 
 fn resource_details(resource: &GroupResource, name: &str) -> Value {
-    let mut details = json!({ "name": name, "kind": resource.resource });
-    if !resource.group.is_empty() {
-        details["group"] = json!(resource.group);
-    }
-    details
+    non_empty(&[
+        ("name", name),
+        ("group", &resource.group),
+        ("kind", &resource.resource),
+    ])
+}
+
+/// A `StatusDetails` object of the fields that are set: Go omits empty
+/// ones (`omitempty`).
+fn non_empty(fields: &[(&str, &str)]) -> Value {
+    let map = fields
+        .iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(key, value)| ((*key).to_owned(), json!(value)))
+        .collect();
+    Value::Object(map)
 }
 
 /// The reason a real server puts on a Status with this code.

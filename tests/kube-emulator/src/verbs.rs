@@ -9,12 +9,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::body;
 use crate::kinds::{self, FieldValidation, Subresource};
 use crate::meta;
 use crate::patch::{self, PatchType};
 use crate::resources::{ResourceType, Rules, StorageKey};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, BadValue, FieldError, GroupKind, success_status};
+use crate::status::{ApiError, BadValue, FieldError, GroupKind, quote, success_status};
 use crate::store::{ChangeKind, State};
 
 const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
@@ -34,8 +35,8 @@ pub struct Target {
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
-    pub field_manager: Option<String>,
-    pub force: Option<bool>,
+    /// Keys the request body repeated (strict decoding reports them).
+    pub repeated_keys: Vec<String>,
 }
 
 /// The result of a write.
@@ -115,10 +116,36 @@ pub fn get(state: &State, t: &Target) -> Result<Value, ApiError> {
     current(state, t).map(|o| kinds::to_view(&t.rt, o))
 }
 
-/// Parses a resourceVersion query parameter.
-pub fn parse_rv(rv: &str) -> Result<u64, ApiError> {
-    rv.parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+/// Parses a resourceVersion as the storage's versioner does
+/// (`strconv.ParseUint`), with Go's error text.
+pub fn parse_rv(rv: &str) -> Result<u64, String> {
+    let syntax = !rv.is_empty() && rv.bytes().all(|b| b.is_ascii_digit());
+    let problem = if syntax {
+        match rv.parse() {
+            Ok(n) => return Ok(n),
+            Err(_) => "value out of range",
+        }
+    } else {
+        "invalid syntax"
+    };
+    Err(format!(
+        "strconv.ParseUint: parsing {}: {problem}",
+        quote(rv)
+    ))
+}
+
+/// A resourceVersion query parameter the storage cannot parse, as
+/// `ParseResourceVersion` words it: an `InvalidError` on `resourceVersion`.
+/// Storage returns it as a plain error, so where nothing converts it (the
+/// watch cache's get, list and watch) the answer is a 500 with no reason.
+pub fn unparsable_rv(rv: &str) -> Option<ApiError> {
+    if rv.is_empty() || rv == "0" {
+        return None;
+    }
+    let err = parse_rv(rv).err()?;
+    Some(ApiError::Unclassified(
+        FieldError::invalid("resourceVersion", rv, err).to_string(),
+    ))
 }
 
 /// A list at the requested resourceVersion, filtered and paginated.
@@ -129,6 +156,19 @@ pub fn list(
     q: &ListQuery,
 ) -> Result<Value, ApiError> {
     let now = state.resource_version();
+    let rv_param = q.resource_version.as_deref().unwrap_or("");
+    // Lists the watch cache cannot serve go to etcd, whose store answers an
+    // unparsable resourceVersion with a 400 rather than the cache's 500.
+    let from_etcd = q.continue_token.is_some()
+        || (q.limit.is_some_and(|l| l > 0) && rv_param != "0")
+        || q.version_match.as_deref() == Some("Exact");
+    if let Some(err) = unparsable_rv(rv_param) {
+        return Err(if from_etcd {
+            ApiError::bad_request(format!("invalid resource version: {err}"))
+        } else {
+            err
+        });
+    }
     let (at, after) = match &q.continue_token {
         Some(token) => {
             let decoded = hex::decode(token)
@@ -137,13 +177,18 @@ pub fn list(
                 .ok_or_else(|| {
                     ApiError::bad_request("continue key is not valid: invalid continue token")
                 })?;
+            if !rv_param.is_empty() && rv_param != "0" {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
             (decoded.rv, Some((decoded.namespace, decoded.name)))
         }
         None => {
             let rv = match q.resource_version.as_deref() {
                 None | Some("") | Some("0") => now,
                 Some(rv) => {
-                    let requested = parse_rv(rv)?;
+                    let requested = parse_rv(rv).map_err(ApiError::Internal)?;
                     if requested > now {
                         return Err(ApiError::ResourceVersionTooLarge {
                             requested,
@@ -228,6 +273,7 @@ pub fn list(
 fn decode_body(
     rt: &ResourceType,
     mut body: Value,
+    duplicates: &[String],
     fv: FieldValidation,
 ) -> Result<(Value, Vec<String>), ApiError> {
     if !body.is_object() {
@@ -237,7 +283,7 @@ fn decode_body(
         )));
     }
     kinds::check_type_meta(rt, &mut body)?;
-    let (decoded, warnings) = kinds::decode(rt, body, fv)?;
+    let (decoded, warnings) = kinds::decode(rt, body, duplicates, fv)?;
     Ok((kinds::to_storage(rt, decoded), warnings))
 }
 
@@ -249,7 +295,7 @@ pub fn create(
     body: Value,
     opts: &WriteOptions,
 ) -> Result<Written, ApiError> {
-    let (mut obj, warnings) = decode_body(rt, body, opts.field_validation)?;
+    let (mut obj, warnings) = decode_body(rt, body, &opts.repeated_keys, opts.field_validation)?;
     let given = meta::namespace(&obj).to_owned();
     if rt.namespaced {
         if !given.is_empty() && given != namespace {
@@ -349,7 +395,7 @@ pub fn replace(
     body: Value,
     opts: &WriteOptions,
 ) -> Result<Written, ApiError> {
-    let (mut obj, warnings) = decode_body(&t.rt, body, opts.field_validation)?;
+    let (mut obj, warnings) = decode_body(&t.rt, body, &opts.repeated_keys, opts.field_validation)?;
     let name = meta::name(&obj);
     if name != t.name {
         return Err(ApiError::bad_request(format!(
@@ -403,7 +449,8 @@ fn update(
             ));
         }
     } else {
-        parse_rv(&requested)?;
+        // The versioner's plain `strconv` error: a 500 with no reason.
+        parse_rv(&requested).map_err(ApiError::Unclassified)?;
         if requested != meta::resource_version(&cur) {
             return Err(ApiError::stale(&rt.group_resource(), &t.name));
         }
@@ -466,7 +513,8 @@ fn update(
     })
 }
 
-/// PATCH to an object or its status; an apply patch may create.
+/// PATCH to an object or its status; an apply patch may create. The patch
+/// type and options are already checked (`PatchOptions`).
 pub fn patch(
     state: &mut State,
     t: &Target,
@@ -475,35 +523,6 @@ pub fn patch(
     opts: &WriteOptions,
 ) -> Result<Written, ApiError> {
     let rt = &t.rt;
-    if rt.is_custom() && kind == PatchType::Strategic {
-        return Err(ApiError::UnsupportedMediaType(
-            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
-        ));
-    }
-    let options_kind = GroupKind::new("meta.k8s.io", "PatchOptions");
-    match kind {
-        PatchType::Apply if opts.field_manager.as_deref().is_none_or(str::is_empty) => {
-            return Err(ApiError::invalid(
-                &options_kind,
-                "",
-                vec![FieldError::required(
-                    "fieldManager",
-                    "is required for apply patch",
-                )],
-            ));
-        }
-        PatchType::Json | PatchType::Merge | PatchType::Strategic if opts.force.is_some() => {
-            return Err(ApiError::invalid(
-                &options_kind,
-                "",
-                vec![FieldError::forbidden(
-                    "force",
-                    "may not be specified for non-apply patch",
-                )],
-            ));
-        }
-        _ => {}
-    }
     let existing = state.get(&rt.storage, &t.namespace, &t.name).cloned();
     let base = match (&existing, kind) {
         (Some(cur), _) => kinds::to_view(rt, cur),
@@ -529,14 +548,36 @@ pub fn patch(
     }
     let schema = |path: &[String]| kinds::list_strategy(rt, path);
     let patched = patch::apply(kind, &base, body, &schema)?;
-    if meta::name(&patched) != t.name {
+    if meta::name(&patched.value) != t.name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({})",
-            meta::name(&patched),
+            meta::name(&patched.value),
             t.name
         )));
     }
-    let (obj, warnings) = decode_body(rt, patched, opts.field_validation)?;
+    let shown = match kind {
+        PatchType::Strategic => {
+            patch::go_map_text(&body::parse(body).map(|b| b.value).unwrap_or_default())
+        }
+        _ => patched.value.to_string(),
+    };
+    let decoded = decode_body(
+        rt,
+        patched.value,
+        &patched.duplicates,
+        opts.field_validation,
+    );
+    let (obj, warnings) = decoded.map_err(|err| match err {
+        // The patcher reports a result it cannot decode (malformed times,
+        // strict errors) as a 422 on `patch`, showing the patched object
+        // (JSON and merge patches) or the patch (strategic merge).
+        ApiError::Undecodable { detail, .. } if kind != PatchType::Apply => ApiError::invalid(
+            &GroupKind::new("", ""),
+            "",
+            vec![FieldError::invalid("patch", shown, detail)],
+        ),
+        other => other,
+    })?;
     if existing.is_none() {
         return insert(state, rt, obj, opts, warnings);
     }
@@ -546,19 +587,6 @@ pub fn patch(
 /// DELETE of one object. Returns the response body.
 pub fn delete(state: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Value, ApiError> {
     let rt = &t.rt;
-    if let Some(policy) = &opts.propagation_policy
-        && !["Foreground", "Background", "Orphan"].contains(&policy.as_str())
-    {
-        return Err(ApiError::invalid(
-            &GroupKind::new("meta.k8s.io", "DeleteOptions"),
-            "",
-            vec![FieldError::not_supported(
-                "propagationPolicy",
-                policy.as_str(),
-                &["Foreground", "Background", "Orphan", "nil"],
-            )],
-        ));
-    }
     let cur = current(state, t)?.clone();
     if let Some(uid) = opts.uid.as_deref().filter(|u| *u != meta::uid(&cur)) {
         return Err(ApiError::Conflict {

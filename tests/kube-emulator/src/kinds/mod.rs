@@ -87,12 +87,28 @@ pub fn set_field(obj: &mut Value, key: &str, value: Value) {
 }
 
 /// Decodes a request body the way the typed upstream decoder would: type
-/// mismatches are a 400, missing required fields a 422, and fields the
-/// type does not have are dropped (with a warning, or a 400 under
-/// `fieldValidation=Strict`). Returns the normalised object and warnings.
+/// mismatches and malformed `MicroTime`s are a 400, missing required
+/// fields a 422, and fields the type does not have are dropped; those and
+/// the keys the body repeated (`duplicates`) are warnings, or a 400 under
+/// `fieldValidation=Strict`. Empty lists and maps of the metadata are
+/// dropped, as Go's `omitempty` does when the object is encoded again.
+/// Returns the normalised object and warnings.
 pub fn decode(
     rt: &ResourceType,
     value: Value,
+    duplicates: &[String],
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
+    check_micro_times(rt, &value)?;
+    let (mut decoded, warnings) = decode_fields(rt, value, duplicates, validation)?;
+    meta::omit_empty(&mut decoded);
+    Ok((decoded, warnings))
+}
+
+fn decode_fields(
+    rt: &ResourceType,
+    value: Value,
+    duplicates: &[String],
     validation: FieldValidation,
 ) -> Result<(Value, Vec<String>), ApiError> {
     use k8s_openapi::api;
@@ -109,15 +125,86 @@ pub fn decode(
         (Rules::CustomResourceDefinition, _) => {
             round_trip::<apiext::CustomResourceDefinition>(rt, &value)?
         }
-        (Rules::Custom, _) => return custom::decode(rt, value, validation),
+        (Rules::Custom, _) => {
+            // Asked for warnings, custom resources report the fields their
+            // schema prunes; the verdict on them, with the repeated keys,
+            // is made here.
+            let (decoded, unknown) = custom::decode(rt, value, FieldValidation::Warn)?;
+            let warnings = strict_verdict(rt, duplicates, unknown, validation)?;
+            return Ok((decoded, warnings));
+        }
     };
     let mut unknown = Vec::new();
     unknown_fields(&value, &decoded, "", &mut unknown);
-    let warnings = unknown_field_verdict(unknown, validation)?;
+    let unknown = unknown.iter().map(|f| unknown_field(f)).collect();
+    let warnings = strict_verdict(rt, duplicates, unknown, validation)?;
     Ok((decoded, warnings))
 }
 
-/// Turns unknown field paths into warnings, or an error under `Strict`.
+/// The 400 for a body the decoder cannot read as this kind, with the
+/// decoder's own message.
+pub fn undecodable(rt: &ResourceType, detail: impl Into<String>) -> ApiError {
+    ApiError::Undecodable {
+        kind: rt.kind.clone(),
+        version: rt.version.clone(),
+        detail: detail.into(),
+    }
+}
+
+fn unknown_field(path: &str) -> String {
+    format!("unknown field {}", crate::status::quote(path))
+}
+
+/// Strict decoding errors (repeated keys first, then unknown fields, each
+/// as sigs.k8s.io/json words it): warnings, nothing under `Ignore`, or a
+/// 400 under `Strict`.
+fn strict_verdict(
+    rt: &ResourceType,
+    duplicates: &[String],
+    unknown: Vec<String>,
+    validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let mut errors: Vec<String> = duplicates
+        .iter()
+        .map(|path| format!("duplicate field {}", crate::status::quote(path)))
+        .collect();
+    errors.extend(unknown);
+    match validation {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => Ok(errors),
+        FieldValidation::Strict if errors.is_empty() => Ok(Vec::new()),
+        FieldValidation::Strict => Err(undecodable(
+            rt,
+            format!("strict decoding error: {}", errors.join(", ")),
+        )),
+    }
+}
+
+/// The `metav1.MicroTime` fields of a kind, which upstream decodes only
+/// with exactly six fractional digits.
+fn micro_time_fields(rt: &ResourceType) -> &'static [&'static str] {
+    match rt.rules {
+        Rules::Lease => &["/spec/acquireTime", "/spec/renewTime"],
+        Rules::Event => &["/eventTime", "/series/lastObservedTime"],
+        _ => &[],
+    }
+}
+
+/// A malformed `MicroTime` fails the decoding at once, before any type
+/// error elsewhere (Go's decoder returns an `UnmarshalJSON` error
+/// immediately but saves type errors for the end).
+fn check_micro_times(rt: &ResourceType, value: &Value) -> Result<(), ApiError> {
+    for pointer in micro_time_fields(rt) {
+        if let Some(Value::String(time)) = value.pointer(pointer) {
+            crate::micro_time::check(time).map_err(|e| undecodable(rt, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Turns unknown field paths into warnings, or an error under `Strict`
+/// (for `custom::decode`; [`decode`] asks it for warnings and judges them
+/// with the repeated keys).
 fn unknown_field_verdict(
     unknown: Vec<String>,
     validation: FieldValidation,
@@ -159,11 +246,7 @@ fn round_trip<K: Serialize + DeserializeOwned>(
                 vec![FieldError::required(full, "")],
             );
         }
-        ApiError::bad_request(format!(
-            "{kind} in version \"{version}\" cannot be handled as a {kind}: {path}: {inner}",
-            kind = rt.kind,
-            version = rt.version,
-        ))
+        undecodable(rt, format!("{path}: {inner}"))
     })?;
     serde_json::to_value(&typed)
         .map_err(|e| ApiError::Internal(format!("re-encoding {}: {e}", rt.kind)))

@@ -8,6 +8,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::harness::{create_node, start, status};
+use crate::requests::send;
 
 #[tokio::test]
 async fn the_recorder_writes_events_visible_through_both_apis() {
@@ -114,5 +115,29 @@ async fn events_are_validated_per_api_version() {
         ),
         "{}",
         err.message
+    );
+}
+
+#[tokio::test]
+async fn an_event_time_without_six_fractional_digits_is_refused() {
+    // eventTime is a metav1.MicroTime in both APIs: decoded with
+    // RFC3339Micro, so whole seconds fail JSON decoding (400).
+    let cluster = start().await;
+    let answer = send(
+        &cluster,
+        reqwest::Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        "application/json",
+        &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
+                "eventTime": "2025-01-01T00:00:00Z", "regarding": {"kind": "Node", "name": "n1"},
+                "reportingController": "example.com/ccm", "reportingInstance": "ccm-1",
+                "action": "Sync", "reason": "Synced", "type": "Normal"})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(answer.code, 400, "{}", answer.body);
+    assert_eq!(
+        answer.body["message"],
+        r#"Event in version "v1" cannot be handled as a Event: parsing time "2025-01-01T00:00:00Z" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" as ".000000""#
     );
 }

@@ -13,6 +13,8 @@ mod faults;
 mod kubectl;
 mod leases;
 mod patches;
+mod requests;
+mod responses;
 mod selectors;
 mod tables;
 mod validation;

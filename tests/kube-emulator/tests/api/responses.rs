@@ -1,0 +1,143 @@
+//! Response shapes as a real kube-apiserver v1.32 gives them: what Go's
+//! `omitempty` leaves out of an object, and validation messages that print
+//! Go values.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{Cluster, start};
+use crate::requests::{get, send};
+
+const MAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+fn has_metadata_field(object: &Value, field: &str) -> bool {
+    object["metadata"].get(field).is_some()
+}
+
+async fn put(cluster: &Cluster, path: &str, body: &Value) -> Value {
+    let answer = send(
+        cluster,
+        Method::PUT,
+        path,
+        "application/json",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(answer.code, 200, "{}", answer.body);
+    answer.body
+}
+
+#[tokio::test]
+async fn the_last_finalizer_removed_leaves_no_finalizers_field() {
+    // ObjectMeta's finalizers, labels, annotations and ownerReferences are
+    // `omitempty`: once the last one goes, upstream stores and answers the
+    // object without the field, whether a PUT or a patch removed it.
+    let cluster = start().await;
+    let created = send(
+        &cluster,
+        Method::POST,
+        MAPS,
+        "application/json",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "held", "finalizers": ["example.com/hold"], "labels": {"a": "b"}}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(created.code, 201, "{}", created.body);
+
+    let mut released = created.body.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    released["metadata"]["labels"] = json!({});
+    released["metadata"]["annotations"] = json!({});
+    let answered = put(&cluster, &format!("{MAPS}/held"), &released).await;
+    for field in ["finalizers", "labels", "annotations"] {
+        assert!(
+            !has_metadata_field(&answered, field),
+            "PUT answer: {answered}"
+        );
+    }
+    let stored = get(&cluster, &format!("{MAPS}/held")).await.body;
+    assert!(
+        !has_metadata_field(&stored, "finalizers"),
+        "stored: {stored}"
+    );
+
+    let mut held = stored.clone();
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    put(&cluster, &format!("{MAPS}/held"), &held).await;
+    for (content_type, patch) in [
+        (
+            "application/json-patch+json",
+            r#"[{"op": "remove", "path": "/metadata/finalizers/0"}]"#,
+        ),
+        (
+            "application/merge-patch+json",
+            r#"{"metadata": {"finalizers": []}}"#,
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            r#"{"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/hold"]}}"#,
+        ),
+    ] {
+        let answer = send(
+            &cluster,
+            Method::PATCH,
+            &format!("{MAPS}/held"),
+            content_type,
+            patch,
+        )
+        .await;
+        assert_eq!(answer.code, 200, "{content_type}: {}", answer.body);
+        assert!(
+            !has_metadata_field(&answer.body, "finalizers"),
+            "{content_type}: {}",
+            answer.body
+        );
+        put(&cluster, &format!("{MAPS}/held"), &held_again(&answer.body)).await;
+    }
+}
+
+/// The object with its finalizer back, for the next removal.
+fn held_again(object: &Value) -> Value {
+    let mut object = object.clone();
+    object["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    object
+}
+
+#[tokio::test]
+async fn a_changed_cluster_ip_is_reported_with_the_new_ips_in_go_syntax() {
+    // validateUpgradeDowngradeClusterIPs: field.Invalid on
+    // spec.clusterIPs[0] with the new `[]string` clusterIPs, printed %#v.
+    let cluster = start().await;
+    let path = "/api/v1/namespaces/default/services";
+    let created = send(
+        &cluster,
+        Method::POST,
+        path,
+        "application/json",
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                "spec": {"clusterIP": "10.96.0.40", "ports": [{"port": 80}]}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let mut moved = created.body.clone();
+    moved["spec"]["clusterIP"] = json!("10.96.0.50");
+    moved["spec"]["clusterIPs"] = json!(["10.96.0.50"]);
+    let answer = send(
+        &cluster,
+        Method::PUT,
+        &format!("{path}/web"),
+        "application/json",
+        &moved.to_string(),
+    )
+    .await;
+    assert_eq!(answer.code, 422, "{}", answer.body);
+    let message = answer.body["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            r#"spec.clusterIPs[0]: Invalid value: []string{"10.96.0.50"}: may not change once set"#
+        ),
+        "{message}"
+    );
+}
