@@ -68,14 +68,29 @@
 //! preconditions, finalizers (`deletionTimestamp` + grace 0, removal when the
 //! last finalizer goes, no new finalizers while deleting), namespace
 //! termination and CRD instance cleanup; list with label and field selectors
-//! (400 for unsupported field labels), `limit`/`continue`, and exact past
-//! resourceVersions from history; watch from a resourceVersion, from "now"
+//! (400 for unsupported field labels), `limit`/`continue` (a `limit` of
+//! zero or less is no limit; a resourceVersion with `continue` is a 400),
+//! and exact past resourceVersions from history (an unparsable
+//! resourceVersion is the watch cache's 500 with no reason, or etcd's 400
+//! for the lists it would serve); watch from a resourceVersion (the changes
+//! since then replayed at once), from "now"
 //! with synthetic `ADDED` events, streaming lists (`sendInitialEvents`),
 //! bookmarks, `timeoutSeconds`, and a 410 `ERROR` event once the history
 //! (bounded, [`EmulatorOptions::history`]) no longer reaches back;
-//! `PartialObjectMetadata` responses; `dryRun=All`; `fieldValidation`
-//! (unknown fields dropped with a warning, or 400 under `Strict`); typed
-//! decoding of built-in kinds through k8s-openapi (400 on a type mismatch);
+//! `PartialObjectMetadata` responses; write options validated together
+//! (one 422 on `CreateOptions`, `UpdateOptions`, `PatchOptions` or
+//! `DeleteOptions` naming every bad `dryRun`, `fieldValidation`,
+//! `fieldManager`, `force` or `propagationPolicy`); `dryRun=All`;
+//! `fieldValidation` (unknown fields, and repeated JSON keys merged as Go
+//! decodes them, reported as warnings, or a 400 under `Strict`; for a
+//! patch, the patcher's 422 on `patch`); typed decoding of built-in kinds
+//! through k8s-openapi (400 on a type mismatch, or on a `MicroTime` — lease
+//! and event times — without exactly six fractional digits, with Go's
+//! `time.Parse` message; 422 on `patch` when a patch produced it); empty
+//! metadata lists and maps (`finalizers: []`) dropped, as Go's `omitempty`
+//! drops them; JSON patch operations applied as evanphx/json-patch does (an
+//! unknown or malformed operation, like a failing `test`, is upstream's
+//! generic 422 with no cause);
 //! upstream validation of names, labels, annotations, finalizers, owner
 //! references, taints, node addresses and `providerID`, services (types,
 //! ports, node ports, cluster IPs, `loadBalancerClass`, load balancer
@@ -90,11 +105,13 @@
 //! call) → `discovery` (discovery documents) or `verbs` (what each verb
 //! does) → `kinds` (per-kind defaulting, validation and strategies, with
 //! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
-//! schemas) and `patch` (patch types) → `store` (objects, resourceVersions,
-//! history) → `watch` (event streams). `resources` is the registry of
-//! served types, `selectors` parses label and field selectors, `status`
-//! renders errors as `Status` objects, `faults` holds the test controls and
-//! `kubeconfig` writes the client's kubeconfig.
+//! schemas, `micro_time` for `MicroTime` strings as Go parses them) and
+//! `patch` (patch types), with `body` reading request bodies and the keys
+//! they repeat → `store` (objects, resourceVersions, history) → `watch`
+//! (event streams). `resources` is the registry of served types,
+//! `selectors` parses label and field selectors, `status` renders errors
+//! as `Status` objects, `faults` holds the test controls and `kubeconfig`
+//! writes the client's kubeconfig.
 //!
 //! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
 //! a [`FaultCommand`]) and `GET`/`DELETE /_emulator/requests`.
@@ -132,6 +149,18 @@
 //!   not called), no `scale` subresource, no CEL (`x-kubernetes-validations`),
 //!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked; the
 //!   namespace and CRD controllers act synchronously within the request.
+//! - Strict decoding lists repeated keys before unknown fields (upstream:
+//!   in document order); the operations of a JSON patch are not checked
+//!   for unknown or repeated keys (upstream warns `json patch unknown
+//!   field`), nor an apply patch for repeated keys. A patch's 422 on
+//!   `patch` shows the patched object as JSON with sorted keys (upstream:
+//!   in Go's field order).
+//! - Only `metadata` drops empty lists and maps. Elsewhere an empty
+//!   optional list or map a client sends (a Node's `taints: []`) is kept
+//!   where Go's `omitempty` would drop it: k8s-openapi's types do not say
+//!   which fields are `omitempty`, and Go keeps empty structs (`{}`).
+//! - Continue tokens are the emulator's own, so a malformed one is refused
+//!   with a message of its own.
 //! - Validation covers the fields a CCM and its tests touch; some deep
 //!   messages render Go structs (`%#v`) only approximately, and a missing
 //!   field that k8s-openapi requires is a 422 `Required value` even where
