@@ -93,10 +93,15 @@
 //! generic 422 with no cause);
 //! upstream validation of names, labels, annotations, finalizers, owner
 //! references, taints, node addresses and `providerID`, services (types,
-//! ports, node ports, cluster IPs, `loadBalancerClass`, load balancer
-//! status and `ipMode`), leases, events (both API versions), config maps,
-//! secrets, CRDs, and custom resources against their structural schema
-//! (pruning, defaults, types, `required`, `enum`, bounds, `pattern`).
+//! ports, node ports, cluster and external IPs, `loadBalancerClass`, load
+//! balancer status and `ipMode`), leases, events (both API versions),
+//! config maps, secrets, CRDs, and custom resources against their structural
+//! schema (pruning, defaults, types, `required`, `enum`, bounds, `pattern`).
+//!
+//! IP and CIDR fields are parsed as v1.32 parses them (`ParseIPSloppy`:
+//! `010.0.0.1` is valid), and writes are answered with the strategies'
+//! warnings, such as v1.32's for an IP or CIDR that is not canonical
+//! (`loadBalancerIP` is not validated at all, only warned about).
 //!
 //! # Layout
 //!

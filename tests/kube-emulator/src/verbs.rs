@@ -359,6 +359,7 @@ fn insert(
     if !errs.is_empty() {
         return Err(ApiError::invalid(&rt.group_kind(), meta::name(&obj), errs));
     }
+    warnings.extend(kinds::warnings(rt, Subresource::Main, &obj));
     if state
         .get(&rt.storage, &namespace, meta::name(&obj))
         .is_some()
@@ -472,6 +473,7 @@ fn update(
     if !errs.is_empty() {
         return Err(ApiError::invalid(&rt.group_kind(), &t.name, errs));
     }
+    warnings.extend(kinds::warnings(rt, t.sub, &new));
     meta::set(
         &mut new,
         "resourceVersion",

@@ -431,6 +431,15 @@ pub fn validate_update(
     errs
 }
 
+/// Warnings the kind's strategy adds to a write that passed validation
+/// (`WarningsOnCreate`/`WarningsOnUpdate`).
+pub fn warnings(rt: &ResourceType, sub: Subresource, obj: &Value) -> Vec<String> {
+    match rt.rules {
+        Rules::Service => service::warnings(sub, obj),
+        _ => Vec::new(),
+    }
+}
+
 /// The fields a field selector may use, with this object's values.
 pub fn selectable_fields(rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
     let mut fields = vec![("metadata.name".to_owned(), meta::name(obj).to_owned())];
@@ -502,75 +511,4 @@ pub fn bump_generation(new: &mut Value, old: &Value, ignore_status: bool) {
         generation
     };
     meta::set(new, "generation", Value::from(next));
-}
-
-/// `metav1validation.ValidateConditions` (status conditions of type
-/// `metav1.Condition`).
-pub fn validate_conditions(conditions: Option<&Value>, path: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    let Some(list) = conditions.and_then(Value::as_array) else {
-        return errs;
-    };
-    let mut seen = Vec::new();
-    for (i, c) in list.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        let kind = str_at(c, "/type");
-        for msg in crate::validation::qualified_name(kind) {
-            errs.push(FieldError::invalid(format!("{p}.type"), kind, msg));
-        }
-        if seen.contains(&kind) {
-            errs.push(FieldError::duplicate(format!("{p}.type"), kind));
-        }
-        seen.push(kind);
-        let status = str_at(c, "/status");
-        if !["False", "True", "Unknown"].contains(&status) {
-            errs.push(FieldError::not_supported(
-                format!("{p}.status"),
-                status,
-                &["False", "True", "Unknown"],
-            ));
-        }
-        if c.get("observedGeneration")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            < 0
-        {
-            errs.push(FieldError::invalid(
-                format!("{p}.observedGeneration"),
-                c.get("observedGeneration")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
-                "must be greater than or equal to zero",
-            ));
-        }
-        if str_at(c, "/lastTransitionTime").is_empty() {
-            errs.push(FieldError::required(
-                format!("{p}.lastTransitionTime"),
-                "must be set",
-            ));
-        }
-        let reason = str_at(c, "/reason");
-        if reason.is_empty() {
-            errs.push(FieldError::required(format!("{p}.reason"), "must be set"));
-        } else if !condition_reason_ok(reason) {
-            errs.push(FieldError::invalid(
-                format!("{p}.reason"),
-                reason,
-                "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'MyReason',  or 'My_Reason',  or 'my:reason', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
-            ));
-        }
-        if str_at(c, "/message").len() > 32768 {
-            errs.push(FieldError::too_long(format!("{p}.message"), 32768));
-        }
-    }
-    errs
-}
-
-fn condition_reason_ok(reason: &str) -> bool {
-    let b = reason.as_bytes();
-    b.len() <= 1024
-        && b[0].is_ascii_alphabetic()
-        && (b[b.len() - 1].is_ascii_alphanumeric() || b[b.len() - 1] == b'_')
-        && b.iter()
-            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b',' | b':'))
 }

@@ -1,8 +1,10 @@
 //! Services (`pkg/registry/core/service`, `ValidateService`): defaulting,
 //! cluster IP (10.96.0.0/12) and node port (30000-32767) allocation,
 //! carrying allocated values across updates, spec/status isolation,
-//! set-once `clusterIP` and `loadBalancerClass`, and the load balancer
-//! status rules a cloud controller manager writes against.
+//! set-once `clusterIP`, `loadBalancerClass` and `healthCheckNodePort`, the
+//! load balancer status rules a cloud controller manager writes against,
+//! and v1.32's warnings for IPs it accepts but will not always (IPs are
+//! parsed as sloppily as upstream: `010.0.0.1` is valid).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -20,6 +22,7 @@ const CLUSTER_IP_BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
 const CLUSTER_IP_PREFIX: u32 = 12;
 const CLUSTER_IP_RANGE: &str = "10.96.0.0/12";
 const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+const TOPOLOGY_HINTS_ANNOTATION: &str = "service.kubernetes.io/topology-aware-hints";
 
 fn service_type(svc: &Value) -> &str {
     match str_at(svc, "/spec/type") {
@@ -412,14 +415,9 @@ pub fn validate(svc: &Value) -> Vec<FieldError> {
 
 pub fn validate_update(sub: Subresource, new: &Value, old: &Value) -> Vec<FieldError> {
     match sub {
-        Subresource::Status => {
-            let mut errs = validate_load_balancer_status(new);
-            errs.extend(super::validate_conditions(
-                new.pointer("/status/conditions"),
-                "status.conditions",
-            ));
-            errs
-        }
+        // `ValidateServiceStatusUpdate` checks the load balancer status
+        // only: `status.conditions` is stored as sent.
+        Subresource::Status => validate_load_balancer_status(new),
         Subresource::Main => {
             let mut errs = validate_spec(new);
             let (old_ip, new_ip) = (
@@ -455,6 +453,16 @@ pub fn validate_update(sub: Subresource, new: &Value, old: &Value) -> Vec<FieldE
                     "may not change once set",
                 ));
             }
+            if needs_health_check_port(old)
+                && needs_health_check_port(new)
+                && old.pointer("/spec/healthCheckNodePort")
+                    != new.pointer("/spec/healthCheckNodePort")
+            {
+                errs.push(FieldError::forbidden(
+                    "spec.healthCheckNodePort",
+                    "field is immutable",
+                ));
+            }
             errs
         }
     }
@@ -488,6 +496,26 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
             errs.push(FieldError::invalid("spec.clusterIPs[0]", cluster_ip, msg));
         }
     }
+    if headless && matches!(kind, "LoadBalancer" | "NodePort") {
+        errs.push(FieldError::invalid(
+            "spec.clusterIPs[0]",
+            cluster_ip,
+            format!("may not be set to 'None' for {kind} services"),
+        ));
+    }
+    for (i, ip) in meta::string_list(svc.pointer("/spec/externalIPs"))
+        .iter()
+        .enumerate()
+    {
+        let path = format!("spec.externalIPs[{i}]");
+        let mut msgs = validation::ip(ip);
+        if msgs.is_empty() {
+            msgs = validation::non_special_ip(ip);
+        }
+        for msg in msgs {
+            errs.push(FieldError::invalid(path.as_str(), ip.as_str(), msg));
+        }
+    }
     errs.extend(validate_ports(svc, kind, headless));
     let affinity = str_at(svc, "/spec/sessionAffinity");
     if !affinity.is_empty() && !["ClientIP", "None"].contains(&affinity) {
@@ -514,34 +542,26 @@ fn validate_spec(svc: &Value) -> Vec<FieldError> {
         .and_then(Value::as_array)
     {
         if !is_lb && !ranges.is_empty() {
+            // Upstream names this path with a capital L.
             errs.push(FieldError::forbidden(
-                "spec.loadBalancerSourceRanges",
+                "spec.LoadBalancerSourceRanges",
                 "may only be used when `type` is 'LoadBalancer'",
             ));
         }
         for (i, range) in ranges.iter().enumerate() {
-            let range = range.as_str().unwrap_or("");
-            for msg in validation::cidr(range.trim()) {
+            // Space-padded values are tolerated, a relic of the annotation.
+            let range = range.as_str().unwrap_or("").trim();
+            for msg in validation::cidr(range) {
                 errs.push(FieldError::invalid(
-                    format!("spec.loadBalancerSourceRanges[{i}]"),
+                    format!("spec.LoadBalancerSourceRanges[{i}]"),
                     range,
                     msg,
                 ));
             }
         }
     }
-    let lb_ip = str_at(svc, "/spec/loadBalancerIP");
-    if !lb_ip.is_empty() {
-        if !is_lb {
-            errs.push(FieldError::forbidden(
-                "spec.loadBalancerIP",
-                "may only be used when `type` is 'LoadBalancer'",
-            ));
-        }
-        for msg in validation::ip(lb_ip) {
-            errs.push(FieldError::invalid("spec.loadBalancerIP", lb_ip, msg));
-        }
-    }
+    // `loadBalancerIP` is not validated in v1.32 (a warning names a value
+    // that is not a canonical IP, see `warnings`).
     let etp = str_at(svc, "/spec/externalTrafficPolicy");
     if !externally_accessible(svc) {
         if !etp.is_empty() {
@@ -797,6 +817,53 @@ fn validate_load_balancer_status(svc: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// `GetWarningsForService` (v1.32) for the main resource: IPs and CIDRs
+/// that were accepted but are not canonical.
+pub fn warnings(sub: Subresource, svc: &Value) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if sub == Subresource::Status {
+        return warnings;
+    }
+    let annotations = meta::of(svc).and_then(|m| m.get("annotations"));
+    if annotations.is_some_and(|a| a.get(TOPOLOGY_HINTS_ANNOTATION).is_some()) {
+        warnings.push(format!(
+            "annotation {TOPOLOGY_HINTS_ANNOTATION} is deprecated, please use service.kubernetes.io/topology-mode instead"
+        ));
+    }
+    let cluster_ip = str_at(svc, "/spec/clusterIP");
+    if !cluster_ip.is_empty() && cluster_ip != "None" {
+        for (i, ip) in meta::string_list(svc.pointer("/spec/clusterIPs"))
+            .iter()
+            .enumerate()
+        {
+            warnings.extend(validation::ip_warning(&format!("spec.clusterIPs[{i}]"), ip));
+        }
+    }
+    for (i, ip) in meta::string_list(svc.pointer("/spec/externalIPs"))
+        .iter()
+        .enumerate()
+    {
+        warnings.extend(validation::ip_warning(
+            &format!("spec.externalIPs[{i}]"),
+            ip,
+        ));
+    }
+    let lb_ip = str_at(svc, "/spec/loadBalancerIP");
+    if !lb_ip.is_empty() {
+        warnings.extend(validation::ip_warning("spec.loadBalancerIP", lb_ip));
+    }
+    for (i, cidr) in meta::string_list(svc.pointer("/spec/loadBalancerSourceRanges"))
+        .iter()
+        .enumerate()
+    {
+        warnings.extend(validation::cidr_warning(
+            &format!("spec.loadBalancerSourceRanges[{i}]"),
+            cidr,
+        ));
+    }
+    warnings
 }
 
 pub fn fields(svc: &Value) -> Vec<(&'static str, String)> {

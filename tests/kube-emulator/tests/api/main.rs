@@ -16,6 +16,7 @@ mod patches;
 mod requests;
 mod responses;
 mod selectors;
+mod services;
 mod tables;
 mod validation;
 mod watches;
