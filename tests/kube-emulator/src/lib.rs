@@ -103,6 +103,13 @@
 //! warnings, such as v1.32's for an IP or CIDR that is not canonical
 //! (`loadBalancerIP` is not validated at all, only warned about).
 //!
+//! Nodes get what conversion, defaulting and admission do upstream:
+//! `podCIDR` and `podCIDRs` kept in step (`podCIDR` wins when they differ),
+//! `status.allocatable` defaulted from `capacity`, and the
+//! `node.kubernetes.io/not-ready:NoSchedule` taint on every new Node
+//! (`TaintNodesByCondition`). A patched `metadata.uid` is a 422 like any
+//! immutable field; a PUT's is a precondition (409).
+//!
 //! # Layout
 //!
 //! In request order: `tls` (the generated CA, the serving certificate and
@@ -133,10 +140,18 @@
 //!   those codes may be invisible to a kube-rs client; use 500 to see them.
 //! - The CA and serving certificate are new at every start, so a
 //!   kubeconfig is good for one run; client certificates are not accepted.
-//! - No authorization (any valid token may do anything), admission, API
-//!   priority and fairness, audit, `managedFields`, or garbage collector
-//!   (`propagationPolicy` is validated but owner references are never
-//!   followed, and no `orphan`/`foregroundDeletion` finalizer is added).
+//! - No authorization (any valid token may do anything), admission (but
+//!   for the not-ready taint on new Nodes), API priority and fairness,
+//!   audit, `managedFields`, or garbage collector (`propagationPolicy` is
+//!   validated but owner references are never followed, and no
+//!   `orphan`/`foregroundDeletion` finalizer is added).
+//! - No kube-controller-manager: the `not-ready` taint admission puts on a
+//!   new Node stays until a client removes it (a real cluster's node
+//!   lifecycle controller removes it once the node reports Ready), and no
+//!   `unreachable`/`not-ready` taints follow the Ready condition later.
+//! - Resource quantities are stored as sent, not canonicalised (`1000m`
+//!   stays `1000m` where upstream answers `1`), and integer-only resources
+//!   (`pods`, extended resources) are not checked for fractions.
 //! - Server-side apply is a simplified merge: the object is created if
 //!   missing and the apply body is merged like a strategic merge patch (by
 //!   `x-kubernetes-list-type` keys for custom resources); there is no field

@@ -312,10 +312,10 @@ fn merge_list(
     schema: Schema<'_>,
 ) -> Result<Vec<Value>, String> {
     match strategy {
-        ListStrategy::Atomic => Ok(match strip_directives(Value::Array(patch)) {
-            Value::Array(items) => items,
-            _ => unreachable!("an array stays an array"),
-        }),
+        // Taken as sent, directives and all (`mergeSliceHandler` without a
+        // merge strategy): a `$patch: delete` entry stays, and decoding
+        // drops its `$patch` as an unknown field, with a warning.
+        ListStrategy::Atomic => Ok(patch),
         ListStrategy::Set => {
             let mut merged = original.clone();
             for item in &patch {

@@ -416,6 +416,22 @@ pub fn replace(
     } else {
         meta::set(&mut obj, "namespace", Value::Null);
     }
+    // A PUT's uid is a precondition (409, before the resourceVersion is
+    // compared); a patched uid is only validated as immutable (422).
+    let uid = meta::uid(&obj);
+    if let Some(cur) = state.get(&t.rt.storage, &t.namespace, &t.name)
+        && !uid.is_empty()
+        && uid != meta::uid(cur)
+    {
+        return Err(ApiError::Conflict {
+            resource: t.rt.group_resource(),
+            name: t.name.clone(),
+            message: format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta::uid(cur)
+            ),
+        });
+    }
     update(state, t, obj, opts, warnings)
 }
 
@@ -455,17 +471,6 @@ fn update(
         if requested != meta::resource_version(&cur) {
             return Err(ApiError::stale(&rt.group_resource(), &t.name));
         }
-    }
-    let uid = meta::uid(&new);
-    if !uid.is_empty() && uid != meta::uid(&cur) {
-        return Err(ApiError::Conflict {
-            resource: rt.group_resource(),
-            name: t.name.clone(),
-            message: format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta::uid(&cur)
-            ),
-        });
     }
     meta::carry_system_fields(&mut new, &cur);
     let mut errs = kinds::prepare_update(rt, t.sub, &mut new, &cur, state);

@@ -114,7 +114,11 @@ fn decode_fields(
     use k8s_openapi::api;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     let decoded = match (rt.rules, rt.view) {
-        (Rules::Node, _) => round_trip::<api::core::v1::Node>(rt, &value)?,
+        (Rules::Node, _) => {
+            let node = round_trip::<api::core::v1::Node>(rt, &value)?;
+            node::check_quantities(&node)?;
+            node
+        }
         (Rules::Service, _) => round_trip::<api::core::v1::Service>(rt, &value)?,
         (Rules::Namespace, _) => round_trip::<api::core::v1::Namespace>(rt, &value)?,
         (Rules::ConfigMap, _) => round_trip::<api::core::v1::ConfigMap>(rt, &value)?,
@@ -418,7 +422,7 @@ pub fn validate_update(
 ) -> Vec<FieldError> {
     let mut errs = meta::validate_update(new, old);
     errs.extend(match rt.rules {
-        Rules::Node => node::validate_update(new, old),
+        Rules::Node => node::validate_update(sub, new, old),
         Rules::Service => service::validate_update(sub, new, old),
         Rules::Namespace => namespace::validate_finalizers(new),
         Rules::ConfigMap => config::validate_config_map_update(new, old),
@@ -435,6 +439,7 @@ pub fn validate_update(
 /// (`WarningsOnCreate`/`WarningsOnUpdate`).
 pub fn warnings(rt: &ResourceType, sub: Subresource, obj: &Value) -> Vec<String> {
     match rt.rules {
+        Rules::Node => node::warnings(sub, obj),
         Rules::Service => service::warnings(sub, obj),
         _ => Vec::new(),
     }

@@ -12,6 +12,7 @@ mod events;
 mod faults;
 mod kubectl;
 mod leases;
+mod nodes;
 mod patches;
 mod requests;
 mod responses;
