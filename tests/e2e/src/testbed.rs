@@ -8,7 +8,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cloud_sim::NewInstance;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Service, ServicePort, ServiceSpec,
+    Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kube_emulator::{Emulator, EmulatorOptions};
@@ -22,6 +27,10 @@ use wasm_ccm_host::sandbox::SandboxConfig;
 use crate::{Cloud, loopback};
 
 pub const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The taint the API server's admission puts on every new Node.
+pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The version the kubelets of [`Testbed::kubelet_node`] report.
+pub const KUBELET_VERSION: &str = "v1.33.0";
 
 /// The emulator, the simulator, a client for the tests, and files the manager reads.
 pub struct Testbed {
@@ -163,16 +172,21 @@ impl Testbed {
             .id
     }
 
-    /// A Node as a kubelet with `--cloud-provider=external` registers it: tainted
-    /// uninitialized, no providerID.
+    /// A Node as a kubelet with `--cloud-provider=external` registers and reports it:
+    /// tainted uninitialized, no providerID or addresses, Ready, with its system info and
+    /// capacity. The API server adds `node.kubernetes.io/not-ready:NoSchedule` on
+    /// creation; a kube-controller-manager would remove it once the node is Ready, but
+    /// none runs here, so it stays next to the taints the controllers handle.
     pub fn kubelet_node(name: &str) -> Node {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
         Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(BTreeMap::from([(
-                    "kubernetes.io/hostname".to_string(),
-                    name.to_string(),
-                )])),
+                labels: Some(BTreeMap::from([
+                    ("kubernetes.io/hostname".to_string(), name.to_string()),
+                    ("kubernetes.io/os".to_string(), "linux".to_string()),
+                    ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                ])),
                 ..Default::default()
             },
             spec: Some(NodeSpec {
@@ -184,7 +198,35 @@ impl Testbed {
                 }]),
                 ..Default::default()
             }),
-            ..Default::default()
+            status: Some(NodeStatus {
+                capacity: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity("2".into())),
+                    ("memory".to_string(), Quantity("4Gi".into())),
+                    ("pods".to_string(), Quantity("110".into())),
+                ])),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: Some("KubeletReady".into()),
+                    message: Some("kubelet is posting ready status".into()),
+                    last_heartbeat_time: Some(now.clone()),
+                    last_transition_time: Some(now),
+                }]),
+                node_info: Some(NodeSystemInfo {
+                    architecture: "amd64".into(),
+                    boot_id: format!("boot-{name}"),
+                    container_runtime_version: "containerd://2.0.0".into(),
+                    kernel_version: "6.1.0".into(),
+                    kube_proxy_version: String::new(),
+                    kubelet_version: KUBELET_VERSION.into(),
+                    machine_id: format!("machine-{name}"),
+                    operating_system: "linux".into(),
+                    os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+                    system_uuid: format!("uuid-{name}"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
         }
     }
 
@@ -276,10 +318,15 @@ where
 
 /// Whether `node` still has the uninitialized taint.
 pub fn is_uninitialized(node: &Node) -> bool {
+    has_taint(node, UNINITIALIZED)
+}
+
+/// Whether `node` has a taint with `key`.
+pub fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED))
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
 
 /// The first ingress IP in a Service's load-balancer status.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use e2e::testbed::{Testbed, eventually, is_uninitialized};
+use e2e::testbed::{NOT_READY, Testbed, eventually, is_uninitialized};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -48,6 +48,17 @@ async fn uninitialised_node_gets_provider_id_labels_and_addresses_and_loses_the_
 
     let node = initialised(&bed, "worker-1").await;
     let spec = node.spec.as_ref().unwrap();
+    let taints: Vec<(&str, &str)> = spec
+        .taints
+        .iter()
+        .flatten()
+        .map(|t| (t.key.as_str(), t.effect.as_str()))
+        .collect();
+    assert_eq!(
+        taints,
+        [(NOT_READY, "NoSchedule")],
+        "only the cloud taint goes; the API server's not-ready taint is a kube-controller-manager's to remove"
+    );
     assert_eq!(
         spec.provider_id.as_deref(),
         Some(format!("simcloud://{id}").as_str())

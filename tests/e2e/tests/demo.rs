@@ -137,6 +137,11 @@ async fn the_kubectl_commands_the_demo_prints_show_its_nodes_and_load_balancers(
                         assert!(printed.contains("INTERNAL-IP"), "{printed}");
                     }
                     assert_eq!(cells[2], "<none>", "no roles: {printed}");
+                    assert_eq!(
+                        (cells[1], cells[4]),
+                        ("Ready", e2e::testbed::KUBELET_VERSION),
+                        "the kubelet's Ready condition and version: {printed}"
+                    );
                 }
             }
             ["get", "services", ..] => {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use cloud_sim::{Faults, InstanceStatus};
-use e2e::testbed::{RunningManager, Testbed, eventually, is_uninitialized};
+use e2e::testbed::{NOT_READY, RunningManager, Testbed, eventually, has_taint, is_uninitialized};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -40,13 +40,6 @@ async fn set_ready(bed: &Testbed, name: &str, ready: bool) {
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .expect("set Ready");
-}
-
-fn has_taint(node: &Node, key: &str) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
 
 #[tokio::test]
@@ -113,12 +106,16 @@ async fn shut_down_instance_taints_the_node_until_it_is_ready_again() {
         .state()
         .set_instance_status(&ids[0], InstanceStatus::Stopped);
     set_ready(&bed, "sleepy-1", false).await;
-    eventually("shutdown taint", WAIT, || async {
+    let node = eventually("shutdown taint", WAIT, || async {
         bed.node("sleepy-1")
             .await
             .filter(|n| has_taint(n, SHUTDOWN))
     })
     .await;
+    assert!(
+        has_taint(&node, NOT_READY),
+        "the whole taint list is patched: the API server's not-ready taint stays"
+    );
     bed.cloud
         .sim
         .state()
@@ -130,6 +127,7 @@ async fn shut_down_instance_taints_the_node_until_it_is_ready_again() {
             .filter(|n| !has_taint(n, SHUTDOWN))
     })
     .await;
+    assert!(has_taint(&node, NOT_READY), "only the shutdown taint goes");
     assert!(node.spec.unwrap().provider_id.is_some());
     manager.stop().await.unwrap();
 }
@@ -162,8 +160,14 @@ fn condition(node: &Node, kind: &str) -> Option<(String, Option<String>)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn set_pod_cidr(bed: &Testbed, name: &str, cidr: &str) {
-    let patch = serde_json::json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+/// Assign the node its pod CIDR as node IPAM does, with both fields; `podCIDR` alone
+/// when `only_pod_cidr`, as older allocators do (the API server fills `podCIDRs`).
+async fn set_pod_cidr(bed: &Testbed, name: &str, cidr: &str, only_pod_cidr: bool) {
+    let patch = if only_pod_cidr {
+        serde_json::json!({"spec": {"podCIDR": cidr}})
+    } else {
+        serde_json::json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}})
+    };
     Api::<Node>::all(bed.client.clone())
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
@@ -174,8 +178,9 @@ async fn set_pod_cidr(bed: &Testbed, name: &str, cidr: &str) {
 async fn routes_follow_pod_cidrs_and_stale_routes_are_removed() {
     let bed = Testbed::start().await;
     let (manager, _) = start(&bed, "cloud-node,route", &["r-1", "r-2"]).await;
-    set_pod_cidr(&bed, "r-1", "10.244.1.0/24").await;
-    set_pod_cidr(&bed, "r-2", "10.244.2.0/24").await;
+    set_pod_cidr(&bed, "r-1", "10.244.1.0/24", false).await;
+    // r-2 gets podCIDR alone: the API server fills podCIDRs, which routes follow.
+    set_pod_cidr(&bed, "r-2", "10.244.2.0/24", true).await;
     eventually("two routes", WAIT, || async {
         (bed.cloud.sim.state().routes().len() == 2).then_some(())
     })
@@ -207,8 +212,8 @@ async fn routes_follow_pod_cidrs_and_stale_routes_are_removed() {
 async fn a_blackholed_route_is_removed_and_its_node_reported_without_network() {
     let bed = Testbed::start().await;
     let (manager, ids) = start(&bed, "cloud-node,route", &["ok-1", "lost-1"]).await;
-    set_pod_cidr(&bed, "ok-1", "10.244.1.0/24").await;
-    set_pod_cidr(&bed, "lost-1", "10.244.2.0/24").await;
+    set_pod_cidr(&bed, "ok-1", "10.244.1.0/24", false).await;
+    set_pod_cidr(&bed, "lost-1", "10.244.2.0/24", false).await;
     eventually("two routes", WAIT, || async {
         (bed.cloud.sim.state().routes().len() == 2).then_some(())
     })
