@@ -95,8 +95,13 @@
 //! references, taints, node addresses and `providerID`, services (types,
 //! ports, node ports, cluster and external IPs, `loadBalancerClass`, load
 //! balancer status and `ipMode`), leases, events (both API versions),
-//! config maps, secrets, CRDs, and custom resources against their structural
-//! schema (pruning, defaults, types, `required`, `enum`, bounds, `pattern`).
+//! config maps, secrets, CRDs (names, and structural schemas: a `type` on
+//! every node, consistent `x-kubernetes-list-type`s; reported under
+//! `spec.validation` when all versions share one schema, where upstream's
+//! conversion moves it), and custom resources against their structural
+//! schema (the kind, a 422; pruning, defaults, types as
+//! `FieldValueTypeInvalid`, `required`, `enum`, bounds, `pattern`, no
+//! duplicates in `set` lists or keys in `map` lists).
 //!
 //! IP and CIDR fields are parsed as v1.32 parses them (`ParseIPSloppy`:
 //! `010.0.0.1` is valid), and writes are answered with the strategies'
@@ -117,13 +122,13 @@
 //! call) → `discovery` (discovery documents) or `verbs` (what each verb
 //! does) → `kinds` (per-kind defaulting, validation and strategies, with
 //! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
-//! schemas, `micro_time` for `MicroTime` strings as Go parses them) and
-//! `patch` (patch types), with `body` reading request bodies and the keys
-//! they repeat → `store` (objects, resourceVersions, history) → `watch`
-//! (event streams). `resources` is the registry of served types,
-//! `selectors` parses label and field selectors, `status` renders errors
-//! as `Status` objects, `faults` holds the test controls and `kubeconfig`
-//! writes the client's kubeconfig.
+//! schemas and what makes one valid, `micro_time` for `MicroTime` strings
+//! as Go parses them) and `patch` (patch types), with `body` reading
+//! request bodies and the keys they repeat → `store` (objects,
+//! resourceVersions, history) → `watch` (event streams). `resources` is
+//! the registry of served types, `selectors` parses label and field
+//! selectors, `status` renders errors as `Status` objects, `faults` holds
+//! the test controls and `kubeconfig` writes the client's kubeconfig.
 //!
 //! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
 //! a [`FaultCommand`]) and `GET`/`DELETE /_emulator/requests`.
@@ -167,8 +172,9 @@
 //!   (10.96.0.0/12, 30000-32767), IPv4 single-stack only.
 //! - Custom resources: conversion is always `None` (webhook conversion is
 //!   not called), no `scale` subresource, no CEL (`x-kubernetes-validations`),
-//!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked; the
-//!   namespace and CRD controllers act synchronously within the request.
+//!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked (in a CRD's
+//!   schema nor in its objects), nor are a schema's `default`s against it;
+//!   the namespace and CRD controllers act synchronously within the request.
 //! - Strict decoding lists repeated keys before unknown fields (upstream:
 //!   in document order); the operations of a JSON patch are not checked
 //!   for unknown or repeated keys (upstream warns `json patch unknown

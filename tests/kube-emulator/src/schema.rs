@@ -1,12 +1,20 @@
 //! Structural `openAPIV3Schema`s of custom resources, applied as the
 //! apiextensions server does on every write: prune unknown fields, apply
-//! `default`s, then validate types, `required`, `enum`, bounds and
-//! patterns. CEL rules (`x-kubernetes-validations`) and `allOf`/`anyOf`/
-//! `oneOf`/`not` are not evaluated.
+//! `default`s, then validate types (`FieldValueTypeInvalid`), `required`,
+//! `enum`, bounds and patterns, and the uniqueness of `set` and `map` lists
+//! ([`listtype`]). What a CRD's schema itself must be to be accepted is
+//! [`structural`]. CEL rules (`x-kubernetes-validations`) and `allOf`/
+//! `anyOf`/`oneOf`/`not` are not evaluated.
+
+mod listtype;
+mod structural;
 
 use serde_json::{Map, Value};
 
 use crate::status::{BadValue, FieldError};
+
+pub use listtype::validate as validate_list_types;
+pub use structural::validate as validate_crd_schema;
 
 fn preserves_unknown(schema: &Value) -> bool {
     schema
@@ -151,7 +159,7 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
         if schema.get("nullable").and_then(Value::as_bool) != Some(true)
             && let Some(t) = schema.get("type").and_then(Value::as_str)
         {
-            errs.push(FieldError::invalid(
+            errs.push(FieldError::type_invalid(
                 path,
                 "null",
                 format!("{shown} in body must be of type {t}: \"null\""),
@@ -165,7 +173,7 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
         == Some(true);
     if int_or_string {
         if !matches!(json_type(value), "integer" | "string") {
-            errs.push(FieldError::invalid(
+            errs.push(FieldError::type_invalid(
                 path,
                 json_type(value),
                 format!(
@@ -178,7 +186,7 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
     } else if let Some(t) = schema.get("type").and_then(Value::as_str)
         && !type_matches(t, value)
     {
-        errs.push(FieldError::invalid(
+        errs.push(FieldError::type_invalid(
             path,
             json_type(value),
             format!(
@@ -267,11 +275,7 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
             if let Some(max) = number("maxItems")
                 && items.len() as f64 > max
             {
-                errs.push(FieldError::invalid(
-                    path,
-                    BadValue::Int(items.len() as i64),
-                    format!("must have at most {max} items"),
-                ));
+                errs.push(FieldError::too_many(path, items.len() as i64, max as usize));
             }
             if let Some(min) = number("minItems")
                 && (items.len() as f64) < min

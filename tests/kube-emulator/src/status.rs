@@ -68,10 +68,15 @@ pub enum FieldErrorType {
     Required,
     /// The bad value, rendered the way Go's validation renders it.
     Invalid(BadValue),
+    /// A value of the wrong JSON type (`field.TypeInvalid`): printed like
+    /// `Invalid`, but with its own reason.
+    TypeInvalid(BadValue),
     NotSupported(BadValue, Vec<String>),
     Duplicate(BadValue),
     Forbidden,
     TooLong(usize),
+    /// A list longer than allowed: the actual length and the maximum.
+    TooMany(i64, usize),
 }
 
 /// A rejected value: strings are quoted, numbers and booleans printed bare,
@@ -120,17 +125,66 @@ impl From<bool> for BadValue {
     }
 }
 
-/// Renders a JSON value the way it appears in a validation message.
+/// Renders a JSON value the way it appears in a validation message: Go
+/// prints an `interface{}` holding a scalar with `%v` (strings quoted),
+/// `nil` as `null`, and maps and slices with `%#v`.
 pub fn bad_value(value: &Value) -> BadValue {
     match value {
         Value::String(s) => BadValue::Str(s.clone()),
         Value::Bool(b) => BadValue::Bool(*b),
         Value::Number(n) => match n.as_i64() {
             Some(i) => BadValue::Int(i),
-            None => BadValue::Raw(n.to_string()),
+            None => BadValue::Raw(go_number(n)),
         },
-        other => BadValue::Raw(other.to_string()),
+        Value::Null => BadValue::Raw("null".to_owned()),
+        composite => BadValue::Raw(go_syntax(composite)),
     }
+}
+
+/// Go's `%#v` of a value decoded from JSON into `interface{}`, e.g.
+/// `map[string]interface {}{"name":"a", "port":80}`.
+pub fn go_syntax(value: &Value) -> String {
+    match value {
+        Value::Null => "interface {}(nil)".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => go_number(n),
+        Value::String(s) => quote(s),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_syntax).collect();
+            format!("[]interface {{}}{{{}}}", items.join(", "))
+        }
+        Value::Object(map) => {
+            // Go prints map keys sorted, as serde_json's map keeps them.
+            let entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}:{}", quote(k), go_syntax(v)))
+                .collect();
+            format!("map[string]interface {{}}{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+/// A JSON number as Go prints the `int64` or `float64` it decodes to.
+fn go_number(n: &serde_json::Number) -> String {
+    if let Some(i) = n.as_i64() {
+        return i.to_string();
+    }
+    if let Some(u) = n.as_u64() {
+        return u.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    // `%v` is `%g` with the shortest digits: an exponent below -4 or from
+    // 6 up is printed as `1.5e+06`.
+    let sci = format!("{f:e}");
+    let Some((mantissa, exp)) = sci.split_once('e') else {
+        return f.to_string();
+    };
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if f == 0.0 || (-4..6).contains(&exp) {
+        return f.to_string();
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 /// Go's `%q` for the ASCII strings that appear in Kubernetes objects.
@@ -165,6 +219,19 @@ impl FieldError {
         FieldError {
             field: field.into(),
             kind: FieldErrorType::Invalid(value.into()),
+            detail: detail.into(),
+        }
+    }
+
+    /// `field.TypeInvalid`: the value has the wrong JSON type.
+    pub fn type_invalid(
+        field: impl Into<String>,
+        value: impl Into<BadValue>,
+        detail: impl Into<String>,
+    ) -> FieldError {
+        FieldError {
+            field: field.into(),
+            kind: FieldErrorType::TypeInvalid(value.into()),
             detail: detail.into(),
         }
     }
@@ -208,6 +275,16 @@ impl FieldError {
         }
     }
 
+    /// `field.TooMany`: `actual` items where at most `max` are allowed.
+    pub fn too_many(field: impl Into<String>, actual: i64, max: usize) -> FieldError {
+        let items = if max == 1 { "item" } else { "items" };
+        FieldError {
+            field: field.into(),
+            kind: FieldErrorType::TooMany(actual, max),
+            detail: format!("must have at most {max} {items}"),
+        }
+    }
+
     /// `field is immutable`, as `ValidateImmutableField` reports it.
     pub fn immutable(field: impl Into<String>, value: impl Into<BadValue>) -> FieldError {
         FieldError::invalid(field, value, "field is immutable")
@@ -217,10 +294,12 @@ impl FieldError {
         match self.kind {
             FieldErrorType::Required => "FieldValueRequired",
             FieldErrorType::Invalid(_) => "FieldValueInvalid",
+            FieldErrorType::TypeInvalid(_) => "FieldValueTypeInvalid",
             FieldErrorType::NotSupported(..) => "FieldValueNotSupported",
             FieldErrorType::Duplicate(_) => "FieldValueDuplicate",
             FieldErrorType::Forbidden => "FieldValueForbidden",
             FieldErrorType::TooLong(_) => "FieldValueTooLong",
+            FieldErrorType::TooMany(..) => "FieldValueTooMany",
         }
     }
 
@@ -229,7 +308,10 @@ impl FieldError {
         let mut body = match &self.kind {
             FieldErrorType::Required => "Required value".to_owned(),
             FieldErrorType::Forbidden => "Forbidden".to_owned(),
-            FieldErrorType::Invalid(v) => format!("Invalid value: {v}"),
+            FieldErrorType::Invalid(v) | FieldErrorType::TypeInvalid(v) => {
+                format!("Invalid value: {v}")
+            }
+            FieldErrorType::TooMany(actual, _) => format!("Too many: {actual}"),
             FieldErrorType::Duplicate(v) => format!("Duplicate value: {v}"),
             FieldErrorType::TooLong(max) => format!("Too long: may not be more than {max} bytes"),
             FieldErrorType::NotSupported(v, supported) => {

@@ -357,7 +357,8 @@ fn insert(
     let mut errs = kinds::prepare_create(rt, &mut obj, state);
     errs.extend(kinds::validate_create(rt, &obj));
     if !errs.is_empty() {
-        return Err(ApiError::invalid(&rt.group_kind(), meta::name(&obj), errs));
+        let kind = kinds::invalid_kind(rt, &obj);
+        return Err(ApiError::invalid(&kind, meta::name(&obj), errs));
     }
     warnings.extend(kinds::warnings(rt, Subresource::Main, &obj));
     if state
@@ -476,7 +477,11 @@ fn update(
     let mut errs = kinds::prepare_update(rt, t.sub, &mut new, &cur, state);
     errs.extend(kinds::validate_update(rt, t.sub, &new, &cur));
     if !errs.is_empty() {
-        return Err(ApiError::invalid(&rt.group_kind(), &t.name, errs));
+        return Err(ApiError::invalid(
+            &kinds::invalid_kind(rt, &new),
+            &t.name,
+            errs,
+        ));
     }
     warnings.extend(kinds::warnings(rt, t.sub, &new));
     meta::set(

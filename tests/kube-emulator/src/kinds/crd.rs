@@ -1,8 +1,9 @@
 //! CustomResourceDefinitions (`apiextensions.k8s.io/v1`): validation of
-//! names, scope and versions, and the work of upstream's naming and
-//! establishing controllers: accepted names, the `NamesAccepted` and
-//! `Established` conditions, stored versions, and the resource types the
-//! registry should serve for the CRD.
+//! names, scope, versions and schemas (the structural rules live in
+//! `schema`), and the work of upstream's naming and establishing
+//! controllers: accepted names, the `NamesAccepted` and `Established`
+//! conditions, stored versions, and the resource types the registry should
+//! serve for the CRD.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use super::{Subresource, set_field, str_at};
 use crate::meta;
 use crate::resources::{CustomType, Registry, ResourceType, Rules, View};
+use crate::schema;
 use crate::status::{BadValue, FieldError};
 use crate::validation;
 
@@ -69,10 +71,8 @@ fn apply_defaults(obj: &mut Value) {
     }
 }
 
-fn kind_ok(kind: &str) -> bool {
-    validation::dns1035_label(&kind.to_lowercase()).is_empty()
-}
-
+/// `ValidateCustomResourceDefinition`, in upstream's order: metadata, group,
+/// scope, versions (and their schemas), names, the shared schema.
 pub fn validate(crd: &Value) -> Vec<FieldError> {
     let mut errs = meta::validate(crd, false, meta::NameRule::Dns1123Subdomain);
     let group = str_at(crd, "/spec/group");
@@ -85,46 +85,21 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             "must be spec.names.plural+\".\"+spec.group",
         ));
     }
+    let group_msgs = validation::dns1123_subdomain(group);
     if group.is_empty() {
         errs.push(FieldError::required("spec.group", ""));
-    } else {
-        for msg in validation::dns1123_subdomain(group) {
-            errs.push(FieldError::invalid("spec.group", group, msg));
-        }
-        if !group.contains('.') {
-            errs.push(FieldError::invalid(
-                "spec.group",
-                group,
-                "should be a domain with at least one dot",
-            ));
-        }
-    }
-    for field in ["plural", "singular"] {
-        let value = str_at(crd, &format!("/spec/names/{field}"));
-        if value.is_empty() {
-            errs.push(FieldError::required(format!("spec.names.{field}"), ""));
-        } else {
-            let msgs = validation::dns1035_label(value);
-            if !msgs.is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("spec.names.{field}"),
-                    value,
-                    msgs.join(","),
-                ));
-            }
-        }
-    }
-    for field in ["kind", "listKind"] {
-        let value = str_at(crd, &format!("/spec/names/{field}"));
-        if value.is_empty() {
-            errs.push(FieldError::required(format!("spec.names.{field}"), ""));
-        } else if !kind_ok(value) {
-            errs.push(FieldError::invalid(
-                format!("spec.names.{field}"),
-                value,
-                "may have mixed case, but should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?",
-            ));
-        }
+    } else if !group_msgs.is_empty() {
+        errs.push(FieldError::invalid(
+            "spec.group",
+            group,
+            group_msgs.join(","),
+        ));
+    } else if !group.contains('.') {
+        errs.push(FieldError::invalid(
+            "spec.group",
+            group,
+            "should be a domain with at least one dot",
+        ));
     }
     let scope = str_at(crd, "/spec/scope");
     if scope.is_empty() {
@@ -136,18 +111,83 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
             &["Cluster", "Namespaced"],
         ));
     }
-    errs.extend(validate_versions(crd));
+    let versions = versions(crd);
+    let shared = shared_schema(&versions);
+    errs.extend(validate_versions(&versions, shared.is_none()));
+    errs.extend(validate_names(crd));
+    if let Some(schema) = shared.and_then(|s| s.get("openAPIV3Schema")) {
+        let status = versions
+            .iter()
+            .any(|v| v.pointer("/subresources/status").is_some());
+        errs.extend(schema::validate_crd_schema(
+            schema,
+            "spec.validation.openAPIV3Schema",
+            status,
+        ));
+    }
     errs
 }
 
-fn validate_versions(crd: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    let versions = crd
-        .pointer("/spec/versions")
+fn versions(crd: &Value) -> Vec<Value> {
+    crd.pointer("/spec/versions")
         .and_then(Value::as_array)
         .cloned()
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The `schema` every version shares, if all are identical: upstream's
+/// conversion to the internal type then moves it to `spec.validation`, and
+/// its errors are reported there (`spec.validation.openAPIV3Schema…`), not
+/// under `spec.versions[i]`.
+fn shared_schema(versions: &[Value]) -> Option<&Value> {
+    let first = versions.first()?.get("schema")?;
+    versions
+        .iter()
+        .all(|v| v.get("schema") == Some(first))
+        .then_some(first)
+}
+
+fn validate_versions(versions: &[Value], per_version_schemas: bool) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (i, version) in versions.iter().enumerate() {
+        if version.pointer("/schema/openAPIV3Schema").is_none() {
+            errs.push(FieldError::required(
+                format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                "schemas are required",
+            ));
+        }
+    }
     let shown = BadValue::Raw(format!("{} versions", versions.len()));
+    let mut seen = Vec::new();
+    let mut unique = true;
+    for (i, version) in versions.iter().enumerate() {
+        let path = format!("spec.versions[{i}]");
+        let name = str_at(version, "/name");
+        unique &= !seen.contains(&name);
+        seen.push(name);
+        let msgs = validation::dns1035_label(name);
+        if !msgs.is_empty() {
+            errs.push(FieldError::invalid(
+                format!("{path}.name"),
+                name,
+                msgs.join(","),
+            ));
+        }
+        if per_version_schemas && let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
+            errs.extend(schema::validate_crd_schema(
+                schema,
+                &format!("{path}.schema.openAPIV3Schema"),
+                version.pointer("/subresources/status").is_some(),
+            ));
+        }
+    }
+    if !unique {
+        errs.push(FieldError::invalid(
+            "spec.versions",
+            shown.clone(),
+            "must contain unique version names",
+        ));
+    }
     if versions
         .iter()
         .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
@@ -156,65 +196,100 @@ fn validate_versions(crd: &Value) -> Vec<FieldError> {
     {
         errs.push(FieldError::invalid(
             "spec.versions",
-            shown.clone(),
+            shown,
             "must have exactly one version marked as storage version",
         ));
     }
-    if !versions
-        .iter()
-        .any(|v| v.get("served").and_then(Value::as_bool) == Some(true))
-        && !versions.is_empty()
-    {
-        errs.push(FieldError::invalid(
-            "spec.versions",
-            shown,
-            "must have at least one version marked as served",
-        ));
-    }
-    let mut seen = Vec::new();
-    for (i, version) in versions.iter().enumerate() {
-        let path = format!("spec.versions[{i}]");
-        let name = str_at(version, "/name");
-        for msg in validation::dns1035_label(name) {
-            errs.push(FieldError::invalid(format!("{path}.name"), name, msg));
+    errs
+}
+
+/// The required names, then `ValidateCustomResourceDefinitionNames`.
+fn validate_names(crd: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let names = crd.pointer("/spec/names").cloned().unwrap_or_default();
+    let name = |field: &str| str_at(&names, &format!("/{field}")).to_owned();
+    for field in ["plural", "singular", "kind", "listKind"] {
+        if name(field).is_empty() {
+            errs.push(FieldError::required(format!("spec.names.{field}"), ""));
         }
-        if seen.contains(&name) {
+    }
+    for field in ["plural", "singular"] {
+        let value = name(field);
+        let msgs = validation::dns1035_label(&value);
+        if !value.is_empty() && !msgs.is_empty() {
             errs.push(FieldError::invalid(
-                "spec.versions",
-                name,
-                "must contain unique version names",
+                format!("spec.names.{field}"),
+                value,
+                msgs.join(","),
             ));
         }
-        seen.push(name);
-        match version.pointer("/schema/openAPIV3Schema") {
-            None => errs.push(FieldError::required(
-                format!("{path}.schema.openAPIV3Schema"),
-                "schemas are required",
-            )),
-            Some(schema) => match str_at(schema, "/type") {
-                "object" => {}
-                "" => errs.push(FieldError::required(
-                    format!("{path}.schema.openAPIV3Schema.type"),
-                    "must not be empty at the root",
-                )),
-                other => errs.push(FieldError::invalid(
-                    format!("{path}.schema.openAPIV3Schema.type"),
-                    other,
-                    "must be object at the root",
-                )),
-            },
+    }
+    for field in ["kind", "listKind"] {
+        let value = name(field);
+        let msgs = validation::dns1035_label(&value.to_lowercase());
+        if !value.is_empty() && !msgs.is_empty() {
+            errs.push(FieldError::invalid(
+                format!("spec.names.{field}"),
+                value,
+                format!(
+                    "may have mixed case, but should otherwise match: {}",
+                    msgs.join(",")
+                ),
+            ));
+        }
+    }
+    let list = |field: &str| meta::string_list(names.get(field));
+    for (i, short) in list("shortNames").iter().enumerate() {
+        let msgs = validation::dns1035_label(short);
+        if !msgs.is_empty() {
+            errs.push(FieldError::invalid(
+                format!("spec.names.shortNames[{i}]"),
+                short.as_str(),
+                msgs.join(","),
+            ));
+        }
+    }
+    if !name("kind").is_empty() && name("kind") == name("listKind") {
+        errs.push(FieldError::invalid(
+            "spec.names.listKind",
+            name("listKind"),
+            "kind and listKind may not be the same",
+        ));
+    }
+    for (i, category) in list("categories").iter().enumerate() {
+        let msgs = validation::dns1035_label(category);
+        if !msgs.is_empty() {
+            errs.push(FieldError::invalid(
+                format!("spec.names.categories[{i}]"),
+                category.as_str(),
+                msgs.join(","),
+            ));
         }
     }
     errs
 }
 
+/// `ValidateCustomResourceDefinitionUpdate`: the spec rules, then what may
+/// not change: scope and kind once established, group and plural ever.
 pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = validate(new);
-    let (n, o) = (str_at(new, "/spec/scope"), str_at(old, "/spec/scope"));
-    if n != o {
-        errs.push(FieldError::immutable("spec.scope", n));
+    let mut immutable = |field: &str, pointer: &str| {
+        let (n, o) = (str_at(new, pointer), str_at(old, pointer));
+        if n != o {
+            errs.push(FieldError::immutable(field, n));
+        }
+    };
+    if established(old) {
+        immutable("spec.scope", "/spec/scope");
+        immutable("spec.names.kind", "/spec/names/kind");
     }
+    immutable("spec.group", "/spec/group");
+    immutable("spec.names.plural", "/spec/names/plural");
     errs
+}
+
+fn established(crd: &Value) -> bool {
+    condition_is_true(crd, "Established")
 }
 
 /// What the naming and establishing controllers conclude about a CRD.
@@ -237,6 +312,15 @@ fn condition(old_status: &Value, kind: &str, status: bool, reason: &str, message
         _ => meta::now(),
     };
     json!({"type": kind, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
+}
+
+/// Whether the CRD's status has condition `kind` with status `True`.
+pub fn condition_is_true(crd: &Value, kind: &str) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| str_at(c, "/type") == kind && str_at(c, "/status") == "True")
 }
 
 /// Accepts names, establishes the CRD and builds its resource types.

@@ -1,13 +1,16 @@
 //! Custom resources served from a CRD (`apiextensions-apiserver`'s
 //! `customresource` registry): unstructured objects pruned, defaulted and
-//! validated by their version's schema, stored in the storage version
-//! (conversion strategy `None`), generation tracking, and a status
-//! subresource that changes nothing but `.status`.
+//! validated by their version's schema (a `kind` other than the CRD's is a
+//! 422 there, not a 400 at decoding as for built-in kinds), stored in the
+//! storage version (conversion strategy `None`), generation tracking, and
+//! a status subresource that changes nothing but `.status`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::{FieldValidation, Subresource, set_field, unknown_field_verdict, unknown_fields};
+use super::{
+    FieldValidation, Subresource, set_field, str_at, unknown_field_verdict, unknown_fields,
+};
 use crate::meta::{self, NameRule};
 use crate::patch::ListStrategy;
 use crate::resources::ResourceType;
@@ -125,10 +128,22 @@ pub fn prepare_update(rt: &ResourceType, sub: Subresource, new: &mut Value, old:
     }
 }
 
+/// `customResourceStrategy.Validate`: the kind first (alone, as upstream's
+/// `ValidateTypeMeta` returns early), then ObjectMeta, the schema, and the
+/// uniqueness of `set` and `map` lists.
 pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
+    let kind = str_at(obj, "/kind");
+    if kind != rt.kind {
+        return vec![FieldError::invalid(
+            "kind",
+            kind,
+            format!("must be {}", rt.kind),
+        )];
+    }
     let mut errs = meta::validate(obj, rt.namespaced, NameRule::Dns1123Subdomain);
     if let Some(schema) = schema_of(rt) {
         errs.extend(schema::validate(obj, schema));
+        errs.extend(schema::validate_list_types(obj, schema));
     }
     errs
 }

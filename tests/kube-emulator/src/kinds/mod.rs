@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use crate::meta::{self, NameRule};
 use crate::patch::ListStrategy;
 use crate::resources::{ResourceType, Rules, View};
-use crate::status::{ApiError, FieldError};
+use crate::status::{ApiError, FieldError, GroupKind};
 
 pub use crd::reconcile as reconcile_crd;
 
@@ -299,7 +299,8 @@ pub fn to_view(rt: &ResourceType, value: &Value) -> Value {
 }
 
 /// Fills `apiVersion` and `kind` of a built-in object when absent and
-/// rejects a body of another type.
+/// rejects a body of another type (400). A custom resource must name both;
+/// another API version is a 400, another kind is left to validation.
 pub fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     let api_version = rt.api_version();
     let given_version = str_at(obj, "/apiVersion").to_owned();
@@ -318,17 +319,41 @@ pub fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiErro
             )));
         }
     }
-    if (!given_version.is_empty() && given_version != api_version)
-        || (!given_kind.is_empty() && given_kind != rt.kind)
-    {
-        return Err(ApiError::bad_request(format!(
+    if !given_version.is_empty() && given_version != api_version {
+        let err = ApiError::bad_request(format!(
             "the API version in the data ({given_version}) does not match the expected API version ({api_version})"
-        ))
-        .with_kind_mismatch(&given_kind, &rt.kind));
+        ));
+        return Err(if rt.is_custom() {
+            err
+        } else {
+            err.with_kind_mismatch(&given_kind, &rt.kind)
+        });
     }
     set_field(obj, "apiVersion", Value::String(api_version));
+    if rt.is_custom() {
+        // Decoding keeps an unstructured object's kind; the strategy's
+        // validation rejects a wrong one (see `invalid_kind`).
+        return Ok(());
+    }
+    if !given_kind.is_empty() && given_kind != rt.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({given_kind}) does not match the expected kind ({})",
+            rt.kind
+        )));
+    }
     set_field(obj, "kind", Value::String(rt.kind.clone()));
     Ok(())
+}
+
+/// The group and kind an `Invalid` error names: the object's own kind, as
+/// upstream types an unstructured custom resource by what it says it is
+/// (`Gadget.example.com "x" is invalid: kind: Invalid value: "Gadget": must
+/// be Widget`); the resource's kind for built-in types.
+pub fn invalid_kind(rt: &ResourceType, obj: &Value) -> GroupKind {
+    match str_at(obj, "/kind") {
+        kind if rt.is_custom() && !kind.is_empty() => GroupKind::new(&rt.group, kind),
+        _ => rt.group_kind(),
+    }
 }
 
 fn truncate(s: &str, max: usize) -> &str {

@@ -1,5 +1,7 @@
-//! CustomResourceDefinitions: creating one makes its resource servable;
-//! custom resources get schema pruning, defaults and validation,
+//! CustomResourceDefinitions: creating one makes its resource servable
+//! (and a CRD breaking upstream's schema or naming rules is a 422); custom
+//! resources get schema pruning, defaults and validation (type errors as
+//! `FieldValueTypeInvalid`, duplicates in `set` and `map` lists, the kind),
 //! generation tracking and a status subresource; deleting the CRD deletes
 //! its instances.
 
@@ -180,6 +182,283 @@ async fn custom_resources_are_pruned_defaulted_and_validated_by_their_schema() {
         created.data["spec"],
         json!({"reference": "oci://x"}),
         "unknown fields are pruned"
+    );
+}
+
+/// A Provider as a dynamic object, for bodies the typed struct cannot hold.
+fn dynamic_providers(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("ccm.example.com", "v1", "Provider");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+fn dynamic(body: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(body).unwrap()
+}
+
+#[tokio::test]
+async fn a_type_error_in_a_custom_resource_is_field_value_type_invalid() {
+    let cluster = start().await;
+    install(&cluster.client).await;
+    let err = status(
+        dynamic_providers(&cluster.client)
+            .create(
+                &PostParams::default(),
+                &dynamic(json!({"apiVersion": "ccm.example.com/v1", "kind": "Provider",
+                    "metadata": {"name": "p"}, "spec": {"reference": "oci://x", "replicas": "two"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    assert_eq!(
+        err.message,
+        "Provider.ccm.example.com \"p\" is invalid: spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\""
+    );
+    let cause = &err.details.unwrap().causes[0];
+    assert_eq!(cause.reason, "FieldValueTypeInvalid");
+    assert_eq!(cause.field, "spec.replicas");
+}
+
+#[tokio::test]
+async fn a_custom_resource_of_another_kind_is_invalid_not_a_bad_request() {
+    let cluster = start().await;
+    install(&cluster.client).await;
+    // Upstream decodes any kind into an unstructured object and names it in
+    // the error; the strategy's type-meta check rejects it.
+    let err = status(
+        dynamic_providers(&cluster.client)
+            .create(
+                &PostParams::default(),
+                &dynamic(json!({"apiVersion": "ccm.example.com/v1", "kind": "Gadget",
+                    "metadata": {"name": "p"}, "spec": {"reference": "oci://x"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        "Gadget.ccm.example.com \"p\" is invalid: kind: Invalid value: \"Gadget\": must be Provider"
+    );
+    let details = err.details.unwrap();
+    assert_eq!(
+        (details.kind.as_str(), details.group.as_str()),
+        ("Gadget", "ccm.example.com")
+    );
+    assert_eq!(details.causes[0].field, "kind");
+}
+
+/// A cluster-scoped `widgets.example.com` CRD with `spec` as given.
+fn widget_crd(spec: serde_json::Value) -> CustomResourceDefinition {
+    let mut crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Cluster",
+                 "names": {"plural": "widgets", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    for (key, value) in spec.as_object().unwrap() {
+        crd["spec"][key] = value.clone();
+    }
+    serde_json::from_value(crd).unwrap()
+}
+
+fn one_version(schema: serde_json::Value) -> serde_json::Value {
+    json!({"versions": [{"name": "v1", "served": true, "storage": true,
+                         "schema": {"openAPIV3Schema": schema}}]})
+}
+
+async fn create_crd_error(client: &Client, crd: &CustomResourceDefinition) -> kube::core::Status {
+    let err = Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), crd)
+        .await
+        .unwrap_err();
+    let err = status(err);
+    assert_eq!(
+        (err.code, err.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        err.message
+    );
+    err
+}
+
+const INVALID_WIDGETS: &str =
+    "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: ";
+
+#[tokio::test]
+async fn a_crd_schema_without_a_type_is_rejected_as_not_structural() {
+    let cluster = start().await;
+    let client = &cluster.client;
+    // One schema shared by every version is reported under spec.validation,
+    // where upstream's conversion to the internal type moves it.
+    let err = create_crd_error(
+        client,
+        &widget_crd(one_version(
+            json!({"properties": {"spec": {"type": "object"}}}),
+        )),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}spec.validation.openAPIV3Schema.type: Required value: must not be empty at the root"
+        )
+    );
+    let err = create_crd_error(
+        client,
+        &widget_crd(one_version(json!({"type": "object", "properties": {
+            "spec": {"properties": {"size": {"type": "integer"}}},
+            "tags": {"type": "array"}
+        }}))),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}[spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields, \
+             spec.validation.openAPIV3Schema.properties[tags].items: Required value: must be specified]"
+        )
+    );
+    assert_eq!(err.details.unwrap().causes[0].reason, "FieldValueRequired");
+    // Versions with schemas of their own are reported per version.
+    let err = create_crd_error(
+        client,
+        &widget_crd(json!({"versions": [
+            {"name": "v1", "served": true, "storage": true,
+             "schema": {"openAPIV3Schema": {"type": "object"}}},
+            {"name": "v2", "served": true, "storage": false,
+             "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {}}}}}
+        ]})),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}spec.versions[1].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"
+        )
+    );
+    let err = create_crd_error(
+        client,
+        &widget_crd(one_version(
+            json!({"type": "object", "properties": {"spec": {
+            "type": "object", "properties": {"ports": {
+                "type": "array", "x-kubernetes-list-type": "map",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}}}),
+        )),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}spec.validation.openAPIV3Schema.properties[spec].properties[ports].x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_crd_whose_kind_breaks_the_naming_rules_is_rejected() {
+    let cluster = start().await;
+    let client = &cluster.client;
+    let err = create_crd_error(
+        client,
+        &widget_crd(json!({"names": {"plural": "widgets", "singular": "widget",
+                                     "kind": "Wid_get", "listKind": "WidgetList"}})),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}spec.names.kind: Invalid value: \"Wid_get\": may have mixed case, but should otherwise match: \
+             a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, \
+             and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+        )
+    );
+    let err = create_crd_error(
+        client,
+        &widget_crd(
+            json!({"names": {"plural": "widgets", "kind": "Widget", "listKind": "Widget"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        err.message,
+        format!(
+            "{INVALID_WIDGETS}spec.names.listKind: Invalid value: \"Widget\": kind and listKind may not be the same"
+        )
+    );
+}
+
+#[tokio::test]
+async fn duplicates_in_set_and_map_lists_are_rejected() {
+    let cluster = start().await;
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+    let crd = widget_crd(one_version(
+        json!({"type": "object", "properties": {"spec": {
+        "type": "object", "properties": {
+            "zones": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                      "x-kubernetes-list-map-keys": ["name"],
+                      "items": {"type": "object", "required": ["name"], "properties": {
+                          "name": {"type": "string"}, "port": {"type": "integer"}}}}}}}}),
+    ));
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    within(
+        5,
+        await_condition(
+            crds,
+            "widgets.example.com",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap();
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
+    let widgets =
+        Api::<DynamicObject>::all_with(cluster.client.clone(), &ApiResource::from_gvk(&gvk));
+    let widget = |spec: serde_json::Value| {
+        dynamic(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                       "metadata": {"name": "w"}, "spec": spec}))
+    };
+    let err = status(
+        widgets
+            .create(
+                &PostParams::default(),
+                &widget(json!({"zones": ["a", "b", "a"],
+                               "ports": [{"name": "http", "port": 80}, {"name": "http", "port": 8080}]})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    assert_eq!(
+        err.message,
+        "Widget.example.com \"w\" is invalid: [spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"http\"}, \
+         spec.zones[2]: Duplicate value: \"a\"]"
+    );
+    let causes = err.details.unwrap().causes;
+    assert_eq!(causes[0].reason, "FieldValueDuplicate");
+    assert_eq!(causes[1].field, "spec.zones[2]");
+    widgets
+        .create(
+            &PostParams::default(),
+            &widget(json!({"zones": ["a", "b"],
+                           "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 80}]})),
+        )
+        .await
+        .unwrap();
+    let err = status(
+        widgets
+            .patch(
+                "w",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"zones": ["b", "b"]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        err.message,
+        "Widget.example.com \"w\" is invalid: spec.zones[1]: Duplicate value: \"b\""
     );
 }
 
