@@ -116,7 +116,7 @@ fn decode_fields(
     let decoded = match (rt.rules, rt.view) {
         (Rules::Node, _) => {
             let node = round_trip::<api::core::v1::Node>(rt, &value)?;
-            node::check_quantities(&node)?;
+            node::check_quantities(rt, &node)?;
             node
         }
         (Rules::Service, _) => round_trip::<api::core::v1::Service>(rt, &value)?,

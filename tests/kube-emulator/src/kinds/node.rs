@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Subresource, set_field, str_at};
 use crate::meta::{self, NameRule};
+use crate::resources::ResourceType;
 use crate::status::{ApiError, BadValue, FieldError, quote};
 use crate::validation;
 
@@ -24,7 +25,7 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// A quantity in `capacity` or `allocatable` that does not parse fails
 /// decoding (`resource.ParseQuantity`), a 400 like any type error.
-pub fn check_quantities(obj: &Value) -> Result<(), ApiError> {
+pub fn check_quantities(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     for field in ["capacity", "allocatable"] {
         let Some(map) = obj
             .pointer(&format!("/status/{field}"))
@@ -36,8 +37,9 @@ pub fn check_quantities(obj: &Value) -> Result<(), ApiError> {
             .values()
             .any(|q| !validation::quantity(q.as_str().unwrap_or("")))
         {
-            return Err(ApiError::bad_request(
-                "Node in version \"v1\" cannot be handled as a Node: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+            return Err(super::undecodable(
+                rt,
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
             ));
         }
     }
