@@ -66,8 +66,14 @@
 //! strategic merge for custom resources), a resourceVersion in a patch being
 //! a precondition; main resource and `status` isolated per kind; delete with
 //! preconditions, finalizers (`deletionTimestamp` + grace 0, removal when the
-//! last finalizer goes, no new finalizers while deleting), namespace
-//! termination and CRD instance cleanup; list with label and field selectors
+//! last finalizer goes, no new finalizers while deleting; an update that
+//! removes the last one deletes the object as last stored: one `DELETED`,
+//! no `MODIFIED`), namespace termination, and CRD deletion as upstream's
+//! finalizer controller does it, asynchronously (the CRD marked
+//! `Terminating` with the `customresourcecleanup.apiextensions.k8s.io`
+//! finalizer, creates of its resources a 405, its custom resources deleted
+//! and their watchers sent the `DELETED` events, then the CRD removed and
+//! those watches ended); list with label and field selectors
 //! (400 for unsupported field labels), `limit`/`continue` (a `limit` of
 //! zero or less is no limit; a resourceVersion with `continue` is a 400),
 //! and exact past resourceVersions from history (an unparsable
@@ -129,6 +135,8 @@
 //! the registry of served types, `selectors` parses label and field
 //! selectors, `status` renders errors as `Status` objects, `faults` holds
 //! the test controls and `kubeconfig` writes the client's kubeconfig.
+//! Beside the API, as on a real cluster, `crd_finalizer` finishes deleting
+//! CRDs.
 //!
 //! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
 //! a [`FaultCommand`]) and `GET`/`DELETE /_emulator/requests`.
@@ -174,7 +182,10 @@
 //!   not called), no `scale` subresource, no CEL (`x-kubernetes-validations`),
 //!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked (in a CRD's
 //!   schema nor in its objects), nor are a schema's `default`s against it;
-//!   the namespace and CRD controllers act synchronously within the request.
+//!   the namespace controller acts synchronously within the request. The
+//!   CRD finalizer acts on every write instead of polling each second for a
+//!   minute: a CRD held by its objects' finalizers waits as long as they
+//!   do, and never shows `InstanceDeletionCheck`.
 //! - Strict decoding lists repeated keys before unknown fields (upstream:
 //!   in document order); the operations of a JSON patch are not checked
 //!   for unknown or repeated keys (upstream warns `json patch unknown
@@ -194,6 +205,7 @@
 
 mod api;
 mod body;
+mod crd_finalizer;
 mod discovery;
 mod faults;
 mod kinds;
@@ -324,6 +336,7 @@ impl Emulator {
             bookmark_interval: options.bookmark_interval.max(Duration::from_millis(10)),
             shutdown: stopped.clone(),
         };
+        tokio::spawn(crd_finalizer::run(store.clone(), stopped.clone()));
         let mut stopped_signal = stopped;
         let server = tokio::spawn(async move {
             let serve =

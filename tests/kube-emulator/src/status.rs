@@ -391,6 +391,14 @@ pub enum ApiError {
     },
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// A verb the resource refuses for now (`NewMethodNotSupported` with
+    /// its own message), such as creating custom resources of a
+    /// terminating CRD.
+    #[error("{message}")]
+    MethodNotSupported {
+        resource: GroupResource,
+        message: String,
+    },
     #[error("{0}")]
     Expired(String),
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
@@ -478,7 +486,7 @@ impl ApiError {
             ApiError::Invalid { .. } | ApiError::Unprocessable => 422,
             ApiError::BadRequest(_) | ApiError::Undecodable { .. } => 400,
             ApiError::Forbidden { .. } => 403,
-            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::MethodNotAllowed(_) | ApiError::MethodNotSupported { .. } => 405,
             ApiError::Expired(_) => 410,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::NotAcceptable => 406,
@@ -498,7 +506,9 @@ impl ApiError {
             ApiError::Invalid { .. } | ApiError::Unprocessable => "Invalid",
             ApiError::BadRequest(_) | ApiError::Undecodable { .. } => "BadRequest",
             ApiError::Forbidden { .. } => "Forbidden",
-            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+            ApiError::MethodNotAllowed(_) | ApiError::MethodNotSupported { .. } => {
+                "MethodNotAllowed"
+            }
             ApiError::Expired(_) => "Expired",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::NotAcceptable => "NotAcceptable",
@@ -527,6 +537,10 @@ impl ApiError {
                 Some(details)
             }
             ApiError::UnknownResource | ApiError::Unprocessable => Some(json!({})),
+            ApiError::MethodNotSupported { resource, .. } => Some(non_empty(&[
+                ("group", &resource.group),
+                ("kind", &resource.resource),
+            ])),
             ApiError::ResourceVersionTooLarge { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1

@@ -2,7 +2,8 @@
 //! (`registry/generic/registry/store.go`) plus the controllers whose
 //! effects a client can observe: get, list (exact and paginated), create,
 //! update, patch, delete (preconditions, finalizers and
-//! `deletionTimestamp`), namespace termination and CRD cleanup.
+//! `deletionTimestamp`), namespace termination and the marking of a
+//! deleted CRD (its cleanup is `crd_finalizer`'s).
 
 use std::sync::Arc;
 
@@ -17,8 +18,6 @@ use crate::resources::{ResourceType, Rules, StorageKey};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, BadValue, FieldError, GroupKind, quote, success_status};
 use crate::store::{ChangeKind, State};
-
-const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 /// The object a request addresses.
 #[derive(Debug, Clone)]
@@ -319,9 +318,10 @@ fn insert(
     mut warnings: Vec<String>,
 ) -> Result<Written, ApiError> {
     if rt.custom.as_ref().is_some_and(|c| c.terminating) {
-        return Err(ApiError::MethodNotAllowed(
-            "create not allowed while custom resource definition is terminating".to_owned(),
-        ));
+        return Err(ApiError::MethodNotSupported {
+            resource: rt.group_resource(),
+            message: "create not allowed while custom resource definition is terminating".into(),
+        });
     }
     let namespace = meta::namespace(&obj).to_owned();
     if rt.namespaced {
@@ -504,14 +504,23 @@ fn update(
             warnings,
         });
     }
+    if rt.rules != Rules::Namespace && meta::is_deleting(&new) && meta::finalizers(&new).is_empty()
+    {
+        // `deleteWithoutFinalizers`: the update is not written, the object
+        // goes as last stored, and that is what the answer and watchers'
+        // DELETED event carry (no MODIFIED first).
+        let gone = state.commit(&rt.storage, ChangeKind::Deleted, (*cur).clone());
+        after_removal(state, &rt.storage, &gone);
+        return Ok(Written {
+            object: kinds::to_view(rt, &gone),
+            created: false,
+            warnings,
+        });
+    }
     let mut stored = state.commit(&rt.storage, ChangeKind::Modified, new);
     match rt.rules {
         Rules::Namespace => {
             finalize_namespace(state, &t.name);
-        }
-        _ if meta::is_deleting(&stored) && meta::finalizers(&stored).is_empty() => {
-            stored = state.commit(&rt.storage, ChangeKind::Deleted, (*stored).clone());
-            after_removal(state, &rt.storage, &stored);
         }
         Rules::CustomResourceDefinition => {
             stored = reconcile_crd(state, &t.name).unwrap_or(stored);
@@ -719,13 +728,7 @@ fn after_removal(state: &mut State, storage: &StorageKey, gone: &Value) {
             state.registry.set_custom(meta::name(gone), Vec::new());
             reconcile_all_crds(state);
         }
-        Some(rt) => {
-            if let Some(custom) = &rt.custom {
-                let crd_name = custom.crd_name.clone();
-                finalize_crd(state, &crd_name);
-            }
-        }
-        None => {}
+        _ => {}
     }
 }
 
@@ -765,64 +768,30 @@ fn crd_storage() -> StorageKey {
     Arc::from("apiextensions.k8s.io/customresourcedefinitions")
 }
 
+/// `REST.Delete` of CRDs: the first delete only marks the CRD (deletion
+/// time, the cleanup finalizer, `Terminating`, and no grace period or new
+/// generation); `crd_finalizer` then deletes its instances and lets it go.
 fn delete_crd(state: &mut State, crd: &Arc<Value>) -> (Arc<Value>, bool) {
-    let name = meta::name(crd).to_owned();
-    if !meta::is_deleting(crd) {
-        let mut obj = marked(crd);
-        let mut finalizers = meta::finalizers(crd);
-        finalizers.push(CRD_CLEANUP_FINALIZER.to_owned());
-        meta::set(&mut obj, "finalizers", json!(finalizers));
-        state.commit(&crd_storage(), ChangeKind::Modified, obj);
-        reconcile_crd(state, &name);
+    if meta::is_deleting(crd) {
+        return remove_or_mark(state, &crd_storage(), crd);
     }
-    let instances = state
-        .registry
-        .custom(&name)
-        .first()
-        .map(|rt| (rt.storage.clone(), state.list(&rt.storage, None)));
-    if let Some((storage, objects)) = instances {
-        for obj in objects {
-            if !meta::is_deleting(&obj) {
-                remove_or_mark(state, &storage, &obj);
-            }
-        }
+    let mut obj = (**crd).clone();
+    meta::set(&mut obj, "deletionTimestamp", json!(meta::now()));
+    let mut finalizers = meta::finalizers(crd);
+    if !finalizers.iter().any(|f| f == kinds::CRD_CLEANUP_FINALIZER) {
+        finalizers.push(kinds::CRD_CLEANUP_FINALIZER.to_owned());
     }
-    finalize_crd(state, &name);
-    let latest = state
-        .get(&crd_storage(), "", &name)
-        .cloned()
-        .unwrap_or_else(|| crd.clone());
-    (latest, false)
-}
-
-/// Drops the cleanup finalizer of a terminating CRD with no instances left.
-fn finalize_crd(state: &mut State, name: &str) {
-    let Some(crd) = state.get(&crd_storage(), "", name).cloned() else {
-        return;
-    };
-    if !meta::is_deleting(&crd) {
-        return;
-    }
-    let storage = format!(
-        "{}/{}",
-        kinds::str_at(&crd, "/spec/group"),
-        kinds::str_at(&crd, "/spec/names/plural")
+    meta::set(&mut obj, "finalizers", json!(finalizers));
+    kinds::set_crd_condition(
+        &mut obj,
+        "Terminating",
+        true,
+        "InstanceDeletionPending",
+        "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
     );
-    if !state.list(&storage, None).is_empty() {
-        return;
-    }
-    let finalizers: Vec<String> = meta::finalizers(&crd)
-        .into_iter()
-        .filter(|f| f != CRD_CLEANUP_FINALIZER)
-        .collect();
-    if finalizers.is_empty() {
-        let gone = state.commit(&crd_storage(), ChangeKind::Deleted, (*crd).clone());
-        after_removal(state, &crd_storage(), &gone);
-    } else if finalizers.len() != meta::finalizers(&crd).len() {
-        let mut obj = (*crd).clone();
-        meta::set(&mut obj, "finalizers", json!(finalizers));
-        state.commit(&crd_storage(), ChangeKind::Modified, obj);
-    }
+    let marked = state.commit(&crd_storage(), ChangeKind::Modified, obj);
+    let latest = reconcile_crd(state, meta::name(crd)).unwrap_or(marked);
+    (latest, false)
 }
 
 /// Runs the naming/establishing controllers for one CRD: writes its status

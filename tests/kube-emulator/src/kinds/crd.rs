@@ -3,7 +3,7 @@
 //! `schema`), and the work of upstream's naming and establishing
 //! controllers: accepted names, the `NamesAccepted` and `Established`
 //! conditions, stored versions, and the resource types the registry should
-//! serve for the CRD.
+//! serve for the CRD. Deleting one is `crd_finalizer`'s.
 
 use std::sync::Arc;
 
@@ -15,6 +15,10 @@ use crate::resources::{CustomType, Registry, ResourceType, Rules, View};
 use crate::schema;
 use crate::status::{BadValue, FieldError};
 use crate::validation;
+
+/// The finalizer that holds a deleted CRD until its custom resources are
+/// gone.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 pub fn prepare_create(obj: &mut Value) {
     set_field(obj, "status", json!({}));
@@ -314,6 +318,26 @@ fn condition(old_status: &Value, kind: &str, status: bool, reason: &str, message
     json!({"type": kind, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
 }
 
+/// `SetCRDCondition`: sets a condition of `crd`'s status, keeping its
+/// `lastTransitionTime` unless its status changes.
+pub fn set_condition(crd: &mut Value, kind: &str, status: bool, reason: &str, message: &str) {
+    let old_status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
+    let new = condition(&old_status, kind, status, reason, message);
+    let mut conditions: Vec<Value> = old_status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match conditions.iter_mut().find(|c| str_at(c, "/type") == kind) {
+        Some(existing) => *existing = new,
+        None => conditions.push(new),
+    }
+    if !crd.get("status").is_some_and(Value::is_object) {
+        set_field(crd, "status", json!({}));
+    }
+    crd["status"]["conditions"] = Value::Array(conditions);
+}
+
 /// Whether the CRD's status has condition `kind` with status `True`.
 pub fn condition_is_true(crd: &Value, kind: &str) -> bool {
     crd.pointer("/status/conditions")
@@ -323,14 +347,15 @@ pub fn condition_is_true(crd: &Value, kind: &str) -> bool {
         .any(|c| str_at(c, "/type") == kind && str_at(c, "/status") == "True")
 }
 
-/// Accepts names, establishes the CRD and builds its resource types.
+/// Accepts names, establishes the CRD and builds its resource types
+/// (refusing creates while the CRD is `Terminating`).
 pub fn reconcile(crd: &Value, registry: &Registry) -> CrdReconcile {
     let name = meta::name(crd);
     let group = str_at(crd, "/spec/group");
     let plural = str_at(crd, "/spec/names/plural");
     let kind = str_at(crd, "/spec/names/kind");
     let old_status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
-    let terminating = meta::is_deleting(crd);
+    let terminating = condition_is_true(crd, "Terminating");
     let conflict = registry.custom_conflict(name, group, plural, kind);
     let mut conditions = Vec::new();
     let accepted = conflict.is_none();
@@ -374,15 +399,16 @@ pub fn reconcile(crd: &Value, registry: &Registry) -> CrdReconcile {
             "not all names are accepted",
         ));
     }
-    if terminating {
-        conditions.push(condition(
-            &old_status,
-            "Terminating",
-            true,
-            "InstanceDeletionInProgress",
-            "CustomResource deletion is in progress",
-        ));
-    }
+    // Deletion and the finalizer controller own `Terminating`.
+    conditions.extend(
+        old_status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| str_at(c, "/type") == "Terminating")
+            .cloned(),
+    );
     let versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)

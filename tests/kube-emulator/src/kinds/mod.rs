@@ -24,7 +24,10 @@ use crate::patch::ListStrategy;
 use crate::resources::{ResourceType, Rules, View};
 use crate::status::{ApiError, FieldError, GroupKind};
 
-pub use crd::reconcile as reconcile_crd;
+pub use crd::{
+    CLEANUP_FINALIZER as CRD_CLEANUP_FINALIZER, condition_is_true as crd_condition_is_true,
+    reconcile as reconcile_crd, set_condition as set_crd_condition,
+};
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,13 +2,17 @@
 //! (and a CRD breaking upstream's schema or naming rules is a 422); custom
 //! resources get schema pruning, defaults and validation (type errors as
 //! `FieldValueTypeInvalid`, duplicates in `set` and `map` lists, the kind),
-//! generation tracking and a status subresource; deleting the CRD deletes
-//! its instances.
+//! generation tracking and a status subresource; deleting the CRD is
+//! asynchronous, as upstream's finalizer deletes its instances first.
+
+use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
@@ -462,8 +466,36 @@ async fn duplicates_in_set_and_map_lists_are_rejected() {
     );
 }
 
+/// Polls `f` every 20 ms until it is true, for at most 5 s.
+async fn eventually<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {
+    within(5, async {
+        while !f().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// The next event of a watch, within 5 s.
+async fn next_event<K>(watch: &mut BoxStream<'_, kube::Result<WatchEvent<K>>>) -> WatchEvent<K> {
+    within(5, watch.next())
+        .await
+        .expect("an event")
+        .expect("a watch event")
+}
+
+fn terminating(crd: &CustomResourceDefinition) -> Option<(String, String)> {
+    crd.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Terminating")
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
 #[tokio::test]
-async fn deleting_a_crd_deletes_its_instances_and_stops_serving() {
+async fn deleting_a_crd_is_asynchronous_and_its_instances_go_first() {
     let cluster = start().await;
     install(&cluster.client).await;
     let providers = Api::<Provider>::all(cluster.client.clone());
@@ -477,28 +509,76 @@ async fn deleting_a_crd_deletes_its_instances_and_stops_serving() {
         .create(&PostParams::default(), &held)
         .await
         .unwrap();
+    let listed = providers.list(&Default::default()).await.unwrap();
     let mut watch = providers
-        .watch(&Default::default(), "0")
+        .watch(
+            &WatchParams::default(),
+            listed.metadata.resource_version.as_deref().unwrap(),
+        )
         .await
         .unwrap()
         .boxed();
 
+    // The DELETE only marks the CRD, as upstream's REST.Delete does.
     let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
-    crds.delete("providers.ccm.example.com", &DeleteParams::default())
+    let marked = crds
+        .delete("providers.ccm.example.com", &DeleteParams::default())
         .await
-        .unwrap();
-    let terminating = crds.get("providers.ccm.example.com").await.unwrap();
-    assert!(
-        terminating.metadata.deletion_timestamp.is_some(),
-        "held by the instance with a finalizer"
+        .unwrap()
+        .left()
+        .expect("the CRD, not a Status: it is not gone yet");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        marked.metadata.finalizers.as_deref(),
+        Some(&["customresourcecleanup.apiextensions.k8s.io".to_owned()][..])
     );
+    assert_eq!(
+        terminating(&marked),
+        Some(("True".into(), "InstanceDeletionPending".into()))
+    );
+
+    // Meanwhile no new instance may be created.
     let err = status(
         providers
             .create(&PostParams::default(), &provider("p3", "oci://z"))
             .await
             .unwrap_err(),
     );
-    assert_eq!(err.code, 405);
+    assert_eq!((err.code, err.reason.as_str()), (405, "MethodNotAllowed"));
+    assert_eq!(
+        err.message,
+        "create not allowed while custom resource definition is terminating"
+    );
+    let details = err.details.unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str()),
+        ("ccm.example.com", "providers")
+    );
+
+    // The finalizer deletes the instances: watchers see p1 go and p2 marked.
+    match next_event(&mut watch).await {
+        WatchEvent::Deleted(p) => assert_eq!(p.name_any(), "p1"),
+        other => panic!("expected p1 DELETED, got {other:?}"),
+    }
+    match next_event(&mut watch).await {
+        WatchEvent::Modified(p) => {
+            assert_eq!(p.name_any(), "p2");
+            assert!(p.metadata.deletion_timestamp.is_some());
+        }
+        other => panic!("expected p2 marked for deletion, got {other:?}"),
+    }
+    // p2's finalizer holds the CRD, which says why.
+    eventually(|| async {
+        let crd = crds.get("providers.ccm.example.com").await.unwrap();
+        terminating(&crd) == Some(("True".into(), "InstanceDeletionInProgress".into()))
+    })
+    .await;
+    assert!(
+        crds.get_opt("providers.ccm.example.com")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     providers
         .patch(
@@ -508,23 +588,60 @@ async fn deleting_a_crd_deletes_its_instances_and_stops_serving() {
         )
         .await
         .unwrap();
+    match next_event(&mut watch).await {
+        WatchEvent::Deleted(p) => assert_eq!(p.name_any(), "p2"),
+        other => panic!("expected p2 DELETED, got {other:?}"),
+    }
+    // Then the CRD goes, and its resource with it: the watch ends.
+    assert!(within(5, watch.next()).await.is_none(), "the watch ends");
+    eventually(|| async {
+        crds.get_opt("providers.ccm.example.com")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert_eq!(
+        status(providers.list(&Default::default()).await.unwrap_err()).code,
+        404
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_crd_without_instances_lets_it_go_at_once() {
+    let cluster = start().await;
+    install(&cluster.client).await;
+    let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+    let mut watch = crds
+        .watch(
+            &WatchParams::default().fields("metadata.name=providers.ccm.example.com"),
+            "0",
+        )
+        .await
+        .unwrap()
+        .boxed();
+    crds.delete("providers.ccm.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Marked by the DELETE, then the finalizer's progress; the update that
+    // removes its finalizer is not written: the CRD is deleted as it was.
+    let mut reasons = Vec::new();
+    loop {
+        match next_event(&mut watch).await {
+            WatchEvent::Added(_) | WatchEvent::Bookmark(_) => {}
+            WatchEvent::Modified(crd) => reasons.extend(terminating(&crd).map(|t| t.1)),
+            WatchEvent::Deleted(_) => break,
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(
+        reasons,
+        ["InstanceDeletionPending", "InstanceDeletionInProgress"]
+    );
     assert!(
         crds.get_opt("providers.ccm.example.com")
             .await
             .unwrap()
             .is_none()
-    );
-    assert_eq!(
-        status(providers.list(&Default::default()).await.unwrap_err()).code,
-        404
-    );
-    // The watch saw both instances and their deletion, then ends.
-    let mut events = 0;
-    while within(5, watch.next()).await.is_some() {
-        events += 1;
-    }
-    assert!(
-        events >= 4,
-        "two ADDED, a MODIFIED and DELETEDs, got {events}"
     );
 }
