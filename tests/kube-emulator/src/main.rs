@@ -60,6 +60,10 @@ async fn main() -> anyhow::Result<()> {
         history: args.history,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
     };
+    // Listen for the signals before announcing the URL: a client that
+    // stops the emulator as soon as it has answered must not find the
+    // default action (death by SIGTERM) still in place.
+    let shutdown = ShutdownSignal::install()?;
     let emulator = Emulator::start(args.listen, options).await?;
     emulator
         .write_kubeconfig(&args.kubeconfig_out)
@@ -70,24 +74,44 @@ async fn main() -> anyhow::Result<()> {
             )
         })?;
     println!("kube-emulator listening on {}", emulator.url());
-    shutdown_signal().await?;
+    shutdown.recv().await?;
     tracing::info!("shutting down");
     emulator.shutdown().await;
     Ok(())
 }
 
-/// Resolves on Ctrl-C, or on SIGTERM where there is such a thing.
-async fn shutdown_signal() -> anyhow::Result<()> {
+/// Ctrl-C, or SIGTERM where there is such a thing, listened for from
+/// `install` on.
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            result = tokio::signal::ctrl_c() => result?,
-            _ = terminate.recv() => {}
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn install() -> anyhow::Result<ShutdownSignal> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(ShutdownSignal {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(ShutdownSignal {})
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+
+    /// Resolves on the first of the signals.
+    async fn recv(mut self) -> anyhow::Result<()> {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await?;
+        Ok(())
+    }
 }
