@@ -26,18 +26,14 @@ pub fn wants_aggregated(accept: &str) -> bool {
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-kube-emulator",
+        "minor": "32",
+        "gitVersion": "v1.32.4-kube-emulator",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
-        "buildDate": "2025-04-23T00:00:00Z",
-        "goVersion": "go1.24.0",
+        "buildDate": "2025-04-22T00:00:00Z",
+        "goVersion": "go1.23.6",
         "compiler": "gc",
-        "platform": "linux/amd64",
-        "emulationMajor": "1",
-        "emulationMinor": "33",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "32"
+        "platform": "linux/amd64"
     })
 }
 

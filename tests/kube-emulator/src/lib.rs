@@ -3,7 +3,7 @@
 //! patches, status subresources, finalizers — closely enough that kube-rs
 //! clients and kube-runtime watchers, reflectors and controllers behave
 //! against it as against a kube-apiserver, and it is deliberately *not*
-//! more lenient than one: what a real 1.33 server rejects, it rejects with
+//! more lenient than one: what a real 1.32 server rejects, it rejects with
 //! the same code, reason and (as far as practical) message. Clients reach
 //! it only through a kubeconfig, as in production: HTTPS with a certificate
 //! from a CA the emulator generates at start (in the kubeconfig as

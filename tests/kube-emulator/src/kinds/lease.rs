@@ -1,7 +1,7 @@
 //! Leases (`pkg/registry/coordination/lease`): leader election objects.
 //! Updates always need a resourceVersion, a PUT may create, and the
 //! coordinated-leader-election fields are dropped (feature gate off, as in
-//! a default 1.33 cluster).
+//! a default 1.32 cluster).
 
 use serde_json::Value;
 

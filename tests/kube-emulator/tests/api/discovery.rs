@@ -39,6 +39,6 @@ async fn discovery_finds_the_served_resources() {
     let version = cluster.client.apiserver_version().await.unwrap();
     assert_eq!(
         (version.major.as_str(), version.minor.as_str()),
-        ("1", "33")
+        ("1", "32")
     );
 }
