@@ -34,7 +34,7 @@ async fn binary_serves_until_sigterm() {
         .to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
-    let http = reqwest::Client::new();
+    let http = crate::harness::http_client();
     let listed = http
         .get(format!("{url}/v1/instances"))
         .bearer_auth("bin-token")

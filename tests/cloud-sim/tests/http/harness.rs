@@ -47,7 +47,7 @@ impl Harness {
             .expect("start cloud-sim");
         Harness {
             sim,
-            http: reqwest::Client::new(),
+            http: http_client(),
         }
     }
 
@@ -89,6 +89,13 @@ impl Harness {
             ..NewInstance::default()
         })
     }
+}
+
+/// A plain-HTTP client. The workspace builds reqwest with rustls but no bundled crypto
+/// provider, so even a client that never speaks TLS needs one installed: ring.
+pub fn http_client() -> reqwest::Client {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
 }
 
 pub async fn reply(request: reqwest::RequestBuilder) -> Reply {
