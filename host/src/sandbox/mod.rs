@@ -670,7 +670,12 @@ impl Guest {
         let value = T::from_guest(lifted);
         let bytes = match &value {
             Ok(answer) => answer.bytes(),
-            Err(error) => error.to_string().len(),
+            Err(
+                CloudError::NotFound { message }
+                | CloudError::RetryAfter { message, .. }
+                | CloudError::Other { message },
+            ) => message.len(),
+            Err(CloudError::NotImplemented | CloudError::ImplementedElsewhere) => 0,
         };
         let limit = sandbox.config.max_result_bytes;
         if bytes as u64 > limit {
@@ -680,16 +685,6 @@ impl Guest {
             });
         }
         Ok(Finished { value, denials })
-    }
-}
-
-impl<T> Finished<T> {
-    /// Transform the answer, keeping the denials.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Finished<U> {
-        Finished {
-            value: f(self.value),
-            denials: self.denials,
-        }
     }
 }
 
