@@ -202,6 +202,15 @@
 //!   messages render Go structs (`%#v`) only approximately, and a missing
 //!   field that k8s-openapi requires is a 422 `Required value` even where
 //!   Go would have decoded a zero value.
+//! - A custom-resource patch whose `metadata` has the wrong type is a 400
+//!   (upstream: a 422 from the patcher), a custom resource sent with another
+//!   served version of its group is a 400, and a create on a terminating CRD
+//!   decodes the body before the 405: the emulator decodes custom resources
+//!   before it routes them, and no CCM path depends on these answers.
+//! - A Node update reports each cause once (upstream validates the main
+//!   resource twice and repeats some); two `podCIDRs` of which one is
+//!   invalid lack upstream's extra internal-error cause; invalid IPv6
+//!   warnings read "unable to parse IP" rather than Go's exact wording.
 
 mod api;
 mod body;

@@ -99,6 +99,7 @@ pub fn prepare_update(
     }
     drop_type_dependent_fields(new, old);
     carry_allocated_values(new, old);
+    normalize_cluster_ips(new, old);
     apply_defaults(new);
     allocate(new, Some(old), cluster)
 }
@@ -220,6 +221,30 @@ fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
     let spec = spec_mut(new);
     for field in drop {
         spec.remove(field);
+    }
+}
+
+/// `normalizeClusterIPs` on update: guess what a client that knows only the singular
+/// `clusterIP` meant. Omitted `clusterIPs` with an unchanged `clusterIP` keep the old
+/// ones; a changed `clusterIP` with unchanged `clusterIPs` replaces them (so validation
+/// reports the new value), or clears them when `clusterIP` was cleared.
+fn normalize_cluster_ips(new: &mut Value, old: &Value) {
+    let (old_ip, new_ip) = (
+        str_at(old, "/spec/clusterIP").to_owned(),
+        str_at(new, "/spec/clusterIP").to_owned(),
+    );
+    let old_ips = meta::string_list(old.pointer("/spec/clusterIPs"));
+    let new_ips = meta::string_list(new.pointer("/spec/clusterIPs"));
+    let spec = spec_mut(new);
+    if !old_ips.is_empty() && new_ips.is_empty() && old_ip == new_ip {
+        spec.insert("clusterIPs".to_owned(), json!(old_ips));
+    }
+    if old_ip != new_ip && old_ips == new_ips {
+        if new_ip.is_empty() {
+            spec.remove("clusterIPs");
+        } else {
+            spec.insert("clusterIPs".to_owned(), json!([new_ip]));
+        }
     }
 }
 

@@ -140,4 +140,23 @@ async fn a_changed_cluster_ip_is_reported_with_the_new_ips_in_go_syntax() {
         ),
         "{message}"
     );
+
+    // An old client changes only the singular field: normalizeClusterIPs carries it into
+    // clusterIPs, so the message names the new value, not the old one.
+    let mut singular = created.body.clone();
+    singular["spec"]["clusterIP"] = json!("10.96.0.60");
+    let answer = send(
+        &cluster,
+        Method::PUT,
+        &format!("{path}/web"),
+        "application/json",
+        &singular.to_string(),
+    )
+    .await;
+    assert_eq!(answer.code, 422, "{}", answer.body);
+    let message = answer.body["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"Invalid value: []string{"10.96.0.60"}: may not change once set"#),
+        "{message}"
+    );
 }
