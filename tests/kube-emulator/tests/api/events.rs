@@ -7,8 +7,7 @@ use kube::runtime::events::{Event as RecordedEvent, EventType, Recorder, Reporte
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::harness::{create_node, start, status};
-use crate::requests::send;
+use crate::harness::{create_node, send, start, status};
 
 #[tokio::test]
 async fn the_recorder_writes_events_visible_through_both_apis() {

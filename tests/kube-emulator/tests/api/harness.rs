@@ -8,7 +8,7 @@ use kube::api::{Api, PostParams};
 use kube::config::KubeConfigOptions;
 use kube::{Client, Config};
 use kube_emulator::{Emulator, EmulatorOptions};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// An emulator and a client that reaches it through its kubeconfig.
 pub struct Cluster {
@@ -171,4 +171,46 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
     tokio::time::timeout(Duration::from_secs(secs), f)
         .await
         .expect("timed out")
+}
+
+/// An answer: status code, `Warning` headers and JSON body.
+pub struct Answer {
+    pub code: u16,
+    pub warnings: Vec<String>,
+    pub body: Value,
+}
+
+/// Sends `body` (sent as is, so it may repeat keys) with `method` to `path`.
+pub async fn send(
+    cluster: &Cluster,
+    method: reqwest::Method,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> Answer {
+    let response = http_client(&cluster.emulator)
+        .request(method, format!("{}{path}", cluster.emulator.url()))
+        .bearer_auth("kube-emulator")
+        .header("content-type", content_type)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let body = response.json().await.unwrap_or(Value::Null);
+    Answer {
+        code,
+        warnings,
+        body,
+    }
+}
+
+pub async fn get(cluster: &Cluster, path: &str) -> Answer {
+    send(cluster, reqwest::Method::GET, path, "application/json", "").await
 }

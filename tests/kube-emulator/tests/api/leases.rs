@@ -7,8 +7,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::harness::{start, status};
-use crate::requests::{get, send};
+use crate::harness::{get, send, start, status};
 
 fn lease(holder: &str) -> Lease {
     serde_json::from_value(json!({

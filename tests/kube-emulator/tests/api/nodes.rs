@@ -8,12 +8,11 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::harness::{self, Cluster, create_node, http_client, start, status};
+use crate::harness::{self, Cluster, create_node, start, status};
 
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
-/// Sends `body` with `method` to `path` and returns the status code, the
-/// warnings and the body of the answer.
+/// Sends `body` with `method` to `path`: the status code, the warnings and the body.
 async fn send(
     cluster: &Cluster,
     method: reqwest::Method,
@@ -21,22 +20,8 @@ async fn send(
     content_type: &str,
     body: &Value,
 ) -> (u16, Vec<String>, Value) {
-    let response = http_client(&cluster.emulator)
-        .request(method, format!("{}{path}", cluster.emulator.url()))
-        .bearer_auth("kube-emulator")
-        .header("content-type", content_type)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
-    (code, warnings, response.json().await.unwrap())
+    let answer = harness::send(cluster, method, path, content_type, &body.to_string()).await;
+    (answer.code, answer.warnings, answer.body)
 }
 
 fn taints(node: &Node) -> Vec<(String, Option<String>, String)> {

@@ -4,51 +4,9 @@
 //! decoding. Sent over plain HTTP, since a typed client would not send
 //! most of them.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::harness::{Cluster, http_client, start};
-
-/// An answer: status code, `Warning` headers and JSON body.
-pub struct Answer {
-    pub code: u16,
-    pub warnings: Vec<String>,
-    pub body: Value,
-}
-
-/// Sends `body` (sent as is, so it may repeat keys) with `method` to `path`.
-pub async fn send(
-    cluster: &Cluster,
-    method: reqwest::Method,
-    path: &str,
-    content_type: &str,
-    body: &str,
-) -> Answer {
-    let response = http_client(&cluster.emulator)
-        .request(method, format!("{}{path}", cluster.emulator.url()))
-        .bearer_auth("kube-emulator")
-        .header("content-type", content_type)
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
-    let body = response.json().await.unwrap_or(Value::Null);
-    Answer {
-        code,
-        warnings,
-        body,
-    }
-}
-
-pub async fn get(cluster: &Cluster, path: &str) -> Answer {
-    send(cluster, reqwest::Method::GET, path, "application/json", "").await
-}
+use crate::harness::{Cluster, get, send, start};
 
 const MAPS: &str = "/api/v1/namespaces/default/configmaps";
 

@@ -5,8 +5,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Cluster, start};
-use crate::requests::{get, send};
+use crate::harness::{Cluster, get, send, start};
 
 const MAPS: &str = "/api/v1/namespaces/default/configmaps";
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::harness::{self, Cluster, http_client, start, status};
+use crate::harness::{self, Cluster, start, status};
 
 fn lb_with(name: &str, spec: Value) -> Value {
     let mut svc = serde_json::to_value(harness::load_balancer(name)).unwrap();
@@ -20,24 +20,16 @@ fn lb_with(name: &str, spec: Value) -> Value {
 
 /// Creates `svc` over plain HTTP: the status code, the warnings and the body.
 async fn create(cluster: &Cluster, svc: &Value) -> (u16, Vec<String>, Value) {
-    let response = http_client(&cluster.emulator)
-        .post(format!(
-            "{}/api/v1/namespaces/default/services",
-            cluster.emulator.url()
-        ))
-        .bearer_auth("kube-emulator")
-        .json(svc)
-        .send()
-        .await
-        .unwrap();
-    let code = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
-    (code, warnings, response.json().await.unwrap())
+    let path = "/api/v1/namespaces/default/services";
+    let answer = harness::send(
+        cluster,
+        reqwest::Method::POST,
+        path,
+        "application/json",
+        &svc.to_string(),
+    )
+    .await;
+    (answer.code, answer.warnings, answer.body)
 }
 
 #[tokio::test]
