@@ -9,31 +9,11 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// Runs `kubectl` (`$KUBECTL` if set) with `args`, its discovery cache in `cache`; what it
-/// printed, or a panic with its stderr.
+/// Runs kubectl as the demo's reader would, its discovery cache in `cache`; what it printed.
 async fn kubectl(cache: &Path, args: &[&str]) -> String {
-    let program = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
-    let output = Command::new(&program)
-        .args(args)
-        .env("KUBECACHEDIR", cache)
-        .output()
+    kube_emulator::kubectl(cache, args)
         .await
-        .unwrap_or_else(|err| {
-            panic!(
-                "cannot run kubectl ({}): {err}; this test runs the kubectl commands the demo \
-                 prints: install kubectl (Debian package `kubectl`) or set KUBECTL to its path",
-                program.to_string_lossy()
-            )
-        });
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "kubectl {} failed ({}):\n{}{stdout}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+        .unwrap_or_else(|err| panic!("{err} (this test runs the kubectl commands the demo prints)"))
 }
 
 /// The demo's output up to the line starting with `until` (trimmed), or a panic with all of it.

@@ -219,6 +219,7 @@ mod discovery;
 mod faults;
 mod kinds;
 mod kubeconfig;
+mod kubectl;
 mod meta;
 mod micro_time;
 mod patch;
@@ -244,6 +245,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
+pub use kubectl::kubectl;
 pub use store::Store;
 pub use tls::TlsError;
 

@@ -89,32 +89,11 @@ pub async fn spawn_binary(kubeconfig: &Path) -> Binary {
     Binary { child, url }
 }
 
-/// Runs the real kubectl (`$KUBECTL`, else `kubectl` on the PATH) with
-/// `args` and returns what it printed; panics with its stderr if it fails.
-/// Its discovery cache goes to `cache_dir`, not `~/.kube/cache`.
+/// Runs the real kubectl with `args` (see [`kube_emulator::kubectl`]); what it printed.
 pub async fn kubectl(cache_dir: &Path, args: &[&str]) -> String {
-    let program = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
-    let output = tokio::process::Command::new(&program)
-        .args(args)
-        .env("KUBECACHEDIR", cache_dir)
-        .output()
+    kube_emulator::kubectl(cache_dir, args)
         .await
-        .unwrap_or_else(|err| {
-            panic!(
-                "cannot run kubectl ({}): {err}; these tests check the kubeconfig with the real \
-                 kubectl: install it (Debian package `kubectl`) or set KUBECTL to its path",
-                program.to_string_lossy()
-            )
-        });
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "kubectl {} failed ({}):\n{}{stdout}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+        .unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// The Status of a failed call.
