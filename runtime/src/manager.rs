@@ -29,12 +29,13 @@ use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::source::{self, ProviderRef};
 
 /// Where the provider comes from and what it is told.
 #[derive(Debug, Clone)]
 pub struct ProviderSettings {
-    /// `--provider file://PATH`.
-    pub path: PathBuf,
+    /// `--provider`: where the component comes from.
+    pub reference: ProviderRef,
     /// `--cloud-provider`: the name the provider must report.
     pub name: String,
     /// `--cloud-config`.
@@ -70,15 +71,10 @@ pub struct ManagerConfig {
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
-    /// The provider component cannot be read. (The I/O error is part of the message, not
-    /// a `source`, so `{:#}` does not print it twice.)
-    #[error("--provider {path}: {error}")]
-    ProviderFile {
-        /// `file://PATH` as given.
-        path: String,
-        /// Why it cannot be read.
-        error: std::io::Error,
-    },
+    /// The provider component cannot be had. (Its error is part of the message, not a
+    /// `source`, so `{:#}` does not print it twice.)
+    #[error("--provider {0}")]
+    Provider(source::FetchError),
     /// The cloud configuration file cannot be read.
     #[error("--cloud-config {path}: {error}")]
     CloudConfig {
@@ -219,14 +215,9 @@ async fn load_provider(
     metrics: Arc<Metrics>,
 ) -> Result<Provider, ManagerError> {
     let settings = &config.provider;
-    let shown = format!("file://{}", settings.path.display());
-    let wasm =
-        tokio::fs::read(&settings.path)
-            .await
-            .map_err(|error| ManagerError::ProviderFile {
-                path: shown.clone(),
-                error,
-            })?;
+    let artifact = source::fetch(&settings.reference)
+        .await
+        .map_err(ManagerError::Provider)?;
     let cloud_config = match &settings.cloud_config {
         None => None,
         Some(path) => {
@@ -243,8 +234,8 @@ async fn load_provider(
     let sandbox = Sandbox::new(config.sandbox.clone(), metrics.clone())?;
     let gate = EgressGate::new(config.egress.clone(), metrics.clone());
     let source = ProviderSource {
-        wasm: wasm.into(),
-        origin: shown.clone(),
+        wasm: artifact.wasm,
+        origin: artifact.origin.clone(),
         cloud_config,
     };
     let provider = Provider::load(&sandbox, gate, source, metrics).await?;
@@ -253,7 +244,7 @@ async fn load_provider(
         return Err(ManagerError::WrongProvider {
             wanted: settings.name.clone(),
             actual: capabilities.name.clone(),
-            path: shown,
+            path: artifact.origin,
         });
     }
     if !capabilities.has_cluster_id && !settings.allow_untagged_cloud {

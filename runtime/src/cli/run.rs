@@ -20,11 +20,13 @@ use crate::controllers::{ClusterCidrs, ControllerSelection, ControllerSettings};
 use crate::leader::{LeaseSettings, default_identity};
 use crate::manager::{self, ManagerConfig, ProviderSettings};
 use crate::serving::{ServingConfig, TlsSource};
+use wasm_ccm_host::source::ProviderRef;
 
 /// Run mode's flags, as upstream's where upstream has one.
 #[derive(Debug, Args)]
 pub struct RunFlags {
-    /// The provider component: file://PATH to a .wasm.
+    /// The provider component: file://PATH to a .wasm (oci://REGISTRY/REPO:TAG references
+    /// are checked, not yet pulled).
     #[arg(long, value_name = "file://PATH", help_heading = "Provider")]
     pub provider: Option<String>,
 
@@ -226,14 +228,9 @@ impl RunFlags {
                 "--provider is required: the provider component, e.g. --provider file:///opt/providers/simcloud.wasm"
             );
         };
-        let Some(path) = provider.strip_prefix("file://") else {
-            bail!(
-                "--provider {provider:?}: only file://PATH is supported (OCI references arrive later)"
-            );
-        };
-        if path.is_empty() {
-            bail!("--provider {provider:?}: the path is empty");
-        }
+        let reference: ProviderRef = provider
+            .parse()
+            .map_err(|error| anyhow::anyhow!("--provider {error}"))?;
         let name = match self.cloud_provider.as_deref() {
             None | Some("") => bail!(
                 "--cloud-provider is required: the name the provider reports (e.g. --cloud-provider=simcloud)"
@@ -269,7 +266,7 @@ impl RunFlags {
         };
         Ok(ManagerConfig {
             provider: ProviderSettings {
-                path: PathBuf::from(path),
+                reference,
                 name,
                 cloud_config: self.cloud_config.clone(),
                 allow_untagged_cloud: self.allow_untagged_cloud,

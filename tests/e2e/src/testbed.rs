@@ -23,6 +23,7 @@ use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
 use wasm_ccm::serving::{ServingConfig, TlsSource};
 use wasm_ccm_host::sandbox::SandboxConfig;
+use wasm_ccm_host::source::ProviderRef;
 
 use crate::{Cloud, loopback};
 
@@ -113,7 +114,7 @@ impl Testbed {
     pub fn config(&self) -> ManagerConfig {
         ManagerConfig {
             provider: ProviderSettings {
-                path: guest_builds::SIMCLOUD.into(),
+                reference: ProviderRef::File(guest_builds::SIMCLOUD.into()),
                 name: "simcloud".into(),
                 cloud_config: Some(self.cloud_config()),
                 allow_untagged_cloud: false,

@@ -62,7 +62,11 @@ async fn bad_flags_are_refused_naming_the_flag() {
         ),
         (
             with(base.clone(), &["--provider=oci://example/p:1"]),
-            "only file://PATH",
+            "--provider oci://example/p:1: pulling providers from OCI registries is not supported yet",
+        ),
+        (
+            with(base.clone(), &["--provider=oci://ghcr.io/Acme/p"]),
+            "--provider \"oci://ghcr.io/Acme/p\": repository \"Acme/p\": component \"Acme\"",
         ),
         (
             with(base.clone(), &["--cluster-cidr=10.0.0.0/8,10.1.0.0/16"]),
