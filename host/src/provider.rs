@@ -159,6 +159,7 @@ impl Provider {
                 provider: origin_name(&source.origin),
                 version: version.clone(),
             }),
+            connections: egress.connections(),
             egress,
             cache: ProviderCache::default(),
             cloud_config: source.cloud_config.clone().map(Into::into),

@@ -36,6 +36,9 @@ pub struct AuditRecord {
     /// serialised in milliseconds.
     #[serde(serialize_with = "as_millis")]
     pub latency: Duration,
+    /// Whether the request went over a pooled connection that had carried a request before
+    /// (`false` for a new connection and for requests that never got one).
+    pub connection_reused: bool,
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -84,6 +87,7 @@ impl Audit {
             denied = record.denied.as_deref(),
             response_bytes = record.response_bytes,
             latency_ms = record.latency.as_secs_f64() * 1000.0,
+            connection_reused = record.connection_reused,
             "egress"
         );
         let host = EgressHostLabels {

@@ -2,20 +2,25 @@
 //!
 //! Every `wasi:http` request a provider makes passes through [`GateHooks`], in this order:
 //! 1. **grant**: scheme, host and port must match an allow-list entry (deny by default);
-//! 2. **address**: the name is resolved here and internal addresses (private, loopback,
-//!    link-local, cloud metadata) are refused unless the entry names that very address;
+//! 2. **address**: when a new connection is opened (step 5), the name is resolved here and
+//!    internal addresses (private, loopback, link-local, cloud metadata) are refused unless
+//!    the entry names that very address;
 //! 3. **budget**: a per-destination token bucket; an exhausted budget answers a synthetic
 //!    `429` with `Retry-After`, which the guest SDK turns into `retry-after`;
 //! 4. **credentials**: headers bound to the destination are added from the host's secrets;
 //!    providers can neither read nor set them (`authorization`, `proxy-authorization`,
 //!    `cookie` and every injected header are forbidden to guests);
-//! 5. **transport**: connect and first-byte timeouts, a between-bytes timeout and a response
-//!    size cap;
-//! 6. **audit**: one record per request, allowed or not.
+//! 5. **transport**: a pooled keep-alive connection for this provider version, destination
+//!    and grant, or a new one, which repeats the address check at connect time
+//!    ([`Connections`]); connect and first-byte timeouts, a between-bytes timeout and a
+//!    response size cap;
+//! 6. **audit**: one record per request, allowed or not, saying whether the connection was
+//!    reused.
 
 mod audit;
 mod credentials;
 mod policy;
+mod pool;
 mod transport;
 
 use std::sync::{Arc, Mutex};
@@ -31,6 +36,7 @@ use wasmtime_wasi_http::{
 pub use audit::{Audit, AuditRecord};
 pub use credentials::{CredentialError, CredentialRule};
 pub use policy::{HostPattern, PatternError};
+pub use pool::{Connections, PoolLimits};
 pub use transport::Limits;
 
 use crate::metrics::Metrics;
@@ -57,6 +63,8 @@ pub struct EgressConfig {
     pub budget: RateBudget,
     /// Timeouts and the response size cap of every request.
     pub limits: Limits,
+    /// Bounds of each provider version's connection pool.
+    pub pool: PoolLimits,
 }
 
 impl Default for EgressConfig {
@@ -71,6 +79,7 @@ impl Default for EgressConfig {
                 between_bytes_timeout: Duration::from_secs(30),
                 max_response_bytes: 8 * 1024 * 1024,
             },
+            pool: PoolLimits::default(),
         }
     }
 }
@@ -83,6 +92,8 @@ pub struct EgressGate {
     budgets: Budgets,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
     audit: Audit,
+    /// The pool of requests sent from the host side ([`EgressGate::send`]).
+    host_connections: Arc<Connections>,
     /// The last value read for each credential rule (by index), and when.
     credential_values: Mutex<Vec<Option<(Instant, http::HeaderValue)>>>,
 }
@@ -113,10 +124,17 @@ impl EgressGate {
         forbidden.extend(CREDENTIAL_HEADERS.map(HeaderName::from_static));
         forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
         forbidden.dedup();
+        let tls = transport::tls_config();
         Arc::new(EgressGate {
             budgets: Budgets::new(config.budget),
             forbidden: Arc::new(forbidden),
-            tls: transport::tls_config(),
+            host_connections: Arc::new(Connections::new(
+                &config.allow,
+                &tls,
+                config.limits,
+                config.pool,
+            )),
+            tls,
             audit: Audit::new(metrics),
             credential_values: Mutex::new(vec![None; config.credentials.len()]),
             config,
@@ -128,36 +146,40 @@ impl EgressGate {
         &self.audit
     }
 
+    /// An empty connection pool for one provider version; each version gets its own, so a
+    /// new version never inherits the old one's connections.
+    pub fn connections(&self) -> Arc<Connections> {
+        Arc::new(Connections::new(
+            &self.config.allow,
+            &self.tls,
+            self.config.limits,
+            self.config.pool,
+        ))
+    }
+
     /// Send `request` through the gate from the host side, exactly as a provider's request
     /// would go (grant, address, budget, credentials, limits, audit), and read the whole
-    /// response. For probes and benchmarks of the gate without a guest.
+    /// response. For probes and benchmarks of the gate without a guest; host-side requests
+    /// share one pool of their own.
     pub async fn send(
         self: &Arc<Self>,
         caller: Arc<Caller>,
         request: http::Request<bytes::Bytes>,
     ) -> Result<(http::StatusCode, bytes::Bytes), String> {
-        let mut hooks = self.hooks(caller);
-        let request = request.map(transport::full_body);
-        let sent = hooks.send_request(request, None, Box::new(async { Ok(()) }));
-        let (response, connection) = match Box::into_pin(sent).await {
-            Ok(exchanged) => exchanged,
-            Err(error) => {
-                let reasons: Vec<String> = hooks.denials().into_iter().map(|d| d.reason).collect();
-                return Err(format!("{error}: {}", reasons.join("; ")));
-            }
-        };
-        let connection = tokio::spawn(Box::into_pin(connection));
-        let status = response.status();
-        let body = response.into_body().collect().await;
-        connection.abort();
-        Ok((status, body.map_err(|e| e.to_string())?.to_bytes()))
+        let hooks = self.hooks(caller, self.host_connections.clone());
+        send_through(hooks, request).await
     }
 
-    /// The `wasi:http` hooks for one call by `caller`.
-    pub fn hooks(self: &Arc<Self>, caller: Arc<Caller>) -> GateHooks {
+    /// The `wasi:http` hooks for one call by `caller`, over its version's `connections`.
+    pub fn hooks(
+        self: &Arc<Self>,
+        caller: Arc<Caller>,
+        connections: Arc<Connections>,
+    ) -> GateHooks {
         GateHooks {
             gate: self.clone(),
             caller,
+            connections,
             denials: Arc::default(),
         }
     }
@@ -188,10 +210,32 @@ impl EgressGate {
     }
 }
 
+/// Send `request` through `hooks` as a guest's request would go, and read the whole response.
+async fn send_through(
+    mut hooks: GateHooks,
+    request: http::Request<bytes::Bytes>,
+) -> Result<(http::StatusCode, bytes::Bytes), String> {
+    let request = request.map(transport::full_body);
+    let sent = hooks.send_request(request, None, Box::new(async { Ok(()) }));
+    let (response, connection) = match Box::into_pin(sent).await {
+        Ok(exchanged) => exchanged,
+        Err(error) => {
+            let reasons: Vec<String> = hooks.denials().into_iter().map(|d| d.reason).collect();
+            return Err(format!("{error}: {}", reasons.join("; ")));
+        }
+    };
+    let connection = tokio::spawn(Box::into_pin(connection));
+    let status = response.status();
+    let body = response.into_body().collect().await;
+    connection.abort();
+    Ok((status, body.map_err(|e| e.to_string())?.to_bytes()))
+}
+
 /// The gate as seen by one call's `wasi:http` implementation; also collects the call's denials.
 pub struct GateHooks {
     gate: Arc<EgressGate>,
     caller: Arc<Caller>,
+    connections: Arc<Connections>,
     denials: Arc<Mutex<Vec<Denial>>>,
 }
 
@@ -226,11 +270,13 @@ impl WasiHttpHooks for GateHooks {
         let attempt = Attempt {
             gate: self.gate.clone(),
             caller: self.caller.clone(),
+            connections: self.connections.clone(),
             denials: self.denials.clone(),
             started: Instant::now(),
             method: request.method().to_string(),
             path: request.uri().path().to_string(),
             host: String::new(),
+            reused: false,
         };
         Box::new(attempt.send(request))
     }
@@ -240,11 +286,14 @@ impl WasiHttpHooks for GateHooks {
 struct Attempt {
     gate: Arc<EgressGate>,
     caller: Arc<Caller>,
+    connections: Arc<Connections>,
     denials: Arc<Mutex<Vec<Denial>>>,
     started: Instant,
     method: String,
     path: String,
     host: String,
+    /// Whether the response came over a pooled connection that had carried one before.
+    reused: bool,
 }
 
 impl Attempt {
@@ -255,15 +304,11 @@ impl Attempt {
         };
         self.host = dest.to_string();
         let gate = self.gate.clone();
-        let Some(grant) = gate.config.allow.iter().find(|p| p.matches(&dest)) else {
+        let Some(grant) = gate.config.allow.iter().position(|p| p.matches(&dest)) else {
             let granted = gate.granted_list();
             return Err(self.deny(format!("not in allowedHosts (granted: {granted})")));
         };
         let limits = gate.config.limits;
-        let addresses = match transport::resolve_allowed(&dest, grant, &limits).await {
-            Ok(addresses) => addresses,
-            Err(refusal) => return Err(self.refused(refusal)),
-        };
         if let Err(wait) = gate.budgets.take(&self.host) {
             return Ok(self.rate_limited(wait));
         }
@@ -282,14 +327,26 @@ impl Attempt {
                 Err(err) => return Err(self.deny(format!("credential unavailable: {err}"))),
             }
         }
-        let stream = match transport::connect(&dest, &addresses, &gate.tls, &limits).await {
-            Ok(stream) => stream,
-            Err(refusal) => return Err(self.refused(refusal)),
+        let connections = self.connections.clone();
+        let Some(client) = connections.client(grant) else {
+            return Err(self.failed(Error::ConfigurationError, "no pool for the grant".into()));
         };
-        let (response, connection) = match transport::exchange(stream, request, &limits).await {
-            Ok(exchanged) => exchanged,
-            Err((error, message)) => return Err(self.failed(error, message)),
+        // A new connection spends up to the connect timeout (address check, TCP, TLS) before
+        // the request is sent; a pooled one goes straight to the first-byte wait.
+        let wait = limits.connect_timeout + limits.first_byte_timeout;
+        let response = match tokio::time::timeout(wait, client.request(request)).await {
+            Err(_) => {
+                let message = "no response before the first-byte timeout".to_string();
+                return Err(self.failed(Error::ConnectionReadTimeout, message));
+            }
+            Ok(Err(error)) => return Err(self.send_failed(&error)),
+            Ok(Ok(response)) => response,
         };
+        self.reused = response
+            .extensions()
+            .get::<pool::ConnectionUses>()
+            .is_some_and(pool::ConnectionUses::reused);
+        let connection: transport::ConnectionTask = Box::new(async { Ok(()) });
         let status = response.status().as_u16();
         if let Some(length) = response.headers().get(http::header::CONTENT_LENGTH)
             && let Some(length) = length.to_str().ok().and_then(|l| l.parse::<u64>().ok())
@@ -327,7 +384,39 @@ impl Attempt {
             denied,
             response_bytes: 0,
             latency: self.started.elapsed(),
+            connection_reused: self.reused,
         }
+    }
+
+    /// The audit record and guest-visible code of a request the pooled client failed.
+    fn send_failed(&self, error: &hyper_util::client::legacy::Error) -> Error {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        let mut message = error.to_string();
+        while let Some(cause) = source {
+            if let Some(refusal) = cause.downcast_ref::<ConnectRefusal>() {
+                return self.refused_ref(refusal);
+            }
+            if let Some(code) = cause.downcast_ref::<Error>() {
+                return self.failed(transport::same_code(code), format!("{message}: {code}"));
+            }
+            if let Some(hyper) = cause.downcast_ref::<hyper::Error>() {
+                let code = if hyper.is_timeout() {
+                    Error::ConnectionReadTimeout
+                } else if hyper.is_incomplete_message() {
+                    Error::HttpResponseIncomplete
+                } else if hyper.is_closed() || hyper.is_canceled() {
+                    Error::ConnectionTerminated
+                } else {
+                    Error::HttpProtocolError
+                };
+                return self.failed(code, format!("{message}: {hyper}"));
+            }
+            source = cause.source();
+            if let Some(next) = source {
+                message = format!("{message}: {next}");
+            }
+        }
+        self.failed(Error::HttpProtocolError, message)
     }
 
     fn deny(&self, reason: String) -> Error {
@@ -350,13 +439,15 @@ impl Attempt {
         Error::HttpRequestDenied
     }
 
-    fn refused(&self, refusal: ConnectRefusal) -> Error {
+    fn refused_ref(&self, refusal: &ConnectRefusal) -> Error {
         match refusal {
             ConnectRefusal::Internal { address, reason } => self.deny(format!(
                 "{} resolves to {address}, a {reason}; only an allowedHosts entry naming that address may reach it",
                 self.host
             )),
-            ConnectRefusal::Failed(error, message) => self.failed(error, message),
+            ConnectRefusal::Failed(error, message) => {
+                self.failed(transport::same_code(error), message.clone())
+            }
         }
     }
 

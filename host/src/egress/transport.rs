@@ -1,6 +1,6 @@
-//! Sending a request the gate allowed: resolve the name, refuse internal addresses the
-//! grant does not name, connect (with TLS for `https`), speak HTTP/1.1, and enforce the
-//! connect, first-byte and between-bytes timeouts and the response size cap.
+//! Opening a connection for a request the gate allowed: resolve the name, refuse internal
+//! addresses the grant does not name, connect (with TLS for `https`); and the between-bytes
+//! timeout and size cap of the response. [`super::pool`] keeps the connections.
 //!
 //! Resolution happens here, not in the OS's connect, so the address checked is the address
 //! connected to: a granted name that resolves inward is refused at connect time.
@@ -14,7 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -50,6 +49,19 @@ pub enum ConnectRefusal {
     /// The transport failed (DNS, TCP, TLS); the error is the guest-visible code.
     Failed(Error, String),
 }
+
+impl std::fmt::Display for ConnectRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectRefusal::Internal { address, reason } => {
+                write!(f, "{address} is a {reason}")
+            }
+            ConnectRefusal::Failed(_, message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for ConnectRefusal {}
 
 /// The TLS client configuration: the Mozilla root set, ring crypto.
 pub fn tls_config() -> Arc<rustls::ClientConfig> {
@@ -177,66 +189,34 @@ pub async fn connect(
     }
 }
 
-/// The connection's I/O future, to be driven by whoever keeps the response.
+/// The connection's I/O future, to be driven by whoever keeps the response. Pooled
+/// connections are driven by the pool's own tasks, so the gate hands back an empty one.
 pub type ConnectionTask = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
-/// Send `request` over `stream` with HTTP/1.1 and return the response head, whose body is
-/// capped and timed, plus the connection task that must keep running while it is read.
-pub async fn exchange(
-    stream: Box<dyn Stream>,
-    mut request: http::Request<WasiBody>,
-    limits: &Limits,
-) -> Result<(http::Response<Incoming>, ConnectionTask), (Error, String)> {
-    let handshake = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream));
-    let (mut sender, connection) =
-        match tokio::time::timeout(limits.connect_timeout, handshake).await {
-            Err(_) => return Err((Error::ConnectionTimeout, "HTTP handshake timed out".into())),
-            Ok(Err(err)) => return Err((Error::Hyper(err), "HTTP handshake failed".into())),
-            Ok(Ok(pair)) => pair,
-        };
-    // Origin form on the wire: the authority travels in the Host header.
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    *request.uri_mut() = match http::Uri::builder().path_and_query(path).build() {
-        Ok(uri) => uri,
-        Err(err) => return Err((Error::HttpRequestUriInvalid, format!("invalid path: {err}"))),
-    };
-
-    let mut connection = Box::pin(connection);
-    let response = sender.send_request(request);
-    let response = tokio::time::timeout(limits.first_byte_timeout, async {
-        tokio::pin!(response);
-        // Drive the connection while waiting for the response head.
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = response.as_mut().poll(cx) {
-                return Poll::Ready(
-                    result.map_err(|err| (Error::Hyper(err), "request failed".to_string())),
-                );
-            }
-            match connection.as_mut().poll(cx) {
-                Poll::Ready(Err(err)) => {
-                    Poll::Ready(Err((Error::Hyper(err), "connection failed".to_string())))
-                }
-                _ => Poll::Pending,
-            }
-        })
-        .await
-    })
-    .await;
-    let response = match response {
-        Err(_) => {
-            return Err((
-                Error::ConnectionReadTimeout,
-                "no response before the first-byte timeout".into(),
-            ));
-        }
-        Ok(result) => result?,
-    };
-    let task: ConnectionTask = Box::new(async move { connection.await.map_err(Error::Hyper) });
-    Ok((response, task))
+/// The guest-visible code `error` stands for, as a new value (the pooled client keeps the
+/// original behind a reference).
+pub fn same_code(error: &Error) -> Error {
+    match error {
+        Error::DnsTimeout => Error::DnsTimeout,
+        Error::DnsError { rcode, info_code } => Error::DnsError {
+            rcode: rcode.clone(),
+            info_code: *info_code,
+        },
+        Error::DestinationNotFound => Error::DestinationNotFound,
+        Error::ConnectionRefused => Error::ConnectionRefused,
+        Error::ConnectionTimeout => Error::ConnectionTimeout,
+        Error::ConnectionLimitReached => Error::ConnectionLimitReached,
+        Error::ConnectionTerminated => Error::ConnectionTerminated,
+        Error::ConnectionReadTimeout => Error::ConnectionReadTimeout,
+        Error::TlsProtocolError => Error::TlsProtocolError,
+        Error::TlsCertificateError => Error::TlsCertificateError,
+        Error::HttpRequestDenied => Error::HttpRequestDenied,
+        Error::HttpRequestBodySize(size) => Error::HttpRequestBodySize(*size),
+        Error::HttpRequestUriInvalid => Error::HttpRequestUriInvalid,
+        Error::HttpResponseIncomplete => Error::HttpResponseIncomplete,
+        Error::HttpProtocolError => Error::HttpProtocolError,
+        other => Error::InternalError(Some(other.to_string())),
+    }
 }
 
 /// A response body that fails once it exceeds `limit` bytes or stalls longer than

@@ -44,7 +44,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::contract::{self as c, CloudError};
-use crate::egress::{Caller, Denial, EgressGate, GateHooks};
+use crate::egress::{Caller, Connections, Denial, EgressGate, GateHooks};
 use crate::metrics::{CompileLabels, Metrics};
 pub use bindings::{Answer, Args};
 use bindings::{CloudProvider, Exports, exported};
@@ -436,6 +436,9 @@ pub struct GuestEnv {
     pub caller: Arc<Caller>,
     /// The gate every `wasi:http` request goes through.
     pub egress: Arc<EgressGate>,
+    /// This version's pooled connections (from [`EgressGate::connections`]), reused across
+    /// its calls and dropped with it.
+    pub connections: Arc<Connections>,
     /// The version's cache, kept across calls (`--provider-cache-size`).
     pub cache: ProviderCache,
     /// The bytes of `--cloud-config` (`--config` for `provider call`), which
@@ -544,6 +547,7 @@ impl Guest {
             env: Arc::new(GuestEnv {
                 caller: Arc::new(caller),
                 egress: self.env.egress.clone(),
+                connections: self.env.connections.clone(),
                 cache: self.env.cache.clone(),
                 cloud_config: self.env.cloud_config.clone(),
                 node_metadata: capabilities.node_metadata.clone(),
@@ -564,7 +568,10 @@ impl Guest {
             wasi,
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
-            hooks: self.env.egress.hooks(self.env.caller.clone()),
+            hooks: self
+                .env
+                .egress
+                .hooks(self.env.caller.clone(), self.env.connections.clone()),
             limiter: MemoryCap {
                 limit: usize::try_from(sandbox.config.memory_limit).unwrap_or(usize::MAX),
                 used: 0,

@@ -21,7 +21,7 @@ pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
-    CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, RateBudget,
+    CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, PoolLimits, RateBudget,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
@@ -103,6 +103,18 @@ pub struct EgressFlags {
     /// Largest response body a provider may receive (e.g. 8Mi).
     #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
     pub egress_max_response: u64,
+
+    /// Idle keep-alive connections a provider version keeps per destination (0: no reuse).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub egress_max_idle_per_host: usize,
+
+    /// Open connections, idle or busy, a provider version may have across all destinations.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = positive_count)]
+    pub egress_max_connections: usize,
+
+    /// How long an idle keep-alive connection is kept before it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    pub egress_idle_timeout: std::time::Duration,
 }
 
 impl EgressFlags {
@@ -120,6 +132,11 @@ impl EgressFlags {
                 first_byte_timeout: self.egress_first_byte_timeout,
                 between_bytes_timeout: self.egress_first_byte_timeout,
                 max_response_bytes: self.egress_max_response,
+            },
+            pool: PoolLimits {
+                max_idle_per_host: self.egress_max_idle_per_host,
+                max_connections: self.egress_max_connections,
+                idle_timeout: self.egress_idle_timeout,
             },
         }
     }
@@ -173,6 +190,13 @@ fn positive_line_rate(text: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{text:?} is not a positive number of lines per second"
         )),
+    }
+}
+
+fn positive_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
     }
 }
 
@@ -381,6 +405,25 @@ mod tests {
         ]);
         assert_eq!(flags.egress.allow.len(), 2);
         assert_eq!(flags.egress.config().credentials.len(), 2);
+    }
+
+    #[test]
+    fn connection_pool_bounds_are_flags_with_defaults() {
+        let defaults = run(&[]).egress.config().pool;
+        assert_eq!(defaults, PoolLimits::default());
+        let pool = run(&[
+            "--egress-max-idle-per-host=0",
+            "--egress-max-connections=3",
+            "--egress-idle-timeout=10s",
+        ])
+        .egress
+        .config()
+        .pool;
+        assert_eq!(pool.max_idle_per_host, 0);
+        assert_eq!(pool.max_connections, 3);
+        assert_eq!(pool.idle_timeout, Duration::from_secs(10));
+        let zero = Cli::try_parse_from(["wasm-ccm", "--egress-max-connections=0"]);
+        assert!(zero.is_err(), "a pool of no connections is refused");
     }
 
     /// The controllers run mode would start with `args`.

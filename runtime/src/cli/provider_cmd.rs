@@ -50,9 +50,10 @@ pub enum ProviderCommand {
         /// Also print the egress audit records of the call to stderr, as JSON lines.
         #[arg(long)]
         audit: bool,
-        /// What `init` and the call may reach, and with which credentials.
+        /// What `init` and the call may reach, and with which credentials (boxed: the
+        /// largest group of flags).
         #[command(flatten)]
-        egress: EgressFlags,
+        egress: Box<EgressFlags>,
         /// Limits `init` and the call run under.
         #[command(flatten)]
         sandbox: SandboxFlags,

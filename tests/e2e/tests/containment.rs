@@ -225,6 +225,66 @@ async fn granted_name_resolving_to_loopback_is_refused_at_connect() {
     assert_eq!(listener.connections.load(Ordering::SeqCst), 1);
 }
 
+/// A keep-alive HTTP/1.1 server answering `ok` to every request; counts its connections.
+async fn keep_alive_target() -> Target {
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut pending = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                    pending.drain(..end + 4);
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if socket.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Target { url, connections }
+}
+
+#[tokio::test]
+async fn calls_of_a_loaded_provider_share_a_keep_alive_connection_and_a_reload_gets_its_own() {
+    let target = keep_alive_target().await;
+    let provider = hostile(SandboxConfig::default(), grant(&target.url)).await;
+    for _ in 0..5 {
+        let fetched = report(&provider, &format!("fetch:{}/", target.url)).await;
+        assert_eq!(fetched["body"], "ok", "{fetched}");
+    }
+    assert_eq!(target.connections.load(Ordering::SeqCst), 1);
+    let reused: Vec<bool> = provider
+        .egress()
+        .audit()
+        .recent()
+        .iter()
+        .map(|r| r.connection_reused)
+        .collect();
+    assert_eq!(
+        reused,
+        [false, true, true, true, true],
+        "one record per request"
+    );
+
+    let reloaded = hostile(SandboxConfig::default(), grant(&target.url)).await;
+    let fetched = report(&reloaded, &format!("fetch:{}/", target.url)).await;
+    assert_eq!(fetched["body"], "ok", "{fetched}");
+    assert_eq!(target.connections.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn raw_sockets_are_refused_even_to_a_granted_address() {
     let listener = target(ok_response("inside")).await;

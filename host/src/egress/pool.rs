@@ -1,0 +1,446 @@
+//! The connections of one provider version: keep-alive HTTP/1.1 connections pooled per
+//! destination and grant, reused across the requests and calls of that version only.
+//!
+//! hyper-util's pooled client does the pooling; the gate's [`GateConnector`] opens every new
+//! connection, so each one still passes the address check (resolved here, internal addresses
+//! refused unless the grant names them), the connect timeout, TLS with the Mozilla roots,
+//! and the per-version bound on open connections. A swap to a new provider version gets a new
+//! [`Connections`]; dropping the old one closes its idle connections.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::rustls;
+use wasmtime_wasi_http::{Error, WasiBody};
+
+use super::policy::{Destination, HostPattern};
+use super::transport::{self, ConnectRefusal, Limits};
+
+/// How many TLS sessions each provider version remembers for resumption.
+const TLS_SESSIONS: usize = 256;
+
+/// Bounds of a provider version's connection pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLimits {
+    /// Idle keep-alive connections kept per destination (`--egress-max-idle-per-host`,
+    /// default 8); 0 turns reuse off.
+    pub max_idle_per_host: usize,
+    /// Open connections, idle or busy, of one provider version across all destinations
+    /// (`--egress-max-connections`, default 64). A request that needs a new connection
+    /// beyond this waits up to the connect timeout for one to close.
+    pub max_connections: usize,
+    /// How long an idle connection is kept (`--egress-idle-timeout`, default 90s).
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolLimits {
+    fn default() -> Self {
+        PoolLimits {
+            max_idle_per_host: 8,
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The pooled connections of one provider version: one pooled client per grant, so a
+/// connection opened under one grant never carries a request allowed by another, and
+/// hyper-util's own key (scheme and authority) keeps destinations apart within a grant.
+pub struct Connections {
+    clients: Vec<Client<GateConnector, WasiBody>>,
+}
+
+impl fmt::Debug for Connections {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connections")
+            .field("grants", &self.clients.len())
+            .finish()
+    }
+}
+
+impl Connections {
+    /// An empty pool for the grants `allow`, with its own TLS session cache.
+    pub(super) fn new(
+        allow: &[HostPattern],
+        tls: &rustls::ClientConfig,
+        limits: Limits,
+        pool: PoolLimits,
+    ) -> Self {
+        // Resumption is on by default in rustls; a cache per version keeps one version's
+        // sessions from another's.
+        let mut tls = tls.clone();
+        tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
+        let tls = Arc::new(tls);
+        let permits = Arc::new(Semaphore::new(pool.max_connections.max(1)));
+        let clients = allow
+            .iter()
+            .map(|grant| {
+                let connector = GateConnector {
+                    grant: grant.clone(),
+                    tls: tls.clone(),
+                    limits,
+                    permits: permits.clone(),
+                    max_connections: pool.max_connections.max(1),
+                };
+                Client::builder(TokioExecutor::new())
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .pool_idle_timeout(pool.idle_timeout)
+                    .pool_max_idle_per_host(pool.max_idle_per_host)
+                    .build(connector)
+            })
+            .collect();
+        Connections { clients }
+    }
+
+    /// The pooled client for requests allowed by grant number `grant`.
+    pub(super) fn client(&self, grant: usize) -> Option<&Client<GateConnector, WasiBody>> {
+        self.clients.get(grant)
+    }
+}
+
+/// How many responses a connection has carried; attached to every response it carries, so
+/// the gate can tell a reused connection from a new one.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ConnectionUses(Arc<AtomicU64>);
+
+impl ConnectionUses {
+    /// Count one more response; whether the connection had carried one before.
+    pub(super) fn reused(&self) -> bool {
+        self.0.fetch_add(1, Ordering::Relaxed) > 0
+    }
+}
+
+/// Opens the connections of one grant: address check, connect timeout, TLS, and a permit
+/// from the version's connection bound that lives as long as the connection.
+#[derive(Clone)]
+pub(super) struct GateConnector {
+    grant: HostPattern,
+    tls: Arc<rustls::ClientConfig>,
+    limits: Limits,
+    permits: Arc<Semaphore>,
+    max_connections: usize,
+}
+
+type Connecting = Pin<Box<dyn Future<Output = Result<PooledStream, ConnectRefusal>> + Send>>;
+
+impl tower_service::Service<http::Uri> for GateConnector {
+    type Response = PooledStream;
+    type Error = ConnectRefusal;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        Box::pin(self.clone().open(uri))
+    }
+}
+
+impl GateConnector {
+    async fn open(self, uri: http::Uri) -> Result<PooledStream, ConnectRefusal> {
+        // The gate matched the grant already; checked again so this connector can only
+        // ever connect where its grant allows.
+        let Some(dest) = Destination::from_uri(&uri).filter(|d| self.grant.matches(d)) else {
+            let message = format!("{uri} is not allowed by {}", self.grant);
+            return Err(ConnectRefusal::Failed(Error::HttpRequestDenied, message));
+        };
+        let permit = self.permits.clone().acquire_owned();
+        let permit = match tokio::time::timeout(self.limits.connect_timeout, permit).await {
+            Ok(Ok(permit)) => permit,
+            _ => {
+                let message = format!(
+                    "all {} connections of this provider version stayed busy for the connect timeout (--egress-max-connections)",
+                    self.max_connections
+                );
+                return Err(ConnectRefusal::Failed(
+                    Error::ConnectionLimitReached,
+                    message,
+                ));
+            }
+        };
+        let addresses = transport::resolve_allowed(&dest, &self.grant, &self.limits).await?;
+        let stream = transport::connect(&dest, &addresses, &self.tls, &self.limits).await?;
+        Ok(PooledStream {
+            io: TokioIo::new(stream),
+            uses: ConnectionUses::default(),
+            _permit: permit,
+        })
+    }
+}
+
+/// An open connection in the pool: the byte stream, its use count, and its place in the
+/// version's connection bound, given back when it closes.
+pub(super) struct PooledStream {
+    io: TokioIo<Box<dyn transport::Stream>>,
+    uses: ConnectionUses,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connection for PooledStream {
+    fn connected(&self) -> Connected {
+        Connected::new().extra(self.uses.clone())
+    }
+}
+
+impl hyper::rt::Read for PooledStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for PooledStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Instant;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::egress::{AuditRecord, Caller, EgressConfig, EgressGate, send_through};
+    use crate::metrics::Metrics;
+
+    /// A keep-alive HTTP/1.1 server on loopback that counts the connections it accepted and
+    /// the ones that ended.
+    struct Server {
+        url: String,
+        opened: Arc<AtomicUsize>,
+        closed: Arc<AtomicUsize>,
+    }
+
+    /// `close_after`: the server closes each connection this long after its first response,
+    /// without announcing it, as servers do with idle connections.
+    async fn server(close_after: Option<Duration>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (opened, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (counted_open, counted_closed) = (opened.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted_open.fetch_add(1, Ordering::SeqCst);
+                let closed = counted_closed.clone();
+                tokio::spawn(async move {
+                    let mut pending = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    'serve: loop {
+                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => break 'serve,
+                                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                        pending.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(answer).await.is_err() {
+                            break;
+                        }
+                        if let Some(after) = close_after {
+                            tokio::time::sleep(after).await;
+                            break;
+                        }
+                    }
+                    closed.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Server {
+            url,
+            opened,
+            closed,
+        }
+    }
+
+    fn gate(servers: &[&Server], pool: PoolLimits) -> Arc<EgressGate> {
+        let mut config = EgressConfig {
+            allow: servers.iter().map(|s| s.url.parse().unwrap()).collect(),
+            pool,
+            ..EgressConfig::default()
+        };
+        config.limits.connect_timeout = Duration::from_millis(300);
+        EgressGate::new(config, Arc::new(Metrics::default()))
+    }
+
+    /// One request by a call of the version owning `connections`, as a guest makes it.
+    async fn get(
+        gate: &Arc<EgressGate>,
+        connections: &Arc<Connections>,
+        url: &str,
+    ) -> Result<(), String> {
+        let caller = Arc::new(Caller {
+            provider: "pooled".into(),
+            version: "sha256:0123456789ab".into(),
+        });
+        let request = http::Request::get(url).body(bytes::Bytes::new()).unwrap();
+        let hooks = gate.hooks(caller, connections.clone());
+        let (status, body) = send_through(hooks, request).await?;
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+        Ok(())
+    }
+
+    fn reuse(records: &[AuditRecord]) -> Vec<bool> {
+        records.iter().map(|r| r.connection_reused).collect()
+    }
+
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !check() {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn one_connection_serves_sequential_requests_of_a_provider_version() {
+        let server = server(None).await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let version = gate.connections();
+        for _ in 0..10 {
+            get(&gate, &version, &format!("{}/v1/instances", server.url))
+                .await
+                .unwrap();
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        let records = gate.audit().recent();
+        assert_eq!(records.len(), 10, "one audit record per request");
+        let mut expected = vec![true; 10];
+        expected[0] = false;
+        assert_eq!(reuse(&records), expected);
+    }
+
+    #[tokio::test]
+    async fn destinations_and_provider_versions_never_share_a_connection() {
+        let (a, b) = (server(None).await, server(None).await);
+        let gate = gate(&[&a, &b], PoolLimits::default());
+        let old = gate.connections();
+        for url in [&a.url, &b.url, &a.url, &b.url] {
+            get(&gate, &old, &format!("{url}/")).await.unwrap();
+        }
+        assert_eq!(a.opened.load(Ordering::SeqCst), 1);
+        assert_eq!(b.opened.load(Ordering::SeqCst), 1);
+        assert_eq!(reuse(&gate.audit().recent()), [false, false, true, true]);
+
+        // A new version (a swap) opens its own, and dropping the old one closes its pool.
+        let new = gate.connections();
+        get(&gate, &new, &format!("{}/", a.url)).await.unwrap();
+        assert_eq!(a.opened.load(Ordering::SeqCst), 2);
+        assert!(!gate.audit().recent().last().unwrap().connection_reused);
+        drop(old);
+        eventually("the dropped version's connections close", || {
+            a.closed.load(Ordering::SeqCst) == 1 && b.closed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        get(&gate, &new, &format!("{}/", a.url)).await.unwrap();
+        assert_eq!(
+            a.opened.load(Ordering::SeqCst),
+            2,
+            "the new version's stays"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_replaced_transparently() {
+        let server = server(Some(Duration::from_millis(20))).await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let version = gate.connections();
+        for _ in 0..3 {
+            get(&gate, &version, &format!("{}/", server.url))
+                .await
+                .unwrap();
+            let opened = server.opened.load(Ordering::SeqCst);
+            eventually("the server closes the connection", || {
+                server.closed.load(Ordering::SeqCst) == opened
+            })
+            .await;
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 3);
+        assert_eq!(reuse(&gate.audit().recent()), [false, false, false]);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_close_after_the_idle_timeout() {
+        let server = server(None).await;
+        let pool = PoolLimits {
+            idle_timeout: Duration::from_millis(100),
+            ..PoolLimits::default()
+        };
+        let gate = gate(&[&server], pool);
+        let version = gate.connections();
+        get(&gate, &version, &format!("{}/", server.url))
+            .await
+            .unwrap();
+        eventually("the idle connection is closed by the client", || {
+            server.closed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        get(&gate, &version, &format!("{}/", server.url))
+            .await
+            .unwrap();
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(reuse(&gate.audit().recent()), [false, false]);
+    }
+
+    #[tokio::test]
+    async fn a_version_opens_no_more_than_its_connection_bound() {
+        let (a, b) = (server(None).await, server(None).await);
+        let pool = PoolLimits {
+            max_connections: 1,
+            ..PoolLimits::default()
+        };
+        let gate = gate(&[&a, &b], pool);
+        let version = gate.connections();
+        get(&gate, &version, &format!("{}/", a.url)).await.unwrap();
+        // The idle connection to `a` holds the only place: `b` waits the connect timeout.
+        let refused = get(&gate, &version, &format!("{}/", b.url)).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(b.opened.load(Ordering::SeqCst), 0);
+        let record = gate.audit().recent().pop().unwrap();
+        let reason = record.denied.unwrap();
+        assert!(reason.contains("--egress-max-connections"), "{reason}");
+    }
+}
