@@ -238,8 +238,11 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::time::Instant;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use std::sync::Mutex;
+
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpListener;
+    use tokio_rustls::rustls::HandshakeKind;
 
     use super::*;
     use crate::egress::{AuditRecord, Caller, EgressConfig, EgressGate, send_through};
@@ -265,26 +268,7 @@ mod tests {
                 counted_open.fetch_add(1, Ordering::SeqCst);
                 let closed = counted_closed.clone();
                 tokio::spawn(async move {
-                    let mut pending = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    'serve: loop {
-                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => break 'serve,
-                                Ok(n) => pending.extend_from_slice(&chunk[..n]),
-                            }
-                        }
-                        let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                        pending.drain(..end + 4);
-                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if socket.write_all(answer).await.is_err() {
-                            break;
-                        }
-                        if let Some(after) = close_after {
-                            tokio::time::sleep(after).await;
-                            break;
-                        }
-                    }
+                    answer(&mut socket, close_after).await;
                     closed.fetch_add(1, Ordering::SeqCst);
                 });
             }
@@ -294,6 +278,87 @@ mod tests {
             opened,
             closed,
         }
+    }
+
+    /// Answer `ok` to each request on `socket` until the client closes it, or `close_after`
+    /// the first answer.
+    async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+        socket: &mut S,
+        close_after: Option<Duration>,
+    ) {
+        let mut pending = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            pending.drain(..end + 4);
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            if socket.write_all(answer).await.is_err() || socket.flush().await.is_err() {
+                return;
+            }
+            if let Some(after) = close_after {
+                tokio::time::sleep(after).await;
+                return;
+            }
+        }
+    }
+
+    /// The same server over TLS for 127.0.0.1 with a self-signed certificate; also records
+    /// how each handshake went. Returns the server and a client configuration trusting it.
+    async fn tls_server() -> (Server, Arc<Mutex<Vec<HandshakeKind>>>, rustls::ClientConfig) {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let cert = certified.cert.der().clone();
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let (opened, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let handshakes = Arc::new(Mutex::new(Vec::new()));
+        let (counted_open, counted_closed, kinds) =
+            (opened.clone(), closed.clone(), handshakes.clone());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counted_open.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, closed, kinds) =
+                    (acceptor.clone(), counted_closed.clone(), kinds.clone());
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(socket).await {
+                        if let Some(kind) = tls.get_ref().1.handshake_kind() {
+                            kinds.lock().unwrap().push(kind);
+                        }
+                        answer(&mut tls, None).await;
+                    }
+                    closed.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let server = Server {
+            url,
+            opened,
+            closed,
+        };
+        (server, handshakes, client_config)
     }
 
     fn gate(servers: &[&Server], pool: PoolLimits) -> Arc<EgressGate> {
@@ -442,5 +507,37 @@ mod tests {
         let record = gate.audit().recent().pop().unwrap();
         let reason = record.denied.unwrap();
         assert!(reason.contains("--egress-max-connections"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn tls_connections_are_reused_and_new_ones_resume_the_session() {
+        let (server, handshakes, tls) = tls_server().await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let pool = PoolLimits {
+            idle_timeout: Duration::from_millis(100),
+            ..PoolLimits::default()
+        };
+        let allow = [server.url.parse().unwrap()];
+        let version = Arc::new(Connections::new(&allow, &tls, gate.config.limits, pool));
+        for _ in 0..3 {
+            get(&gate, &version, &format!("{}/", server.url))
+                .await
+                .unwrap();
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        eventually("the idle TLS connection closes", || {
+            server.closed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        get(&gate, &version, &format!("{}/", server.url))
+            .await
+            .unwrap();
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            *handshakes.lock().unwrap(),
+            [HandshakeKind::Full, HandshakeKind::Resumed],
+            "the second connection resumes the first one's session"
+        );
+        assert_eq!(reuse(&gate.audit().recent()), [false, true, true, false]);
     }
 }
