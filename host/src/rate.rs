@@ -1,6 +1,6 @@
 //! Token buckets keyed by name: the egress gate keeps one per destination a provider calls,
 //! so a runaway provider cannot flood a cloud API (and get the whole account throttled), and
-//! the manager's API client one for the whole process (`--kube-api-qps`/`--kube-api-burst`).
+//! each of the manager's API clients one of its own (`--kube-api-qps`/`--kube-api-burst`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,10 +1,15 @@
-//! The Kubernetes API client every controller shares: built from `--kubeconfig` (or the
-//! in-cluster service account), held to `--kube-api-qps`/`--kube-api-burst` for the whole
-//! process as client-go's rate limiter does, and counted and timed as client-go does
-//! (`rest_client_requests_total`, `rest_client_request_duration_seconds`).
+//! The Kubernetes API clients of the manager, as upstream's controller-manager arranges
+//! them: one per controller, one for the shared informers, one for leader election and one
+//! for the event recorders. All are built from the same `--kubeconfig` (or the in-cluster
+//! service account); each has its own `--kube-api-qps`/`--kube-api-burst` token bucket, as
+//! each client-go clientset has its own rate limiter, so a busy controller spends only its
+//! own budget; and each names itself in its user agent,
+//! `wasm-ccm/<version> (<os>/<arch>) <client name>`, so the API server's audit log tells
+//! them apart. Requests of all of them are counted and timed together, with client-go's
+//! metrics and labels (`rest_client_requests_total`, `rest_client_request_duration_seconds`).
 //!
-//! The limiter sits in the client's `poll_ready`, so a request waits for a token before it is
-//! sent, exactly once per request, whichever controller made it.
+//! The limiter sits in the client's `poll_ready`, so a request waits for a token of its
+//! client before it is sent, exactly once per request.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -13,6 +18,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use http::HeaderValue;
+use http::header::USER_AGENT;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -50,16 +57,30 @@ pub enum ClusterError {
         /// What kube said (not a `source`, as above).
         error: kube::Error,
     },
+    /// A client name that cannot be sent in a header (a bug: the names are constants).
+    #[error("user agent {agent:?} is not a valid header value")]
+    UserAgent {
+        /// The user agent made from the client's name.
+        agent: String,
+    },
 }
+
+/// The client of the shared node and service informers (upstream's name).
+pub const SHARED_INFORMERS: &str = "shared-informers";
+/// The client of leader election (upstream's name).
+pub const LEADER_ELECTION: &str = "leader-election";
+/// The client the event recorders publish through: upstream's own client, named after the
+/// component, feeds its event recorder.
+pub const EVENT_RECORDERS: &str = "cloud-controller-manager";
 
 /// How the manager talks to the API server.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
     /// `--kubeconfig`; `None` uses the in-cluster service account (or `KUBECONFIG`).
     pub kubeconfig: Option<PathBuf>,
-    /// `--kube-api-qps`.
+    /// `--kube-api-qps`: of each client.
     pub qps: f64,
-    /// `--kube-api-burst`.
+    /// `--kube-api-burst`: of each client.
     pub burst: u32,
 }
 
@@ -125,36 +146,87 @@ impl ClientMetrics {
     }
 }
 
-/// A client for the cluster `settings` name, limited and counted.
-pub async fn connect(
-    settings: &ClusterSettings,
-    metrics: &ClientMetrics,
-) -> Result<kube::Client, ClusterError> {
-    let (config, origin) = match &settings.kubeconfig {
-        Some(path) => (load_kubeconfig(path).await?, path.display().to_string()),
-        None => (
-            kube::Config::infer().await.map_err(ClusterError::Infer)?,
-            "the inferred configuration".to_string(),
-        ),
+/// Makes the manager's clients: the configuration is read once, each client gets its own
+/// token bucket and user agent.
+#[derive(Clone)]
+pub struct Clients {
+    config: kube::Config,
+    origin: String,
+    budget: RateBudget,
+    metrics: ClientMetrics,
+    host: Arc<str>,
+}
+
+impl Clients {
+    /// Read the configuration `settings` name and check a client can be built from it.
+    pub async fn connect(
+        settings: &ClusterSettings,
+        metrics: &ClientMetrics,
+    ) -> Result<Clients, ClusterError> {
+        let (config, origin) = match &settings.kubeconfig {
+            Some(path) => (load_kubeconfig(path).await?, path.display().to_string()),
+            None => (
+                kube::Config::infer().await.map_err(ClusterError::Infer)?,
+                "the inferred configuration".to_string(),
+            ),
+        };
+        let host = config
+            .cluster_url
+            .authority()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let clients = Clients {
+            config,
+            origin,
+            budget: RateBudget {
+                per_second: settings.qps,
+                burst: settings.burst,
+            },
+            metrics: metrics.clone(),
+            host: host.into(),
+        };
+        // Bad TLS data shows now, at start, not when a controller starts.
+        clients.client(SHARED_INFORMERS)?;
+        Ok(clients)
+    }
+
+    /// A new client named `name` (e.g. `service-controller`), with its own token bucket.
+    pub fn client(&self, name: &str) -> Result<kube::Client, ClusterError> {
+        let mut config = self.config.clone();
+        let agent = user_agent(name);
+        let value = HeaderValue::from_str(&agent).map_err(|_| ClusterError::UserAgent {
+            agent: agent.clone(),
+        })?;
+        config.headers.retain(|(header, _)| header != USER_AGENT);
+        config.headers.push((USER_AGENT, value));
+        let builder = ClientBuilder::try_from(config).map_err(|error| ClusterError::Client {
+            origin: self.origin.clone(),
+            error,
+        })?;
+        let layer = ThrottleLayer {
+            budgets: Arc::new(Budgets::new(self.budget)),
+            metrics: self.metrics.clone(),
+            host: self.host.clone(),
+        };
+        Ok(builder.with_layer(&layer).build())
+    }
+}
+
+/// `wasm-ccm/<version> (<os>/<arch>) <name>`, as client-go's default user agent with the
+/// client's name after it; os and arch in Go's words (`linux/amd64`).
+pub fn user_agent(name: &str) -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
     };
-    let host = config
-        .cluster_url
-        .authority()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let builder = ClientBuilder::try_from(config).map_err(|error| ClusterError::Client {
-        origin: origin.clone(),
-        error,
-    })?;
-    let layer = ThrottleLayer {
-        budgets: Arc::new(Budgets::new(RateBudget {
-            per_second: settings.qps,
-            burst: settings.burst,
-        })),
-        metrics: metrics.clone(),
-        host: host.into(),
-    };
-    Ok(builder.with_layer(&layer).build())
+    format!(
+        "wasm-ccm/{} ({}/{arch}) {name}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+    )
 }
 
 async fn load_kubeconfig(path: &Path) -> Result<kube::Config, ClusterError> {
@@ -168,7 +240,7 @@ async fn load_kubeconfig(path: &Path) -> Result<kube::Config, ClusterError> {
         .map_err(error)
 }
 
-/// One token bucket for every request of the process, as client-go's `flowcontrol`.
+/// The one token bucket of a client's `Budgets`, as client-go's `flowcontrol` limiter.
 const BUCKET: &str = "kube-apiserver";
 
 #[derive(Clone)]
@@ -257,5 +329,27 @@ where
                 .inc();
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_agent_names_version_platform_and_client() {
+        let agent = user_agent("service-controller");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            agent.starts_with(&format!("wasm-ccm/{version} (")),
+            "{agent}"
+        );
+        assert!(agent.ends_with(") service-controller"), "{agent}");
+        if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            assert_eq!(
+                agent,
+                format!("wasm-ccm/{version} (linux/amd64) service-controller")
+            );
+        }
     }
 }

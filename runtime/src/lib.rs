@@ -9,7 +9,8 @@
 /// Run mode: load the provider, connect to the cluster, serve health, elect a leader, run
 /// the controllers.
 pub mod manager;
-/// The Kubernetes API client: kubeconfig, client-side QPS/burst, request metrics.
+/// The Kubernetes API clients, one per controller: kubeconfig, QPS/burst and user agent of
+/// each, request metrics.
 pub mod cluster;
 /// Leader election on a `coordination.k8s.io/v1` Lease.
 pub mod leader;

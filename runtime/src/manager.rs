@@ -18,10 +18,10 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{self, ClientMetrics, ClusterSettings};
+use crate::cluster::{self, ClientMetrics, Clients, ClusterSettings};
 use crate::controllers::{
-    self, Context, Controller, ControllerMetrics, ControllerSelection, ControllerSettings,
-    Informer, QueueMetrics,
+    self, Context, Controller, ControllerClients, ControllerMetrics, ControllerSelection,
+    ControllerSettings, Informer, QueueMetrics,
 };
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
@@ -55,7 +55,8 @@ pub struct ManagerConfig {
     pub egress: EgressConfig,
     /// Limits of every provider call (`--memory-limit`, `--timeout`, `--provider-cache-size`...).
     pub sandbox: SandboxConfig,
-    /// How to reach the API server (`--kubeconfig`, `--kube-api-qps`, `--kube-api-burst`).
+    /// How to reach the API server (`--kubeconfig`), and each client's budget
+    /// (`--kube-api-qps`, `--kube-api-burst`).
     pub cluster: ClusterSettings,
     /// `--controllers`; of those, only the ones the provider supports start.
     pub controllers: ControllerSelection,
@@ -138,12 +139,17 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
 
     let provider = load_provider(&config, metrics.clone()).await?;
     let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
-    let client = cluster::connect(&config.cluster, &client_metrics).await?;
+    let clients = Clients::connect(&config.cluster, &client_metrics).await?;
+    let controller_clients = ControllerClients::new(&clients)?;
+    let informers_client = clients.client(cluster::SHARED_INFORMERS)?;
 
-    let elector = config
-        .leader_election
-        .clone()
-        .map(|lease| LeaderElector::new(client.clone(), lease));
+    let elector = match config.leader_election.clone() {
+        None => None,
+        Some(lease) => Some(LeaderElector::new(
+            clients.client(cluster::LEADER_ELECTION)?,
+            lease,
+        )),
+    };
     if let Some(elector) = &elector {
         elector.register(&mut registry);
     }
@@ -172,7 +178,8 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     );
 
     let term = Term {
-        client,
+        clients: controller_clients,
+        informers_client,
         provider,
         settings: config.settings.clone(),
         metrics: controller_metrics,
@@ -258,7 +265,9 @@ async fn load_provider(
 /// What one period of running the controllers needs (one leadership term, or the whole
 /// life of the process without leader election).
 struct Term {
-    client: kube::Client,
+    clients: ControllerClients,
+    /// The shared informers' own client.
+    informers_client: kube::Client,
     provider: Provider,
     settings: ControllerSettings,
     metrics: ControllerMetrics,
@@ -272,17 +281,17 @@ impl Term {
     async fn run(&self, stop: CancellationToken) {
         let informers_stop = stop.child_token();
         let context = Arc::new(Context {
-            client: self.client.clone(),
+            clients: self.clients.clone(),
             provider: self.provider.clone(),
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
             queues: self.queues.clone(),
             nodes: Informer::start(
-                kube::Api::<Node>::all(self.client.clone()),
+                kube::Api::<Node>::all(self.informers_client.clone()),
                 informers_stop.clone(),
             ),
             services: Informer::start(
-                kube::Api::<Service>::all(self.client.clone()),
+                kube::Api::<Service>::all(self.informers_client.clone()),
                 informers_stop.clone(),
             ),
         });

@@ -46,11 +46,12 @@ pub struct RunFlags {
     #[arg(long, value_name = "PATH", help_heading = "Cluster")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Requests per second to the API server, for the whole process.
+    /// Requests per second to the API server, of each client (one per controller, and one each
+    /// for the informers, leader election and events).
     #[arg(long, value_name = "QPS", default_value_t = 20.0, value_parser = positive_f64, help_heading = "Cluster")]
     pub kube_api_qps: f64,
 
-    /// Burst of requests to the API server above the QPS.
+    /// Burst of requests to the API server above the QPS, of each client.
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Cluster")]
     pub kube_api_burst: u32,
 

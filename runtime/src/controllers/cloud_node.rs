@@ -146,7 +146,7 @@ async fn sync_node(
     }
 
     let initialised = update_node(
-        &context.client,
+        context.client(Controller::CloudNode),
         &node,
         20,
         Duration::from_millis(50),
@@ -272,7 +272,7 @@ async fn reconcile_labels(context: &Context, node: &Arc<Node>) -> Result<(), Syn
         return Ok(());
     }
     update_node(
-        &context.client,
+        context.client(Controller::CloudNode),
         node,
         5,
         Duration::from_millis(100),
@@ -401,7 +401,7 @@ async fn update_addresses(
     );
     let patch = serde_json::json!({ "status": { "addresses": list } });
     let name = name_of(node);
-    Api::<Node>::all(context.client.clone())
+    Api::<Node>::all(context.client(Controller::CloudNode).clone())
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(SyncError::kube(format!(

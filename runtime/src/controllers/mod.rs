@@ -31,6 +31,7 @@ pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
 pub use workqueue::QueueMetrics;
 
+use crate::cluster::{Clients, ClusterError, EVENT_RECORDERS};
 use crate::serving::{HealthChecks, Probe};
 use events::EventSink;
 use wasm_ccm_host::provider::{Provider, ProviderError};
@@ -62,10 +63,44 @@ pub struct ControllerSettings {
     pub identity: String,
 }
 
+/// The API clients of the controllers: one per controller and one for the events they
+/// record, each with its own QPS/burst budget and user agent (see [`crate::cluster`]).
+#[derive(Clone)]
+pub struct ControllerClients {
+    cloud_node: kube::Client,
+    node_lifecycle: kube::Client,
+    service_lb: kube::Client,
+    node_route: kube::Client,
+    events: kube::Client,
+}
+
+impl ControllerClients {
+    /// A client for each controller, named as [`Controller::client_name`] says, and one
+    /// for the event recorders.
+    pub fn new(clients: &Clients) -> Result<ControllerClients, ClusterError> {
+        Ok(ControllerClients {
+            cloud_node: clients.client(Controller::CloudNode.client_name())?,
+            node_lifecycle: clients.client(Controller::CloudNodeLifecycle.client_name())?,
+            service_lb: clients.client(Controller::ServiceLoadBalancer.client_name())?,
+            node_route: clients.client(Controller::NodeRoute.client_name())?,
+            events: clients.client(EVENT_RECORDERS)?,
+        })
+    }
+
+    fn of(&self, controller: Controller) -> &kube::Client {
+        match controller {
+            Controller::CloudNode => &self.cloud_node,
+            Controller::CloudNodeLifecycle => &self.node_lifecycle,
+            Controller::ServiceLoadBalancer => &self.service_lb,
+            Controller::NodeRoute => &self.node_route,
+        }
+    }
+}
+
 /// What every controller shares.
 pub struct Context {
-    /// The Kubernetes API, with the manager's QPS and burst.
-    pub client: kube::Client,
+    /// The Kubernetes API: each controller's own client, and the event recorders'.
+    pub clients: ControllerClients,
     /// The cloud.
     pub provider: Provider,
     /// From flags.
@@ -81,9 +116,14 @@ pub struct Context {
 }
 
 impl Context {
+    /// The API client of `controller`, with its own budget and user agent.
+    fn client(&self, controller: Controller) -> &kube::Client {
+        self.clients.of(controller)
+    }
+
     fn events(&self, controller: Controller) -> EventSink {
         EventSink::new(
-            self.client.clone(),
+            self.clients.events.clone(),
             controller.event_component(),
             &self.settings.identity,
         )

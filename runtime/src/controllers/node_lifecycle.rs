@@ -26,7 +26,10 @@ pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 pub async fn run(context: Arc<Context>, stop: CancellationToken) {
     let events = context.events(Controller::CloudNodeLifecycle);
     let period = context.settings.node_monitor_period;
-    every_period(&context, period, &stop, || monitor_nodes(&context, &events)).await;
+    every_period(&context, period, &stop, || {
+        monitor_nodes(&context, &events, &stop)
+    })
+    .await;
 }
 
 fn is_ready(node: &Node) -> bool {
@@ -37,8 +40,15 @@ fn is_ready(node: &Node) -> bool {
         .is_some_and(|ready| ready.status == "True")
 }
 
-async fn monitor_nodes(context: &Context, events: &EventSink) {
+/// One pass over every node. A pass after a mass instance loss deletes many nodes, each
+/// waiting for a token of this controller's budget, so it ends early once `stop` is
+/// cancelled (leadership lost): the node in hand is finished, the rest left to the next
+/// leader.
+async fn monitor_nodes(context: &Context, events: &EventSink, stop: &CancellationToken) {
     for node in context.nodes.store().state() {
+        if stop.is_cancelled() {
+            return;
+        }
         let name = name_of(&node).to_string();
         if let Err(error) = monitor_node(context, events, &node).await {
             tracing::warn!(node = %name, %error, "checking the node's instance failed; the node is left as it is");
@@ -96,7 +106,7 @@ async fn delete_node(context: &Context, events: &EventSink, node: &Node) {
         }),
         ..DeleteParams::default()
     };
-    match Api::<Node>::all(context.client.clone())
+    match Api::<Node>::all(context.client(Controller::CloudNodeLifecycle).clone())
         .delete(name, &params)
         .await
     {
@@ -120,7 +130,7 @@ async fn patch_taints(
     node: &Node,
     change: impl Fn(&mut Vec<Taint>),
 ) -> Result<(), SyncError> {
-    let api: Api<Node> = Api::all(context.client.clone());
+    let api: Api<Node> = Api::all(context.client(Controller::CloudNodeLifecycle).clone());
     let name = name_of(node).to_string();
     let mut current = node.clone();
     let mut attempt = 0;

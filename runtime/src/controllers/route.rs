@@ -352,7 +352,7 @@ async fn update_conditions(
     actions: &HashMap<String, HashMap<String, Action>>,
     routes_by_node: &HashMap<&str, Vec<&Route>>,
 ) {
-    let api: Api<Node> = Api::all(context.client.clone());
+    let api: Api<Node> = Api::all(context.client(Controller::NodeRoute).clone());
     for node in nodes {
         let name = name_of(node);
         let created = match actions.get(name) {

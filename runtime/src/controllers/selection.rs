@@ -52,6 +52,19 @@ impl Controller {
         }
     }
 
+    /// The name of its API client, in its user agent and (upstream) its ServiceAccount:
+    /// upstream's `ClientName`s, except that the cloud-node controller has its own
+    /// (`cloud-node-controller`) instead of sharing `node-controller` with the lifecycle
+    /// controller, so the two can be told apart in the API server's audit log.
+    pub fn client_name(self) -> &'static str {
+        match self {
+            Controller::CloudNode => "cloud-node-controller",
+            Controller::CloudNodeLifecycle => "node-controller",
+            Controller::ServiceLoadBalancer => "service-controller",
+            Controller::NodeRoute => "route-controller",
+        }
+    }
+
     /// The component upstream's events name as their source.
     pub fn event_component(self) -> &'static str {
         match self {

@@ -243,3 +243,71 @@ async fn addresses_follow_the_cloud_on_the_periodic_sync() {
     );
     manager.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn each_controller_calls_the_api_server_as_its_own_client() {
+    // Upstream gives every controller, the shared informers, leader election and the
+    // event recorder a client of its own; the user agent names it, so the API server's
+    // audit log (here, the emulator's request counts) tells them apart.
+    let bed = Testbed::start().await;
+    bed.add_instance("worker-1", "sim-central-1a");
+    let mut node = Testbed::kubelet_node("worker-1");
+    node.spec.get_or_insert_default().pod_cidr = Some("10.244.1.0/24".into());
+    bed.create_node(&node).await;
+    bed.services()
+        .create(&Default::default(), &Testbed::lb_service("web"))
+        .await
+        .expect("create service");
+    let mut config = bed.config();
+    config.leader_election = Some(wasm_ccm::leader::LeaseSettings {
+        identity: "agents-test".into(),
+        ..Default::default()
+    });
+    let manager = bed.run(config);
+
+    initialised(&bed, "worker-1").await;
+    let counts = eventually("requests from every client", WAIT, || async {
+        let counts = bed.emulator.requests();
+        let seen = [
+            ("shared-informers", "watch", "nodes"),
+            ("shared-informers", "watch", "services"),
+            ("leader-election", "create", "leases.coordination.k8s.io"),
+            ("cloud-node-controller", "update", "nodes"),
+            ("service-controller", "patch", "services/status"),
+            ("route-controller", "patch", "nodes/status"),
+            ("cloud-controller-manager", "create", "events.events.k8s.io"),
+        ]
+        .iter()
+        .all(|(client, verb, resource)| counts.client(client).get(verb, resource) > 0);
+        seen.then_some(counts)
+    })
+    .await;
+    let agents: Vec<&String> = counts.by_user_agent.keys().collect();
+    let version = env!("CARGO_PKG_VERSION");
+    let os = std::env::consts::OS;
+    for client in [
+        "cloud-node-controller",
+        "service-controller",
+        "shared-informers",
+    ] {
+        assert!(
+            agents.iter().any(
+                |agent| agent.starts_with(&format!("wasm-ccm/{version} ({os}/"))
+                    && agent.ends_with(&format!(") {client}"))
+            ),
+            "a user agent wasm-ccm/<version> (<os>/<arch>) {client} in {agents:?}"
+        );
+    }
+    assert_eq!(
+        counts.client("node-controller").total(),
+        0,
+        "the lifecycle controller is not running, so its client made no request: {agents:?}"
+    );
+    assert_eq!(
+        counts.client("cloud-node-controller").get("list", "nodes")
+            + counts.client("service-controller").get("watch", "services"),
+        0,
+        "controllers read through the shared informers, not their own clients"
+    );
+    manager.stop().await.unwrap();
+}

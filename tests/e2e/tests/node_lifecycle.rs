@@ -1,6 +1,6 @@
 //! cloud-node-lifecycle and route controllers end to end.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cloud_sim::{Faults, InstanceStatus};
 use e2e::testbed::{NOT_READY, RunningManager, Testbed, eventually, has_taint, is_uninitialized};
@@ -159,6 +159,90 @@ fn condition(node: &Node, kind: &str) -> Option<(String, Option<String>)> {
         .iter()
         .find(|c| c.type_ == kind)
         .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn a_busy_lifecycle_controller_does_not_delay_another_controllers_writes() {
+    // After a mass instance loss the lifecycle controller has many nodes to delete; at
+    // 1 QPS and a burst of 2 these take it ten seconds and more. Each controller has its
+    // own budget, so a node registering meanwhile is initialised by the cloud-node
+    // controller at once instead of queueing behind the deletions.
+    const QPS: f64 = 1.0;
+    const BURST: u32 = 2;
+    const LOST: u64 = 12;
+    let bed = Testbed::start().await;
+    for i in 0..LOST {
+        let mut node = Testbed::kubelet_node(&format!("lost-{i}"));
+        let spec = node.spec.get_or_insert_default();
+        spec.taints = None;
+        spec.provider_id = Some(format!("simcloud://i-lost-{i}"));
+        for condition in node
+            .status
+            .iter_mut()
+            .flat_map(|s| s.conditions.iter_mut().flatten())
+        {
+            condition.status = "Unknown".into();
+        }
+        bed.create_node(&node).await;
+    }
+    let mut config = bed.config();
+    config.controllers = "cloud-node,cloud-node-lifecycle"
+        .parse::<ControllerSelection>()
+        .unwrap();
+    config.cluster.qps = QPS;
+    config.cluster.burst = BURST;
+    let started = Instant::now();
+    let manager = bed.run(config);
+    // The informers' own budget lets their two lists go at once and their two watches a
+    // second apart; the new node is registered once both watch and deletions are under way.
+    eventually(
+        "the informers watching, the lifecycle controller deleting",
+        WAIT,
+        || async {
+            let counts = bed.emulator.requests();
+            let informers = counts.client("shared-informers");
+            let watching =
+                informers.get("watch", "nodes") > 0 && informers.get("watch", "services") > 0;
+            let deleted = counts.client("node-controller").get("delete", "nodes");
+            (watching && deleted >= 2).then_some(())
+        },
+    )
+    .await;
+
+    bed.add_node("fresh-1", "sim-central-1a").await;
+    let registered = Instant::now();
+    eventually("fresh-1 initialised", WAIT, || async {
+        bed.node("fresh-1").await.filter(|n| !is_uninitialized(n))
+    })
+    .await;
+    let took = registered.elapsed();
+    let elapsed = started.elapsed().as_secs_f64();
+
+    let counts = bed.emulator.requests();
+    let deleted = counts.client("node-controller").get("delete", "nodes");
+    assert!(
+        deleted < LOST,
+        "the lifecycle controller is still busy ({deleted} of {LOST} deleted)"
+    );
+    assert!(
+        deleted as f64 <= f64::from(BURST) + QPS * elapsed + 1.0,
+        "the lifecycle controller is held to its own budget: {deleted} deletions in {elapsed:.1}s"
+    );
+    assert!(
+        counts
+            .client("cloud-node-controller")
+            .get("update", "nodes")
+            >= 1,
+        "{:?}",
+        counts.by_user_agent
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "initialised {took:?} after registering; one request of its own budget needs no wait, \
+         while the lifecycle controller's next deletion waits a second for its token: {:#?}",
+        counts.by_user_agent
+    );
+    manager.stop().await.unwrap();
 }
 
 /// Assign the node its pod CIDR as node IPAM does, with both fields; `podCIDR` alone

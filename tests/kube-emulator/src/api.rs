@@ -254,6 +254,11 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         return Ok((StatusCode::NOT_FOUND, "404 page not found").into_response());
     }
     authorize(app, &parts.headers)?;
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .map(|agent| String::from_utf8_lossy(agent.as_bytes()).into_owned())
+        .unwrap_or_default();
     let resource_path = match segments.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
         ["apis", group, version, rest @ ..] if !rest.is_empty() => {
@@ -262,7 +267,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         _ => None,
     };
     let Some((group, version, rest)) = resource_path else {
-        app.requests.record("get", "discovery");
+        app.requests.record(&user_agent, "get", "discovery");
         inject(app, &parts.method, &path_and_query).await?;
         if parts.method != Method::GET {
             return Err(ApiError::method_not_allowed());
@@ -275,7 +280,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
     let query = Query::parse(&parts.uri)?;
     let watching = query.flag("watch")?.unwrap_or(false);
     let verb = verb(&parts.method, &route, watching)?;
-    app.requests.record(verb, &route.label());
+    app.requests.record(&user_agent, verb, &route.label());
     inject(app, &parts.method, &path_and_query).await?;
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await

@@ -1,7 +1,7 @@
 //! Fault injection and request accounting, for tests: drop every open
 //! watch, fail the next N matching requests with a status code, add
 //! latency, make the next N updates of a resource conflict; and count
-//! requests per verb and resource. Driven from the library or from
+//! requests per verb and resource, and per user agent. Driven from the library or from
 //! `/_emulator/faults` and `/_emulator/requests`.
 
 use std::collections::BTreeMap;
@@ -223,17 +223,24 @@ impl Faults {
     }
 }
 
-/// API requests seen, per verb and resource.
+/// A request's user agent, verb and resource.
+type RequestKey = (String, String, String);
+
+/// API requests seen, per user agent, verb and resource.
 #[derive(Debug, Clone, Default)]
 pub struct Requests {
-    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+    counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
 }
 
 /// A snapshot of the request counts (see [`crate::Emulator::requests`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RequestCounts {
     /// `"verb resource"` (e.g. `"patch nodes/status"`) → count.
     pub counts: BTreeMap<String, u64>,
+    /// The same per `User-Agent` header (`""` for none) → `"verb resource"` → count, so a
+    /// test sees which client of a process made which requests.
+    pub by_user_agent: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl RequestCounts {
@@ -259,16 +266,42 @@ impl RequestCounts {
     pub fn total(&self) -> u64 {
         self.counts.values().sum()
     }
+
+    /// The requests of one client: those whose user agent is `client`, or ends with it
+    /// after a space or a `/` (`wasm-ccm/0.1.0 (linux/amd64) node-controller`, or
+    /// client-go's `…/node-controller`), so `node-controller` does not match
+    /// `cloud-node-controller`.
+    pub fn client(&self, client: &str) -> RequestCounts {
+        let mut counts = BTreeMap::new();
+        let mut by_user_agent = BTreeMap::new();
+        for (agent, agent_counts) in &self.by_user_agent {
+            let named = agent == client
+                || agent
+                    .strip_suffix(client)
+                    .is_some_and(|rest| rest.ends_with(' ') || rest.ends_with('/'));
+            if !named {
+                continue;
+            }
+            for (key, n) in agent_counts {
+                *counts.entry(key.clone()).or_default() += n;
+            }
+            by_user_agent.insert(agent.clone(), agent_counts.clone());
+        }
+        RequestCounts {
+            counts,
+            by_user_agent,
+        }
+    }
 }
 
 impl Requests {
-    pub(crate) fn record(&self, verb: &str, resource: &str) {
+    pub(crate) fn record(&self, user_agent: &str, verb: &str, resource: &str) {
         let mut counts = self
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *counts
-            .entry((verb.to_owned(), resource.to_owned()))
+            .entry((user_agent.to_owned(), verb.to_owned(), resource.to_owned()))
             .or_default() += 1;
     }
 
@@ -277,12 +310,18 @@ impl Requests {
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        RequestCounts {
-            counts: counts
-                .iter()
-                .map(|((v, r), n)| (format!("{v} {r}"), *n))
-                .collect(),
+        let mut snapshot = RequestCounts::default();
+        for ((agent, verb, resource), n) in counts.iter() {
+            let key = format!("{verb} {resource}");
+            *snapshot.counts.entry(key.clone()).or_default() += n;
+            *snapshot
+                .by_user_agent
+                .entry(agent.clone())
+                .or_default()
+                .entry(key)
+                .or_default() += n;
         }
+        snapshot
     }
 
     pub fn reset(&self) {
@@ -310,6 +349,47 @@ mod tests {
         );
         assert!(faults.take_failure("GET", "/api/v1/nodes").is_some());
         assert!(faults.take_failure("GET", "/api/v1/nodes").is_none());
+    }
+
+    #[test]
+    fn requests_are_counted_per_user_agent_and_client() {
+        let requests = Requests::default();
+        requests.record(
+            "wasm-ccm/0.1.0 (linux/amd64) node-controller",
+            "delete",
+            "nodes",
+        );
+        requests.record(
+            "wasm-ccm/0.1.0 (linux/amd64) node-controller",
+            "delete",
+            "nodes",
+        );
+        requests.record(
+            "wasm-ccm/0.1.0 (linux/amd64) cloud-node-controller",
+            "update",
+            "nodes",
+        );
+        requests.record(
+            "kubectl/v1.33.0 (linux/amd64) kubernetes/abc/node-controller",
+            "get",
+            "nodes",
+        );
+        requests.record("", "list", "nodes");
+        let counts = requests.snapshot();
+        assert_eq!(counts.total(), 5);
+        assert_eq!(counts.get("delete", "nodes"), 2);
+        let lifecycle = counts.client("node-controller");
+        assert_eq!(lifecycle.get("delete", "nodes"), 2);
+        assert_eq!(lifecycle.get("get", "nodes"), 1);
+        assert_eq!(
+            lifecycle.get("update", "nodes"),
+            0,
+            "cloud-node-controller is another client"
+        );
+        assert_eq!(counts.client("cloud-node-controller").total(), 1);
+        assert_eq!(counts.by_user_agent[""].get("list nodes"), Some(&1));
+        requests.reset();
+        assert_eq!(requests.snapshot(), RequestCounts::default());
     }
 
     #[test]

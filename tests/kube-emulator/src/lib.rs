@@ -425,7 +425,7 @@ impl Emulator {
         &self.faults
     }
 
-    /// API requests served so far, per verb and resource.
+    /// API requests served so far, per verb and resource, and per user agent.
     pub fn requests(&self) -> RequestCounts {
         self.requests.snapshot()
     }

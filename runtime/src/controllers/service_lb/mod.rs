@@ -433,7 +433,7 @@ async fn patch_service(
 
 fn services_api(context: &Context, service: &Service) -> Api<Service> {
     Api::namespaced(
-        context.client.clone(),
+        context.client(Controller::ServiceLoadBalancer).clone(),
         service.metadata.namespace.as_deref().unwrap_or_default(),
     )
 }

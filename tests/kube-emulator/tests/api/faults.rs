@@ -60,7 +60,7 @@ async fn injected_failures_latency_and_conflicts_hit_the_next_requests() {
 }
 
 #[tokio::test]
-async fn the_admin_endpoint_drives_faults_and_reports_requests() {
+async fn the_admin_endpoint_drives_faults_and_reports_requests_per_user_agent() {
     let cluster = start().await;
     create_node(&cluster.client, "n1").await;
     let http = http_client(&cluster.emulator);
@@ -78,6 +78,7 @@ async fn the_admin_endpoint_drives_faults_and_reports_requests() {
     let deleted = http
         .delete(format!("{url}/api/v1/nodes/n1"))
         .bearer_auth("kube-emulator")
+        .header("user-agent", "cleaner/1.0 (linux/amd64) node-cleaner")
         .send()
         .await
         .unwrap();
@@ -102,6 +103,10 @@ async fn the_admin_endpoint_drives_faults_and_reports_requests() {
         .unwrap();
     assert_eq!(counts["counts"]["delete nodes"], 1);
     assert_eq!(counts["counts"]["create nodes"], 1);
+    assert_eq!(
+        counts["byUserAgent"]["cleaner/1.0 (linux/amd64) node-cleaner"]["delete nodes"], 1,
+        "each request is counted under its user agent: {counts}"
+    );
     let bad = http
         .post(format!("{url}/_emulator/faults"))
         .json(&json!({"nonsense": 1}))
