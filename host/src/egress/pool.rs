@@ -1,5 +1,6 @@
-//! The connections of one provider version: keep-alive HTTP/1.1 connections pooled per
-//! destination and grant, reused across the requests and calls of that version only.
+//! The connections of one provider version: keep-alive HTTP/1.1 connections (HTTP/2 where
+//! the server offers it through ALPN) pooled per destination and grant, reused across the
+//! requests and calls of that version only.
 //!
 //! hyper-util's pooled client does the pooling; the gate's [`GateConnector`] opens every new
 //! connection, so each one still passes the address check (resolved here, internal addresses
@@ -78,6 +79,7 @@ impl Connections {
         // Resumption is on by default in rustls; a cache per version keeps one version's
         // sessions from another's.
         let mut tls = tls.clone();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
         let tls = Arc::new(tls);
         let permits = Arc::new(Semaphore::new(pool.max_connections.max(1)));
@@ -170,9 +172,10 @@ impl GateConnector {
             }
         };
         let addresses = transport::resolve_allowed(&dest, &self.grant, &self.limits).await?;
-        let stream = transport::connect(&dest, &addresses, &self.tls, &self.limits).await?;
+        let opened = transport::connect(&dest, &addresses, &self.tls, &self.limits).await?;
         Ok(PooledStream {
-            io: TokioIo::new(stream),
+            io: TokioIo::new(opened.stream),
+            http2: opened.http2,
             uses: ConnectionUses::default(),
             _permit: permit,
         })
@@ -183,13 +186,21 @@ impl GateConnector {
 /// version's connection bound, given back when it closes.
 pub(super) struct PooledStream {
     io: TokioIo<Box<dyn transport::Stream>>,
+    /// Whether the server chose HTTP/2 through ALPN: the connection is then shared by
+    /// concurrent requests of the same destination and grant instead of pooled one by one.
+    http2: bool,
     uses: ConnectionUses,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Connection for PooledStream {
     fn connected(&self) -> Connected {
-        Connected::new().extra(self.uses.clone())
+        let connected = Connected::new().extra(self.uses.clone());
+        if self.http2 {
+            connected.negotiated_h2()
+        } else {
+            connected
+        }
     }
 }
 
@@ -310,18 +321,24 @@ mod tests {
 
     /// The same server over TLS for 127.0.0.1 with a self-signed certificate; also records
     /// how each handshake went. Returns the server and a client configuration trusting it.
-    async fn tls_server() -> (Server, Arc<Mutex<Vec<HandshakeKind>>>, rustls::ClientConfig) {
+    /// With `http2`, the server offers only `h2` through ALPN and speaks HTTP/2.
+    async fn tls_server(
+        http2: bool,
+    ) -> (Server, Arc<Mutex<Vec<HandshakeKind>>>, rustls::ClientConfig) {
         let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
         let cert = certified.cert.der().clone();
         let key =
             rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+        let mut server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![cert.clone()], key)
             .unwrap();
+        if http2 {
+            server_config.alpn_protocols = vec![b"h2".to_vec()];
+        }
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert).unwrap();
         let client_config = rustls::ClientConfig::builder_with_provider(provider)
@@ -347,7 +364,18 @@ mod tests {
                         if let Some(kind) = tls.get_ref().1.handshake_kind() {
                             kinds.lock().unwrap().push(kind);
                         }
-                        answer(&mut tls, None).await;
+                        if http2 {
+                            let ok = hyper::service::service_fn(|request| async move {
+                                assert_eq!(request.version(), http::Version::HTTP_2);
+                                let body = http_body_util::Full::new(bytes::Bytes::from("ok"));
+                                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+                            });
+                            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(TokioIo::new(tls), ok)
+                                .await;
+                        } else {
+                            answer(&mut tls, None).await;
+                        }
                     }
                     closed.fetch_add(1, Ordering::SeqCst);
                 });
@@ -511,7 +539,7 @@ mod tests {
 
     #[tokio::test]
     async fn tls_connections_are_reused_and_new_ones_resume_the_session() {
-        let (server, handshakes, tls) = tls_server().await;
+        let (server, handshakes, tls) = tls_server(false).await;
         let gate = gate(&[&server], PoolLimits::default());
         let pool = PoolLimits {
             idle_timeout: Duration::from_millis(100),
@@ -539,5 +567,33 @@ mod tests {
             "the second connection resumes the first one's session"
         );
         assert_eq!(reuse(&gate.audit().recent()), [false, true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn a_server_offering_http2_gets_one_multiplexed_connection() {
+        let (server, _, tls) = tls_server(true).await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let allow = [server.url.parse().unwrap()];
+        let version = Arc::new(Connections::new(
+            &allow,
+            &tls,
+            gate.config.limits,
+            PoolLimits::default(),
+        ));
+        let url = format!("{}/", server.url);
+        get(&gate, &version, &url).await.unwrap();
+        let concurrent: Vec<_> = (0..5)
+            .map(|_| {
+                let (gate, version, url) = (gate.clone(), version.clone(), url.clone());
+                tokio::spawn(async move { get(&gate, &version, &url).await })
+            })
+            .collect();
+        for request in concurrent {
+            request.await.unwrap().unwrap();
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        let mut expected = vec![true; 6];
+        expected[0] = false;
+        assert_eq!(reuse(&gate.audit().recent()), expected);
     }
 }

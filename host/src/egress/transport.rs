@@ -136,13 +136,19 @@ pub async fn resolve_allowed(
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
+/// A new connection: the byte stream, and whether TLS negotiated HTTP/2 through ALPN.
+pub struct Opened {
+    pub stream: Box<dyn Stream>,
+    pub http2: bool,
+}
+
 /// Connect to the first reachable address and, for `https`, complete TLS for `dest.host`.
 pub async fn connect(
     dest: &Destination,
     addresses: &[SocketAddr],
     tls: &Arc<rustls::ClientConfig>,
     limits: &Limits,
-) -> Result<Box<dyn Stream>, ConnectRefusal> {
+) -> Result<Opened, ConnectRefusal> {
     let attempt = async {
         let mut last_error = None;
         for addr in addresses {
@@ -167,7 +173,10 @@ pub async fn connect(
         Ok(Ok(tcp)) => tcp,
     };
     if dest.scheme == Scheme::Http {
-        return Ok(Box::new(tcp));
+        return Ok(Opened {
+            stream: Box::new(tcp),
+            http2: false,
+        });
     }
     let server_name = match dest.host.parse::<IpAddr>() {
         Ok(ip) => rustls::pki_types::ServerName::from(ip),
@@ -185,7 +194,10 @@ pub async fn connect(
             let message = format!("TLS handshake failed: {err}");
             Err(ConnectRefusal::Failed(Error::TlsCertificateError, message))
         }
-        Ok(Ok(tls_stream)) => Ok(Box::new(tls_stream)),
+        Ok(Ok(tls_stream)) => Ok(Opened {
+            http2: tls_stream.get_ref().1.alpn_protocol() == Some(b"h2"),
+            stream: Box::new(tls_stream),
+        }),
     }
 }
 
