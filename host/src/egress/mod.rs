@@ -394,7 +394,7 @@ impl Attempt {
         let mut message = error.to_string();
         while let Some(cause) = source {
             if let Some(refusal) = cause.downcast_ref::<ConnectRefusal>() {
-                return self.refused_ref(refusal);
+                return self.refused(refusal);
             }
             if let Some(code) = cause.downcast_ref::<Error>() {
                 return self.failed(transport::same_code(code), format!("{message}: {code}"));
@@ -439,7 +439,7 @@ impl Attempt {
         Error::HttpRequestDenied
     }
 
-    fn refused_ref(&self, refusal: &ConnectRefusal) -> Error {
+    fn refused(&self, refusal: &ConnectRefusal) -> Error {
         match refusal {
             ConnectRefusal::Internal { address, reason } => self.deny(format!(
                 "{} resolves to {address}, a {reason}; only an allowedHosts entry naming that address may reach it",

@@ -7,9 +7,10 @@
 //!   passed and with the provider declaring it reads none;
 //! - compiling a provider vs loading its precompiled code from the cache;
 //! - simcloud instance-metadata (sandbox + guest + egress gate), the same HTTP request sent
-//!   through the egress gate from the host side, and the same request made natively from Rust
-//!   (a new connection each time, as the gate makes): the gate's own overhead and the whole
-//!   sandboxed call's, each against the native request.
+//!   through the egress gate from the host side, and the same request made natively from Rust,
+//!   all on a new connection each time (the gate's pool turned off): the gate's own overhead
+//!   and the whole sandboxed call's, each against the native request; then the first two
+//!   again over the gate's pooled keep-alive connections.
 //!
 //! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
 //! of `calls`, `nodes`, `compile`, `egress` to run only that group).
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use e2e::{Cloud, TOKEN, load, sandbox};
 use native::get_native;
 use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress, Service};
-use wasm_ccm_host::egress::{Caller, EgressConfig, EgressGate};
+use wasm_ccm_host::egress::{Caller, EgressConfig, EgressGate, PoolLimits};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{Origin, Sandbox, SandboxConfig};
 
@@ -88,6 +89,14 @@ async fn run() {
             "the same HTTP request natively (hyper, new connection)".to_string(),
             egress.native,
         ));
+        rows.push((
+            "simcloud instance-metadata, pooled keep-alive connection".to_string(),
+            egress.provider_call_pooled,
+        ));
+        rows.push((
+            "the same HTTP request through the gate, host side, pooled".to_string(),
+            egress.gate_pooled,
+        ));
     }
 
     println!();
@@ -124,6 +133,8 @@ struct EgressStats {
     provider_call: Stats,
     gate_only: Stats,
     native: Stats,
+    provider_call_pooled: Stats,
+    gate_pooled: Stats,
 }
 
 struct Stats {
@@ -301,14 +312,23 @@ async fn egress_vs_native() -> EgressStats {
         zone: "sim-central-1a".into(),
         ..cloud_sim::NewInstance::default()
     });
-    let egress = EgressConfig {
+    let pooled = EgressConfig {
         budget: wasm_ccm_host::egress::RateBudget {
             per_second: 1e6,
             burst: 1_000_000,
         },
         ..cloud.egress()
     };
+    // A new connection for every request, like the native baseline.
+    let egress = EgressConfig {
+        pool: PoolLimits {
+            max_idle_per_host: 0,
+            ..PoolLimits::default()
+        },
+        ..pooled.clone()
+    };
     let gate = EgressGate::new(egress.clone(), Arc::new(Metrics::default()));
+    let gate_pooled = EgressGate::new(pooled.clone(), Arc::new(Metrics::default()));
     let caller = Arc::new(Caller {
         provider: "bench".into(),
         version: "host".into(),
@@ -321,13 +341,21 @@ async fn egress_vs_native() -> EgressStats {
     )
     .await
     .expect("simcloud loads");
+    let provider_pooled = load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::SIMCLOUD,
+        pooled,
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("simcloud loads");
     let node = Node {
         name: instance.name.clone(),
         ..Node::default()
     };
     let url = format!("{}/v1/instances?name={}", cloud.sim.url(), instance.name);
 
-    let through_gate = || {
+    let through_gate = |gate: &Arc<EgressGate>| {
         let request = http::Request::get(&url)
             .header("accept", "application/json")
             .body(bytes::Bytes::new())
@@ -344,23 +372,41 @@ async fn egress_vs_native() -> EgressStats {
     let mut provider_call = Vec::with_capacity(HTTP_CALLS);
     let mut gate_only = Vec::with_capacity(HTTP_CALLS);
     let mut native = Vec::with_capacity(HTTP_CALLS);
+    let mut provider_call_pooled = Vec::with_capacity(HTTP_CALLS);
+    let mut gate_pooled_only = Vec::with_capacity(HTTP_CALLS);
     for _ in 0..50 {
         provider.instance_metadata(&node).await.expect("warm-up");
-        through_gate().await;
+        provider_pooled
+            .instance_metadata(&node)
+            .await
+            .expect("warm-up");
+        through_gate(&gate).await;
+        through_gate(&gate_pooled).await;
         get_native(&url, TOKEN).await;
     }
-    // Interleave, rotating the order, so all three see the same machine conditions.
+    // Interleave, rotating the order, so all see the same machine conditions.
     for i in 0..HTTP_CALLS {
-        for step in 0..3 {
+        for step in 0..5 {
             let started = Instant::now();
-            match (i + step) % 3 {
+            match (i + step) % 5 {
                 0 => {
                     provider.instance_metadata(&node).await.expect("metadata");
                     provider_call.push(started.elapsed());
                 }
                 1 => {
-                    through_gate().await;
+                    through_gate(&gate).await;
                     gate_only.push(started.elapsed());
+                }
+                2 => {
+                    provider_pooled
+                        .instance_metadata(&node)
+                        .await
+                        .expect("metadata");
+                    provider_call_pooled.push(started.elapsed());
+                }
+                3 => {
+                    through_gate(&gate_pooled).await;
+                    gate_pooled_only.push(started.elapsed());
                 }
                 _ => {
                     get_native(&url, TOKEN).await;
@@ -373,6 +419,8 @@ async fn egress_vs_native() -> EgressStats {
         provider_call: stats(provider_call),
         gate_only: stats(gate_only),
         native: stats(native),
+        provider_call_pooled: stats(provider_call_pooled),
+        gate_pooled: stats(gate_pooled_only),
     }
 }
 
