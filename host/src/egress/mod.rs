@@ -49,6 +49,20 @@ use transport::ConnectRefusal;
 /// (a rotated secret file takes effect within this time).
 const CREDENTIAL_REFRESH: Duration = Duration::from_secs(1);
 
+/// Refusals one call keeps (and warns about); later ones are only audited and counted.
+const MAX_DENIALS_KEPT: usize = 16;
+/// Longest request text a kept refusal holds.
+const MAX_DENIAL_TEXT: usize = 512;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Headers a provider may never set, whatever the credential rules.
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
 
@@ -240,7 +254,8 @@ pub struct GateHooks {
 }
 
 impl GateHooks {
-    /// The requests refused so far during this call.
+    /// The requests refused so far during this call: the first 16, however many more the
+    /// provider tried.
     pub fn denials(&self) -> Vec<Denial> {
         self.denials
             .lock()
@@ -420,21 +435,23 @@ impl Attempt {
     }
 
     fn deny(&self, reason: String) -> Error {
-        tracing::warn!(
-            provider = %self.caller.provider,
-            version = %self.caller.version,
-            "egress denied: {} {}{}: {reason}",
-            self.method,
-            self.host,
-            self.path
-        );
-        self.denials
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Denial {
-                request: format!("{} {}{}", self.method, self.host, self.path),
+        let mut denials = self.denials.lock().unwrap_or_else(|p| p.into_inner());
+        // A provider may retry a refused request in a loop: the call keeps and warns about
+        // its first refusals only; every one is still audited and counted.
+        if denials.len() < MAX_DENIALS_KEPT {
+            let request = format!("{} {}{}", self.method, self.host, self.path);
+            let request = truncated(&request, MAX_DENIAL_TEXT);
+            tracing::warn!(
+                provider = %self.caller.provider,
+                version = %self.caller.version,
+                "egress denied: {request}: {reason}"
+            );
+            denials.push(Denial {
+                request: request.to_string(),
                 reason: reason.clone(),
             });
+        }
+        drop(denials);
         self.gate.audit.record(self.record(None, Some(reason)));
         Error::HttpRequestDenied
     }

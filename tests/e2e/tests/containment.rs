@@ -539,6 +539,37 @@ async fn provider_failing_on_a_denied_request_reports_egress_denied() {
 }
 
 #[tokio::test]
+async fn a_provider_retrying_refused_requests_is_kept_and_warned_about_16_times() {
+    let target = target(ok_response("ok")).await;
+    let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let gate = provider.egress().clone();
+    let (logs, _guard) = Logs::capture();
+    let error = provider
+        .instance_metadata(&command(&format!("fetch-many:500:{}", target.url)))
+        .await
+        .unwrap_err();
+    let ErrorKind::EgressDenied { denials, message } = &error.kind else {
+        panic!("expected egress denied, got {error}");
+    };
+    assert_eq!(message, "fetched 500 times");
+    assert_eq!(denials.len(), 16, "the call keeps its first refusals only");
+    let (events, _) = logs.take();
+    let warnings = events
+        .iter()
+        .filter(|e| {
+            e["level"] == "WARN"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("egress denied"))
+        })
+        .count();
+    assert_eq!(warnings, 16, "one warning per kept refusal");
+    let audited = gate.audit().recent();
+    assert_eq!(audited.len(), 500, "every refusal is still audited");
+    assert_eq!(target.connections.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn component_importing_an_unknown_interface_is_refused_by_name() {
     let error = load(
         &sandbox(SandboxConfig::default()),

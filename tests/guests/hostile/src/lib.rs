@@ -23,6 +23,7 @@
 //! | `cache-key:LEN` | stores `v` under a key of LEN bytes, reads it back | `{"len","stored": bool}` |
 //! | `log:MESSAGE` | host log (info), stdout and stderr | `{"ok":true,"stdout","stderr"}` |
 //! | `log-flood:COUNTxSIZE` | COUNT host log lines (info) of SIZE bytes | `{"lines","size"}` |
+//! | `fetch-many:N:URL` | `GET URL` N times, then fails with `other("fetched N times")` | — (an error) |
 //! | `answer:N` | answers with a report of N bytes (to push the host's result cap) | `"aaa…"` |
 //! | `metadata` | the node's labels and annotations as the guest received them | `{"labels","annotations"}` |
 //!
@@ -109,6 +110,7 @@ fn run(command: &str) -> Result<Value, Error> {
         "log" => Ok(host::log(arg)),
         "log-flood" => host::log_flood(arg),
         "answer" => Ok(Value::String("a".repeat(arg.parse().unwrap_or(0)))),
+        "fetch-many" => Err(net::fetch_many(arg)),
         _ => Err(Error::other(format!("unknown hostile command {command}"))),
     }
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 use wasip2::http::types::{Fields, HeaderError, Method};
+use wasm_ccm_sdk::Error;
 use wasm_ccm_sdk::http::{self, HttpError, Request, Response};
 
 /// Header names a guest must not set, in the spellings tried.
@@ -31,6 +32,17 @@ pub fn connect(addr: &str) -> Value {
 /// `GET url`: status, headers and body, or the error.
 pub fn fetch(url: &str) -> Value {
     outcome(http::get(url), response_report)
+}
+
+/// `GET URL` N times (`arg` is `N:URL`), then an error: with refused requests, the host
+/// reports the call as `egress-denied`.
+pub fn fetch_many(arg: &str) -> Error {
+    let (count, url) = arg.split_once(':').unwrap_or(("0", arg));
+    let count: u32 = count.parse().unwrap_or(0);
+    for _ in 0..count {
+        let _ = http::get(url);
+    }
+    Error::other(format!("fetched {count} times"))
 }
 
 /// `GET url`, counting the body bytes received.
