@@ -318,6 +318,17 @@ fn validate_node(value: &Value, schema: &Value, path: &str, errs: &mut Vec<Field
     }
 }
 
+/// The field names a schema node lists in `x-kubernetes-list-map-keys`.
+fn list_map_keys(schema: &Map<String, Value>) -> Vec<&str> {
+    schema
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,13 +77,10 @@ fn map_list(items: &[Value], schema: &Value, path: &str) -> Vec<FieldError> {
             "must be an object for an array of list-type map",
         )];
     }
-    let key_fields: Vec<&str> = schema
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let key_fields = schema
+        .as_object()
+        .map(super::list_map_keys)
+        .unwrap_or_default();
     // An item's key: the map-key fields it has (a missing key is unset,
     // not null, and equal only to another unset key).
     let keys: Vec<Value> = items

@@ -331,13 +331,7 @@ fn map_type(map: &Map<String, Value>, kind: &str, path: &str, errs: &mut Vec<Fie
 
 fn list_type(map: &Map<String, Value>, kind: &str, path: &str, errs: &mut Vec<FieldError>) {
     let list_type = map.get("x-kubernetes-list-type").and_then(Value::as_str);
-    let map_keys: Vec<&str> = map
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let map_keys = super::list_map_keys(map);
     let shown_keys = || {
         map.get("x-kubernetes-list-map-keys")
             .map_or(BadValue::Raw("[]string(nil)".into()), go_strings)
