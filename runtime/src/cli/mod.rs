@@ -426,6 +426,31 @@ mod tests {
         assert!(zero.is_err(), "a pool of no connections is refused");
     }
 
+    #[test]
+    fn provider_budgets_are_flags_with_the_sandbox_defaults() {
+        let defaults = run(&[]).sandbox.config();
+        let expected = SandboxConfig::default();
+        assert_eq!(defaults.max_result_bytes, expected.max_result_bytes);
+        assert_eq!(defaults.provider_cache, expected.provider_cache);
+        assert_eq!(defaults.provider_logs, expected.provider_logs);
+        let set = run(&[
+            "--max-result-size=1Mi",
+            "--provider-cache-size=2Mi",
+            "--provider-log-lines-per-call=10",
+            "--provider-log-bytes-per-call=4Ki",
+            "--provider-log-rate=5",
+            "--provider-log-burst=7",
+        ])
+        .sandbox
+        .config();
+        assert_eq!(set.max_result_bytes, 1024 * 1024);
+        assert_eq!(set.provider_cache.max_bytes, 2 * 1024 * 1024);
+        assert_eq!(set.provider_logs.lines_per_call, 10);
+        assert_eq!(set.provider_logs.bytes_per_call, 4 * 1024);
+        assert_eq!(set.provider_logs.rate.per_second, 5.0);
+        assert_eq!(set.provider_logs.rate.burst, 7);
+    }
+
     /// The controllers run mode would start with `args`.
     fn controllers(args: &[&str]) -> Vec<Controller> {
         let required = ["--provider=file:///p.wasm", "--cloud-provider=p"];
