@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the programs the registry tests run besides cargo, so `make test` works on a fresh
+# Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
+# `htpasswd` from `apache2-utils` (its basic-auth users) and ORAS's Python SDK in a venv (an
+# independent OCI client). Each step is skipped when what it installs is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Keep in step with `ORAS_VENV` in tests/e2e/src/registry.rs.
+ORAS_VERSION=0.2.43
+ORAS_VENV=target/test-tools/oras-venv
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "install-test-tools: not root and no sudo; run as root: $*" >&2
+        return 1
+    fi
+}
+
+# Until `apt-get update` has run once, the package lists may be empty and the install fails;
+# updating only then keeps a machine that has its lists from touching the network.
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    if compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null \
+        && as_root apt-get install -y -q "$@"; then
+        return
+    fi
+    as_root apt-get update -q
+    as_root apt-get install -y -q "$@"
+}
+
+packages=()
+command -v docker-registry >/dev/null || packages+=(docker-registry)
+command -v htpasswd >/dev/null || packages+=(apache2-utils)
+# Debian's python3 makes venvs only with python3-venv (it carries ensurepip).
+python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
+if [ ${#packages[@]} -gt 0 ]; then
+    apt_install "${packages[@]}"
+fi
+
+if [ ! -x "$ORAS_VENV/bin/python" ]; then
+    python3 -m venv "$ORAS_VENV"
+fi
+installed=$("$ORAS_VENV/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("oras"))' 2>/dev/null || true)
+if [ "$installed" != "$ORAS_VERSION" ]; then
+    "$ORAS_VENV/bin/python" -m pip install -q --disable-pip-version-check "oras==$ORAS_VERSION"
+fi
