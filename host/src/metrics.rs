@@ -81,7 +81,7 @@ pub struct LimitLabels {
 /// Where precompiled code came from: `cache` or `compile`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CompileLabels {
-    /// `cache` (loaded from `--compile-cache-dir`) or `compile`.
+    /// `cache` (loaded from the `compiled/` directory of `--cache-dir`) or `compile`.
     pub source: String,
 }
 
@@ -92,9 +92,25 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 15))
 }
 
+/// What exactly a loaded provider version is.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderInfoLabels {
+    /// Provider name, as `init` reported it.
+    pub provider: String,
+    /// `sha256:` and the first 12 hex digits of `digest`: the `version` label of the other
+    /// metrics.
+    pub version: String,
+    /// The manifest digest of an OCI artifact, or the component's sha256 for a file.
+    pub digest: String,
+    /// The reference it was resolved from (`oci://…:TAG`, `file://…`).
+    pub source: String,
+}
+
 /// Every metric of providers, sandbox and egress.
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    /// `wasm_ccm_provider_info`: 1 for each loaded provider version.
+    pub provider_info: Family<ProviderInfoLabels, Gauge>,
     /// `wasm_ccm_provider_calls_total`: calls by function and outcome.
     pub provider_calls: Family<CallLabels, Counter>,
     /// `wasm_ccm_provider_call_duration_seconds`: call latency, waiting for a slot and
@@ -123,6 +139,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
+            provider_info: Family::default(),
             provider_calls: Family::default(),
             provider_call_duration: Family::new_with_constructor(latency_histogram),
             compiles: Family::default(),
@@ -138,9 +155,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Record that provider `name` at `version` (its short digest) is loaded from
+    /// `identity`.
+    pub fn provider_info(&self, name: &str, version: &str, identity: &crate::source::Identity) {
+        self.provider_info
+            .get_or_create(&ProviderInfoLabels {
+                provider: name.to_string(),
+                version: version.to_string(),
+                digest: identity.digest.clone(),
+                source: identity.reference.clone(),
+            })
+            .set(1);
+    }
+
     /// Register every metric under the `wasm_ccm` prefix.
     pub fn register(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix("wasm_ccm");
+        registry.register(
+            "provider_info",
+            "Loaded provider versions: name, short and full digest, and the reference resolved",
+            self.provider_info.clone(),
+        );
         registry.register(
             "provider_calls",
             "Calls into provider components, by function and outcome",

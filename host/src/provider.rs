@@ -18,9 +18,9 @@ use crate::contract::{
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
-    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache,
-    Sandbox,
+    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, LoadError, ProviderCache, Sandbox,
 };
+use crate::source::{Artifact, Identity};
 
 /// Why a provider call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,15 +131,14 @@ pub enum ProviderLoadError {
 pub struct Provider {
     guest: Guest,
     capabilities: Capabilities,
+    identity: Arc<Identity>,
     metrics: Arc<Metrics>,
 }
 
 /// Everything needed to load a provider version.
 pub struct ProviderSource {
-    /// The component's bytes.
-    pub wasm: Arc<[u8]>,
-    /// Where they came from (a path or reference), for messages.
-    pub origin: String,
+    /// The component and its identity (reference and digest), from [`crate::source`].
+    pub artifact: Artifact,
     /// The bytes of `--cloud-config`, passed to `init` and readable by every call.
     pub cloud_config: Option<Vec<u8>>,
 }
@@ -152,11 +151,14 @@ impl Provider {
         source: ProviderSource,
         metrics: Arc<Metrics>,
     ) -> Result<Provider, ProviderLoadError> {
-        let image = sandbox.load(source.wasm, &source.origin).await?;
-        let version = short_version(&image);
+        let identity = source.artifact.identity;
+        let image = sandbox
+            .load(source.artifact.wasm, &identity.reference)
+            .await?;
+        let version = short_version(&identity.digest);
         let guest = image.bind(GuestEnv {
             caller: Arc::new(Caller {
-                provider: origin_name(&source.origin),
+                provider: origin_name(&identity.reference),
                 version: version.clone(),
             }),
             connections: egress.connections(),
@@ -170,9 +172,10 @@ impl Provider {
         let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
             .await
             .map_err(|error| ProviderLoadError::Init {
-                origin: source.origin.clone(),
+                origin: identity.reference.clone(),
                 error,
             })?;
+        metrics.provider_info(&capabilities.name, &version, &identity);
         let guest = guest.initialised(
             Caller {
                 provider: capabilities.name.clone(),
@@ -183,6 +186,7 @@ impl Provider {
         Ok(Provider {
             guest,
             capabilities,
+            identity: Arc::new(identity),
             metrics,
         })
     }
@@ -192,15 +196,21 @@ impl Provider {
         &self.capabilities
     }
 
-    /// `name@sha256:<12 hex>`.
+    /// `name@sha256:<12 hex>`: the provider's name and its short digest (the manifest's
+    /// for an OCI artifact, the component's for a file).
     pub fn label(&self) -> String {
         let caller = self.guest.caller();
         format!("{}@{}", caller.provider, caller.version)
     }
 
-    /// `sha256:<hex>` of the component.
+    /// `sha256:<hex>` of the component itself.
     pub fn digest(&self) -> &str {
         self.guest.image().digest()
+    }
+
+    /// The reference this version was resolved from and its digest.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// The egress gate this provider's requests pass (for its audit trail).
@@ -375,8 +385,8 @@ fn observe(guest: &Guest, metrics: &Metrics, function: Function, started: Instan
 }
 
 /// `sha256:` and the first 12 hex digits of the component's digest.
-fn short_version(image: &Image) -> String {
-    image.digest().chars().take("sha256:".len() + 12).collect()
+fn short_version(digest: &str) -> String {
+    digest.chars().take("sha256:".len() + 12).collect()
 }
 
 /// A provider's name before `init` has told it: the file stem of its origin.

@@ -29,7 +29,7 @@ use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
-use wasm_ccm_host::source::{self, ProviderRef};
+use wasm_ccm_host::source::{self, Distribution, DistributionSettings, ProviderRef};
 
 /// Where the provider comes from and what it is told.
 #[derive(Debug, Clone)]
@@ -50,6 +50,9 @@ pub struct ManagerConfig {
     /// The component to load and the name it must report (`--provider`, `--cloud-provider`,
     /// `--cloud-config`, `--allow-untagged-cloud`).
     pub provider: ProviderSettings,
+    /// Registries, their credentials and the artifact cache (`--insecure-registry`,
+    /// `--registry-config`, `--cache-dir`).
+    pub distribution: DistributionSettings,
     /// The hosts the provider may reach and the credentials injected (`--allow`,
     /// `--credential`, `--egress-*`).
     pub egress: EgressConfig,
@@ -96,7 +99,7 @@ pub enum ManagerError {
         wanted: String,
         /// `capabilities.name` from the provider's `init`.
         actual: String,
-        /// `--provider`, as `file://PATH`.
+        /// `--provider`, as given.
         path: String,
     },
     /// The provider has no cluster ID and `--allow-untagged-cloud` is not set.
@@ -171,6 +174,8 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
     tracing::info!(
         provider = %provider.label(),
+        source = %provider.identity().reference,
+        digest = %provider.identity().digest,
         controllers = ?names,
         serving = ?serving.as_ref().map(|s| s.local_addr()),
         leader_election = elector.is_some(),
@@ -222,9 +227,11 @@ async fn load_provider(
     metrics: Arc<Metrics>,
 ) -> Result<Provider, ManagerError> {
     let settings = &config.provider;
-    let artifact = source::fetch(&settings.reference)
+    let artifact = Distribution::new(config.distribution.clone())
+        .fetch(&settings.reference)
         .await
         .map_err(ManagerError::Provider)?;
+    let reference = artifact.identity.reference.clone();
     let cloud_config = match &settings.cloud_config {
         None => None,
         Some(path) => {
@@ -241,8 +248,7 @@ async fn load_provider(
     let sandbox = Sandbox::new(config.sandbox.clone(), metrics.clone())?;
     let gate = EgressGate::new(config.egress.clone(), metrics.clone());
     let source = ProviderSource {
-        wasm: artifact.wasm,
-        origin: artifact.origin.clone(),
+        artifact,
         cloud_config,
     };
     let provider = Provider::load(&sandbox, gate, source, metrics).await?;
@@ -251,7 +257,7 @@ async fn load_provider(
         return Err(ManagerError::WrongProvider {
             wanted: settings.name.clone(),
             actual: capabilities.name.clone(),
-            path: artifact.origin,
+            path: reference,
         });
     }
     if !capabilities.has_cluster_id && !settings.allow_untagged_cloud {

@@ -1,12 +1,14 @@
 //! The command line: flags parsed once into typed, validated settings, and the subcommands.
 //!
 //! Flag groups shared by every command that runs a provider ([`EgressFlags`],
-//! [`SandboxFlags`]) live here; each subcommand has its own module.
+//! [`SandboxFlags`]) live here, the registry and cache flags in [`distribution`]; each
+//! subcommand has its own module.
 //!
 //! A flag given twice takes its last value, as upstream's (pflag) flags do: deployments
 //! append `extraArgs` after a chart's own arguments to override them. List flags append
 //! instead (`--allow`, `--credential`, and `--controllers` as upstream's string slices).
 
+mod distribution;
 mod provider_cmd;
 mod run;
 mod units;
@@ -17,11 +19,13 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use distribution::DistributionFlags;
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
-    CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, PoolLimits, RateBudget,
+    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits,
+    PoolLimits, RateBudget,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
@@ -115,6 +119,15 @@ pub struct EgressFlags {
     /// How long an idle keep-alive connection is kept before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     pub egress_idle_timeout: std::time::Duration,
+
+    /// Egress audit log events per second a provider version may write; past the rate and
+    /// burst, events are counted and summarised (every request stays in the metrics).
+    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_rate)]
+    pub egress_audit_log_rate: f64,
+
+    /// Burst of egress audit log events above the rate.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub egress_audit_log_burst: u32,
 }
 
 impl EgressFlags {
@@ -138,6 +151,14 @@ impl EgressFlags {
                 max_connections: self.egress_max_connections,
                 idle_timeout: self.egress_idle_timeout,
             },
+            audit_log: AuditLogLimits {
+                rate: RateBudget {
+                    per_second: self.egress_audit_log_rate,
+                    burst: self.egress_audit_log_burst,
+                },
+                ..AuditLogLimits::default()
+            },
+            extra_roots: Vec::new(),
         }
     }
 
@@ -230,10 +251,6 @@ pub struct SandboxFlags {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub pooling_allocator: bool,
 
-    /// Directory for precompiled providers (keyed by digest and engine); none disables it.
-    #[arg(long, value_name = "DIR")]
-    pub compile_cache_dir: Option<PathBuf>,
-
     /// Most bytes one provider call's answer may make the host hold (routes, labels,
     /// messages); a larger answer fails the call (e.g. 8Mi).
     #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
@@ -265,14 +282,15 @@ pub struct SandboxFlags {
 }
 
 impl SandboxFlags {
-    /// The sandbox configuration these flags describe.
-    pub fn config(&self) -> SandboxConfig {
+    /// The sandbox configuration these flags describe; compiled code is kept in
+    /// `compiled_dir` (the `compiled/` directory of `--cache-dir`), if any.
+    pub fn config(&self, compiled_dir: Option<PathBuf>) -> SandboxConfig {
         SandboxConfig {
             memory_limit: self.memory_limit,
             call_timeout: self.timeout,
             pooling: self.pooling_allocator,
             max_concurrent_calls: self.max_concurrent_calls,
-            cache_dir: self.compile_cache_dir.clone(),
+            cache_dir: compiled_dir,
             max_result_bytes: self.max_result_size,
             provider_cache: CacheLimits {
                 max_bytes: usize::try_from(self.provider_cache_size).unwrap_or(usize::MAX),
@@ -290,9 +308,13 @@ impl SandboxFlags {
         }
     }
 
-    /// The sandbox these flags describe.
-    pub fn sandbox(&self, metrics: Arc<Metrics>) -> anyhow::Result<Sandbox> {
-        Ok(Sandbox::new(self.config(), metrics)?)
+    /// The sandbox these flags describe (see [`SandboxFlags::config`]).
+    pub fn sandbox(
+        &self,
+        metrics: Arc<Metrics>,
+        compiled_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Sandbox> {
+        Ok(Sandbox::new(self.config(compiled_dir), metrics)?)
     }
 }
 
@@ -427,8 +449,25 @@ mod tests {
     }
 
     #[test]
+    fn audit_log_budget_is_a_flag_with_the_gate_default() {
+        let defaults = run(&[]).egress.config().audit_log;
+        assert_eq!(defaults, AuditLogLimits::default());
+        let set = run(&["--egress-audit-log-rate=5", "--egress-audit-log-burst=20"])
+            .egress
+            .config()
+            .audit_log;
+        assert_eq!(
+            set.rate,
+            RateBudget {
+                per_second: 5.0,
+                burst: 20
+            }
+        );
+    }
+
+    #[test]
     fn provider_budgets_are_flags_with_the_sandbox_defaults() {
-        let defaults = run(&[]).sandbox.config();
+        let defaults = run(&[]).sandbox.config(None);
         let expected = SandboxConfig::default();
         assert_eq!(defaults.max_result_bytes, expected.max_result_bytes);
         assert_eq!(defaults.provider_cache, expected.provider_cache);
@@ -442,7 +481,7 @@ mod tests {
             "--provider-log-burst=7",
         ])
         .sandbox
-        .config();
+        .config(None);
         assert_eq!(set.max_result_bytes, 1024 * 1024);
         assert_eq!(set.provider_cache.max_bytes, 2 * 1024 * 1024);
         assert_eq!(set.provider_logs.lines_per_call, 10);

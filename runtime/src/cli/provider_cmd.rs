@@ -1,5 +1,6 @@
-//! `wasm-ccm provider inspect|call`: look inside a provider component and call one contract
-//! function by hand, under the same sandbox and egress gate the manager uses.
+//! `wasm-ccm provider inspect|call|push|pull`: look inside a provider component, call one
+//! contract function by hand under the same sandbox and egress gate the manager uses, and
+//! publish or fetch providers in an OCI registry.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,34 +11,42 @@ use clap::Subcommand;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{EgressFlags, SandboxFlags};
+use super::distribution::parse_reference;
+use super::{DistributionFlags, EgressFlags, SandboxFlags};
 use wasm_ccm_host::contract::{Function, Node, Route, Service};
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
 use wasm_ccm_host::sandbox::Inspection;
+use wasm_ccm_host::source::{
+    Artifact, ComponentWorld, Distribution, Identity, ProviderRef, PushRequest,
+};
 
-/// The `provider` subcommands: each loads one component under the same sandbox and egress
-/// flags as run mode.
+/// The `provider` subcommands. PROVIDER is a FILE, file://PATH or oci://REGISTRY/REPO:TAG
+/// (or @sha256:DIGEST); OCI references are pulled as run mode pulls them.
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
     /// Print a component's digest, size, contract version, imports and exports, and whether
-    /// it satisfies the host contract (exit 1 if not).
+    /// it satisfies the host contract (exit 1 if not); for an OCI artifact also its manifest
+    /// digest, media types and annotations.
     Inspect {
-        /// The provider component (.wasm).
-        file: PathBuf,
+        /// The provider component.
+        provider: String,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// How the component is compiled (`--compile-cache-dir`, `--pooling-allocator`...).
+        /// How the component is compiled (`--pooling-allocator`...).
         #[command(flatten)]
         sandbox: SandboxFlags,
+        /// Registries and the cache.
+        #[command(flatten)]
+        distribution: DistributionFlags,
     },
     /// Call one contract function and print its result as JSON; on a provider error print
     /// its kind and message and exit 1.
     Call {
-        /// The provider component (.wasm).
-        file: PathBuf,
+        /// The provider component.
+        provider: String,
         /// The function, as named in the WIT (e.g. instance-metadata, ensure-load-balancer).
         function: String,
         /// The arguments: a JSON object keyed by parameter name, e.g.
@@ -57,27 +66,70 @@ pub enum ProviderCommand {
         /// Limits `init` and the call run under.
         #[command(flatten)]
         sandbox: SandboxFlags,
+        /// Registries and the cache.
+        #[command(flatten)]
+        distribution: DistributionFlags,
+    },
+    /// Publish a component to an OCI registry in the CNCF wasm layout (config
+    /// application/vnd.wasm.config.v0+json, one application/wasm layer) and print the
+    /// manifest digest. A component that would not load as a provider is refused first.
+    Push {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Where to publish it: oci://REGISTRY/REPO:TAG.
+        reference: String,
+        /// The version it is (annotation org.opencontainers.image.version).
+        #[arg(long, value_name = "VERSION")]
+        version: Option<String>,
+        /// Where its source lives (annotation org.opencontainers.image.source).
+        #[arg(long, value_name = "URL")]
+        source: Option<String>,
+        /// When it was made, RFC 3339 (annotation org.opencontainers.image.created); now by
+        /// default. Set it for reproducible digests.
+        #[arg(long, value_name = "TIME", value_parser = rfc3339)]
+        created: Option<String>,
+        /// How the component is checked (it is compiled as run mode would).
+        #[command(flatten)]
+        sandbox: SandboxFlags,
+        /// Registries and their credentials.
+        #[command(flatten)]
+        distribution: DistributionFlags,
+    },
+    /// Fetch a provider from an OCI registry, verified against its digests, and write the
+    /// component to a file; prints the manifest digest.
+    Pull {
+        /// oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST.
+        reference: String,
+        /// Where to write it; `REPO-NAME.wasm` in the current directory by default.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Registries, their credentials and the cache.
+        #[command(flatten)]
+        distribution: DistributionFlags,
     },
 }
 
 impl ProviderCommand {
-    /// Inspect or call. Exit code 1 when the component breaks the contract or the call fails;
-    /// `Err` when the input is unusable (unreadable file, bad `--args`, missing credential).
+    /// Run the subcommand. Exit code 1 when the component breaks the contract or the call
+    /// fails; `Err` when the input is unusable (unreadable file, bad reference or `--args`,
+    /// missing credential, registry failure).
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             ProviderCommand::Inspect {
-                file,
+                provider,
                 json,
                 sandbox,
-            } => inspect(&file, json, &sandbox).await,
+                distribution,
+            } => inspect(&provider, json, &sandbox, &distribution).await,
             ProviderCommand::Call {
-                file,
+                provider,
                 function,
                 args,
                 config,
                 audit,
                 egress,
                 sandbox,
+                distribution,
             } => {
                 let call = CallRequest::parse(&function, &args)?;
                 let cloud_config = match &config {
@@ -88,15 +140,17 @@ impl ProviderCommand {
                     None => None,
                 };
                 egress.check_credentials()?;
+                let settings = distribution.settings()?;
+                let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
+                let artifact = fetch(&Distribution::new(settings), &provider).await?;
                 let metrics = Arc::new(Metrics::default());
                 let gate = EgressGate::new(egress.config(), metrics.clone());
                 let source = ProviderSource {
-                    wasm: read_component(&file)?,
-                    origin: file.display().to_string(),
+                    artifact,
                     cloud_config,
                 };
                 let provider = Provider::load(
-                    &sandbox.sandbox(metrics.clone())?,
+                    &sandbox.sandbox(metrics.clone(), compiled_dir)?,
                     gate.clone(),
                     source,
                     metrics,
@@ -116,25 +170,148 @@ impl ProviderCommand {
                 }
                 Ok(report(outcome))
             }
+            ProviderCommand::Push {
+                file,
+                reference,
+                version,
+                source,
+                created,
+                sandbox,
+                distribution,
+            } => {
+                let oci = match parse_reference(&reference)? {
+                    ProviderRef::Oci(oci) if oci.tag.is_some() => oci,
+                    _ => bail!(
+                        "{reference}: push needs an oci://REGISTRY/REPO:TAG reference (the registry names the digest)"
+                    ),
+                };
+                let wasm = std::fs::read(&file)
+                    .with_context(|| format!("cannot read provider {}", file.display()))?;
+                let inspection = sandbox
+                    .sandbox(Arc::new(Metrics::default()), None)?
+                    .inspect(wasm.clone().into(), &file.display().to_string())
+                    .await?;
+                if let Some(problem) = &inspection.problem {
+                    bail!(
+                        "{}: not pushed: the component does not satisfy the host contract: {problem}",
+                        file.display()
+                    );
+                }
+                let request = PushRequest {
+                    world: world(&inspection),
+                    version,
+                    source,
+                    created,
+                };
+                let digest = distribution
+                    .distribution()?
+                    .push(wasm, &oci, &request)
+                    .await?;
+                println!("{digest}");
+                eprintln!(
+                    "pushed {} as {oci}; pin it with oci://{}/{}@{digest}",
+                    file.display(),
+                    oci.registry,
+                    oci.repository
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            ProviderCommand::Pull {
+                reference,
+                output,
+                distribution,
+            } => {
+                let oci = match parse_reference(&reference)? {
+                    ProviderRef::Oci(oci) => oci,
+                    ProviderRef::File(_) => {
+                        bail!("{reference}: pull needs an oci:// reference")
+                    }
+                };
+                let artifact = distribution
+                    .distribution()?
+                    .fetch(&ProviderRef::Oci(oci.clone()))
+                    .await?;
+                let output = output.unwrap_or_else(|| {
+                    let name = oci.repository.rsplit('/').next().unwrap_or("provider");
+                    PathBuf::from(format!("{name}.wasm"))
+                });
+                write_atomically(&output, &artifact.wasm)
+                    .with_context(|| format!("-o {}", output.display()))?;
+                println!("{}", artifact.identity.digest);
+                eprintln!(
+                    "pulled {} ({} bytes) to {}",
+                    artifact.identity.reference,
+                    artifact.wasm.len(),
+                    output.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 }
 
-fn read_component(file: &Path) -> anyhow::Result<Arc<[u8]>> {
-    let bytes =
-        std::fs::read(file).with_context(|| format!("cannot read provider {}", file.display()))?;
-    Ok(bytes.into())
+/// The artifact `provider` names, as run mode would fetch it.
+async fn fetch(distribution: &Distribution, provider: &str) -> anyhow::Result<Artifact> {
+    Ok(distribution.fetch(&parse_reference(provider)?).await?)
 }
 
-async fn inspect(file: &Path, json: bool, sandbox: &SandboxFlags) -> anyhow::Result<ExitCode> {
-    let sandbox = sandbox.sandbox(Arc::new(Metrics::default()))?;
+/// The interface names of `inspection`'s imports and exports, for the artifact's config.
+fn world(inspection: &Inspection) -> ComponentWorld {
+    let names = |items: &[String]| {
+        items
+            .iter()
+            .filter_map(|item| item.strip_prefix("instance "))
+            .map(str::to_string)
+            .collect()
+    };
+    ComponentWorld {
+        imports: names(&inspection.imports),
+        exports: names(&inspection.exports),
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(bytes)?;
+    file.persist(path)?;
+    Ok(())
+}
+
+fn rfc3339(text: &str) -> Result<String, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|_| text.to_string())
+        .map_err(|error| {
+            format!("{text:?} is not an RFC 3339 time (e.g. 2026-11-24T00:00:00Z): {error}")
+        })
+}
+
+async fn inspect(
+    provider: &str,
+    json: bool,
+    sandbox: &SandboxFlags,
+    distribution: &DistributionFlags,
+) -> anyhow::Result<ExitCode> {
+    let settings = distribution.settings()?;
+    let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
+    let artifact = fetch(&Distribution::new(settings), provider).await?;
+    let sandbox = sandbox.sandbox(Arc::new(Metrics::default()), compiled_dir)?;
     let inspection = sandbox
-        .inspect(read_component(file)?, &file.display().to_string())
+        .inspect(artifact.wasm.clone(), &artifact.identity.reference)
         .await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&inspection)?);
+        let mut value = serde_json::to_value(&inspection)?;
+        value["reference"] = Value::String(artifact.identity.reference.clone());
+        if let Some(manifest) = &artifact.identity.manifest {
+            value["manifest"] = serde_json::to_value(manifest)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", render(file, &inspection));
+        print!("{}", render(&artifact.identity, &inspection));
     }
     Ok(if inspection.problem.is_none() {
         ExitCode::SUCCESS
@@ -143,10 +320,22 @@ async fn inspect(file: &Path, json: bool, sandbox: &SandboxFlags) -> anyhow::Res
     })
 }
 
-fn render(file: &Path, inspection: &Inspection) -> String {
-    let mut out = format!(
-        "file:      {}\ndigest:    {}\nsize:      {} bytes\ncontract:  {}\n",
-        file.display(),
+fn render(identity: &Identity, inspection: &Inspection) -> String {
+    let mut out = format!("provider:  {}\n", identity.reference);
+    if let Some(manifest) = &identity.manifest {
+        out.push_str(&format!(
+            "manifest:  {} ({})\nconfig:    {}\nlayers:    {}\n",
+            manifest.digest,
+            manifest.media_type,
+            manifest.config_media_type,
+            manifest.layer_media_types.join(", ")
+        ));
+        for (key, value) in &manifest.annotations {
+            out.push_str(&format!("  {key}: {value}\n"));
+        }
+    }
+    out.push_str(&format!(
+        "digest:    {}\nsize:      {} bytes\ncontract:  {}\n",
         inspection.digest,
         inspection.size,
         inspection
@@ -155,7 +344,7 @@ fn render(file: &Path, inspection: &Inspection) -> String {
             .map_or("none found".to_string(), |v| format!(
                 "wasm-ccm:provider@{v}"
             )),
-    );
+    ));
     out.push_str("imports:\n");
     for import in &inspection.imports {
         out.push_str(&format!("  {import}\n"));

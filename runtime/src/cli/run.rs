@@ -14,7 +14,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::units::{parse_duration, parse_duration_or_zero};
-use super::{EgressFlags, SandboxFlags};
+use super::{DistributionFlags, EgressFlags, SandboxFlags};
 use crate::cluster::ClusterSettings;
 use crate::controllers::{ClusterCidrs, ControllerSelection, ControllerSettings};
 use crate::leader::{LeaseSettings, default_identity};
@@ -25,9 +25,9 @@ use wasm_ccm_host::source::ProviderRef;
 /// Run mode's flags, as upstream's where upstream has one.
 #[derive(Debug, Args)]
 pub struct RunFlags {
-    /// The provider component: file://PATH to a .wasm (oci://REGISTRY/REPO:TAG references
-    /// are checked, not yet pulled).
-    #[arg(long, value_name = "file://PATH", help_heading = "Provider")]
+    /// The provider component: oci://REGISTRY/REPO:TAG, oci://REGISTRY/REPO@sha256:DIGEST
+    /// (or both: the digest wins and is enforced), or file://PATH to a .wasm.
+    #[arg(long, value_name = "REFERENCE", help_heading = "Provider")]
     pub provider: Option<String>,
 
     /// The provider's name; the component must report this name from init.
@@ -54,6 +54,14 @@ pub struct RunFlags {
     /// Burst of requests to the API server above the QPS, of each client.
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Cluster")]
     pub kube_api_burst: u32,
+
+    /// Each controller calls the API server as its own ServiceAccount in kube-system
+    /// (node-controller, service-controller, route-controller; created if missing), with
+    /// tokens from the TokenRequest API; the informers, leader election and events keep the
+    /// --kubeconfig (or in-cluster) credentials, which need get and create on
+    /// serviceaccounts and create on serviceaccounts/token in kube-system.
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Cluster")]
+    pub use_service_account_credentials: bool,
 
     /// Controllers to run: * (all), NAME to enable, -NAME to disable; names or aliases:
     /// cloud-node-controller (cloud-node), cloud-node-lifecycle-controller
@@ -212,6 +220,10 @@ pub struct RunFlags {
     /// Limits of each provider call.
     #[command(flatten)]
     pub sandbox: SandboxFlags,
+
+    /// Registries, their credentials and the artifact cache.
+    #[command(flatten)]
+    pub distribution: DistributionFlags,
 }
 
 fn positive_f64(text: &str) -> Result<f64, String> {
@@ -265,6 +277,8 @@ impl RunFlags {
             },
             _ => TlsSource::SelfSigned,
         };
+        let distribution = self.distribution.settings()?;
+        let compiled_dir = wasm_ccm_host::source::compiled_dir(&distribution);
         Ok(ManagerConfig {
             provider: ProviderSettings {
                 reference,
@@ -272,12 +286,14 @@ impl RunFlags {
                 cloud_config: self.cloud_config.clone(),
                 allow_untagged_cloud: self.allow_untagged_cloud,
             },
+            distribution,
             egress: self.egress.config(),
-            sandbox: self.sandbox.config(),
+            sandbox: self.sandbox.config(compiled_dir),
             cluster: ClusterSettings {
                 kubeconfig: self.kubeconfig.clone(),
                 qps: self.kube_api_qps,
                 burst: self.kube_api_burst,
+                use_service_account_credentials: self.use_service_account_credentials,
             },
             controllers: self.controllers.iter().cloned().collect(),
             settings: ControllerSettings {

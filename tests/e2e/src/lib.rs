@@ -15,6 +15,7 @@ use wasm_ccm_host::egress::{CredentialRule, EgressConfig, EgressGate, HostPatter
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderLoadError, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
+use wasm_ccm_host::source::Artifact;
 
 pub mod https;
 pub mod registry;
@@ -98,8 +99,7 @@ pub async fn load(
     let metrics = Arc::new(Metrics::default());
     let gate = EgressGate::new(egress, metrics.clone());
     let source = ProviderSource {
-        wasm: guest_builds::read(path).into(),
-        origin: path.to_string(),
+        artifact: Artifact::from_bytes(path, guest_builds::read(path).into()),
         cloud_config,
     };
     Provider::load(sandbox, gate, source, metrics).await

@@ -23,7 +23,7 @@ use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
 use wasm_ccm::serving::{ServingConfig, TlsSource};
 use wasm_ccm_host::sandbox::SandboxConfig;
-use wasm_ccm_host::source::ProviderRef;
+use wasm_ccm_host::source::{DistributionSettings, ProviderRef};
 
 use crate::{Cloud, loopback};
 
@@ -62,8 +62,13 @@ impl RunningManager {
 
 impl Testbed {
     pub async fn start() -> Testbed {
+        Testbed::start_with(EmulatorOptions::default()).await
+    }
+
+    /// As [`Testbed::start`], with an emulator configured by `options`.
+    pub async fn start_with(options: EmulatorOptions) -> Testbed {
         let cloud = Cloud::start().await;
-        let emulator = Emulator::start(loopback(), EmulatorOptions::default())
+        let emulator = Emulator::start(loopback(), options)
             .await
             .expect("emulator starts");
         let config =
@@ -119,12 +124,14 @@ impl Testbed {
                 cloud_config: Some(self.cloud_config()),
                 allow_untagged_cloud: false,
             },
+            distribution: DistributionSettings::default(),
             egress: self.cloud.egress(),
             sandbox: SandboxConfig::default(),
             cluster: ClusterSettings {
                 kubeconfig: Some(self.kubeconfig()),
                 qps: 200.0,
                 burst: 400,
+                use_service_account_credentials: false,
             },
             controllers: ControllerSelection::default(),
             settings: ControllerSettings {

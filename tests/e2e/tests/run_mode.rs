@@ -61,8 +61,12 @@ async fn bad_flags_are_refused_naming_the_flag() {
             "--cloud-provider is required",
         ),
         (
-            with(base.clone(), &["--provider=oci://example/p:1"]),
-            "--provider oci://example/p:1: pulling providers from OCI registries is not supported yet",
+            with(base.clone(), &["--registry-config=/nonexistent/config.json"]),
+            "--registry-config /nonexistent/config.json: No such file",
+        ),
+        (
+            with(base.clone(), &["--cache-dir=/dev/null/cache"]),
+            "--cache-dir /dev/null/cache",
         ),
         (
             with(base.clone(), &["--provider=oci://ghcr.io/Acme/p"]),

@@ -3,3 +3,4 @@
 //! binary for all registry tests, so the manager is linked once for them.
 
 mod harness;
+mod distribution;

@@ -1,0 +1,437 @@
+//! Talking to OCI registries through oci-client: manifests and blobs in, artifacts out, with
+//! the transport policy an operator expects of a controller:
+//!
+//! - HTTPS always, plain HTTP only for registries named in `--insecure-registry`;
+//! - transient failures (no connection, timeouts, 5xx, 429) are retried with exponential
+//!   backoff, [`ATTEMPTS`] times at most; 401, 403 and 404 fail at once;
+//! - every error says which registry and what to do (a TLS failure suggests
+//!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential.
+
+use std::future::Future;
+use std::sync::Once;
+use std::time::Duration;
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+
+use super::credentials::RegistryCredentials;
+use super::layout::{MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, sha256_digest};
+use super::reference::OciRef;
+
+/// Attempts of one registry request before a transient failure is reported.
+pub const ATTEMPTS: u32 = 4;
+/// The first retry's delay; each further one doubles it (250 ms, 500 ms, 1 s).
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Why a registry request failed, by what the operator should do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// 404: no such repository, tag or digest.
+    #[error("not found in the registry ({0})")]
+    NotFound(String),
+    /// 401: no credentials, or wrong ones.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: the credentials may not read (or write) this repository.
+    #[error("access denied by the registry ({0})")]
+    Denied(String),
+    /// The registry could not be reached, or kept failing, for [`ATTEMPTS`] attempts.
+    #[error("registry unreachable after {attempts} attempts: {error}")]
+    Unreachable {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last failure.
+        error: String,
+    },
+    /// TLS failed: most often a plain-HTTP registry reached over HTTPS.
+    #[error(
+        "TLS with {registry} failed ({error}); if this registry serves plain HTTP, pass --insecure-registry {registry}"
+    )]
+    Tls {
+        /// `host[:port]`.
+        registry: String,
+        /// The TLS error.
+        error: String,
+    },
+    /// Content whose digest is not the one asked for.
+    #[error("{what} does not match its digest: expected {expected}, got {actual}")]
+    DigestMismatch {
+        /// `the manifest` or `layer sha256:…`.
+        what: String,
+        /// The digest asked for.
+        expected: String,
+        /// The digest of what arrived.
+        actual: String,
+    },
+    /// Anything else the registry or the protocol got wrong.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl RegistryError {
+    fn is_transient(&self) -> bool {
+        matches!(self, RegistryError::Unreachable { .. })
+    }
+}
+
+/// A registry client with the operator's transport and credential settings.
+pub struct RegistryClient {
+    client: Client,
+    credentials: RegistryCredentials,
+}
+
+impl RegistryClient {
+    /// A client that speaks plain HTTP only to `insecure` registries (`host:port`).
+    pub fn new(insecure: &[String], credentials: RegistryCredentials) -> RegistryClient {
+        install_crypto_provider();
+        let config = ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(60)),
+            user_agent: concat!("wasm-ccm/", env!("CARGO_PKG_VERSION")),
+            ..ClientConfig::default()
+        };
+        RegistryClient {
+            client: Client::new(config),
+            credentials,
+        }
+    }
+
+    fn auth(&self, oci: &OciRef) -> RegistryAuth {
+        self.credentials.auth_for(&oci.registry)
+    }
+
+    /// The manifest `oci` names (its digest when pinned, else its tag), as bytes with their
+    /// digest. The digest is computed here, and must equal a pinned one.
+    pub async fn manifest(&self, oci: &OciRef) -> Result<(Vec<u8>, String), RegistryError> {
+        let reference = reference(oci);
+        let auth = self.auth(oci);
+        let (bytes, _) = self
+            .retrying(oci, || {
+                self.client
+                    .pull_manifest_raw(&reference, &auth, &MANIFEST_TYPES)
+            })
+            .await?;
+        let digest = sha256_digest(&bytes);
+        if let Some(pinned) = &oci.digest
+            && *pinned != digest
+        {
+            return Err(RegistryError::DigestMismatch {
+                what: "the manifest".into(),
+                expected: pinned.clone(),
+                actual: digest,
+            });
+        }
+        Ok((bytes.to_vec(), digest))
+    }
+
+    /// The blob `layer` describes, checked against its digest and size.
+    pub async fn blob(
+        &self,
+        oci: &OciRef,
+        layer: &OciDescriptor,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let reference = reference(oci);
+        let auth = self.auth(oci);
+        self.client
+            .store_auth_if_needed(reference.resolve_registry(), &auth)
+            .await;
+        let limit = usize::try_from(layer.size.clamp(0, MAX_COMPONENT_BYTES as i64)).unwrap_or(0);
+        let bytes = self
+            .retrying(oci, || async {
+                let mut out = Bounded {
+                    bytes: Vec::with_capacity(limit),
+                    limit,
+                };
+                self.client.pull_blob(&reference, layer, &mut out).await?;
+                Ok(out.bytes)
+            })
+            .await
+            .map_err(|error| match error {
+                RegistryError::DigestMismatch {
+                    expected, actual, ..
+                } => RegistryError::DigestMismatch {
+                    what: format!("layer {}", layer.digest),
+                    expected,
+                    actual,
+                },
+                other => other,
+            })?;
+        let actual = sha256_digest(&bytes);
+        if actual != layer.digest {
+            return Err(RegistryError::DigestMismatch {
+                what: format!("layer {}", layer.digest),
+                expected: layer.digest.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Push `packed` as `oci` (its tag; a digest in `oci` must be the packed manifest's).
+    pub async fn push(&self, oci: &OciRef, packed: &Packed) -> Result<(), RegistryError> {
+        if let Some(pinned) = &oci.digest
+            && *pinned != packed.manifest.1
+        {
+            return Err(RegistryError::DigestMismatch {
+                what: "the packed manifest".into(),
+                expected: pinned.clone(),
+                actual: packed.manifest.1.clone(),
+            });
+        }
+        let reference = reference(oci);
+        let auth = self.auth(oci);
+        self.retrying(oci, || {
+            self.client.auth(&reference, &auth, RegistryOperation::Push)
+        })
+        .await?;
+        for (bytes, digest) in [&packed.layer, &packed.config] {
+            self.retrying(oci, || {
+                self.client.push_blob(&reference, bytes.clone(), digest)
+            })
+            .await?;
+        }
+        let content_type = http_header(super::layout::OCI_MANIFEST);
+        self.retrying(oci, || {
+            self.client.push_manifest_raw(
+                &reference,
+                packed.manifest.0.clone(),
+                content_type.clone(),
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Run `request` until it succeeds, fails for good, or [`ATTEMPTS`] transient failures.
+    async fn retrying<T, F, Fut>(&self, oci: &OciRef, mut request: F) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, OciDistributionError>>,
+    {
+        let mut delay = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let error = match request().await {
+                Ok(value) => return Ok(value),
+                Err(error) => classify(error, oci, &self.credentials, attempt),
+            };
+            if !error.is_transient() || attempt >= ATTEMPTS {
+                return Err(error);
+            }
+            tracing::warn!(registry = %oci.registry, attempt, "registry request failed, retrying in {delay:?}: {error}");
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+            attempt += 1;
+        }
+    }
+}
+
+fn http_header(value: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(value).unwrap_or(http::HeaderValue::from_static(""))
+}
+
+/// oci-client's reference for `oci`: the digest when pinned (it wins), else the tag.
+fn reference(oci: &OciRef) -> Reference {
+    match (&oci.digest, &oci.tag) {
+        (Some(digest), _) => {
+            Reference::with_digest(oci.registry.clone(), oci.repository.clone(), digest.clone())
+        }
+        (None, tag) => Reference::with_tag(
+            oci.registry.clone(),
+            oci.repository.clone(),
+            tag.clone().unwrap_or_default(),
+        ),
+    }
+}
+
+/// What an oci-client failure means for the operator.
+fn classify(
+    error: OciDistributionError,
+    oci: &OciRef,
+    credentials: &RegistryCredentials,
+    attempt: u32,
+) -> RegistryError {
+    let unauthorized = || {
+        if credentials.has(&oci.registry) {
+            RegistryError::Unauthorized(format!(
+                "the registry rejected the credentials --registry-config has for {} (401)",
+                oci.registry
+            ))
+        } else {
+            RegistryError::Unauthorized(format!(
+                "the registry requires credentials (401); --registry-config has none for {}",
+                oci.registry
+            ))
+        }
+    };
+    let unreachable = |error: String| RegistryError::Unreachable {
+        attempts: attempt,
+        error,
+    };
+    match error {
+        OciDistributionError::UnauthorizedError { .. } => unauthorized(),
+        OciDistributionError::AuthenticationFailure(reason) => RegistryError::Unauthorized(
+            format!("the registry's token service refused the credentials: {reason}"),
+        ),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            let text: Vec<String> = envelope
+                .errors
+                .iter()
+                .map(|e| {
+                    let code = serde_json::to_value(&e.code)
+                        .ok()
+                        .and_then(|code| code.as_str().map(str::to_string))
+                        .unwrap_or_else(|| format!("{:?}", e.code));
+                    format!("{code}: {}", e.message)
+                })
+                .collect();
+            let text = text.join("; ");
+            if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::BlobUnknown
+                        | OciErrorCode::NotFound
+                )
+            }) {
+                RegistryError::NotFound(text)
+            } else if codes.contains(&&OciErrorCode::Unauthorized) {
+                unauthorized()
+            } else if codes.contains(&&OciErrorCode::Denied) {
+                RegistryError::Denied(text)
+            } else if codes.contains(&&OciErrorCode::Toomanyrequests) {
+                unreachable(format!("rate limited (429): {text}"))
+            } else {
+                RegistryError::Protocol(format!("the registry refused the request: {text}"))
+            }
+        }
+        OciDistributionError::ImageManifestNotFoundError(message) => {
+            RegistryError::NotFound(message)
+        }
+        OciDistributionError::ServerError { code, message, .. } => match code {
+            401 => unauthorized(),
+            403 => RegistryError::Denied(format!("403: {}", one_line(&message))),
+            404 => RegistryError::NotFound(format!("404: {}", one_line(&message))),
+            429 | 500.. => unreachable(format!("{code}: {}", one_line(&message))),
+            _ => RegistryError::Protocol(format!("{code}: {}", one_line(&message))),
+        },
+        OciDistributionError::RequestError(error) => match error.status() {
+            Some(status) if status.as_u16() == 401 => unauthorized(),
+            Some(status) if status.as_u16() == 403 => RegistryError::Denied(status.to_string()),
+            Some(status) if status.as_u16() == 404 => RegistryError::NotFound(status.to_string()),
+            Some(status) if status.as_u16() == 429 || status.is_server_error() => {
+                unreachable(status.to_string())
+            }
+            _ => match tls_error(&error) {
+                Some(tls) => RegistryError::Tls {
+                    registry: oci.registry.clone(),
+                    error: tls,
+                },
+                None => unreachable(chain(&error)),
+            },
+        },
+        OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
+            RegistryError::DigestMismatch {
+                what: "content".into(),
+                expected,
+                actual,
+            }
+        }
+        OciDistributionError::DigestError(error) => {
+            RegistryError::Protocol(format!("digest check failed: {error}"))
+        }
+        OciDistributionError::IoError(error) => RegistryError::Protocol(error.to_string()),
+        other => RegistryError::Protocol(other.to_string()),
+    }
+}
+
+/// The TLS failure inside `error`, if it is one. (`io::Error::source` skips the error it
+/// wraps, so wrapped I/O errors are opened by hand: reqwest's connector nests two.)
+fn tls_error(error: &reqwest::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(tls) = current.downcast_ref::<tokio_rustls::rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        source = match current.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => None,
+            },
+            None => current.source(),
+        };
+    }
+    None
+}
+
+/// `error` and its causes on one line (reqwest's own message omits the cause).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    line.chars().take(200).collect()
+}
+
+/// reqwest's rustls has no built-in crypto provider in this workspace: install ring, the
+/// one every TLS client here uses, once per process.
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A sink that refuses more than the layer's stated size.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.bytes.len() + buf.len() > self.limit {
+            let limit = self.limit;
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "the registry sent more than the {limit} bytes the manifest states"
+            ))));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

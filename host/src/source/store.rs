@@ -1,0 +1,319 @@
+//! The content-addressed artifact cache under `--cache-dir`:
+//!
+//! ```text
+//! DIR/manifests/sha256/<hex>   manifests, one per provider version (the version's last use
+//!                              is its file's modification time)
+//! DIR/blobs/sha256/<hex>       the components (layers) those manifests name
+//! DIR/compiled/                precompiled code, `<component hex>-<engine>.cwasm` (the
+//!                              sandbox's compile cache)
+//! DIR/tmp/                     files being written
+//! ```
+//!
+//! Every file is written to `tmp/` and renamed into place, so a reader sees a whole file or
+//! none; every read is checked against the digest in its name and a mismatch is removed and
+//! treated as missing. Two processes may share the directory (a leader and a standby on one
+//! node): the worst a race does is make one of them download again.
+//!
+//! The cache is bounded (`--cache-max-size`): after a write, versions not in use are evicted,
+//! least recently used first, with their components and compiled code.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::layout::{check_manifest, sha256_digest};
+
+/// A cache directory and its size bound.
+#[derive(Debug, Clone)]
+pub struct ArtifactStore {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+/// One evictable unit: a manifest with its layer and compiled code, or compiled code alone
+/// (of a `file://` provider).
+struct Version {
+    last_used: SystemTime,
+    manifest: Option<PathBuf>,
+    layer_digest: String,
+}
+
+impl ArtifactStore {
+    /// The cache at `dir` (created if missing), holding at most about `max_bytes`.
+    pub fn open(dir: &Path, max_bytes: u64) -> std::io::Result<ArtifactStore> {
+        for sub in ["manifests/sha256", "blobs/sha256", "compiled", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
+        Ok(ArtifactStore {
+            dir: dir.to_path_buf(),
+            max_bytes,
+        })
+    }
+
+    /// The directory of precompiled code (handed to the sandbox).
+    pub fn compiled_dir(&self) -> PathBuf {
+        self.dir.join("compiled")
+    }
+
+    /// The manifest with `digest`, if cached and sound; marks the version as just used.
+    pub fn manifest(&self, digest: &str) -> Option<Vec<u8>> {
+        let path = self.path("manifests", digest)?;
+        let bytes = self.read_checked(&path, digest)?;
+        let _ = std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .and_then(|file| file.set_modified(SystemTime::now()));
+        Some(bytes)
+    }
+
+    /// The blob with `digest`, if cached and sound.
+    pub fn blob(&self, digest: &str) -> Option<Vec<u8>> {
+        let path = self.path("blobs", digest)?;
+        self.read_checked(&path, digest)
+    }
+
+    /// Store a manifest; `bytes` must hash to `digest`.
+    pub fn put_manifest(&self, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
+        self.put("manifests", digest, bytes)
+    }
+
+    /// Store a blob; `bytes` must hash to `digest`.
+    pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
+        self.put("blobs", digest, bytes)
+    }
+
+    fn path(&self, kind: &str, digest: &str) -> Option<PathBuf> {
+        let hex = digest.strip_prefix("sha256:")?;
+        let valid = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        valid.then(|| self.dir.join(kind).join("sha256").join(hex))
+    }
+
+    fn read_checked(&self, path: &Path, digest: &str) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(path).ok()?;
+        if sha256_digest(&bytes) == digest {
+            return Some(bytes);
+        }
+        tracing::warn!(path = %path.display(), "cached artifact does not match its digest; removing it");
+        let _ = std::fs::remove_file(path);
+        None
+    }
+
+    fn put(&self, kind: &str, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let Some(path) = self.path(kind, digest) else {
+            return Err(std::io::Error::other(format!(
+                "{digest} is not a sha256 digest"
+            )));
+        };
+        if sha256_digest(bytes) != digest {
+            return Err(std::io::Error::other(format!(
+                "the bytes do not match {digest}"
+            )));
+        }
+        let mut file = tempfile::NamedTempFile::new_in(self.dir.join("tmp"))?;
+        file.write_all(bytes)?;
+        file.as_file().sync_all()?;
+        file.persist(&path)?;
+        Ok(())
+    }
+
+    /// Evict versions, least recently used first, until the cache holds at most its bound;
+    /// the versions whose manifest digests are in `in_use` stay. Returns how many went.
+    pub fn evict(&self, in_use: &[&str]) -> usize {
+        let mut total = dir_size(&self.dir);
+        if total <= self.max_bytes {
+            return 0;
+        }
+        let mut versions = self.versions();
+        versions.sort_by_key(|version| version.last_used);
+        let mut evicted = 0;
+        for version in versions {
+            if total <= self.max_bytes {
+                break;
+            }
+            let protected = version.manifest.as_ref().is_some_and(|manifest| {
+                in_use
+                    .iter()
+                    .any(|digest| self.path("manifests", digest).as_ref() == Some(manifest))
+            });
+            if protected {
+                continue;
+            }
+            let mut files: Vec<PathBuf> = version.manifest.into_iter().collect();
+            files.extend(self.path("blobs", &version.layer_digest));
+            files.extend(self.compiled_files(&version.layer_digest));
+            for file in files {
+                let size = file.metadata().map_or(0, |m| m.len());
+                if std::fs::remove_file(&file).is_ok() {
+                    total = total.saturating_sub(size);
+                }
+            }
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Every cached version, with the compiled code of `file://` providers as versions of
+    /// their own.
+    fn versions(&self) -> Vec<Version> {
+        let mut versions = Vec::new();
+        let mut layers_of_manifests = Vec::new();
+        for (path, modified) in files_in(&self.dir.join("manifests/sha256")) {
+            let hex = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let digest = format!("sha256:{}", hex.unwrap_or_default());
+            let layer_digest = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| check_manifest(&bytes, &digest).ok())
+                .map(|(_, layer)| layer.digest)
+                .unwrap_or_default();
+            layers_of_manifests.push(layer_digest.clone());
+            versions.push(Version {
+                last_used: modified,
+                manifest: Some(path),
+                layer_digest,
+            });
+        }
+        for (path, modified) in files_in(&self.compiled_dir()) {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let layer_digest = name
+                .and_then(|n| n.split('-').next().map(|hex| format!("sha256:{hex}")))
+                .unwrap_or_default();
+            if !layers_of_manifests.contains(&layer_digest) {
+                versions.push(Version {
+                    last_used: modified,
+                    manifest: None,
+                    layer_digest,
+                });
+            }
+        }
+        versions
+    }
+
+    fn compiled_files(&self, layer_digest: &str) -> Vec<PathBuf> {
+        let Some(hex) = layer_digest
+            .strip_prefix("sha256:")
+            .filter(|h| !h.is_empty())
+        else {
+            return Vec::new();
+        };
+        let prefix = format!("{hex}-");
+        files_in(&self.compiled_dir())
+            .into_iter()
+            .map(|(path, _)| path)
+            .filter(|path| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            })
+            .collect()
+    }
+}
+
+fn files_in(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let metadata = entry.metadata().ok()?;
+            metadata.is_file().then(|| {
+                (
+                    entry.path(),
+                    metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                )
+            })
+        })
+        .collect()
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(metadata) if metadata.is_dir() => dir_size(&entry.path()),
+            Ok(metadata) => metadata.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::source::layout::{ComponentWorld, pack};
+
+    /// Store one packed version of `size` bytes; returns its manifest digest.
+    fn store_version(store: &ArtifactStore, seed: u8, size: usize) -> String {
+        let packed = pack(
+            vec![seed; size],
+            &ComponentWorld::default(),
+            "2026-11-24T00:00:00Z",
+            BTreeMap::new(),
+        );
+        store.put_blob(&packed.layer.1, &packed.layer.0).unwrap();
+        store
+            .put_manifest(&packed.manifest.1, &packed.manifest.0)
+            .unwrap();
+        // Compiled code beside it, named as the sandbox's compile cache names it.
+        let hex = packed.layer.1.trim_start_matches("sha256:");
+        let compiled = store.compiled_dir().join(format!("{hex}-0123.cwasm"));
+        std::fs::write(compiled, vec![0; size]).unwrap();
+        packed.manifest.1
+    }
+
+    #[test]
+    fn reads_are_checked_against_the_digest_and_a_bad_file_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path(), 1 << 30).unwrap();
+        let digest = sha256_digest(b"component");
+        store.put_blob(&digest, b"component").unwrap();
+        assert_eq!(store.blob(&digest).as_deref(), Some(&b"component"[..]));
+        assert!(store.put_blob(&digest, b"other").is_err());
+        assert!(store.put_blob("sha256:../../etc", b"x").is_err());
+
+        let path = store.path("blobs", &digest).unwrap();
+        std::fs::write(&path, b"tampered").unwrap();
+        assert_eq!(store.blob(&digest), None);
+        assert!(!path.exists(), "a file that fails its digest is removed");
+        assert!(
+            std::fs::read_dir(dir.path().join("tmp"))
+                .unwrap()
+                .next()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_versions_not_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path(), 220_000).unwrap();
+        let pause = || std::thread::sleep(Duration::from_millis(20));
+        let old = store_version(&store, 1, 50_000);
+        pause();
+        let active = store_version(&store, 2, 50_000);
+        pause();
+        assert_eq!(store.evict(&[&active]), 0, "under the bound nothing goes");
+        let recent = store_version(&store, 3, 50_000);
+        pause();
+        let newest = store_version(&store, 4, 50_000);
+        pause();
+        // Reading a version marks it used; the one in use stays whatever its age.
+        assert!(store.manifest(&old).is_some());
+        assert_eq!(store.evict(&[&active]), 2);
+        assert!(store.manifest(&active).is_some(), "in use");
+        assert!(store.manifest(&recent).is_none(), "least recently used");
+        assert!(
+            store.manifest(&newest).is_none(),
+            "used before `old` was read"
+        );
+        assert!(store.manifest(&old).is_some());
+        assert!(dir_size(dir.path()) <= 220_000);
+        let compiled: Vec<_> = files_in(&store.compiled_dir());
+        assert_eq!(compiled.len(), 2, "compiled code goes with its version");
+    }
+}

@@ -1,0 +1,492 @@
+//! `wasm-ccm provider push|pull|inspect` and run mode with `--provider oci://…` against a real
+//! registry: what an operator publishing and running providers from a registry sees.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use e2e::registry::{Credentials, Registry, RegistryOptions};
+use e2e::testbed::{ManagerProcess, Testbed, eventually, is_uninitialized};
+use e2e::{https, wasm_ccm_binary};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The smallest valid component: it has no exports, so it is no provider.
+const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+fn wasm_ccm(args: &[String]) -> Output {
+    std::process::Command::new(wasm_ccm_binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run wasm-ccm")
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|a| a.to_string()).collect()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The command failed with exit 2 and a message containing every one of `needles`.
+fn assert_refused(output: &Output, needles: &[&str]) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(!message.contains("panicked"), "{message}");
+    for needle in needles {
+        assert!(message.contains(needle), "{needle:?} not in: {message}");
+    }
+}
+
+fn insecure(registry: &Registry) -> String {
+    format!("--insecure-registry={}", registry.addr())
+}
+
+/// `provider push FILE oci://REF` with `extra` flags; the manifest digest it printed.
+fn push(registry: &Registry, file: &str, reference: &str, extra: &[&str]) -> String {
+    let mut command = args(&[
+        "provider",
+        "push",
+        file,
+        &format!("oci://{}", registry.reference(reference)),
+    ]);
+    command.push(insecure(registry));
+    command.extend(args(extra));
+    let output = wasm_ccm(&command);
+    assert!(output.status.success(), "push: {}", stderr(&output));
+    let digest = stdout(&output).trim().to_string();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+    digest
+}
+
+/// `provider pull oci://REF -o FILE` with `extra` flags.
+fn pull(registry: &Registry, reference: &str, file: &Path, extra: &[&str]) -> Output {
+    let mut command = args(&[
+        "provider",
+        "pull",
+        &format!("oci://{}", registry.reference(reference)),
+        "-o",
+        &file.display().to_string(),
+    ]);
+    command.extend(args(extra));
+    wasm_ccm(&command)
+}
+
+#[tokio::test]
+async fn a_pushed_provider_pulls_back_byte_identical_and_oras_reads_the_cncf_layout() {
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let created = "2026-11-24T00:00:00Z";
+    let digest = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "providers/simcloud:v1",
+        &[
+            "--version=v1.0.0",
+            "--source=https://example.com/acme/simcloud",
+            &format!("--created={created}"),
+        ],
+    );
+    // The same component and flags give the same digest: pushes are reproducible.
+    let again = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "providers/simcloud:v1-again",
+        &[
+            "--version=v1.0.0",
+            "--source=https://example.com/acme/simcloud",
+            &format!("--created={created}"),
+        ],
+    );
+    assert_eq!(digest, again);
+
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read(guest_builds::SIMCLOUD).unwrap();
+    let insecure = insecure(&registry);
+    for (reference, name) in [
+        ("providers/simcloud:v1".to_string(), "by-tag.wasm"),
+        (format!("providers/simcloud@{digest}"), "by-digest.wasm"),
+        (format!("providers/simcloud:v1@{digest}"), "both.wasm"),
+    ] {
+        let file = dir.path().join(name);
+        let output = pull(&registry, &reference, &file, &[&insecure]);
+        assert!(output.status.success(), "{reference}: {}", stderr(&output));
+        assert_eq!(
+            stdout(&output).trim(),
+            digest,
+            "pull prints the manifest digest"
+        );
+        assert!(
+            std::fs::read(&file).unwrap() == original,
+            "{reference}: bytes differ"
+        );
+    }
+
+    // An independent client reads what we wrote: media types and annotations.
+    let oras = registry.oras();
+    let manifest = oras
+        .manifest(&registry.reference("providers/simcloud:v1"))
+        .await;
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/wasm");
+    assert_eq!(layers[0]["size"], original.len());
+    let annotations = &manifest["annotations"];
+    assert_eq!(annotations["org.opencontainers.image.version"], "v1.0.0");
+    assert_eq!(
+        annotations["org.opencontainers.image.source"],
+        "https://example.com/acme/simcloud"
+    );
+    assert_eq!(annotations["org.opencontainers.image.created"], created);
+    let pulled = oras
+        .pull(&registry.reference("providers/simcloud:v1"), dir.path())
+        .await;
+    assert_eq!(pulled.len(), 1, "{pulled:?}");
+    assert!(std::fs::read(&pulled[0]).unwrap() == original);
+
+    // inspect shows the manifest beside the component.
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "inspect",
+        &format!("oci://{}", registry.reference("providers/simcloud:v1")),
+        &insecure,
+    ]));
+    let text = stdout(&output);
+    assert!(output.status.success(), "{}", stderr(&output));
+    for expected in [
+        format!("manifest:  {digest} (application/vnd.oci.image.manifest.v1+json)"),
+        "config:    application/vnd.wasm.config.v0+json".into(),
+        "layers:    application/wasm".into(),
+        "org.opencontainers.image.version: v1.0.0".into(),
+        "satisfies the host contract: yes".into(),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_manager_runs_an_oras_pushed_provider_and_restarts_from_the_cache_with_the_registry_down()
+ {
+    let bed = Testbed::start().await;
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let digest = registry
+        .oras()
+        .push_wasm(
+            Path::new(guest_builds::SIMCLOUD),
+            &registry.reference("acme/simcloud:v2"),
+        )
+        .await;
+    let cache = tempfile::tempdir().unwrap();
+    let insecure_flag = insecure(&registry);
+    let run = |provider: String| {
+        let port = https::free_port();
+        let mut flags: Vec<String> = bed
+            .provider_flags()
+            .into_iter()
+            .filter(|f| !f.starts_with("--provider="))
+            .collect();
+        flags.extend([
+            format!("--provider={provider}"),
+            insecure_flag.clone(),
+            format!("--cache-dir={}", cache.path().display()),
+            "--controllers=cloud-node".into(),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+        ]);
+        ManagerProcess::spawn(&wasm_ccm_binary(), &flags, port, true)
+    };
+    let initialised = |name: &'static str| {
+        let bed = &bed;
+        async move {
+            eventually(&format!("{name} initialised"), WAIT, || async {
+                bed.node(name).await.filter(|node| !is_uninitialized(node))
+            })
+            .await
+        }
+    };
+    let metrics = |manager: &ManagerProcess| {
+        let addr = manager.addr;
+        async move {
+            eventually("metrics", WAIT, || async {
+                https::get(addr, "/metrics")
+                    .await
+                    .ok()
+                    .map(|(_, body)| body)
+            })
+            .await
+        }
+    };
+
+    // From the registry, by tag.
+    let by_tag = format!("oci://{}", registry.reference("acme/simcloud:v2"));
+    let manager = run(by_tag.clone());
+    bed.add_node("from-registry", "sim-central-1a").await;
+    initialised("from-registry").await;
+    let text = metrics(&manager).await;
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("wasm_ccm_provider_info{"))
+        .unwrap_or_else(|| panic!("no wasm_ccm_provider_info in:\n{text}"));
+    for label in [
+        "provider=\"simcloud\"".to_string(),
+        format!("digest=\"{digest}\""),
+        format!("source=\"{by_tag}\""),
+        format!("version=\"{}\"", &digest[..19]),
+    ] {
+        assert!(info.contains(&label), "{label} not in {info}");
+    }
+    drop(manager);
+
+    // The registry goes away; a pinned digest starts from the cache: no download, no compile.
+    registry.stop();
+    let pinned = format!("oci://{}@{digest}", registry.reference("acme/simcloud"));
+    let manager = run(pinned);
+    bed.add_node("from-cache", "sim-central-1a").await;
+    initialised("from-cache").await;
+    let text = metrics(&manager).await;
+    let compiles: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("wasm_ccm_sandbox_compiles_total{"))
+        .collect();
+    assert!(
+        compiles
+            .iter()
+            .any(|l| l.contains("source=\"cache\"") && l.ends_with(" 1")),
+        "{compiles:?}"
+    );
+    assert!(
+        !compiles.iter().any(|l| l.contains("source=\"compile\"")),
+        "{compiles:?}"
+    );
+    drop(manager);
+
+    // A tag cannot be resolved without the registry: the manager says so and exits.
+    let mut flags: Vec<String> = bed
+        .provider_flags()
+        .into_iter()
+        .filter(|f| !f.starts_with("--provider="))
+        .collect();
+    flags.extend([
+        format!("--provider={by_tag}"),
+        insecure_flag.clone(),
+        format!("--cache-dir={}", cache.path().display()),
+        "--secure-port=0".into(),
+    ]);
+    let output = wasm_ccm(&flags);
+    assert_refused(
+        &output,
+        &[&format!(
+            "--provider {by_tag}: registry unreachable after 4 attempts"
+        )],
+    );
+}
+
+#[tokio::test]
+async fn bad_artifacts_are_refused_naming_what_is_wrong() {
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let insecure = insecure(&registry);
+    let digest = push(&registry, guest_builds::SIMCLOUD, "p/simcloud:v1", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.wasm");
+    let oci = |reference: &str| format!("oci://{}", registry.reference(reference));
+
+    // An unknown tag.
+    let output = pull(&registry, "p/simcloud:v9", &out, &[&insecure]);
+    assert_refused(
+        &output,
+        &[&format!(
+            "{}: not found in the registry (MANIFEST_UNKNOWN",
+            oci("p/simcloud:v9")
+        )],
+    );
+
+    // A pinned digest the tag does not have.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let output = pull(
+        &registry,
+        &format!("p/simcloud:v1@{wrong}"),
+        &out,
+        &[&insecure],
+    );
+    assert_refused(&output, &["not found in the registry"]);
+
+    // A non-wasm artifact: a container image's media types.
+    let text_file = dir.path().join("layer.tar");
+    std::fs::write(&text_file, b"not a component").unwrap();
+    registry
+        .oras()
+        .push(
+            &text_file,
+            &registry.reference("p/image:v1"),
+            "application/vnd.oci.image.config.v1+json",
+            "application/vnd.oci.image.layer.v1.tar",
+            "{}",
+        )
+        .await;
+    let output = pull(&registry, "p/image:v1", &out, &[&insecure]);
+    assert_refused(
+        &output,
+        &[&format!(
+            "{}: not a wasm component artifact: config application/vnd.oci.image.config.v1+json, layers [application/vnd.oci.image.layer.v1.tar]; expected one application/wasm layer",
+            oci("p/image:v1")
+        )],
+    );
+
+    // A component that is no provider: push refuses it, and one pushed by another tool is
+    // refused by the manager's contract check.
+    let empty = dir.path().join("empty.wasm");
+    std::fs::write(&empty, EMPTY_COMPONENT).unwrap();
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "push",
+        &empty.display().to_string(),
+        &oci("p/empty:v1"),
+        &insecure,
+    ]));
+    assert_refused(
+        &output,
+        &["not pushed: the component does not satisfy the host contract"],
+    );
+    registry
+        .oras()
+        .push_wasm(&empty, &registry.reference("p/empty:v1"))
+        .await;
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "inspect",
+        &oci("p/empty:v1"),
+        &insecure,
+    ]));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("satisfies the host contract: no"),
+        "{}",
+        stdout(&output)
+    );
+
+    // A blob tampered with in the registry's storage.
+    let manifest = registry
+        .oras()
+        .manifest(&registry.reference("p/simcloud:v1"))
+        .await;
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = registry.blob_path(&layer);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let output = pull(
+        &registry,
+        &format!("p/simcloud@{digest}"),
+        &out,
+        &[&insecure],
+    );
+    assert_refused(
+        &output,
+        &[&format!(
+            "layer {layer} does not match its digest: expected {layer}, got sha256:"
+        )],
+    );
+    assert!(!out.exists(), "nothing is written from a tampered artifact");
+}
+
+#[tokio::test]
+async fn a_registry_behind_basic_auth_needs_the_right_docker_config() {
+    let user = Credentials::new("alice", "correct-horse-battery");
+    let registry = Registry::start(RegistryOptions {
+        auth: Some(user.clone()),
+        ..RegistryOptions::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let right = dir.path().join("config.json");
+    std::fs::write(&right, registry.docker_config_json()).unwrap();
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(
+        &wrong,
+        registry.docker_config_json_for(&Credentials::new("alice", "wrong-password-123")),
+    )
+    .unwrap();
+    let with_config = |path: &Path| format!("--registry-config={}", path.display());
+    let insecure = insecure(&registry);
+    push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "private/simcloud:v1",
+        &[&with_config(&right)],
+    );
+    let out = dir.path().join("out.wasm");
+
+    let output = pull(&registry, "private/simcloud:v1", &out, &[&insecure]);
+    assert_refused(
+        &output,
+        &[&format!(
+            "the registry requires credentials (401); --registry-config has none for {}",
+            registry.addr()
+        )],
+    );
+    let output = pull(
+        &registry,
+        "private/simcloud:v1",
+        &out,
+        &[&insecure, &with_config(&wrong)],
+    );
+    assert_refused(
+        &output,
+        &[&format!(
+            "the registry rejected the credentials --registry-config has for {} (401)",
+            registry.addr()
+        )],
+    );
+    assert!(!stderr(&output).contains("wrong-password-123"));
+
+    let output = pull(
+        &registry,
+        "private/simcloud:v1",
+        &out,
+        &[&insecure, &with_config(&right)],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(guest_builds::SIMCLOUD).unwrap());
+    let output = stderr(&output) + &stdout(&output);
+    assert!(!output.contains("correct-horse-battery"), "{output}");
+}
+
+#[tokio::test]
+async fn a_plain_http_registry_needs_insecure_registry() {
+    let registry = Registry::start(RegistryOptions::default()).await;
+    push(&registry, guest_builds::SIMCLOUD, "p/simcloud:v1", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let output = pull(&registry, "p/simcloud:v1", &dir.path().join("x.wasm"), &[]);
+    assert_refused(
+        &output,
+        &[&format!(
+            "if this registry serves plain HTTP, pass --insecure-registry {}",
+            registry.addr()
+        )],
+    );
+    // A malformed --insecure-registry is refused by the flag parser, naming the flag.
+    let output = pull(
+        &registry,
+        "p/simcloud:v1",
+        &dir.path().join("x.wasm"),
+        &["--insecure-registry=http://127.0.0.1:5000"],
+    );
+    assert_refused(&output, &["--insecure-registry", "is not HOST:PORT"]);
+}
