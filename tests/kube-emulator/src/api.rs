@@ -1,8 +1,9 @@
-//! The HTTP surface: bearer-token authentication, URL routing
+//! The HTTP surface: bearer-token authentication (see `tokens`), URL routing
 //! (`/api/v1/...`, `/apis/{group}/{version}/...`, namespaced and cluster
 //! paths, `/status`), query parameters, content negotiation (JSON,
 //! `PartialObjectMetadata` and `Table`), fault injection and request
-//! counting around every API call, and the admin endpoints under
+//! counting (per user agent and user) around every API call, the
+//! `serviceaccounts/{name}/token` subresource, and the admin endpoints under
 //! `/_emulator`.
 
 use std::net::SocketAddr;
@@ -28,6 +29,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, BadValue, FieldError, GroupKind, GroupResource, quote};
 use crate::store::Store;
 use crate::table::{self, RowObject};
+use crate::tokens::Tokens;
 use crate::verbs::{self, DeleteOptions, Filter, ListQuery, Target, WriteOptions, Written};
 use crate::watch::{self as watches, Presentation, Start, WatchContext, WatchRequest};
 
@@ -42,7 +44,7 @@ pub struct App {
     pub store: Store,
     pub faults: Faults,
     pub requests: Requests,
-    pub token: Arc<str>,
+    pub tokens: Tokens,
     pub addr: SocketAddr,
     pub bookmark_interval: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -116,16 +118,9 @@ fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Respons
     response
 }
 
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        Some(token) if token == &*app.token => Ok(()),
-        _ => Err(ApiError::Unauthorized),
-    }
+/// The user `headers` authenticate as, or 401.
+fn authorize(app: &App, headers: &HeaderMap) -> Result<String, ApiError> {
+    app.tokens.authenticate(&app.store, headers)
 }
 
 /// Query parameters, in order.
@@ -253,12 +248,12 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         }
         return Ok((StatusCode::NOT_FOUND, "404 page not found").into_response());
     }
-    authorize(app, &parts.headers)?;
     let user_agent = parts
         .headers
         .get(header::USER_AGENT)
         .map(|agent| String::from_utf8_lossy(agent.as_bytes()).into_owned())
         .unwrap_or_default();
+    let user = authorize(app, &parts.headers).inspect_err(|_| app.requests.refuse(&user_agent))?;
     let resource_path = match segments.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
         ["apis", group, version, rest @ ..] if !rest.is_empty() => {
@@ -267,20 +262,41 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         _ => None,
     };
     let Some((group, version, rest)) = resource_path else {
-        app.requests.record(&user_agent, "get", "discovery");
+        app.requests.record(&user_agent, &user, "get", "discovery");
         inject(app, &parts.method, &path_and_query).await?;
         if parts.method != Method::GET {
             return Err(ApiError::method_not_allowed());
         }
         return discovery_response(app, &segments, &parts.headers);
     };
+    if let ("", ["namespaces", namespace, "serviceaccounts", name, "token"]) =
+        (group, rest.as_slice())
+    {
+        app.requests
+            .record(&user_agent, &user, "create", "serviceaccounts/token");
+        inject(app, &parts.method, &path_and_query).await?;
+        if parts.method != Method::POST {
+            return Err(ApiError::method_not_allowed());
+        }
+        let body = axum::body::to_bytes(body, MAX_BODY)
+            .await
+            .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+        let body = body::parse(&body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?;
+        let (answer, warnings) = app
+            .tokens
+            .request(&app.store, namespace, name, &body.value)?;
+        return Ok(json_response(StatusCode::CREATED, &answer, &warnings));
+    }
     let route = app
         .store
         .read(|s| route(&s.registry, group, version, &rest))?;
     let query = Query::parse(&parts.uri)?;
     let watching = query.flag("watch")?.unwrap_or(false);
     let verb = verb(&parts.method, &route, watching)?;
-    app.requests.record(&user_agent, verb, &route.label());
+    app.requests
+        .record(&user_agent, &user, verb, &route.label());
     inject(app, &parts.method, &path_and_query).await?;
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await

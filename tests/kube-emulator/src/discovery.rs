@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use crate::resources::{Registry, ResourceType};
+use crate::resources::{Registry, ResourceType, Rules};
 
 /// The Content-Type of an aggregated discovery response.
 pub const AGGREGATED_CONTENT_TYPE: &str =
@@ -90,6 +90,17 @@ fn resource_entries(rt: &ResourceType) -> Vec<Value> {
         main["categories"] = json!(rt.categories);
     }
     let mut entries = vec![main];
+    if rt.rules == Rules::ServiceAccount {
+        entries.push(json!({
+            "name": "serviceaccounts/token",
+            "singularName": "",
+            "namespaced": true,
+            "group": "authentication.k8s.io",
+            "version": "v1",
+            "kind": "TokenRequest",
+            "verbs": ["create"],
+        }));
+    }
     if rt.status_subresource {
         entries.push(json!({
             "name": format!("{}/status", rt.plural),
@@ -139,6 +150,13 @@ fn aggregated_resource(rt: &ResourceType) -> Value {
     }
     if !rt.categories.is_empty() {
         entry["categories"] = json!(rt.categories);
+    }
+    if rt.rules == Rules::ServiceAccount {
+        entry["subresources"] = json!([{
+            "subresource": "token",
+            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
+            "verbs": ["create"],
+        }]);
     }
     if rt.status_subresource {
         entry["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);

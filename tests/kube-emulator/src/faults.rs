@@ -1,8 +1,10 @@
 //! Fault injection and request accounting, for tests: drop every open
 //! watch, fail the next N matching requests with a status code, add
 //! latency, make the next N updates of a resource conflict; and count
-//! requests per verb and resource, and per user agent. Driven from the library or from
-//! `/_emulator/faults` and `/_emulator/requests`.
+//! requests per verb and resource, per user agent, and per authenticated
+//! user (the kubeconfig's admin, or a service account whose token made the
+//! request). Driven from the library or from `/_emulator/faults` and
+//! `/_emulator/requests`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -223,13 +225,15 @@ impl Faults {
     }
 }
 
-/// A request's user agent, verb and resource.
-type RequestKey = (String, String, String);
+/// A request's user agent, user, verb and resource.
+type RequestKey = (String, String, String, String);
 
-/// API requests seen, per user agent, verb and resource.
+/// API requests seen, per user agent, user, verb and resource.
 #[derive(Debug, Clone, Default)]
 pub struct Requests {
     counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+    /// Requests refused with 401, per user agent.
+    refused: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 /// A snapshot of the request counts (see [`crate::Emulator::requests`]).
@@ -241,9 +245,46 @@ pub struct RequestCounts {
     /// The same per `User-Agent` header (`""` for none) → `"verb resource"` → count, so a
     /// test sees which client of a process made which requests.
     pub by_user_agent: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The same per authenticated user → `"verb resource"` → count: [`crate::ADMIN_USER`]
+    /// for the kubeconfig's token, `system:serviceaccount:NAMESPACE:NAME` for a token
+    /// the `serviceaccounts/NAME/token` subresource issued. A request refused with 401
+    /// is not counted.
+    pub by_user: BTreeMap<String, BTreeMap<String, u64>>,
+    /// API requests refused with 401 (no token, an unknown one, or an expired one), per
+    /// user agent.
+    pub unauthorized: BTreeMap<String, u64>,
+    /// Every count with its user agent and user, for [`RequestCounts::client`] and
+    /// [`RequestCounts::user`].
+    #[serde(skip)]
+    detail: BTreeMap<RequestKey, u64>,
 }
 
 impl RequestCounts {
+    fn from_detail(
+        detail: BTreeMap<RequestKey, u64>,
+        unauthorized: BTreeMap<String, u64>,
+    ) -> RequestCounts {
+        let mut snapshot = RequestCounts {
+            unauthorized,
+            ..RequestCounts::default()
+        };
+        for ((agent, user, verb, resource), n) in &detail {
+            let key = format!("{verb} {resource}");
+            *snapshot.counts.entry(key.clone()).or_default() += n;
+            for (by, name) in [
+                (&mut snapshot.by_user_agent, agent),
+                (&mut snapshot.by_user, user),
+            ] {
+                *by.entry(name.clone())
+                    .or_default()
+                    .entry(key.clone())
+                    .or_default() += n;
+            }
+        }
+        snapshot.detail = detail;
+        snapshot
+    }
+
     /// Requests with this verb (`get`, `list`, `watch`, `create`, `update`,
     /// `patch`, `delete`, `deletecollection`) on this resource (`nodes`,
     /// `nodes/status`, `leases.coordination.k8s.io`).
@@ -270,38 +311,65 @@ impl RequestCounts {
     /// The requests of one client: those whose user agent is `client`, or ends with it
     /// after a space or a `/` (`wasm-ccm/0.1.0 (linux/amd64) node-controller`, or
     /// client-go's `…/node-controller`), so `node-controller` does not match
-    /// `cloud-node-controller`.
+    /// `cloud-node-controller`. Its `by_user` says as whom that client called, its
+    /// `unauthorized` how often it was refused.
     pub fn client(&self, client: &str) -> RequestCounts {
-        let mut counts = BTreeMap::new();
-        let mut by_user_agent = BTreeMap::new();
-        for (agent, agent_counts) in &self.by_user_agent {
-            let named = agent == client
+        let named = |agent: &str| {
+            agent == client
                 || agent
                     .strip_suffix(client)
-                    .is_some_and(|rest| rest.ends_with(' ') || rest.ends_with('/'));
-            if !named {
-                continue;
-            }
-            for (key, n) in agent_counts {
-                *counts.entry(key.clone()).or_default() += n;
-            }
-            by_user_agent.insert(agent.clone(), agent_counts.clone());
-        }
-        RequestCounts {
-            counts,
-            by_user_agent,
-        }
+                    .is_some_and(|rest| rest.ends_with(' ') || rest.ends_with('/'))
+        };
+        let mut counts = self.filter(|agent, _| named(agent));
+        counts.unauthorized = self
+            .unauthorized
+            .iter()
+            .filter(|(agent, _)| named(agent))
+            .map(|(agent, n)| (agent.clone(), *n))
+            .collect();
+        counts
+    }
+
+    /// The requests `user` made (`system:serviceaccount:kube-system:node-controller`,
+    /// [`crate::ADMIN_USER`]). Its `by_user_agent` says which clients called as that user.
+    pub fn user(&self, user: &str) -> RequestCounts {
+        self.filter(|_, by| by == user)
+    }
+
+    fn filter(&self, keep: impl Fn(&str, &str) -> bool) -> RequestCounts {
+        RequestCounts::from_detail(
+            self.detail
+                .iter()
+                .filter(|((agent, user, _, _), _)| keep(agent, user))
+                .map(|(key, n)| (key.clone(), *n))
+                .collect(),
+            BTreeMap::new(),
+        )
     }
 }
 
 impl Requests {
-    pub(crate) fn record(&self, user_agent: &str, verb: &str, resource: &str) {
+    pub(crate) fn refuse(&self, user_agent: &str) {
+        *self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(user_agent.to_owned())
+            .or_default() += 1;
+    }
+
+    pub(crate) fn record(&self, user_agent: &str, user: &str, verb: &str, resource: &str) {
         let mut counts = self
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *counts
-            .entry((user_agent.to_owned(), verb.to_owned(), resource.to_owned()))
+            .entry((
+                user_agent.to_owned(),
+                user.to_owned(),
+                verb.to_owned(),
+                resource.to_owned(),
+            ))
             .or_default() += 1;
     }
 
@@ -310,22 +378,19 @@ impl Requests {
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut snapshot = RequestCounts::default();
-        for ((agent, verb, resource), n) in counts.iter() {
-            let key = format!("{verb} {resource}");
-            *snapshot.counts.entry(key.clone()).or_default() += n;
-            *snapshot
-                .by_user_agent
-                .entry(agent.clone())
-                .or_default()
-                .entry(key)
-                .or_default() += n;
-        }
-        snapshot
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        RequestCounts::from_detail(counts.clone(), refused.clone())
     }
 
     pub fn reset(&self) {
         self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        self.refused
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
@@ -352,29 +417,30 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_counted_per_user_agent_and_client() {
+    fn requests_are_counted_per_user_agent_client_and_user() {
         let requests = Requests::default();
-        requests.record(
-            "wasm-ccm/0.1.0 (linux/amd64) node-controller",
-            "delete",
-            "nodes",
-        );
-        requests.record(
-            "wasm-ccm/0.1.0 (linux/amd64) node-controller",
-            "delete",
-            "nodes",
-        );
+        let lifecycle_sa = "system:serviceaccount:kube-system:node-controller";
+        for _ in 0..2 {
+            requests.record(
+                "wasm-ccm/0.1.0 (linux/amd64) node-controller",
+                lifecycle_sa,
+                "delete",
+                "nodes",
+            );
+        }
         requests.record(
             "wasm-ccm/0.1.0 (linux/amd64) cloud-node-controller",
+            lifecycle_sa,
             "update",
             "nodes",
         );
         requests.record(
             "kubectl/v1.33.0 (linux/amd64) kubernetes/abc/node-controller",
+            "admin",
             "get",
             "nodes",
         );
-        requests.record("", "list", "nodes");
+        requests.record("", "", "list", "nodes");
         let counts = requests.snapshot();
         assert_eq!(counts.total(), 5);
         assert_eq!(counts.get("delete", "nodes"), 2);
@@ -386,8 +452,25 @@ mod tests {
             0,
             "cloud-node-controller is another client"
         );
+        assert_eq!(
+            lifecycle.by_user.keys().collect::<Vec<_>>(),
+            [&"admin".to_string(), &lifecycle_sa.to_string()]
+        );
         assert_eq!(counts.client("cloud-node-controller").total(), 1);
+        let account = counts.user(lifecycle_sa);
+        assert_eq!(account.total(), 3);
+        assert_eq!(account.by_user_agent.len(), 2);
+        assert_eq!(
+            account
+                .client("cloud-node-controller")
+                .get("update", "nodes"),
+            1
+        );
         assert_eq!(counts.by_user_agent[""].get("list nodes"), Some(&1));
+        assert_eq!(counts.by_user[""].get("list nodes"), Some(&1));
+        requests.refuse("wasm-ccm/0.1.0 (linux/amd64) node-controller");
+        let refused = requests.snapshot().client("node-controller").unauthorized;
+        assert_eq!(refused.values().sum::<u64>(), 1);
         requests.reset();
         assert_eq!(requests.snapshot(), RequestCounts::default());
     }

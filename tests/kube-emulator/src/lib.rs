@@ -36,6 +36,7 @@
 //! | `v1` `nodes` | cluster | `status` |
 //! | `v1` `services` | namespaced | `status` |
 //! | `v1` `configmaps`, `secrets`, `events` | namespaced | |
+//! | `v1` `serviceaccounts` | namespaced | `token` (create only) |
 //! | `coordination.k8s.io/v1` `leases` | namespaced | |
 //! | `events.k8s.io/v1` `events` (the same objects as `v1` events) | namespaced | |
 //! | `apiextensions.k8s.io/v1` `customresourcedefinitions` | cluster | `status` |
@@ -46,7 +47,18 @@
 //! (`/api`, `/apis`, their aggregated `apidiscovery.k8s.io/v2` form, and
 //! `/api/v1`, `/apis/{group}[/{version}]`), `/version`, `/healthz`,
 //! `/livez` and `/readyz` are served; `/openapi/*` answers 404. Every API
-//! request needs the kubeconfig's bearer token (401 otherwise).
+//! request needs a bearer token (401 otherwise): the kubeconfig's, which is
+//! the admin [`ADMIN_USER`], or one the `serviceaccounts/{name}/token`
+//! subresource issued. That subresource answers a `TokenRequest` as
+//! upstream's: 404 for a missing ServiceAccount, 422 for a name or namespace
+//! in the body other than the URL's or an `expirationSeconds` under 600 or
+//! over 2^32 (3600 if unset), audiences defaulted to the API server's, the
+//! lifetime shortened to [`EmulatorOptions::max_token_expiration`] with a
+//! warning, and `status.token` and `status.expirationTimestamp` filled. Its
+//! tokens authenticate as `system:serviceaccount:NAMESPACE:NAME` until they
+//! expire and while that ServiceAccount (same uid) exists; then they are a
+//! 401. [`Emulator::requests`] counts requests per user too, and the 401s
+//! per user agent.
 //!
 //! Responses are JSON, `PartialObjectMetadata` or, for get, list and watch,
 //! the `Table` that `kubectl get` asks for, with upstream's columns for the
@@ -153,6 +165,12 @@
 //!   those codes may be invisible to a kube-rs client; use 500 to see them.
 //! - The CA and serving certificate are new at every start, so a
 //!   kubeconfig is good for one run; client certificates are not accepted.
+//! - Service-account tokens are opaque random strings, not signed JWTs (no
+//!   claims to decode, no `TokenReview`), are never bound to objects
+//!   (`boundObjectRef` is a 400) and live in memory only.
+//!   [`EmulatorOptions::max_token_expiration`] may be any length, down to a
+//!   second, so tests can see tokens expire: a real server's
+//!   `--service-account-max-token-expiration` is at least an hour.
 //! - No authorization (any valid token may do anything), admission (but
 //!   for the not-ready taint on new Nodes), API priority and fairness,
 //!   audit, `managedFields`, or garbage collector (`propagationPolicy` is
@@ -230,13 +248,13 @@ mod status;
 mod store;
 mod table;
 mod tls;
+mod tokens;
 mod validation;
 mod verbs;
 mod watch;
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -248,6 +266,7 @@ pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
 pub use kubectl::kubectl;
 pub use store::Store;
 pub use tls::TlsError;
+pub use tokens::{ADMIN_USER, service_account_user};
 
 /// How long [`Emulator::shutdown`] waits for open requests to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -263,6 +282,11 @@ pub struct EmulatorOptions {
     pub history: usize,
     /// How often watches that allow bookmarks get one. Default 1 s.
     pub bookmark_interval: Duration,
+    /// The kube-apiserver's `--service-account-max-token-expiration`: a
+    /// `TokenRequest` for longer gets a token of this lifetime (and a
+    /// warning). Default none. Unlike the real flag it may be shorter than
+    /// an hour, for tests that watch tokens expire.
+    pub max_token_expiration: Option<Duration>,
 }
 
 impl Default for EmulatorOptions {
@@ -271,6 +295,7 @@ impl Default for EmulatorOptions {
             token: "kube-emulator".to_owned(),
             history: 1000,
             bookmark_interval: Duration::from_secs(1),
+            max_token_expiration: None,
         }
     }
 }
@@ -342,7 +367,7 @@ impl Emulator {
             store: store.clone(),
             faults: faults.clone(),
             requests: requests.clone(),
-            token: Arc::from(options.token.as_str()),
+            tokens: tokens::Tokens::new(&options.token, options.max_token_expiration),
             addr,
             bookmark_interval: options.bookmark_interval.max(Duration::from_millis(10)),
             shutdown: stopped.clone(),
@@ -425,7 +450,7 @@ impl Emulator {
         &self.faults
     }
 
-    /// API requests served so far, per verb and resource, and per user agent.
+    /// API requests served so far, per verb and resource, per user agent and per user.
     pub fn requests(&self) -> RequestCounts {
         self.requests.snapshot()
     }

@@ -43,6 +43,14 @@ struct Args {
         default_value_t = 1000
     )]
     bookmark_interval_ms: u64,
+    /// Longest lifetime of a service-account token, in seconds (as the API server's
+    /// --service-account-max-token-expiration; 0: no limit).
+    #[arg(
+        long,
+        env = "KUBE_EMULATOR_MAX_TOKEN_EXPIRATION_SECONDS",
+        default_value_t = 0
+    )]
+    max_token_expiration_seconds: u64,
 }
 
 #[tokio::main]
@@ -59,6 +67,8 @@ async fn main() -> anyhow::Result<()> {
         token: args.token,
         history: args.history,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
+        max_token_expiration: (args.max_token_expiration_seconds > 0)
+            .then(|| Duration::from_secs(args.max_token_expiration_seconds)),
     };
     // Listen for the signals before announcing the URL: a client that
     // stops the emulator as soon as it has answered must not find the

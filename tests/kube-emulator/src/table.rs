@@ -169,6 +169,14 @@ const SECRET: &[Column] = &[
     column("Data", "Number of entries."),
     AGE,
 ];
+const SERVICE_ACCOUNT: &[Column] = &[
+    NAME,
+    column(
+        "Secrets",
+        "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
+    ),
+    AGE,
+];
 const LEASE: &[Column] = &[
     NAME,
     column("Holder", "Name of the current holder of the lease."),
@@ -217,6 +225,7 @@ fn columns(rt: &ResourceType) -> &'static [Column] {
         Rules::Namespace => NAMESPACE,
         Rules::ConfigMap => CONFIG_MAP,
         Rules::Secret => SECRET,
+        Rules::ServiceAccount => SERVICE_ACCOUNT,
         Rules::Lease => LEASE,
         Rules::Event => EVENT,
         Rules::CustomResourceDefinition => CRD,
@@ -238,6 +247,7 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
             json!(entries(view, &["data"])),
             age,
         ],
+        Rules::ServiceAccount => vec![name, json!(array(view, "/secrets").len()), age],
         Rules::Lease => vec![name, json!(str_at(view, "/spec/holderIdentity")), age],
         // Both event endpoints print the core form, as upstream prints the
         // internal type.

@@ -66,9 +66,12 @@ pub fn policy(rt: &ResourceType) -> Policy {
         Rules::Event => (true, true),
         Rules::Lease => (true, false),
         Rules::CustomResourceDefinition | Rules::Custom => (false, false),
-        Rules::Node | Rules::Service | Rules::Namespace | Rules::ConfigMap | Rules::Secret => {
-            (false, true)
-        }
+        Rules::Node
+        | Rules::Service
+        | Rules::Namespace
+        | Rules::ConfigMap
+        | Rules::Secret
+        | Rules::ServiceAccount => (false, true),
     };
     Policy {
         allow_create_on_update: create,
@@ -126,6 +129,7 @@ fn decode_fields(
         (Rules::Namespace, _) => round_trip::<api::core::v1::Namespace>(rt, &value)?,
         (Rules::ConfigMap, _) => round_trip::<api::core::v1::ConfigMap>(rt, &value)?,
         (Rules::Secret, _) => round_trip::<api::core::v1::Secret>(rt, &value)?,
+        (Rules::ServiceAccount, _) => round_trip::<api::core::v1::ServiceAccount>(rt, &value)?,
         (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
         (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
         (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
@@ -395,7 +399,7 @@ pub fn prepare_create(
         Rules::Lease => lease::prepare(obj, None),
         Rules::CustomResourceDefinition => crd::prepare_create(obj),
         Rules::Custom => custom::prepare_create(rt, obj),
-        Rules::ConfigMap | Rules::Event => {}
+        Rules::ConfigMap | Rules::ServiceAccount | Rules::Event => {}
     }
     Vec::new()
 }
@@ -417,7 +421,7 @@ pub fn prepare_update(
         Rules::Lease => lease::prepare(new, Some(old)),
         Rules::CustomResourceDefinition => crd::prepare_update(sub, new, old),
         Rules::Custom => custom::prepare_update(rt, sub, new, old),
-        Rules::ConfigMap | Rules::Event => {}
+        Rules::ConfigMap | Rules::ServiceAccount | Rules::Event => {}
     }
     Vec::new()
 }
@@ -430,6 +434,8 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
         Rules::Namespace => namespace::validate(obj),
         Rules::ConfigMap => config::validate_config_map(obj),
         Rules::Secret => config::validate_secret(obj),
+        // `ValidateServiceAccount`: the name is a DNS subdomain.
+        Rules::ServiceAccount => meta::validate(obj, true, NameRule::Dns1123Subdomain),
         Rules::Event => event::validate_create(rt, obj),
         Rules::Lease => lease::validate(obj),
         Rules::CustomResourceDefinition => crd::validate(obj),
@@ -455,6 +461,7 @@ pub fn validate_update(
         Rules::Namespace => namespace::validate_finalizers(new),
         Rules::ConfigMap => config::validate_config_map_update(new, old),
         Rules::Secret => config::validate_secret_update(new, old),
+        Rules::ServiceAccount => Vec::new(),
         Rules::Event => event::validate_update(rt, new, old),
         Rules::Lease => lease::validate_spec(new),
         Rules::CustomResourceDefinition => crd::validate_update(new, old),

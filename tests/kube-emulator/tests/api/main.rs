@@ -17,6 +17,7 @@ mod patches;
 mod requests;
 mod responses;
 mod selectors;
+mod service_accounts;
 mod services;
 mod tables;
 mod validation;
