@@ -10,6 +10,14 @@
 //!
 //! The limiter sits in the client's `poll_ready`, so a request waits for a token of its
 //! client before it is sent, exactly once per request.
+//!
+//! With `--use-service-account-credentials` the controllers' clients drop the configured
+//! credentials and authenticate as each controller's ServiceAccount instead (see
+//! [`service_account`]); the shared informers, leader election and the manager's own client
+//! (event recorders, and the accounts' TokenRequests) keep the configured credentials, as
+//! upstream arranges them.
+
+pub mod service_account;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -69,9 +77,10 @@ pub enum ClusterError {
 pub const SHARED_INFORMERS: &str = "shared-informers";
 /// The client of leader election (upstream's name).
 pub const LEADER_ELECTION: &str = "leader-election";
-/// The client the event recorders publish through: upstream's own client, named after the
-/// component, feeds its event recorder.
-pub const EVENT_RECORDERS: &str = "cloud-controller-manager";
+/// The manager's own client, named after the component as upstream's: the event recorders
+/// publish through it and, with `--use-service-account-credentials`, it gets or creates the
+/// controllers' service accounts and asks for their tokens.
+pub const MANAGER: &str = "cloud-controller-manager";
 
 /// How the manager talks to the API server.
 #[derive(Debug, Clone)]
@@ -82,6 +91,9 @@ pub struct ClusterSettings {
     pub qps: f64,
     /// `--kube-api-burst`: of each client.
     pub burst: u32,
+    /// `--use-service-account-credentials`: each controller calls as its own ServiceAccount
+    /// in `kube-system`, with tokens from the TokenRequest API.
+    pub use_service_account_credentials: bool,
 }
 
 /// `rest_client_requests_total` labels, as client-go.
@@ -150,6 +162,15 @@ impl ClientMetrics {
 /// token bucket and user agent.
 #[derive(Clone)]
 pub struct Clients {
+    base: Base,
+    manager: kube::Client,
+    /// With `--use-service-account-credentials`.
+    accounts: Option<Arc<service_account::ServiceAccounts>>,
+}
+
+/// What every client is made from.
+#[derive(Clone)]
+struct Base {
     config: kube::Config,
     origin: String,
     budget: RateBudget,
@@ -175,7 +196,7 @@ impl Clients {
             .authority()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let clients = Clients {
+        let base = Base {
             config,
             origin,
             budget: RateBudget {
@@ -186,13 +207,53 @@ impl Clients {
             host: host.into(),
         };
         // Bad TLS data shows now, at start, not when a controller starts.
-        clients.client(SHARED_INFORMERS)?;
-        Ok(clients)
+        let manager = base.client(MANAGER, None)?;
+        let accounts = settings
+            .use_service_account_credentials
+            .then(|| Arc::new(service_account::ServiceAccounts::new(manager.clone())));
+        Ok(Clients {
+            base,
+            manager,
+            accounts,
+        })
     }
 
-    /// A new client named `name` (e.g. `service-controller`), with its own token bucket.
+    /// A new client named `name` (e.g. `shared-informers`), with its own token bucket and
+    /// the configured credentials.
     pub fn client(&self, name: &str) -> Result<kube::Client, ClusterError> {
+        self.base.client(name, None)
+    }
+
+    /// The manager's own client ([`MANAGER`]), one for the whole process.
+    pub fn manager(&self) -> kube::Client {
+        self.manager.clone()
+    }
+
+    /// A new client for a controller named `name` (e.g. `service-controller`), with its own
+    /// token bucket; with `--use-service-account-credentials` it authenticates as
+    /// `account` in [`service_account::NAMESPACE`], else with the configured credentials.
+    pub fn controller(&self, name: &str, account: &str) -> Result<kube::Client, ClusterError> {
+        let bearer = self
+            .accounts
+            .as_ref()
+            .map(|accounts| accounts.layer(account));
+        self.base.client(name, bearer)
+    }
+}
+
+impl Base {
+    /// A client named `name`; with `bearer`, anonymous but for the bearer's tokens (as
+    /// client-go's `AnonymousClientConfig`: no token, certificate, basic auth, exec plugin
+    /// or impersonation of the configuration, its server and CA kept).
+    fn client(
+        &self,
+        name: &str,
+        bearer: Option<service_account::BearerLayer>,
+    ) -> Result<kube::Client, ClusterError> {
         let mut config = self.config.clone();
+        if bearer.is_some() {
+            config.auth_info = kube::config::AuthInfo::default();
+        }
         let agent = user_agent(name);
         let value = HeaderValue::from_str(&agent).map_err(|_| ClusterError::UserAgent {
             agent: agent.clone(),
@@ -203,12 +264,15 @@ impl Clients {
             origin: self.origin.clone(),
             error,
         })?;
-        let layer = ThrottleLayer {
+        let throttle = ThrottleLayer {
             budgets: Arc::new(Budgets::new(self.budget)),
             metrics: self.metrics.clone(),
             host: self.host.clone(),
         };
-        Ok(builder.with_layer(&layer).build())
+        Ok(match bearer {
+            None => builder.with_layer(&throttle).build(),
+            Some(bearer) => builder.with_layer(&bearer).with_layer(&throttle).build(),
+        })
     }
 }
 

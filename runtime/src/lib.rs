@@ -10,7 +10,8 @@
 /// the controllers.
 pub mod manager;
 /// The Kubernetes API clients, one per controller: kubeconfig, QPS/burst and user agent of
-/// each, request metrics.
+/// each, request metrics, and each controller's ServiceAccount tokens with
+/// `--use-service-account-credentials`.
 pub mod cluster;
 /// Leader election on a `coordination.k8s.io/v1` Lease.
 pub mod leader;

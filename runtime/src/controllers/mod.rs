@@ -31,7 +31,7 @@ pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
 pub use workqueue::QueueMetrics;
 
-use crate::cluster::{Clients, ClusterError, EVENT_RECORDERS};
+use crate::cluster::{Clients, ClusterError};
 use crate::serving::{HealthChecks, Probe};
 use events::EventSink;
 use wasm_ccm_host::provider::{Provider, ProviderError};
@@ -75,15 +75,19 @@ pub struct ControllerClients {
 }
 
 impl ControllerClients {
-    /// A client for each controller, named as [`Controller::client_name`] says, and one
-    /// for the event recorders.
+    /// A client for each controller, named as [`Controller::client_name`] says (acting as
+    /// its [`Controller::service_account`] with `--use-service-account-credentials`), and
+    /// the manager's own client for the event recorders.
     pub fn new(clients: &Clients) -> Result<ControllerClients, ClusterError> {
+        let client = |controller: Controller| {
+            clients.controller(controller.client_name(), controller.service_account())
+        };
         Ok(ControllerClients {
-            cloud_node: clients.client(Controller::CloudNode.client_name())?,
-            node_lifecycle: clients.client(Controller::CloudNodeLifecycle.client_name())?,
-            service_lb: clients.client(Controller::ServiceLoadBalancer.client_name())?,
-            node_route: clients.client(Controller::NodeRoute.client_name())?,
-            events: clients.client(EVENT_RECORDERS)?,
+            cloud_node: client(Controller::CloudNode)?,
+            node_lifecycle: client(Controller::CloudNodeLifecycle)?,
+            service_lb: client(Controller::ServiceLoadBalancer)?,
+            node_route: client(Controller::NodeRoute)?,
+            events: clients.manager(),
         })
     }
 

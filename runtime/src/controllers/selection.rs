@@ -52,14 +52,27 @@ impl Controller {
         }
     }
 
-    /// The name of its API client, in its user agent and (upstream) its ServiceAccount:
-    /// upstream's `ClientName`s, except that the cloud-node controller has its own
-    /// (`cloud-node-controller`) instead of sharing `node-controller` with the lifecycle
-    /// controller, so the two can be told apart in the API server's audit log.
+    /// The name of its API client, in its user agent: upstream's `ClientName`s, except
+    /// that the cloud-node controller has its own (`cloud-node-controller`) instead of
+    /// sharing `node-controller` with the lifecycle controller, so the two can be told
+    /// apart in the API server's audit log. (Its ServiceAccount is upstream's: see
+    /// [`Controller::service_account`].)
     pub fn client_name(self) -> &'static str {
         match self {
             Controller::CloudNode => "cloud-node-controller",
             Controller::CloudNodeLifecycle => "node-controller",
+            Controller::ServiceLoadBalancer => "service-controller",
+            Controller::NodeRoute => "route-controller",
+        }
+    }
+
+    /// The ServiceAccount in `kube-system` the controller acts as with
+    /// `--use-service-account-credentials`: upstream's `ClientName`, under which the
+    /// cloud-node controller shares `node-controller` with the lifecycle controller (and so
+    /// the bootstrap policy's `system:controller:node-controller` role).
+    pub fn service_account(self) -> &'static str {
+        match self {
+            Controller::CloudNode | Controller::CloudNodeLifecycle => "node-controller",
             Controller::ServiceLoadBalancer => "service-controller",
             Controller::NodeRoute => "route-controller",
         }
