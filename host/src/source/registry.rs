@@ -435,3 +435,122 @@ impl tokio::io::AsyncWrite for Bounded {
         std::task::Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+    use crate::source::layout::OCI_MANIFEST;
+
+    const MANIFEST: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.wasm.config.v0+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+
+    /// A registry on loopback whose manifest endpoint answers with `statuses` in turn (the
+    /// last one repeating; 200 serves [`MANIFEST`]); returns its address and a count of
+    /// manifest requests.
+    async fn scripted_registry(statuses: &'static [u16]) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let count = Arc::new(AtomicUsize::new(0));
+        let served = count.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let served = served.clone();
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let served = served.clone();
+                    async move {
+                        let mut response = http::Response::builder();
+                        if !request.uri().path().contains("/manifests/") {
+                            return Ok::<_, Infallible>(
+                                response.status(200).body(Full::new(Bytes::new())).unwrap(),
+                            );
+                        }
+                        let n = served.fetch_add(1, Ordering::SeqCst);
+                        let status = statuses[n.min(statuses.len() - 1)];
+                        let body = match status {
+                            200 => {
+                                response = response
+                                    .header("content-type", OCI_MANIFEST)
+                                    .header("docker-content-digest", sha256_digest(MANIFEST));
+                                Bytes::from_static(MANIFEST)
+                            }
+                            404 => Bytes::from_static(
+                                br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#,
+                            ),
+                            _ => Bytes::from_static(b"try again later"),
+                        };
+                        Ok(response.status(status).body(Full::new(body)).unwrap())
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service),
+                );
+            }
+        });
+        (addr, count)
+    }
+
+    async fn manifest_from(statuses: &'static [u16]) -> (Result<String, RegistryError>, usize) {
+        let (addr, count) = scripted_registry(statuses).await;
+        let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
+        let oci = OciRef {
+            registry: addr,
+            repository: "p/simcloud".into(),
+            tag: Some("v1".into()),
+            digest: None,
+        };
+        let result = client.manifest(&oci).await.map(|(_, digest)| digest);
+        (result, count.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_and_definite_ones_are_not() {
+        let (result, requests) = manifest_from(&[503, 429, 200]).await;
+        assert_eq!(result.unwrap(), sha256_digest(MANIFEST));
+        assert_eq!(requests, 3, "two transient failures, then the manifest");
+
+        let (result, requests) = manifest_from(&[404]).await;
+        assert!(
+            matches!(&result, Err(RegistryError::NotFound(text)) if text.contains("MANIFEST_UNKNOWN")),
+            "{result:?}"
+        );
+        assert_eq!(requests, 1, "a 404 is not retried");
+
+        for status in [401, 403] {
+            let (result, requests) =
+                manifest_from(if status == 401 { &[401] } else { &[403] }).await;
+            assert!(
+                matches!(
+                    &result,
+                    Err(RegistryError::Unauthorized(_) | RegistryError::Denied(_))
+                ),
+                "{status}: {result:?}"
+            );
+            assert_eq!(requests, 1, "a {status} is not retried");
+        }
+
+        let (result, requests) = manifest_from(&[500]).await;
+        assert!(
+            matches!(
+                &result,
+                Err(RegistryError::Unreachable {
+                    attempts: ATTEMPTS,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert_eq!(requests, ATTEMPTS as usize, "retries are bounded");
+    }
+}

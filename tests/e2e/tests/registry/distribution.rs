@@ -490,3 +490,42 @@ async fn a_plain_http_registry_needs_insecure_registry() {
     );
     assert_refused(&output, &["--insecure-registry", "is not HOST:PORT"]);
 }
+
+#[tokio::test]
+async fn processes_sharing_one_cache_dir_pull_at_once_and_then_need_no_registry() {
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let digest = push(&registry, guest_builds::SIMCLOUD, "p/simcloud:v1", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = format!("--cache-dir={}", dir.path().join("cache").display());
+    let insecure = insecure(&registry);
+    let pinned = format!("p/simcloud@{digest}");
+    let original = std::fs::read(guest_builds::SIMCLOUD).unwrap();
+    let pulls: Vec<_> = (0..3)
+        .map(|i| {
+            let mut command = std::process::Command::new(wasm_ccm_binary());
+            command.args([
+                "provider".to_string(),
+                "pull".into(),
+                format!("oci://{}", registry.reference(&pinned)),
+                "-o".into(),
+                dir.path().join(format!("{i}.wasm")).display().to_string(),
+                cache.clone(),
+                insecure.clone(),
+            ]);
+            command
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn pull")
+        })
+        .collect();
+    for (i, mut pull) in pulls.into_iter().enumerate() {
+        assert!(pull.wait().unwrap().success(), "pull {i}");
+        assert!(std::fs::read(dir.path().join(format!("{i}.wasm"))).unwrap() == original);
+    }
+    registry.stop();
+    let out = dir.path().join("offline.wasm");
+    let output = pull(&registry, &pinned, &out, &[&cache, &insecure]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(std::fs::read(&out).unwrap() == original);
+}
