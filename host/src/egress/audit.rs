@@ -1,17 +1,50 @@
-//! The egress audit trail: one record per request a provider made or tried to make, as a
-//! structured log event (target `wasm_ccm::egress::audit`), as metrics, and in a bounded
-//! in-memory list for summaries (`wasm-ccm demo`, `provider call`).
+//! The egress audit trail: one record per request a provider made or tried to make, as
+//! metrics, in a bounded in-memory list for summaries (`wasm-ccm demo`, `provider call`),
+//! and as a structured log event (target `wasm_ccm::egress::audit`).
+//!
+//! Records and metrics are never dropped. Log events are: a provider looping on refused or
+//! rate-limited requests gets an answer in microseconds, and would otherwise write log
+//! events as fast as it runs. Each provider version draws its events from a token bucket
+//! ([`AuditLogLimits`]); past it, events are counted, and one warning per
+//! [`AuditLogLimits::summary_interval`] says how many were suppressed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::metrics::{EgressHostLabels, EgressLabels, Metrics};
+use crate::rate::{Budgets, RateBudget};
 
 /// How many records the in-memory trail keeps.
 const RECENT_CAPACITY: usize = 1024;
+
+/// How many audit log events each provider version may write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditLogLimits {
+    /// Events per second, and burst, of one provider version (`--egress-audit-log-rate`,
+    /// `--egress-audit-log-burst`; default 100 a second, burst 1000: more than the default
+    /// egress budget lets a provider send to one destination, so a well-behaved provider's
+    /// every request is logged, while a refusal loop writes at most ~30 KB of events a
+    /// second).
+    pub rate: RateBudget,
+    /// At most one "suppressed" warning per provider version in this time (default 10s);
+    /// it comes with the version's first audit record after the interval.
+    pub summary_interval: Duration,
+}
+
+impl Default for AuditLogLimits {
+    fn default() -> Self {
+        AuditLogLimits {
+            rate: RateBudget {
+                per_second: 100.0,
+                burst: 1000,
+            },
+            summary_interval: Duration::from_secs(10),
+        }
+    }
+}
 
 /// One request, allowed or not.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -63,19 +96,91 @@ impl AuditRecord {
 pub struct Audit {
     metrics: Arc<Metrics>,
     recent: Arc<Mutex<VecDeque<AuditRecord>>>,
+    log: Arc<AuditLog>,
+}
+
+/// The log event buckets of each provider version, and what each suppressed.
+#[derive(Debug)]
+struct AuditLog {
+    limits: AuditLogLimits,
+    /// Keyed by `provider@version`.
+    buckets: Budgets,
+    suppressed: Mutex<HashMap<String, Suppressed>>,
+}
+
+/// Events of one provider version not logged since the last summary.
+#[derive(Debug)]
+struct Suppressed {
+    count: u64,
+    since: Instant,
+}
+
+impl AuditLog {
+    /// Whether `record` may be logged; first warns about the events its version had
+    /// suppressed, once the summary interval has passed.
+    fn admit(&self, record: &AuditRecord) -> bool {
+        let key = format!("{}@{}", record.provider, record.version);
+        let admitted = self.buckets.take(&key).is_ok();
+        let mut suppressed = self.suppressed.lock().unwrap_or_else(|p| p.into_inner());
+        if !admitted {
+            let now = Instant::now();
+            suppressed
+                .entry(key.clone())
+                .or_insert(Suppressed {
+                    count: 0,
+                    since: now,
+                })
+                .count += 1;
+        }
+        if let Some(pending) = suppressed.get(&key)
+            && pending.since.elapsed() >= self.limits.summary_interval
+        {
+            let count = pending.count;
+            suppressed.remove(&key);
+            drop(suppressed);
+            let rate = self.limits.rate;
+            tracing::warn!(
+                target: "wasm_ccm::egress::audit",
+                provider = %record.provider,
+                version = %record.version,
+                suppressed = count,
+                "{count} egress audit events suppressed: more than {} a second (burst {}, --egress-audit-log-rate); every request is still counted in wasm_ccm_egress_requests_total",
+                rate.per_second,
+                rate.burst
+            );
+        }
+        admitted
+    }
 }
 
 impl Audit {
-    /// An empty trail that counts its records into `metrics`.
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    /// An empty trail that counts its records into `metrics` and logs within `limits`.
+    pub fn new(metrics: Arc<Metrics>, limits: AuditLogLimits) -> Self {
         Audit {
             metrics,
             recent: Arc::default(),
+            log: Arc::new(AuditLog {
+                limits,
+                buckets: Budgets::new(limits.rate),
+                suppressed: Mutex::default(),
+            }),
         }
     }
 
-    /// Log, count and keep `record`.
+    /// Count and keep `record`, and log it if its version's log budget allows.
     pub fn record(&self, record: AuditRecord) {
+        if self.log.admit(&record) {
+            self.log_event(&record);
+        }
+        self.count(&record);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() == RECENT_CAPACITY {
+            recent.pop_front();
+        }
+        recent.push_back(record);
+    }
+
+    fn log_event(&self, record: &AuditRecord) {
         tracing::info!(
             target: "wasm_ccm::egress::audit",
             provider = %record.provider,
@@ -90,6 +195,9 @@ impl Audit {
             connection_reused = record.connection_reused,
             "egress"
         );
+    }
+
+    fn count(&self, record: &AuditRecord) {
         let host = EgressHostLabels {
             provider: record.provider.clone(),
             version: record.version.clone(),
@@ -112,16 +220,68 @@ impl Audit {
             .egress_request_duration
             .get_or_create(&host)
             .observe(record.latency.as_secs_f64());
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        if recent.len() == RECENT_CAPACITY {
-            recent.pop_front();
-        }
-        recent.push_back(record);
     }
 
     /// The latest records, oldest first.
     pub fn recent(&self) -> Vec<AuditRecord> {
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(version: &str) -> AuditRecord {
+        AuditRecord {
+            provider: "looping".into(),
+            version: version.into(),
+            method: "GET".into(),
+            host: "https://evil.example:443".into(),
+            path: "/".into(),
+            status: None,
+            denied: Some("not in allowedHosts (granted: none)".into()),
+            response_bytes: 0,
+            latency: Duration::ZERO,
+            connection_reused: false,
+        }
+    }
+
+    #[test]
+    fn past_its_log_budget_a_version_is_kept_and_counted_but_not_logged() {
+        let metrics = Arc::new(Metrics::default());
+        let limits = AuditLogLimits {
+            rate: RateBudget {
+                per_second: 0.001,
+                burst: 10,
+            },
+            summary_interval: Duration::from_secs(3600),
+        };
+        let audit = Audit::new(metrics.clone(), limits);
+        for _ in 0..50 {
+            audit.record(refused("sha256:000000000001"));
+        }
+        let suppressed = |key: &str| audit.log.suppressed.lock().unwrap()[key].count;
+        assert_eq!(
+            suppressed("looping@sha256:000000000001"),
+            40,
+            "10 logged (the burst), 40 suppressed"
+        );
+        assert!(
+            audit.log.admit(&refused("sha256:000000000002")),
+            "each version has its own budget"
+        );
+        assert_eq!(audit.recent().len(), 50, "every record is kept");
+        let denied = metrics
+            .egress_requests
+            .get_or_create(&EgressLabels {
+                provider: "looping".into(),
+                version: "sha256:000000000001".into(),
+                host: "https://evil.example:443".into(),
+                outcome: "denied".into(),
+            })
+            .get();
+        assert_eq!(denied, 50, "and counted");
     }
 }

@@ -15,7 +15,7 @@
 //!    ([`Connections`]); connect and first-byte timeouts, a between-bytes timeout and a
 //!    response size cap;
 //! 6. **audit**: one record per request, allowed or not, saying whether the connection was
-//!    reused.
+//!    reused; its log event within the version's audit log budget.
 
 mod audit;
 mod credentials;
@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use http::HeaderName;
 use http_body_util::BodyExt;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
     WasiHttpHooks,
 };
 
-pub use audit::{Audit, AuditRecord};
+pub use audit::{Audit, AuditLogLimits, AuditRecord};
 pub use credentials::{CredentialError, CredentialRule};
 pub use policy::{HostPattern, PatternError};
 pub use pool::{Connections, PoolLimits};
@@ -79,6 +80,11 @@ pub struct EgressConfig {
     pub limits: Limits,
     /// Bounds of each provider version's connection pool.
     pub pool: PoolLimits,
+    /// How many audit log events each provider version may write.
+    pub audit_log: AuditLogLimits,
+    /// Certificates trusted as TLS roots besides the Mozilla set (a private cloud's CA; a
+    /// test server's self-signed certificate).
+    pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
 impl Default for EgressConfig {
@@ -94,6 +100,8 @@ impl Default for EgressConfig {
                 max_response_bytes: 8 * 1024 * 1024,
             },
             pool: PoolLimits::default(),
+            audit_log: AuditLogLimits::default(),
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -138,7 +146,7 @@ impl EgressGate {
         forbidden.extend(CREDENTIAL_HEADERS.map(HeaderName::from_static));
         forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
         forbidden.dedup();
-        let tls = transport::tls_config();
+        let tls = transport::tls_config(&config.extra_roots);
         Arc::new(EgressGate {
             budgets: Budgets::new(config.budget),
             forbidden: Arc::new(forbidden),
@@ -149,7 +157,7 @@ impl EgressGate {
                 config.pool,
             )),
             tls,
-            audit: Audit::new(metrics),
+            audit: Audit::new(metrics, config.audit_log),
             credential_values: Mutex::new(vec![None; config.credentials.len()]),
             config,
         })
@@ -331,6 +339,10 @@ impl Attempt {
         for name in CREDENTIAL_HEADERS {
             headers.remove(name);
         }
+        // The authority on the wire is the one the grant matched: the pooled client sets
+        // `Host` from the URI for HTTP/1.1, and HTTP/2 carries it as `:authority` alone,
+        // so a `Host` naming another virtual host never reaches the server.
+        headers.remove(http::header::HOST);
         for (index, rule) in gate.config.credentials.iter().enumerate() {
             if !rule.applies_to(&dest) {
                 continue;

@@ -13,12 +13,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls;
 use wasmtime_wasi_http::{Error, WasiBody};
@@ -93,7 +93,7 @@ impl Connections {
                     permits: permits.clone(),
                     max_connections: pool.max_connections.max(1),
                 };
-                Client::builder(TokioExecutor::new())
+                Client::builder(FirstPollHere)
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .pool_idle_timeout(pool.idle_timeout)
@@ -107,6 +107,35 @@ impl Connections {
     /// The pooled client for requests allowed by grant number `grant`.
     pub(super) fn client(&self, grant: usize) -> Option<&Client<GateConnector, WasiBody>> {
         self.clients.get(grant)
+    }
+}
+
+/// Runs the pooled client's background tasks (each connection's I/O, idle reaping): polls
+/// each task once where it is handed over, then spawns it on tokio if it is not finished.
+///
+/// hyper-util spawns a new connection's task and then waits for that task's first poll
+/// before it sends the request: with a plain spawn, every new connection paid a handoff
+/// between tasks (often between threads) before its first byte, which made a gated request
+/// on a new connection 23–37% slower than a native one. Polling once here lets the request
+/// go out at once. Correct because the spawned task is always polled again: anything that
+/// happened after the first poll (whose waker does nothing) is seen then.
+#[derive(Debug, Clone, Copy)]
+struct FirstPollHere;
+
+impl<F> hyper::rt::Executor<F> for FirstPollHere
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        let mut future = Box::pin(future);
+        if future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+        {
+            tokio::spawn(future);
+        }
     }
 }
 
@@ -251,6 +280,7 @@ mod tests {
 
     use std::sync::Mutex;
 
+    use hyper_util::rt::TokioExecutor;
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpListener;
     use tokio_rustls::rustls::HandshakeKind;
@@ -367,7 +397,14 @@ mod tests {
                         if http2 {
                             let ok = hyper::service::service_fn(|request| async move {
                                 assert_eq!(request.version(), http::Version::HTTP_2);
-                                let body = http_body_util::Full::new(bytes::Bytes::from("ok"));
+                                // `/authority` answers the authority and `Host` it got.
+                                let answer = if request.uri().path() == "/authority" {
+                                    let host = request.headers().get(http::header::HOST);
+                                    format!("{} host={host:?}", request.uri().authority().unwrap())
+                                } else {
+                                    "ok".to_string()
+                                };
+                                let body = http_body_util::Full::new(bytes::Bytes::from(answer));
                                 Ok::<_, std::convert::Infallible>(http::Response::new(body))
                             });
                             let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -595,5 +632,43 @@ mod tests {
         let mut expected = vec![true; 6];
         expected[0] = false;
         assert_eq!(reuse(&gate.audit().recent()), expected);
+    }
+
+    #[tokio::test]
+    async fn over_http2_the_granted_authority_is_sent_and_a_host_header_is_not() {
+        let (server, _, tls) = tls_server(true).await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let allow = [server.url.parse().unwrap()];
+        let version = Arc::new(Connections::new(
+            &allow,
+            &tls,
+            gate.config.limits,
+            PoolLimits::default(),
+        ));
+        let caller = Arc::new(Caller {
+            provider: "pooled".into(),
+            version: "sha256:0123456789ab".into(),
+        });
+        let authority = server.url.trim_start_matches("https://").to_string();
+        // wasmtime adds `Host` (the guest's authority) to every request; a host-side
+        // request may name another virtual host in it.
+        for host in [authority.as_str(), "admin.internal.example"] {
+            let request = http::Request::get(format!("{}/authority", server.url))
+                .header(http::header::HOST, host)
+                .body(bytes::Bytes::new())
+                .unwrap();
+            let hooks = gate.hooks(caller.clone(), version.clone());
+            let (status, body) = send_through(hooks, request).await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(
+                body,
+                format!("{authority} host=None"),
+                "Host sent as {host}"
+            );
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        let records = gate.audit().recent();
+        assert!(records.iter().all(|r| r.host == server.url), "{records:?}");
+        assert_eq!(reuse(&records), [false, true]);
     }
 }

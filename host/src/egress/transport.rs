@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use wasmtime_wasi_http::{Error, WasiBody};
 
 use super::policy::{Destination, HostPattern, Scheme, internal_address_reason};
@@ -63,11 +64,13 @@ impl std::fmt::Display for ConnectRefusal {
 
 impl std::error::Error for ConnectRefusal {}
 
-/// The TLS client configuration: the Mozilla root set, ring crypto.
-pub fn tls_config() -> Arc<rustls::ClientConfig> {
-    let roots = rustls::RootCertStore {
+/// The TLS client configuration: the Mozilla root set and `extra_roots`, ring crypto.
+/// A certificate that does not parse as a trust anchor is skipped.
+pub fn tls_config(extra_roots: &[CertificateDer<'static>]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.into(),
     };
+    roots.add_parsable_certificates(extra_roots.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

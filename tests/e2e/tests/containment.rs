@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{EgressConfig, HostPattern};
+use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, HostPattern};
 use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
@@ -566,6 +566,59 @@ async fn a_provider_retrying_refused_requests_is_kept_and_warned_about_16_times(
     assert_eq!(warnings, 16, "one warning per kept refusal");
     let audited = gate.audit().recent();
     assert_eq!(audited.len(), 500, "every refusal is still audited");
+    assert_eq!(target.connections.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_audited() {
+    let target = target(ok_response("ok")).await;
+    let egress = EgressConfig {
+        audit_log: AuditLogLimits {
+            rate: RateBudget {
+                per_second: 0.001,
+                burst: 10,
+            },
+            summary_interval: Duration::from_millis(200),
+        },
+        ..EgressConfig::default()
+    };
+    let provider = hostile(SandboxConfig::default(), egress).await;
+    let gate = provider.egress().clone();
+    let (logs, _guard) = Logs::capture();
+    let fetch = |n: usize| command(&format!("fetch-many:{n}:{}", target.url));
+    for _ in 0..2 {
+        provider.instance_metadata(&fetch(500)).await.unwrap_err();
+    }
+    // The next audit record after the interval reports what was suppressed.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    provider.instance_metadata(&fetch(1)).await.unwrap_err();
+
+    let (events, bytes) = logs.take();
+    let audit_events: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["target"] == "wasm_ccm::egress::audit")
+        .collect();
+    let logged = audit_events.iter().filter(|e| e["level"] == "INFO").count();
+    let summaries: Vec<u64> = audit_events
+        .iter()
+        .filter(|e| e["level"] == "WARN")
+        .map(|e| e["fields"]["suppressed"].as_u64().expect("a count"))
+        .collect();
+    assert_eq!(logged, 10, "the burst is logged, then nothing");
+    assert!(
+        !summaries.is_empty() && summaries.len() <= 3,
+        "one summary per interval: {summaries:?}"
+    );
+    assert_eq!(summaries.iter().sum::<u64>(), 1001 - 10, "{summaries:?}");
+    eprintln!(
+        "1001 refused requests: {} log events, {bytes} bytes",
+        events.len()
+    );
+    assert_eq!(
+        gate.audit().recent().len(),
+        1001,
+        "every request is audited"
+    );
     assert_eq!(target.connections.load(Ordering::SeqCst), 0);
 }
 
