@@ -49,7 +49,7 @@ pub async fn measure() -> (Stats, Stats) {
     let start = |store: ArtifactStore| {
         let distribution = Distribution::new(settings(Some(store.clone())));
         let pinned = pinned.clone();
-        let cloud = &cloud;
+        let (cloud, digest) = (&cloud, &digest);
         async move {
             let started = Instant::now();
             let artifact = distribution.fetch(&pinned).await.expect("fetch");
@@ -71,7 +71,7 @@ pub async fn measure() -> (Stats, Stats) {
                 .await
                 .expect("simcloud loads");
             let elapsed = started.elapsed();
-            assert_eq!(provider.identity().digest, digest);
+            assert_eq!(&provider.identity().digest, digest);
             elapsed
         }
     };
