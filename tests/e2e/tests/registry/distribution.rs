@@ -492,7 +492,7 @@ async fn a_plain_http_registry_needs_insecure_registry() {
 }
 
 #[tokio::test]
-async fn processes_sharing_one_cache_dir_pull_at_once_and_then_need_no_registry() {
+async fn processes_sharing_one_cache_dir_pull_at_once_then_a_tag_costs_one_request_and_a_digest_none() {
     let registry = Registry::start(RegistryOptions::default()).await;
     let digest = push(&registry, guest_builds::SIMCLOUD, "p/simcloud:v1", &[]);
     let dir = tempfile::tempdir().unwrap();
@@ -523,6 +523,26 @@ async fn processes_sharing_one_cache_dir_pull_at_once_and_then_need_no_registry(
         assert!(pull.wait().unwrap().success(), "pull {i}");
         assert!(std::fs::read(dir.path().join(format!("{i}.wasm"))).unwrap() == original);
     }
+    // A tag is resolved on every start: one manifest request, no download when cached.
+    let requests = |what: &str| {
+        registry
+            .log()
+            .lines()
+            .filter(|line| line.contains("http.request.method=GET") && line.contains(what))
+            .count()
+    };
+    let (manifests, blobs) = (requests("/manifests/"), requests("/blobs/"));
+    assert!(blobs > 0, "the first pulls downloaded: {}", registry.log());
+    let output = pull(
+        &registry,
+        "p/simcloud:v1",
+        &dir.path().join("tagged.wasm"),
+        &[&cache, &insecure],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(requests("/manifests/"), manifests + 1, "{}", registry.log());
+    assert_eq!(requests("/blobs/"), blobs, "nothing downloaded: {}", registry.log());
+
     registry.stop();
     let out = dir.path().join("offline.wasm");
     let output = pull(&registry, &pinned, &out, &[&cache, &insecure]);
