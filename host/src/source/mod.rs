@@ -16,7 +16,7 @@ mod store;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use credentials::{CredentialsError, RegistryCredentials};
 pub use layout::{ComponentWorld, LayoutError, ManifestSummary};
@@ -114,7 +114,11 @@ pub struct DistributionSettings {
 
 /// Fetches and publishes provider artifacts.
 pub struct Distribution {
-    registry: RegistryClient,
+    insecure_registries: Vec<String>,
+    credentials: RegistryCredentials,
+    /// Made on first use: a start served from the cache never pays for an HTTP client (it
+    /// loads the system's root certificates).
+    registry: OnceLock<RegistryClient>,
     cache: Option<ArtifactStore>,
 }
 
@@ -135,9 +139,17 @@ impl Distribution {
     /// A distribution client with these settings.
     pub fn new(settings: DistributionSettings) -> Distribution {
         Distribution {
-            registry: RegistryClient::new(&settings.insecure_registries, settings.credentials),
+            insecure_registries: settings.insecure_registries,
+            credentials: settings.credentials,
+            registry: OnceLock::new(),
             cache: settings.cache,
         }
+    }
+
+    fn registry(&self) -> &RegistryClient {
+        self.registry.get_or_init(|| {
+            RegistryClient::new(&self.insecure_registries, self.credentials.clone())
+        })
     }
 
     /// The component `reference` names, verified.
@@ -167,7 +179,7 @@ impl Distribution {
         });
         let (manifest, digest) = match cached_manifest {
             Some(cached) => cached,
-            None => self.registry.manifest(oci).await.map_err(registry_error)?,
+            None => self.registry().manifest(oci).await.map_err(registry_error)?,
         };
         let (summary, layer) =
             layout::check_manifest(&manifest, &digest).map_err(|error| FetchError::Layout {
@@ -179,7 +191,7 @@ impl Distribution {
             Some(wasm) => wasm,
             None => {
                 let wasm = self
-                    .registry
+                    .registry()
                     .blob(oci, &layer)
                     .await
                     .map_err(registry_error)?;
@@ -229,7 +241,7 @@ impl Distribution {
             annotations.insert(layout::annotation::SOURCE.to_string(), source.clone());
         }
         let packed = layout::pack(wasm, &request.world, &created, annotations);
-        self.registry
+        self.registry()
             .push(oci, &packed)
             .await
             .map_err(|error| FetchError::Registry {
