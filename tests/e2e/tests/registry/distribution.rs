@@ -190,8 +190,8 @@ async fn the_manager_runs_an_oras_pushed_provider_and_restarts_from_the_cache_wi
         .await;
     let cache = tempfile::tempdir().unwrap();
     let insecure_flag = insecure(&registry);
-    let run = |provider: String| {
-        let port = https::free_port();
+    // The testbed's flags with `provider` from the registry, cached in `cache`.
+    let flags_for = |provider: &str, extra: Vec<String>| {
         let mut flags: Vec<String> = bed
             .provider_flags()
             .into_iter()
@@ -201,11 +201,21 @@ async fn the_manager_runs_an_oras_pushed_provider_and_restarts_from_the_cache_wi
             format!("--provider={provider}"),
             insecure_flag.clone(),
             format!("--cache-dir={}", cache.path().display()),
-            "--controllers=cloud-node".into(),
-            "--leader-elect=false".into(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
         ]);
+        flags.extend(extra);
+        flags
+    };
+    let run = |provider: String| {
+        let port = https::free_port();
+        let flags = flags_for(
+            &provider,
+            vec![
+                "--controllers=cloud-node".into(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+            ],
+        );
         ManagerProcess::spawn(&wasm_ccm_binary(), &flags, port, true)
     };
     let initialised = |name: &'static str| {
@@ -274,17 +284,7 @@ async fn the_manager_runs_an_oras_pushed_provider_and_restarts_from_the_cache_wi
     drop(manager);
 
     // A tag cannot be resolved without the registry: the manager says so and exits.
-    let mut flags: Vec<String> = bed
-        .provider_flags()
-        .into_iter()
-        .filter(|f| !f.starts_with("--provider="))
-        .collect();
-    flags.extend([
-        format!("--provider={by_tag}"),
-        insecure_flag.clone(),
-        format!("--cache-dir={}", cache.path().display()),
-        "--secure-port=0".into(),
-    ]);
+    let flags = flags_for(&by_tag, vec!["--secure-port=0".into()]);
     let output = wasm_ccm(&flags);
     assert_refused(
         &output,
@@ -492,7 +492,8 @@ async fn a_plain_http_registry_needs_insecure_registry() {
 }
 
 #[tokio::test]
-async fn processes_sharing_one_cache_dir_pull_at_once_then_a_tag_costs_one_request_and_a_digest_none() {
+async fn processes_sharing_one_cache_dir_pull_at_once_then_a_tag_costs_one_request_and_a_digest_none()
+ {
     let registry = Registry::start(RegistryOptions::default()).await;
     let digest = push(&registry, guest_builds::SIMCLOUD, "p/simcloud:v1", &[]);
     let dir = tempfile::tempdir().unwrap();
@@ -541,7 +542,12 @@ async fn processes_sharing_one_cache_dir_pull_at_once_then_a_tag_costs_one_reque
     );
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(requests("/manifests/"), manifests + 1, "{}", registry.log());
-    assert_eq!(requests("/blobs/"), blobs, "nothing downloaded: {}", registry.log());
+    assert_eq!(
+        requests("/blobs/"),
+        blobs,
+        "nothing downloaded: {}",
+        registry.log()
+    );
 
     registry.stop();
     let out = dir.path().join("offline.wasm");
