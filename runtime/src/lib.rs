@@ -6,6 +6,9 @@
 //!
 //! Modules in the order data flows through them:
 
+/// The `CloudProvider` custom resource: the spec operators edit to choose and roll out a
+/// provider version, the status the manager reports, and the CRD generated from them.
+pub mod resource;
 /// Run mode: load the provider, connect to the cluster, serve health, elect a leader, run
 /// the controllers.
 pub mod manager;

@@ -53,11 +53,17 @@ pub struct Cli {
 }
 
 /// The subcommands.
+// Parsed once at start: a large variant costs nothing, and a box would complicate matching.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Inspect and call provider components (for provider authors and operators).
     #[command(subcommand)]
     Provider(ProviderCommand),
+
+    /// Print the CloudProvider CustomResourceDefinition (YAML) the manager's types define, as
+    /// the chart ships it: `wasm-ccm crd | kubectl apply -f -`.
+    Crd,
 }
 
 impl Cli {
@@ -70,6 +76,10 @@ impl Cli {
     pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Some(Command::Provider(command)) => command.run().await,
+            Some(Command::Crd) => {
+                print!("{}", crate::resource::crd_yaml());
+                Ok(std::process::ExitCode::SUCCESS)
+            }
             None => self.run.run().await,
         }
     }
