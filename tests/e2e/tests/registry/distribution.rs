@@ -14,7 +14,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The smallest valid component: it has no exports, so it is no provider.
 const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
 
-fn wasm_ccm(args: &[String]) -> Output {
+pub(super) fn wasm_ccm(args: &[String]) -> Output {
     std::process::Command::new(wasm_ccm_binary())
         .args(args)
         .env("RUST_LOG", "warn")
@@ -22,20 +22,20 @@ fn wasm_ccm(args: &[String]) -> Output {
         .expect("run wasm-ccm")
 }
 
-fn args(list: &[&str]) -> Vec<String> {
+pub(super) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|a| a.to_string()).collect()
 }
 
-fn stdout(output: &Output) -> String {
+pub(super) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(super) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The command failed with exit 2 and a message containing every one of `needles`.
-fn assert_refused(output: &Output, needles: &[&str]) {
+pub(super) fn assert_refused(output: &Output, needles: &[&str]) {
     let message = stderr(output);
     assert_eq!(output.status.code(), Some(2), "{message}");
     assert!(!message.contains("panicked"), "{message}");
@@ -44,12 +44,12 @@ fn assert_refused(output: &Output, needles: &[&str]) {
     }
 }
 
-fn insecure(registry: &Registry) -> String {
+pub(super) fn insecure(registry: &Registry) -> String {
     format!("--insecure-registry={}", registry.addr())
 }
 
 /// `provider push FILE oci://REF` with `extra` flags; the manifest digest it printed.
-fn push(registry: &Registry, file: &str, reference: &str, extra: &[&str]) -> String {
+pub(super) fn push(registry: &Registry, file: &str, reference: &str, extra: &[&str]) -> String {
     let mut command = args(&[
         "provider",
         "push",
@@ -69,7 +69,7 @@ fn push(registry: &Registry, file: &str, reference: &str, extra: &[&str]) -> Str
 }
 
 /// `provider pull oci://REF -o FILE` with `extra` flags.
-fn pull(registry: &Registry, reference: &str, file: &Path, extra: &[&str]) -> Output {
+pub(super) fn pull(registry: &Registry, reference: &str, file: &Path, extra: &[&str]) -> Output {
     let mut command = args(&[
         "provider",
         "pull",
@@ -81,7 +81,8 @@ fn pull(registry: &Registry, reference: &str, file: &Path, extra: &[&str]) -> Ou
     wasm_ccm(&command)
 }
 
-#[tokio::test]
+// Multi-threaded: the cloud simulator serves `provider call` while the test waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_provider_pulls_back_byte_identical_and_oras_reads_the_cncf_layout() {
     let registry = Registry::start(RegistryOptions::default()).await;
     let created = "2026-11-24T00:00:00Z";
@@ -155,6 +156,39 @@ async fn a_pushed_provider_pulls_back_byte_identical_and_oras_reads_the_cncf_lay
         .await;
     assert_eq!(pulled.len(), 1, "{pulled:?}");
     assert!(std::fs::read(&pulled[0]).unwrap() == original);
+
+    // call runs the pulled provider under the sandbox and gate, as run mode would.
+    let cloud = e2e::Cloud::start().await;
+    cloud.sim.state().add_instance(cloud_sim::NewInstance {
+        name: "node-1".into(),
+        instance_type: "sim.large".into(),
+        zone: "sim-central-1c".into(),
+        ..cloud_sim::NewInstance::default()
+    });
+    let config = dir.path().join("cloud.json");
+    std::fs::write(&config, cloud.simcloud_config()).unwrap();
+    let url = cloud.sim.url();
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "call",
+        &format!(
+            "oci://{}",
+            registry.reference(&format!("providers/simcloud@{digest}"))
+        ),
+        "instance-metadata",
+        "--args",
+        r#"{"node": {"name": "node-1"}}"#,
+        "--config",
+        &config.display().to_string(),
+        "--allow",
+        &url,
+        "--credential",
+        &format!("{url}=bearer:file:{}", cloud.token_file.path().display()),
+        &insecure,
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let metadata: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(metadata["instanceType"], "sim.large", "{metadata}");
 
     // inspect shows the manifest beside the component.
     let output = wasm_ccm(&args(&[
