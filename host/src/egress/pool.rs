@@ -114,10 +114,9 @@ impl Connections {
 /// each task once where it is handed over, then spawns it on tokio if it is not finished.
 ///
 /// hyper-util spawns a new connection's task and then waits for that task's first poll
-/// before it sends the request: with a plain spawn, every new connection paid a handoff
-/// between tasks (often between threads) before its first byte, which made a gated request
-/// on a new connection 23–37% slower than a native one. Polling once here lets the request
-/// go out at once. Correct because the spawned task is always polled again: anything that
+/// before it sends the request; polling once here lets the request go out without that
+/// handoff between tasks (5–8 µs a new connection on loopback, measured with hyper-util's
+/// own connector). Correct because the spawned task is always polled again: anything that
 /// happened after the first poll (whose waker does nothing) is seen then.
 #[derive(Debug, Clone, Copy)]
 struct FirstPollHere;

@@ -6,14 +6,26 @@
 //!   `not-implemented` once the nodes are in its memory), with every label and annotation
 //!   passed and with the provider declaring it reads none;
 //! - compiling a provider vs loading its precompiled code from the cache;
+//! - a pinned `oci://` reference to simcloud ready to call, from the local registry with an
+//!   empty cache and again from the cache;
 //! - simcloud instance-metadata (sandbox + guest + egress gate), the same HTTP request sent
 //!   through the egress gate from the host side, and the same request made natively from Rust,
 //!   all on a new connection each time (the gate's pool turned off): the gate's own overhead
 //!   and the whole sandboxed call's, each against the native request; then the first two
-//!   again over the gate's pooled keep-alive connections.
+//!   again over the gate's pooled keep-alive connections;
+//! - 100 sequential requests to a TLS server on loopback behind a relay that delays every
+//!   chunk 5 ms each way (a 10 ms round trip, as to a nearby cloud region): made by a
+//!   sandboxed provider over pooled connections and over a new connection each, and by a
+//!   native hyper client, pooled and not; with the server's count of full and resumed TLS
+//!   handshakes.
 //!
 //! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
-//! of `calls`, `nodes`, `compile`, `egress` to run only that group).
+//! of `calls`, `nodes`, `compile`, `distribution`, `egress`, `rtt` to run only that group).
+
+#[path = "sandbox/distribution.rs"]
+mod distribution;
+#[path = "sandbox/rtt.rs"]
+mod rtt;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +83,26 @@ async fn run() {
         ));
         rows.push(("load simcloud from the compile cache".to_string(), cached));
     }
+    if wanted("distribution") {
+        let (cold, warm) = distribution::measure().await;
+        rows.push((
+            "oci:// pinned to simcloud ready: pull + verify + compile + init (empty cache)"
+                .to_string(),
+            cold,
+        ));
+        rows.push((
+            "oci:// pinned to simcloud ready, restart from --cache-dir (no request)".to_string(),
+            warm,
+        ));
+    }
+    let mut rtt_summary = None;
+    if wanted("rtt") {
+        let measured = rtt::measure().await;
+        rtt_summary = Some(rtt::summary(&measured));
+        for row in measured {
+            rows.push((row.name, row.stats));
+        }
+    }
     if wanted("egress") {
         let egress = egress_vs_native().await;
         overhead = Some(Overhead {
@@ -97,6 +129,11 @@ async fn run() {
             "the same HTTP request through the gate, host side, pooled".to_string(),
             egress.gate_pooled,
         ));
+        rows.push((
+            "the same HTTP request natively through hyper-util's client, new connection"
+                .to_string(),
+            egress.native_client,
+        ));
     }
 
     println!();
@@ -118,6 +155,10 @@ async fn run() {
             overhead.gate_only, overhead.whole_call
         );
     }
+    if let Some(summary) = rtt_summary {
+        println!();
+        println!("{summary}");
+    }
 }
 
 struct Overhead {
@@ -135,6 +176,7 @@ struct EgressStats {
     native: Stats,
     provider_call_pooled: Stats,
     gate_pooled: Stats,
+    native_client: Stats,
 }
 
 struct Stats {
@@ -384,11 +426,22 @@ async fn egress_vs_native() -> EgressStats {
         through_gate(&gate_pooled).await;
         get_native(&url, TOKEN).await;
     }
+    // hyper-util's pooled client with reuse off and its own connector: what the gate builds
+    // on, without the gate.
+    let native_client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let mut native_client_only = Vec::with_capacity(HTTP_CALLS);
     // Interleave, rotating the order, so all see the same machine conditions.
     for i in 0..HTTP_CALLS {
-        for step in 0..5 {
+        for step in 0..6 {
             let started = Instant::now();
-            match (i + step) % 5 {
+            match (i + step) % 6 {
+                5 => {
+                    native::get_client(&native_client, &url, TOKEN).await;
+                    native_client_only.push(started.elapsed());
+                }
                 0 => {
                     provider.instance_metadata(&node).await.expect("metadata");
                     provider_call.push(started.elapsed());
@@ -421,6 +474,7 @@ async fn egress_vs_native() -> EgressStats {
         native: stats(native),
         provider_call_pooled: stats(provider_call_pooled),
         gate_pooled: stats(gate_pooled_only),
+        native_client: stats(native_client_only),
     }
 }
 
@@ -447,6 +501,30 @@ mod native {
             .body(Empty::<bytes::Bytes>::new())
             .expect("request");
         let response = sender.send_request(request).await.expect("response");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        serde_json::from_slice(&body).expect("json")
+    }
+
+    /// GET `url` through `client` with a bearer token and parse the JSON body.
+    pub async fn get_client<E>(
+        client: &hyper_util::client::legacy::Client<E, Empty<bytes::Bytes>>,
+        url: &str,
+        token: &str,
+    ) -> serde_json::Value
+    where
+        E: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+    {
+        let request = hyper::Request::get(url)
+            .header("authorization", format!("Bearer {token}"))
+            .header("accept", "application/json")
+            .body(Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let response = client.request(request).await.expect("response");
         let body = response
             .into_body()
             .collect()
