@@ -2,15 +2,19 @@
 //! `docker login` writes and a Kubernetes `kubernetes.io/dockerconfigjson` Secret holds, or
 //! the older `.dockercfg` form without the `auths` wrapper.
 //!
+//! An entry is basic auth (`auth`, or `username`/`password`), a registry token
+//! (`registrytoken`), or an identity token (`identitytoken`: the OAuth2 refresh token `docker
+//! login` stores for registries such as ACR and Harbor, exchanged for an access token by the
+//! `token` module before each registry operation).
+//!
 //! Like cloud credentials they stay in the host: they are never passed to a provider, and
-//! `Debug` prints the registries they are for, never their values.
+//! `Debug` prints the registries they are for and the kind of credential, never their values.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use base64::Engine as _;
-use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
 /// How the manager authenticates to one registry.
@@ -26,6 +30,19 @@ pub enum Credential {
     },
     /// A registry token sent as `Authorization: Bearer` (`registrytoken` in the file).
     Bearer(String),
+    /// An OAuth2 refresh token (`identitytoken` in the file), exchanged at the registry's
+    /// token service for an access token scoped to one repository and operation.
+    IdentityToken(String),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Credential::Basic { .. } => "Basic",
+            Credential::Bearer(_) => "Bearer",
+            Credential::IdentityToken(_) => "IdentityToken",
+        })
+    }
 }
 
 /// Credentials per registry host (`host[:port]`).
@@ -36,7 +53,7 @@ pub struct RegistryCredentials {
 
 impl fmt::Debug for RegistryCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.by_registry.keys()).finish()
+        f.debug_map().entries(&self.by_registry).finish()
     }
 }
 
@@ -101,17 +118,10 @@ impl RegistryCredentials {
         Ok(RegistryCredentials { by_registry })
     }
 
-    /// What to present to `registry` (`host[:port]`): anonymous when the file has nothing
-    /// for it.
-    pub fn auth_for(&self, registry: &str) -> RegistryAuth {
-        let host = registry_host(registry);
-        match self.by_registry.get(&host) {
-            Some(Credential::Basic { username, password }) => {
-                RegistryAuth::Basic(username.clone(), password.clone())
-            }
-            Some(Credential::Bearer(token)) => RegistryAuth::Bearer(token.clone()),
-            None => RegistryAuth::Anonymous,
-        }
+    /// What to present to `registry` (`host[:port]`): none when the file has nothing for it
+    /// (anonymous access).
+    pub(super) fn credential(&self, registry: &str) -> Option<&Credential> {
+        self.by_registry.get(&registry_host(registry))
     }
 
     /// Whether the file has credentials for `registry`.
@@ -125,8 +135,9 @@ impl AuthEntry {
         if let Some(token) = self.registrytoken.filter(|t| !t.is_empty()) {
             return Ok(Some(Credential::Bearer(token)));
         }
-        if self.identitytoken.as_deref().is_some_and(|t| !t.is_empty()) {
-            return Err("identity tokens (OAuth2 refresh tokens) are not supported yet; use a user name and password or access token (\"auth\")".into());
+        // docker writes a placeholder user in "auth" beside an identity token: the token wins.
+        if let Some(token) = self.identitytoken.filter(|t| !t.is_empty()) {
+            return Ok(Some(Credential::IdentityToken(token)));
         }
         if let (Some(username), Some(password)) = (&self.username, &self.password)
             && !username.is_empty()
@@ -176,8 +187,11 @@ fn registry_host(key: &str) -> String {
 mod tests {
     use super::*;
 
-    fn basic(user: &str, password: &str) -> RegistryAuth {
-        RegistryAuth::Basic(user.into(), password.into())
+    fn basic(user: &str, password: &str) -> Option<Credential> {
+        Some(Credential::Basic {
+            username: user.into(),
+            password: password.into(),
+        })
     }
 
     #[test]
@@ -192,27 +206,13 @@ mod tests {
               "credsStore": "desktop"}}"#
         );
         let credentials = RegistryCredentials::parse(file.as_bytes()).unwrap();
-        assert_eq!(
-            credentials.auth_for("127.0.0.1:5000"),
-            basic("alice", "s3cr:et")
-        );
-        assert_eq!(credentials.auth_for("docker.io"), basic("bob", "pw"));
-        assert_eq!(
-            credentials.auth_for("registry-1.docker.io"),
-            basic("bob", "pw")
-        );
-        assert_eq!(
-            credentials.auth_for("ghcr.io"),
-            RegistryAuth::Bearer("tok".into())
-        );
-        assert_eq!(
-            credentials.auth_for("empty.example"),
-            RegistryAuth::Anonymous
-        );
-        assert_eq!(
-            credentials.auth_for("127.0.0.1:5001"),
-            RegistryAuth::Anonymous
-        );
+        let credential = |registry: &str| credentials.credential(registry).cloned();
+        assert!(credential("127.0.0.1:5000") == basic("alice", "s3cr:et"));
+        assert!(credential("docker.io") == basic("bob", "pw"));
+        assert!(credential("registry-1.docker.io") == basic("bob", "pw"));
+        assert!(credential("ghcr.io") == Some(Credential::Bearer("tok".into())));
+        assert!(credential("empty.example").is_none());
+        assert!(credential("127.0.0.1:5001").is_none());
         // The legacy .dockercfg form has no "auths" wrapper.
         let legacy = format!(r#"{{"127.0.0.1:5000": {{"auth": "{auth}"}}}}"#);
         assert!(
@@ -220,6 +220,29 @@ mod tests {
                 .unwrap()
                 .has("127.0.0.1:5000")
         );
+    }
+
+    #[test]
+    fn an_identity_token_wins_over_the_placeholder_user_docker_writes_beside_it() {
+        // What `docker login` writes for ACR: a fixed user with no password, and the token.
+        let placeholder = base64::engine::general_purpose::STANDARD
+            .encode("00000000-0000-0000-0000-000000000000:");
+        let file = format!(
+            r#"{{"auths": {{"acr.example.io": {{"auth": "{placeholder}", "identitytoken": "eyJhbGciOi.refresh"}},
+                "harbor.example": {{"identitytoken": "harbor-refresh"}},
+                "blank.example": {{"identitytoken": "", "username": "u", "password": "p"}}}}}}"#
+        );
+        let credentials = RegistryCredentials::parse(file.as_bytes()).unwrap();
+        assert!(
+            credentials.credential("acr.example.io")
+                == Some(&Credential::IdentityToken("eyJhbGciOi.refresh".into()))
+        );
+        assert!(
+            credentials.credential("https://harbor.example/v2/")
+                == Some(&Credential::IdentityToken("harbor-refresh".into()))
+        );
+        // An empty identity token is no identity token.
+        assert!(credentials.credential("blank.example").cloned() == basic("u", "p"));
     }
 
     #[test]
@@ -233,16 +256,19 @@ mod tests {
             r#"{{"auths": {{"r": {{"auth": "{no_colon}"}}}}}}"#
         ));
         assert!(no_colon.contains("USER:PASSWORD") && !no_colon.contains("justsecret"));
-        assert!(error(r#"{"auths": {"r": {"identitytoken": "t"}}}"#).contains("identity tokens"));
     }
 
     #[test]
-    fn debug_names_registries_not_secrets() {
+    fn debug_names_registries_and_kinds_not_secrets() {
         let credentials = RegistryCredentials::parse(
-            br#"{"auths": {"r.example": {"username": "u", "password": "hunter2"}}}"#,
+            br#"{"auths": {"r.example": {"username": "u", "password": "hunter2"},
+                "acr.example.io": {"identitytoken": "refresh-hunter3"}}}"#,
         )
         .unwrap();
         let printed = format!("{credentials:?}");
-        assert!(printed.contains("r.example") && !printed.contains("hunter2"));
+        assert_eq!(
+            printed,
+            r#"{"acr.example.io": IdentityToken, "r.example": Basic}"#
+        );
     }
 }

@@ -5,10 +5,14 @@
 //! - transient failures (no connection, timeouts, 5xx, 429) are retried with exponential
 //!   backoff, [`ATTEMPTS`] times at most; 401, 403 and 404 fail at once;
 //! - every error says which registry and what to do (a TLS failure suggests
-//!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential.
+//!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential;
+//! - an identity token is exchanged for an access token ([`token`]) before each
+//!   operation, and that operation gets an oci-client of its own: oci-client keeps one
+//!   credential per registry, and an access token is good for one repository only.
 
+use std::borrow::Cow;
 use std::future::Future;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -17,9 +21,15 @@ use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
-use super::credentials::RegistryCredentials;
+use super::credentials::{Credential, RegistryCredentials};
 use super::layout::{MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, sha256_digest};
 use super::reference::OciRef;
+use token::TokenError;
+
+mod token;
+
+/// What the manager calls itself to registries and token services.
+const USER_AGENT: &str = concat!("wasm-ccm/", env!("CARGO_PKG_VERSION"));
 
 /// Attempts of one registry request before a transient failure is reported.
 pub const ATTEMPTS: u32 = 4;
@@ -77,9 +87,25 @@ impl RegistryError {
     }
 }
 
+impl From<TokenError> for RegistryError {
+    fn from(error: TokenError) -> RegistryError {
+        match error {
+            TokenError::Refused { .. } | TokenError::NoBearerChallenge { .. } => {
+                RegistryError::Unauthorized(error.to_string())
+            }
+            TokenError::Unavailable(error) => RegistryError::Unreachable { attempts: 1, error },
+            TokenError::Tls { registry, error } => RegistryError::Tls { registry, error },
+            TokenError::Protocol(error) => RegistryError::Protocol(error),
+        }
+    }
+}
+
 /// A registry client with the operator's transport and credential settings.
 pub struct RegistryClient {
+    insecure: Vec<String>,
     client: Client,
+    /// For identity-token exchanges; made on first use.
+    token_http: OnceLock<reqwest::Client>,
     credentials: RegistryCredentials,
 }
 
@@ -87,32 +113,65 @@ impl RegistryClient {
     /// A client that speaks plain HTTP only to `insecure` registries (`host:port`).
     pub fn new(insecure: &[String], credentials: RegistryCredentials) -> RegistryClient {
         install_crypto_provider();
-        let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(60)),
-            user_agent: concat!("wasm-ccm/", env!("CARGO_PKG_VERSION")),
-            ..ClientConfig::default()
-        };
         RegistryClient {
-            client: Client::new(config),
+            insecure: insecure.to_vec(),
+            client: Client::new(client_config(insecure)),
+            token_http: OnceLock::new(),
             credentials,
         }
     }
 
-    fn auth(&self, oci: &OciRef) -> RegistryAuth {
-        self.credentials.auth_for(&oci.registry)
+    /// The oci-client and credential for one operation on `oci`'s repository: the shared
+    /// client for anonymous, basic and registry-token access; for an identity token, a new
+    /// access token and a client that knows only it.
+    async fn connect(
+        &self,
+        oci: &OciRef,
+        operation: RegistryOperation,
+    ) -> Result<(Cow<'_, Client>, RegistryAuth), RegistryError> {
+        let shared = |auth| Ok((Cow::Borrowed(&self.client), auth));
+        let identity_token = match self.credentials.credential(&oci.registry) {
+            None => return shared(RegistryAuth::Anonymous),
+            Some(Credential::Basic { username, password }) => {
+                return shared(RegistryAuth::Basic(username.clone(), password.clone()));
+            }
+            Some(Credential::Bearer(token)) => return shared(RegistryAuth::Bearer(token.clone())),
+            Some(Credential::IdentityToken(token)) => token,
+        };
+        let exchange = token::Exchange {
+            registry: &oci.registry,
+            repository: &oci.repository,
+            push: matches!(operation, RegistryOperation::Push),
+            insecure: &self.insecure,
+            identity_token,
+        };
+        let http = self
+            .token_http
+            .get_or_init(|| token::http_client(USER_AGENT));
+        let access = retry(oci, || async {
+            exchange
+                .access_token(http)
+                .await
+                .map_err(RegistryError::from)
+        })
+        .await?;
+        Ok(match access {
+            Some(access) => (
+                Cow::Owned(Client::new(client_config(&self.insecure))),
+                RegistryAuth::Bearer(access),
+            ),
+            None => (Cow::Borrowed(&self.client), RegistryAuth::Anonymous),
+        })
     }
 
     /// The manifest `oci` names (its digest when pinned, else its tag), as bytes with their
     /// digest. The digest is computed here, and must equal a pinned one.
     pub async fn manifest(&self, oci: &OciRef) -> Result<(Vec<u8>, String), RegistryError> {
         let reference = reference(oci);
-        let auth = self.auth(oci);
+        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
         let (bytes, _) = self
             .retrying(oci, || {
-                self.client
-                    .pull_manifest_raw(&reference, &auth, &MANIFEST_TYPES)
+                client.pull_manifest_raw(&reference, &auth, &MANIFEST_TYPES)
             })
             .await?;
         let digest = sha256_digest(&bytes);
@@ -135,8 +194,8 @@ impl RegistryClient {
         layer: &OciDescriptor,
     ) -> Result<Vec<u8>, RegistryError> {
         let reference = reference(oci);
-        let auth = self.auth(oci);
-        self.client
+        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
+        client
             .store_auth_if_needed(reference.resolve_registry(), &auth)
             .await;
         let limit = usize::try_from(layer.size.clamp(0, MAX_COMPONENT_BYTES as i64)).unwrap_or(0);
@@ -146,7 +205,7 @@ impl RegistryClient {
                     bytes: Vec::with_capacity(limit),
                     limit,
                 };
-                self.client.pull_blob(&reference, layer, &mut out).await?;
+                client.pull_blob(&reference, layer, &mut out).await?;
                 Ok(out.bytes)
             })
             .await
@@ -183,50 +242,76 @@ impl RegistryClient {
             });
         }
         let reference = reference(oci);
-        let auth = self.auth(oci);
+        let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
         self.retrying(oci, || {
-            self.client.auth(&reference, &auth, RegistryOperation::Push)
+            client.auth(&reference, &auth, RegistryOperation::Push)
         })
         .await?;
         for (bytes, digest) in [&packed.layer, &packed.config] {
-            self.retrying(oci, || {
-                self.client.push_blob(&reference, bytes.clone(), digest)
-            })
-            .await?;
+            self.retrying(oci, || client.push_blob(&reference, bytes.clone(), digest))
+                .await?;
         }
         let content_type = http_header(super::layout::OCI_MANIFEST);
         self.retrying(oci, || {
-            self.client.push_manifest_raw(
-                &reference,
-                packed.manifest.0.clone(),
-                content_type.clone(),
-            )
+            client.push_manifest_raw(&reference, packed.manifest.0.clone(), content_type.clone())
         })
         .await?;
         Ok(())
     }
 
-    /// Run `request` until it succeeds, fails for good, or [`ATTEMPTS`] transient failures.
+    /// Run the oci-client `request` as [`retry`] does, its failures classified.
     async fn retrying<T, F, Fut>(&self, oci: &OciRef, mut request: F) -> Result<T, RegistryError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, OciDistributionError>>,
     {
-        let mut delay = FIRST_BACKOFF;
-        let mut attempt = 1;
-        loop {
-            let error = match request().await {
-                Ok(value) => return Ok(value),
-                Err(error) => classify(error, oci, &self.credentials, attempt),
-            };
-            if !error.is_transient() || attempt >= ATTEMPTS {
-                return Err(error);
+        retry(oci, || {
+            let attempt = request();
+            async move {
+                attempt
+                    .await
+                    .map_err(|error| classify(error, oci, &self.credentials))
             }
-            tracing::warn!(registry = %oci.registry, attempt, "registry request failed, retrying in {delay:?}: {error}");
-            tokio::time::sleep(delay).await;
-            delay *= 2;
-            attempt += 1;
+        })
+        .await
+    }
+}
+
+/// Run `request` until it succeeds, fails for good, or [`ATTEMPTS`] transient failures; an
+/// [`RegistryError::Unreachable`] counts the attempts made.
+async fn retry<T, F, Fut>(oci: &OciRef, mut request: F) -> Result<T, RegistryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RegistryError>>,
+{
+    let mut delay = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        let mut error = match request().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        if let RegistryError::Unreachable { attempts, .. } = &mut error {
+            *attempts = attempt;
         }
+        if !error.is_transient() || attempt >= ATTEMPTS {
+            return Err(error);
+        }
+        tracing::warn!(registry = %oci.registry, attempt, "registry request failed, retrying in {delay:?}: {error}");
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+        attempt += 1;
+    }
+}
+
+/// oci-client's settings: plain HTTP only to `insecure` registries (`host:port`).
+fn client_config(insecure: &[String]) -> ClientConfig {
+    ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(60)),
+        user_agent: USER_AGENT,
+        ..ClientConfig::default()
     }
 }
 
@@ -253,7 +338,6 @@ fn classify(
     error: OciDistributionError,
     oci: &OciRef,
     credentials: &RegistryCredentials,
-    attempt: u32,
 ) -> RegistryError {
     let unauthorized = || {
         if credentials.has(&oci.registry) {
@@ -268,10 +352,8 @@ fn classify(
             ))
         }
     };
-    let unreachable = |error: String| RegistryError::Unreachable {
-        attempts: attempt,
-        error,
-    };
+    // `retry` counts the attempts.
+    let unreachable = |error: String| RegistryError::Unreachable { attempts: 1, error };
     match error {
         OciDistributionError::UnauthorizedError { .. } => unauthorized(),
         OciDistributionError::AuthenticationFailure(reason) => RegistryError::Unauthorized(
@@ -353,7 +435,7 @@ fn classify(
 
 /// The TLS failure inside `error`, if it is one. (`io::Error::source` skips the error it
 /// wraps, so wrapped I/O errors are opened by hand: reqwest's connector nests two.)
-fn tls_error(error: &reqwest::Error) -> Option<String> {
+pub(super) fn tls_error(error: &reqwest::Error) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(current) = source {
         if let Some(tls) = current.downcast_ref::<tokio_rustls::rustls::Error>() {
@@ -371,7 +453,7 @@ fn tls_error(error: &reqwest::Error) -> Option<String> {
 }
 
 /// `error` and its causes on one line (reqwest's own message omits the cause).
-fn chain(error: &dyn std::error::Error) -> String {
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

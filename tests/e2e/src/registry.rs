@@ -1,6 +1,7 @@
 //! A real OCI registry for the distribution tests: Debian's `docker-registry` (distribution
-//! 2.8) run as a child process on 127.0.0.1, optionally behind htpasswd basic auth or TLS, and
-//! ORAS's Python SDK ([`Oras`]) as an independent client of it. `make test` installs both
+//! 2.8) run as a child process on 127.0.0.1, optionally behind htpasswd basic auth, behind
+//! token auth with a token service of ours ([`token_service`]), or TLS, and ORAS's Python SDK
+//! ([`Oras`]) as an independent client of it. `make test` installs both
 //! (`tests/install-test-tools.sh`).
 //!
 //! ```no_run
@@ -37,6 +38,10 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 
 use crate::https;
+
+pub mod token_service;
+
+pub use token_service::{TokenAuth, TokenRequest, TokenService};
 
 /// The CNCF wasm artifact's config media type.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -82,6 +87,10 @@ pub struct RegistryOptions {
     pub auth: Option<Credentials>,
     /// Serve HTTPS only, with a self-signed certificate for `127.0.0.1` and `localhost`.
     pub tls: bool,
+    /// Require bearer tokens from a [`TokenService`] the harness runs on loopback
+    /// (distribution's `auth: token`), granted for this login or refresh token. Not with
+    /// `auth`.
+    pub token_auth: Option<TokenAuth>,
 }
 
 /// A `docker-registry serve` child process on `127.0.0.1:PORT`, killed on drop. Its config,
@@ -91,6 +100,7 @@ pub struct Registry {
     options: RegistryOptions,
     dir: tempfile::TempDir,
     certificate_pem: Option<String>,
+    token_service: Option<TokenService>,
     /// Behind a lock so that stopping and restarting take `&self`: a test keeps closures that
     /// borrow the registry (for its address) across a stop.
     child: Mutex<Option<Child>>,
@@ -134,12 +144,31 @@ impl Registry {
                 yaml_path(&htpasswd)
             );
         }
+        let mut token_service = None;
+        if let Some(token_auth) = &options.token_auth {
+            assert!(
+                options.auth.is_none(),
+                "token_auth and auth exclude each other"
+            );
+            let service = TokenService::start(token_auth.clone());
+            let bundle = dir.path().join("token-signer.pem");
+            std::fs::write(&bundle, service.certificate_pem()).expect("write rootcertbundle");
+            config += &format!(
+                "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                service.realm(),
+                token_service::SERVICE,
+                token_service::ISSUER,
+                yaml_path(&bundle)
+            );
+            token_service = Some(service);
+        }
         std::fs::write(dir.path().join("config.yml"), config).expect("write registry config");
         let registry = Registry {
             addr,
             options,
             dir,
             certificate_pem,
+            token_service,
             child: Mutex::new(None),
         };
         registry.serve().await;
@@ -171,9 +200,18 @@ impl Registry {
         format!("{}/{path}", self.addr)
     }
 
-    /// The user htpasswd accepts, if the registry requires one.
+    /// The user htpasswd accepts, or the login the token service accepts, if the registry
+    /// requires one.
     pub fn credentials(&self) -> Option<&Credentials> {
-        self.options.auth.as_ref()
+        self.options
+            .auth
+            .as_ref()
+            .or(self.options.token_auth.as_ref().map(|t| &t.login))
+    }
+
+    /// The token service of a registry started with `token_auth`.
+    pub fn token_service(&self) -> Option<&TokenService> {
+        self.token_service.as_ref()
     }
 
     /// The self-signed serving certificate (PEM) of a TLS registry.
@@ -220,6 +258,18 @@ impl Registry {
         .to_string()
     }
 
+    /// A docker config with an identity token for this registry, as `docker login` writes it
+    /// for ACR: a placeholder user with no password in `auth`, and the refresh token.
+    pub fn docker_config_json_with_identity_token(&self, identity_token: &str) -> String {
+        serde_json::json!({
+            "auths": { self.addr.to_string(): {
+                "auth": BASE64.encode("00000000-0000-0000-0000-000000000000:"),
+                "identitytoken": identity_token,
+            } }
+        })
+        .to_string()
+    }
+
     /// ORAS logged in as the registry's user, if it has one.
     pub fn oras(&self) -> Oras {
         Oras::new(
@@ -236,6 +286,16 @@ impl Registry {
         path: &str,
         login: Option<&Credentials>,
     ) -> std::io::Result<http::Response<Bytes>> {
+        let authorization = login.map(Credentials::basic_authorization);
+        self.get_authorized(path, authorization.as_deref()).await
+    }
+
+    /// As [`Registry::get`], with any `Authorization` header (say `Bearer TOKEN`).
+    pub async fn get_authorized(
+        &self,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> std::io::Result<http::Response<Bytes>> {
         let tcp = tokio::net::TcpStream::connect(self.addr).await?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await
@@ -247,8 +307,8 @@ impl Registry {
                 http::header::ACCEPT,
                 "application/vnd.oci.image.manifest.v1+json",
             );
-        if let Some(login) = login {
-            request = request.header(http::header::AUTHORIZATION, login.basic_authorization());
+        if let Some(authorization) = authorization {
+            request = request.header(http::header::AUTHORIZATION, authorization);
         }
         let request = request
             .body(Empty::<Bytes>::new())

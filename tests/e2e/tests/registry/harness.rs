@@ -2,7 +2,8 @@
 //! ORAS before they test `wasm-ccm` against them.
 
 use e2e::registry::{
-    Credentials, Registry, RegistryOptions, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
+    Credentials, Registry, RegistryOptions, TokenAuth, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE,
 };
 use sha2::{Digest, Sha256};
 
@@ -170,4 +171,67 @@ async fn tls_registry_serves_https_and_refuses_plain_http() {
         String::from_utf8_lossy(plain.body()),
         "Client sent an HTTP request to an HTTPS server.\n"
     );
+}
+
+/// What the token-auth tests rely on: the registry challenges for a bearer token from the
+/// harness's token service, accepts the JWTs it signs (distribution 2.8's rules: issuer,
+/// audience, time, `x5c` chained to `rootcertbundle`, ES256) for the scopes they grant, and
+/// refuses one signed by any other key.
+#[tokio::test]
+async fn token_auth_registry_accepts_only_tokens_its_token_service_signed() {
+    let token_auth = TokenAuth {
+        login: Credentials::new("alice", "s3cret"),
+        refresh_token: "refresh-0123".into(),
+    };
+    let registry = Registry::start(RegistryOptions {
+        token_auth: Some(token_auth.clone()),
+        ..RegistryOptions::default()
+    })
+    .await;
+    let service = registry.token_service().expect("a token service");
+
+    let anonymous = registry.get("/v2/", None).await.expect("GET /v2/");
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(
+        anonymous.headers()[http::header::WWW_AUTHENTICATE],
+        format!(
+            r#"Bearer realm="{}",service="{}""#,
+            service.realm(),
+            e2e::registry::token_service::SERVICE
+        )
+    );
+
+    let bearer = |token: &str| format!("Bearer {token}");
+    let pull = service.token_for("repository:tiny:pull");
+    let base = registry
+        .get_authorized("/v2/", Some(&bearer(&pull)))
+        .await
+        .expect("GET /v2/");
+    assert_eq!(base.status(), 200, "{}", registry.log());
+    // The scope is enforced: a token for another repository does not list this one.
+    let tags = registry
+        .get_authorized("/v2/tiny/tags/list", Some(&bearer(&pull)))
+        .await
+        .expect("GET tags");
+    assert_eq!(tags.status(), 404, "granted, and no such repository yet");
+    let other = service.token_for("repository:other:pull");
+    let tags = registry
+        .get_authorized("/v2/tiny/tags/list", Some(&bearer(&other)))
+        .await
+        .expect("GET tags");
+    assert_eq!(
+        tags.status(),
+        401,
+        "{}",
+        String::from_utf8_lossy(tags.body())
+    );
+
+    // Another token service's token (its own key and certificate) is refused.
+    let stranger = e2e::registry::TokenService::start(token_auth);
+    let forged = stranger.token_for("repository:tiny:pull");
+    let refused = registry
+        .get_authorized("/v2/", Some(&bearer(&forged)))
+        .await
+        .expect("GET /v2/");
+    assert_eq!(refused.status(), 401);
 }

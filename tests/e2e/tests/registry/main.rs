@@ -4,3 +4,4 @@
 
 mod harness;
 mod distribution;
+mod token_auth;
