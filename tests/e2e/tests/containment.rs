@@ -586,6 +586,7 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
     let gate = provider.egress().clone();
     let (logs, _guard) = Logs::capture();
     let fetch = |n: usize| command(&format!("fetch-many:{n}:{}", target.url));
+    let started = Instant::now();
     for _ in 0..2 {
         provider.instance_metadata(&fetch(500)).await.unwrap_err();
     }
@@ -605,9 +606,10 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
         .map(|e| e["fields"]["suppressed"].as_u64().expect("a count"))
         .collect();
     assert_eq!(logged, 10, "the burst is logged, then nothing");
+    let intervals = started.elapsed().as_millis() / 200;
     assert!(
-        !summaries.is_empty() && summaries.len() <= 3,
-        "one summary per interval: {summaries:?}"
+        !summaries.is_empty() && summaries.len() as u128 <= intervals + 1,
+        "at most one summary per interval ({intervals} passed): {summaries:?}"
     );
     assert_eq!(summaries.iter().sum::<u64>(), 1001 - 10, "{summaries:?}");
     eprintln!(
