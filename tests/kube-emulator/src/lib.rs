@@ -62,7 +62,7 @@
 //!
 //! Responses are JSON, `PartialObjectMetadata` or, for get, list and watch,
 //! the `Table` that `kubectl get` asks for, with upstream's columns for the
-//! built-in kinds (so `get nodes`, `get services -A`, `get lease`, `get
+//! built-in kinds and a CRD's `additionalPrinterColumns` for its resources (so `get nodes`, `get services -A`, `get lease`, `get
 //! events -A` print as against a real cluster, `-o wide` included).
 //!
 //! Semantics, as upstream: one global resourceVersion bumped per write,
@@ -158,8 +158,11 @@
 //! - Only the resources above exist: endpoints and everything else are
 //!   404, and pods 403 (so `kubectl describe node` prints `Pods: not
 //!   authorized` where it would fail on a 404). Protobuf and YAML answer
-//!   406, YAML bodies 415. Tables of custom resources have only Name and
-//!   Age (no `additionalPrinterColumns`). Without `/openapi`, `kubectl
+//!   406, YAML bodies 415. Printer columns (`additionalPrinterColumns`)
+//!   take the JSONPath subset CRDs use (`.field`, `['field']`, `[N]`,
+//!   `[*]`, `[?(@.path=="value")]`, `!=`): a CRD with another path is
+//!   refused as not a simple json path, and a `string` column shows an
+//!   object or list as JSON where upstream prints Go's form. Without `/openapi`, `kubectl
 //!   create`/`apply` need `--validate=false`.
 //! - kube-rs retries 429, 503 and 504 by default, so injected failures with
 //!   those codes may be invisible to a kube-rs client; use 500 to see them.
@@ -241,6 +244,7 @@ mod kubectl;
 mod meta;
 mod micro_time;
 mod patch;
+mod printer_columns;
 mod resources;
 mod schema;
 mod selectors;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::printer_columns::PrinterColumn;
 use crate::status::{GroupKind, GroupResource};
 
 /// Where objects of a resource live in the store. Two resource types can
@@ -49,6 +50,8 @@ pub struct CustomType {
     pub schema: Option<Value>,
     /// This version's `selectableFields[].jsonPath`, without the leading dot.
     pub selectable_fields: Vec<String>,
+    /// This version's `additionalPrinterColumns` (none: Tables show Age).
+    pub printer_columns: Vec<PrinterColumn>,
     /// The CRD is being deleted: creates are refused.
     pub terminating: bool,
 }

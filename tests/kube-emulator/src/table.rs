@@ -3,12 +3,15 @@
 //! upstream's printers (`pkg/printers/internalversion`), so `kubectl get
 //! nodes` shows STATUS and VERSION and `kubectl get services` the load
 //! balancer's EXTERNAL-IP. As the API server does, every column is sent,
-//! the `-o wide` ones with priority 1; kubectl picks.
+//! the `-o wide` ones with priority 1; kubectl picks. Custom resources show
+//! Name and their CRD version's `additionalPrinterColumns`
+//! ([`crate::printer_columns`]), or Name and Age when it declares none.
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::kinds::{self, str_at};
+use crate::printer_columns::PrinterColumn;
 use crate::resources::{ResourceType, Rules};
 use crate::watch;
 
@@ -78,15 +81,21 @@ fn render(rt: &ResourceType, views: &[Value], metadata: Value, format: Format) -
             json!({"cells": cells(rt, view, now), "object": object})
         })
         .collect();
-    let columns: Vec<Value> = columns(rt)
-        .iter()
-        .map(|c| {
-            json!({
-                "name": c.name, "type": c.kind, "format": c.format,
-                "description": c.description, "priority": c.priority,
-            })
+    let definition = |name: &str, kind: &str, format: &str, description: &str, priority: i64| {
+        json!({
+            "name": name, "type": kind, "format": format,
+            "description": description, "priority": priority,
         })
+    };
+    let mut columns: Vec<Value> = columns(rt)
+        .iter()
+        .map(|c| definition(c.name, c.kind, c.format, c.description, c.priority.into()))
         .collect();
+    columns.extend(
+        printer_columns(rt)
+            .iter()
+            .map(|c| definition(&c.name, &c.kind, &c.format, &c.description, c.priority)),
+    );
     json!({
         "kind": "Table",
         "apiVersion": format.api_version,
@@ -218,8 +227,18 @@ const CUSTOM: &[Column] = &[
     },
 ];
 
+/// A CRD version's `additionalPrinterColumns`; when it declares any, they
+/// follow Name in place of the default Age.
+fn printer_columns(rt: &ResourceType) -> &[PrinterColumn] {
+    rt.custom
+        .as_ref()
+        .map(|c| c.printer_columns.as_slice())
+        .unwrap_or_default()
+}
+
 fn columns(rt: &ResourceType) -> &'static [Column] {
     match rt.rules {
+        Rules::Custom if !printer_columns(rt).is_empty() => &CUSTOM[..1],
         Rules::Node => NODE,
         Rules::Service => SERVICE,
         Rules::Namespace => NAMESPACE,
@@ -255,6 +274,9 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
         Rules::CustomResourceDefinition => {
             vec![name, json!(str_at(view, "/metadata/creationTimestamp"))]
         }
+        Rules::Custom if !printer_columns(rt).is_empty() => std::iter::once(name)
+            .chain(printer_columns(rt).iter().map(|c| c.cell(view, now)))
+            .collect(),
         Rules::Custom => vec![name, age],
     }
 }
@@ -449,7 +471,7 @@ fn or(value: &str, fallback: &str) -> String {
 
 /// `translateTimestampSince`: the age of an RFC 3339 timestamp, as kubectl
 /// prints it; `<unknown>` when absent.
-fn since(timestamp: &str, now: Timestamp) -> String {
+pub fn since(timestamp: &str, now: Timestamp) -> String {
     match timestamp.parse::<Timestamp>() {
         Ok(then) => human_duration(now.as_second() - then.as_second()),
         Err(_) => "<unknown>".to_owned(),

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::{Subresource, set_field, str_at};
 use crate::meta;
+use crate::printer_columns;
 use crate::resources::{CustomType, Registry, ResourceType, Rules, View};
 use crate::schema;
 use crate::status::{BadValue, FieldError};
@@ -177,6 +178,7 @@ fn validate_versions(versions: &[Value], per_version_schemas: bool) -> Vec<Field
                 msgs.join(","),
             ));
         }
+        errs.extend(printer_columns::validate(version, &path));
         if per_version_schemas && let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
             errs.extend(schema::validate_crd_schema(
                 schema,
@@ -487,6 +489,7 @@ fn resource_type(
             storage_version: storage_version.to_owned(),
             schema: version.pointer("/schema/openAPIV3Schema").cloned(),
             selectable_fields,
+            printer_columns: printer_columns::of_version(version),
             terminating,
         }),
     }

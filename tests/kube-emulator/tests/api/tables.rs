@@ -2,6 +2,8 @@
 //! the `-o wide` ones at priority 1, rows carrying their metadata, and
 //! one-row tables in watches.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -164,5 +166,132 @@ async fn pods_are_forbidden_rather_than_missing() {
     assert_eq!(
         status["message"],
         "pods is forbidden: kube-emulator does not serve pods"
+    );
+}
+
+/// A cluster-scoped `gadgets.example.com` CRD with `columns` as its
+/// `additionalPrinterColumns`.
+fn gadget_crd(columns: Value) -> String {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Cluster",
+                 "names": {"plural": "gadgets", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "additionalPrinterColumns": columns,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}})
+    .to_string()
+}
+
+async fn post(cluster: &Cluster, path: &str, body: &str) -> crate::harness::Answer {
+    crate::harness::send(
+        cluster,
+        reqwest::Method::POST,
+        path,
+        "application/json",
+        body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn custom_resources_print_their_crd_printer_columns() {
+    let cluster = start().await;
+    let columns = json!([
+        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+        {"name": "Ready", "type": "string", "description": "Ready?",
+         "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Color", "type": "string", "priority": 1, "jsonPath": ".spec.color"}
+    ]);
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let created = post(&cluster, crds, &gadget_crd(columns)).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let gadgets = "/apis/example.com/v1/gadgets";
+    let gadget = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "g1"}, "spec": {"size": 3}});
+    let mut answer = post(&cluster, gadgets, &gadget.to_string()).await;
+    for _ in 0..50 {
+        if answer.code != 404 {
+            break;
+        }
+        // The CRD is established asynchronously.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = post(&cluster, gadgets, &gadget.to_string()).await;
+    }
+    assert_eq!(answer.code, 201, "{}", answer.body);
+    // Status goes through its subresource (a create drops it).
+    let status = json!({"status": {"conditions": [{"type": "Synced", "status": "False"},
+                                                  {"type": "Ready", "status": "True"}]}});
+    let written = crate::harness::send(
+        &cluster,
+        reqwest::Method::PATCH,
+        &format!("{gadgets}/g1/status"),
+        "application/merge-patch+json",
+        &status.to_string(),
+    )
+    .await;
+    assert_eq!(written.code, 200, "{}", written.body);
+
+    let (code, table) = get_table(&cluster, gadgets, KUBECTL_ACCEPT).await;
+    assert_eq!(code, 200, "{table}");
+    assert_eq!(
+        column_names(&table),
+        [
+            ("Name".to_owned(), 0),
+            ("Size".to_owned(), 0),
+            ("Ready".to_owned(), 0),
+            ("Age".to_owned(), 0),
+            ("Color".to_owned(), 1)
+        ],
+        "the declared columns replace the default Age: {table}"
+    );
+    let definitions = &table["columnDefinitions"];
+    assert_eq!(definitions[1]["type"], "integer");
+    assert_eq!(definitions[2]["description"], "Ready?");
+    assert_eq!(
+        definitions[4]["description"],
+        "Custom resource definition column (in JSONPath format): .spec.color"
+    );
+    let cells = table["rows"][0]["cells"].as_array().unwrap();
+    assert_eq!(
+        cells[..3],
+        [json!("g1"), json!(3), json!("True")],
+        "{table}"
+    );
+    assert!(cells[3].as_str().unwrap().ends_with('s'), "an age: {table}");
+    assert_eq!(cells[4], Value::Null, "no color: kubectl prints <none>");
+
+    // The same columns for one object.
+    let (code, one) = get_table(&cluster, &format!("{gadgets}/g1"), KUBECTL_ACCEPT).await;
+    assert_eq!(code, 200, "{one}");
+    assert_eq!(one["rows"][0]["cells"][2], "True");
+}
+
+#[tokio::test]
+async fn a_crd_with_a_bad_printer_column_is_invalid() {
+    let cluster = start().await;
+    let columns = json!([
+        {"name": "Size", "type": "int", "jsonPath": ".spec.size"},
+        {"name": "Color", "type": "string", "jsonPath": ".spec[color"}
+    ]);
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let answer = post(&cluster, crds, &gadget_crd(columns)).await;
+    assert_eq!(answer.code, 422, "{}", answer.body);
+    let fields: Vec<&str> = answer.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.versions[0].additionalPrinterColumns[0].type",
+            "spec.versions[0].additionalPrinterColumns[1].JSONPath"
+        ],
+        "{}",
+        answer.body
     );
 }
