@@ -179,7 +179,11 @@ impl Distribution {
         });
         let (manifest, digest) = match cached_manifest {
             Some(cached) => cached,
-            None => self.registry().manifest(oci).await.map_err(registry_error)?,
+            None => self
+                .registry()
+                .manifest(oci)
+                .await
+                .map_err(registry_error)?,
         };
         let (summary, layer) =
             layout::check_manifest(&manifest, &digest).map_err(|error| FetchError::Layout {

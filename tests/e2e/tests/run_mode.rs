@@ -61,7 +61,10 @@ async fn bad_flags_are_refused_naming_the_flag() {
             "--cloud-provider is required",
         ),
         (
-            with(base.clone(), &["--registry-config=/nonexistent/config.json"]),
+            with(
+                base.clone(),
+                &["--registry-config=/nonexistent/config.json"],
+            ),
             "--registry-config /nonexistent/config.json: No such file",
         ),
         (
