@@ -128,7 +128,7 @@ pub fn of_version(version: &Value) -> Vec<PrinterColumn> {
 }
 
 impl PrinterColumn {
-    /// The column's cell for `object`: `null` (kubectl prints `<none>`) when
+    /// The column's cell for `object`: `null` (kubectl prints a blank) when
     /// nothing matches or the value is not of the column's type.
     pub fn cell(&self, object: &Value, now: Timestamp) -> Value {
         let Some(value) = first_match(object, &self.path) else {
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(cell("string", ".spec.replicas"), json!("3"));
         assert_eq!(cell("date", ".metadata.creationTimestamp"), json!("5m"));
         assert_eq!(cell("date", ".spec.name"), json!("<invalid>"));
-        // Missing, or of another type than the column's: no value (`<none>`).
+        // Missing, or of another type than the column's: no value (a blank).
         assert_eq!(cell("string", ".status.active.version"), Value::Null);
         assert_eq!(
             cell("string", r#".status.conditions[?(@.type=="Gone")].status"#),

@@ -261,7 +261,7 @@ async fn custom_resources_print_their_crd_printer_columns() {
         "{table}"
     );
     assert!(cells[3].as_str().unwrap().ends_with('s'), "an age: {table}");
-    assert_eq!(cells[4], Value::Null, "no color: kubectl prints <none>");
+    assert_eq!(cells[4], Value::Null, "no color: kubectl prints a blank");
 
     // The same columns for one object.
     let (code, one) = get_table(&cluster, &format!("{gadgets}/g1"), KUBECTL_ACCEPT).await;
