@@ -24,8 +24,8 @@ pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
-    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits,
-    PoolLimits, RateBudget,
+    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, PoolLimits,
+    RateBudget,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
