@@ -80,7 +80,7 @@ async fn run() {
     let nodes = setting("SCALE_NODES", 5000);
     let services = setting("SCALE_SERVICES", 1000);
     let latency = setting("SCALE_LATENCY_MS", 10) as u64;
-    let binary = e2e::wasm_ccm_release_binary();
+    let binary = e2e::wasm_ccm_binary();
     let bed = Testbed::start().await;
     let state = bed.cloud.sim.state();
     for i in 0..nodes + ADDED_NODES {

@@ -6,8 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_sim::{CloudSim, SimOptions};
@@ -118,75 +117,26 @@ pub async fn simcloud(cloud: &Cloud) -> Provider {
     .expect("simcloud loads")
 }
 
-/// The `wasm-ccm` binary, built on first use (once per test process) with
-/// `cargo build -p wasm-ccm --bin wasm-ccm` in the workspace root.
+/// The `wasm-ccm` binary under test: `runtime/src/main.rs`, built by the same `cargo test` (or
+/// `cargo bench`) that runs the tests, as this package's `wasm-ccm-under-test` binary, in the
+/// profile of the running test. (Building it with a nested `cargo build -p wasm-ccm` would
+/// resolve other features than the workspace build and recompile about forty crates.)
 ///
-/// `CARGO_BIN_EXE_wasm-ccm` exists only for the tests of the crate that owns the binary, so
-/// the e2e tests build it themselves. The path is the `executable` cargo reports, so
-/// `CARGO_TARGET_DIR` and `build.target-dir` are respected. Blocking.
+/// Cargo builds a package's binaries into `target/<profile>/` before it runs the package's
+/// integration tests and benchmarks, which run from `target/<profile>/deps/`.
 pub fn wasm_ccm_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| build_wasm_ccm(false)).clone()
-}
-
-/// As [`wasm_ccm_binary`], but an optimised build (for benchmarks).
-pub fn wasm_ccm_release_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| build_wasm_ccm(true)).clone()
-}
-
-fn build_wasm_ccm(release: bool) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(&cargo);
-    // Cargo runs this test with the e2e package's own variables (`CARGO_MANIFEST_DIR`,
-    // `CARGO_PKG_*`…). Build scripts that track them (ring's does) would see a change and
-    // rebuild half the tree on every run, then again on the next plain `cargo build`.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        let per_package = [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_BIN_",
-            "CARGO_CRATE_",
-        ]
-        .iter()
-        .any(|prefix| name.starts_with(prefix))
-            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&&*name);
-        if per_package {
-            build.env_remove(&*name);
-        }
-    }
-    let output = build
-        .current_dir(&root)
-        .args(["build", "-p", "wasm-ccm", "--bin", "wasm-ccm"])
-        .args(release.then_some("--release"))
-        .arg("--message-format=json-render-diagnostics")
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {}: {err}", cargo.to_string_lossy()));
-    assert!(
-        output.status.success(),
-        "cargo build -p wasm-ccm failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let reported = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["reason"] == "compiler-artifact")
-        .filter(|message| message["target"]["name"] == "wasm-ccm")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from));
-    let binary = reported.unwrap_or_else(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(|dir| root.join(dir))
-            .unwrap_or_else(|| root.join("target"));
-        target
-            .join(if release { "release" } else { "debug" })
-            .join(format!("wasm-ccm{}", std::env::consts::EXE_SUFFIX))
-    });
+    let test = std::env::current_exe().expect("the test's own path");
+    let profile_dir = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps");
+    let binary = profile_dir.join(format!(
+        "wasm-ccm-under-test{}",
+        std::env::consts::EXE_SUFFIX
+    ));
     assert!(
         binary.is_file(),
-        "no wasm-ccm binary at {}",
+        "no wasm-ccm binary at {}: run the tests with cargo test (or cargo bench)",
         binary.display()
     );
     binary
