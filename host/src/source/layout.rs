@@ -211,6 +211,17 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
+/// The digest of `bytes` with the algorithm `like` names (`sha512:…` or else sha256), so
+/// content is checked against a digest of either algorithm the distribution spec allows.
+pub fn digest_like(like: &str, bytes: &[u8]) -> String {
+    use sha2::Digest;
+    if like.starts_with("sha512:") {
+        format!("sha512:{}", hex::encode(sha2::Sha512::digest(bytes)))
+    } else {
+        sha256_digest(bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +280,16 @@ mod tests {
             check_manifest(&huge, "d"),
             Err(LayoutError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn digests_are_computed_with_the_algorithm_they_are_checked_against() {
+        assert_eq!(digest_like("sha256:00", b"x"), sha256_digest(b"x"));
+        let sha512 = digest_like("sha512:00", b"x");
+        assert!(
+            sha512.starts_with("sha512:") && sha512.len() == 7 + 128,
+            "{sha512}"
+        );
     }
 
     #[test]

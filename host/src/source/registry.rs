@@ -22,7 +22,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
 use super::credentials::{Credential, RegistryCredentials};
-use super::layout::{MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, sha256_digest};
+use super::layout::{MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, digest_like};
 use super::reference::OciRef;
 use token::TokenError;
 
@@ -174,7 +174,8 @@ impl RegistryClient {
                 client.pull_manifest_raw(&reference, &auth, &MANIFEST_TYPES)
             })
             .await?;
-        let digest = sha256_digest(&bytes);
+        // The identity is the digest in the algorithm pinned, sha256 otherwise.
+        let digest = digest_like(oci.digest.as_deref().unwrap_or_default(), &bytes);
         if let Some(pinned) = &oci.digest
             && *pinned != digest
         {
@@ -219,7 +220,7 @@ impl RegistryClient {
                 },
                 other => other,
             })?;
-        let actual = sha256_digest(&bytes);
+        let actual = digest_like(&layer.digest, &bytes);
         if actual != layer.digest {
             return Err(RegistryError::DigestMismatch {
                 what: format!("layer {}", layer.digest),
@@ -563,7 +564,7 @@ mod tests {
                             200 => {
                                 response = response
                                     .header("content-type", OCI_MANIFEST)
-                                    .header("docker-content-digest", sha256_digest(MANIFEST));
+                                    .header("docker-content-digest", crate::source::layout::sha256_digest(MANIFEST));
                                 Bytes::from_static(MANIFEST)
                             }
                             404 => Bytes::from_static(
@@ -599,7 +600,10 @@ mod tests {
     #[tokio::test]
     async fn transient_failures_are_retried_and_definite_ones_are_not() {
         let (result, requests) = manifest_from(&[503, 429, 200]).await;
-        assert_eq!(result.unwrap(), sha256_digest(MANIFEST));
+        assert_eq!(
+            result.unwrap(),
+            crate::source::layout::sha256_digest(MANIFEST)
+        );
         assert_eq!(requests, 3, "two transient failures, then the manifest");
 
         let (result, requests) = manifest_from(&[404]).await;

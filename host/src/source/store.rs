@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! DIR/manifests/sha256/<hex>   manifests, one per provider version (the version's last use
-//!                              is its file's modification time)
+//!                              is its file's modification time); sha512/ for such digests
 //! DIR/blobs/sha256/<hex>       the components (layers) those manifests name
 //! DIR/compiled/                precompiled code, `<component hex>-<engine>.cwasm` (the
 //!                              sandbox's compile cache)
@@ -21,7 +21,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::layout::{check_manifest, sha256_digest};
+use super::layout::{check_manifest, digest_like};
 
 /// A cache directory and its size bound.
 #[derive(Debug, Clone)]
@@ -41,7 +41,14 @@ struct Version {
 impl ArtifactStore {
     /// The cache at `dir` (created if missing), holding at most about `max_bytes`.
     pub fn open(dir: &Path, max_bytes: u64) -> std::io::Result<ArtifactStore> {
-        for sub in ["manifests/sha256", "blobs/sha256", "compiled", "tmp"] {
+        for sub in [
+            "manifests/sha256",
+            "manifests/sha512",
+            "blobs/sha256",
+            "blobs/sha512",
+            "compiled",
+            "tmp",
+        ] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
         Ok(ArtifactStore {
@@ -83,14 +90,19 @@ impl ArtifactStore {
     }
 
     fn path(&self, kind: &str, digest: &str) -> Option<PathBuf> {
-        let hex = digest.strip_prefix("sha256:")?;
-        let valid = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-        valid.then(|| self.dir.join(kind).join("sha256").join(hex))
+        let (algorithm, hex) = digest.split_once(':')?;
+        let length = match algorithm {
+            "sha256" => 64,
+            "sha512" => 128,
+            _ => return None,
+        };
+        let valid = hex.len() == length && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        valid.then(|| self.dir.join(kind).join(algorithm).join(hex))
     }
 
     fn read_checked(&self, path: &Path, digest: &str) -> Option<Vec<u8>> {
         let bytes = std::fs::read(path).ok()?;
-        if sha256_digest(&bytes) == digest {
+        if digest_like(digest, &bytes) == digest {
             return Some(bytes);
         }
         tracing::warn!(path = %path.display(), "cached artifact does not match its digest; removing it");
@@ -104,7 +116,7 @@ impl ArtifactStore {
                 "{digest} is not a sha256 digest"
             )));
         };
-        if sha256_digest(bytes) != digest {
+        if digest_like(digest, bytes) != digest {
             return Err(std::io::Error::other(format!(
                 "the bytes do not match {digest}"
             )));
@@ -157,9 +169,15 @@ impl ArtifactStore {
     fn versions(&self) -> Vec<Version> {
         let mut versions = Vec::new();
         let mut layers_of_manifests = Vec::new();
-        for (path, modified) in files_in(&self.dir.join("manifests/sha256")) {
+        let manifests = ["sha256", "sha512"].into_iter().flat_map(|algorithm| {
+            let dir = self.dir.join("manifests").join(algorithm);
+            files_in(&dir)
+                .into_iter()
+                .map(move |(path, modified)| (algorithm, path, modified))
+        });
+        for (algorithm, path, modified) in manifests {
             let hex = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            let digest = format!("sha256:{}", hex.unwrap_or_default());
+            let digest = format!("{algorithm}:{}", hex.unwrap_or_default());
             let layer_digest = std::fs::read(&path)
                 .ok()
                 .and_then(|bytes| check_manifest(&bytes, &digest).ok())
@@ -245,7 +263,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::source::layout::{ComponentWorld, pack};
+    use crate::source::layout::{ComponentWorld, pack, sha256_digest};
 
     /// Store one packed version of `size` bytes; returns its manifest digest.
     fn store_version(store: &ArtifactStore, seed: u8, size: usize) -> String {
@@ -275,6 +293,9 @@ mod tests {
         assert_eq!(store.blob(&digest).as_deref(), Some(&b"component"[..]));
         assert!(store.put_blob(&digest, b"other").is_err());
         assert!(store.put_blob("sha256:../../etc", b"x").is_err());
+        let sha512 = digest_like("sha512:", b"component");
+        store.put_blob(&sha512, b"component").unwrap();
+        assert_eq!(store.blob(&sha512).as_deref(), Some(&b"component"[..]));
 
         let path = store.path("blobs", &digest).unwrap();
         std::fs::write(&path, b"tampered").unwrap();
