@@ -289,6 +289,24 @@ impl Testbed {
         self.services().get_opt(name).await.expect("get service")
     }
 
+    /// The emulator's request counts once every `(client, verb, resource)` of `expected` has
+    /// been seen at least once (waiting up to `timeout`); `what` names the wait.
+    pub async fn requests_seen(
+        &self,
+        what: &str,
+        timeout: Duration,
+        expected: &[(&str, &str, &str)],
+    ) -> kube_emulator::RequestCounts {
+        eventually(what, timeout, || async {
+            let counts = self.emulator.requests();
+            let seen = expected
+                .iter()
+                .all(|(client, verb, resource)| counts.client(client).get(verb, resource) > 0);
+            seen.then_some(counts)
+        })
+        .await
+    }
+
     /// `reason`s of the events about the object named `name`, oldest first.
     pub async fn event_reasons(&self, name: &str) -> Vec<String> {
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());

@@ -266,22 +266,21 @@ async fn each_controller_calls_the_api_server_as_its_own_client() {
     let manager = bed.run(config);
 
     initialised(&bed, "worker-1").await;
-    let counts = eventually("requests from every client", WAIT, || async {
-        let counts = bed.emulator.requests();
-        let seen = [
-            ("shared-informers", "watch", "nodes"),
-            ("shared-informers", "watch", "services"),
-            ("leader-election", "create", "leases.coordination.k8s.io"),
-            ("cloud-node-controller", "update", "nodes"),
-            ("service-controller", "patch", "services/status"),
-            ("route-controller", "patch", "nodes/status"),
-            ("cloud-controller-manager", "create", "events.events.k8s.io"),
-        ]
-        .iter()
-        .all(|(client, verb, resource)| counts.client(client).get(verb, resource) > 0);
-        seen.then_some(counts)
-    })
-    .await;
+    let counts = bed
+        .requests_seen(
+            "requests from every client",
+            WAIT,
+            &[
+                ("shared-informers", "watch", "nodes"),
+                ("shared-informers", "watch", "services"),
+                ("leader-election", "create", "leases.coordination.k8s.io"),
+                ("cloud-node-controller", "update", "nodes"),
+                ("service-controller", "patch", "services/status"),
+                ("route-controller", "patch", "nodes/status"),
+                ("cloud-controller-manager", "create", "events.events.k8s.io"),
+            ],
+        )
+        .await;
     let agents: Vec<&String> = counts.by_user_agent.keys().collect();
     let version = env!("CARGO_PKG_VERSION");
     let os = std::env::consts::OS;

@@ -75,20 +75,19 @@ async fn each_controller_calls_as_its_own_service_account_created_if_missing() {
     });
     let manager = bed.run(config);
 
-    let counts = eventually("requests from every controller", WAIT, || async {
-        let counts = bed.emulator.requests();
-        let seen = [
-            ("cloud-node-controller", "update", "nodes"),
-            ("node-controller", "patch", "nodes"),
-            ("service-controller", "patch", "services/status"),
-            ("route-controller", "patch", "nodes/status"),
-            ("cloud-controller-manager", "create", "events.events.k8s.io"),
-        ]
-        .iter()
-        .all(|(client, verb, resource)| counts.client(client).get(verb, resource) > 0);
-        seen.then_some(counts)
-    })
-    .await;
+    let counts = bed
+        .requests_seen(
+            "requests from every controller",
+            WAIT,
+            &[
+                ("cloud-node-controller", "update", "nodes"),
+                ("node-controller", "patch", "nodes"),
+                ("service-controller", "patch", "services/status"),
+                ("route-controller", "patch", "nodes/status"),
+                ("cloud-controller-manager", "create", "events.events.k8s.io"),
+            ],
+        )
+        .await;
     assert_eq!(
         users(&counts, "cloud-node-controller"),
         [account("node-controller")],
