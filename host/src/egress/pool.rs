@@ -425,6 +425,17 @@ mod tests {
         (server, handshakes, client_config)
     }
 
+    /// A provider version's pool for the TLS `server` alone, trusting its certificate.
+    fn tls_connections(
+        server: &Server,
+        gate: &EgressGate,
+        tls: &rustls::ClientConfig,
+        pool: PoolLimits,
+    ) -> Arc<Connections> {
+        let allow = [server.url.parse().unwrap()];
+        Arc::new(Connections::new(&allow, tls, gate.config.limits, pool))
+    }
+
     fn gate(servers: &[&Server], pool: PoolLimits) -> Arc<EgressGate> {
         let mut config = EgressConfig {
             allow: servers.iter().map(|s| s.url.parse().unwrap()).collect(),
@@ -581,8 +592,7 @@ mod tests {
             idle_timeout: Duration::from_millis(100),
             ..PoolLimits::default()
         };
-        let allow = [server.url.parse().unwrap()];
-        let version = Arc::new(Connections::new(&allow, &tls, gate.config.limits, pool));
+        let version = tls_connections(&server, &gate, &tls, pool);
         for _ in 0..3 {
             get(&gate, &version, &format!("{}/", server.url))
                 .await
@@ -609,13 +619,7 @@ mod tests {
     async fn a_server_offering_http2_gets_one_multiplexed_connection() {
         let (server, _, tls) = tls_server(true).await;
         let gate = gate(&[&server], PoolLimits::default());
-        let allow = [server.url.parse().unwrap()];
-        let version = Arc::new(Connections::new(
-            &allow,
-            &tls,
-            gate.config.limits,
-            PoolLimits::default(),
-        ));
+        let version = tls_connections(&server, &gate, &tls, PoolLimits::default());
         let url = format!("{}/", server.url);
         get(&gate, &version, &url).await.unwrap();
         let concurrent: Vec<_> = (0..5)
@@ -637,13 +641,7 @@ mod tests {
     async fn over_http2_the_granted_authority_is_sent_and_a_host_header_is_not() {
         let (server, _, tls) = tls_server(true).await;
         let gate = gate(&[&server], PoolLimits::default());
-        let allow = [server.url.parse().unwrap()];
-        let version = Arc::new(Connections::new(
-            &allow,
-            &tls,
-            gate.config.limits,
-            PoolLimits::default(),
-        ));
+        let version = tls_connections(&server, &gate, &tls, PoolLimits::default());
         let caller = Arc::new(Caller {
             provider: "pooled".into(),
             version: "sha256:0123456789ab".into(),
