@@ -637,3 +637,23 @@ fn a_config_rejected_by_init_is_reported_as_a_provider_error() {
     run.assert_failed_cleanly();
     assert!(run.stderr.contains("api_url"), "{}", run.stderr);
 }
+
+// ---- crd ------------------------------------------------------------------------------------
+
+/// The README's regeneration command, `wasm-ccm crd > charts/…/cloudproviders…yaml`, writes
+/// exactly the committed file the chart ships.
+#[test]
+fn crd_prints_the_committed_cloudprovider_crd() {
+    let run = wasm_ccm(["crd"], &[]);
+    assert!(run.succeeded(), "{run:#?}");
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml"
+    ))
+    .expect("the committed CRD");
+    assert!(
+        run.stdout == committed,
+        "wasm-ccm crd differs from the committed CRD"
+    );
+    assert!(run.stdout.contains("kind: CustomResourceDefinition"));
+}
