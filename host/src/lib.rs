@@ -4,7 +4,8 @@
 //! plain Rust types and async methods only, so a wasmtime upgrade stays inside `sandbox`
 //! and `egress`. Modules in the order a call flows through them:
 
-/// Where provider components come from: references (`file://`, `oci://`) and their bytes.
+/// Distribution: provider references (`file://`, `oci://`) turned into verified bytes, from
+/// files or OCI registries (credentials, digests, the artifact cache).
 pub mod source;
 /// The provider contract (`wit/provider.wit`) as plain Rust types.
 pub mod contract;
