@@ -177,6 +177,7 @@ impl Distribution {
             let cache = self.cache.as_ref()?;
             Some((cache.manifest(digest)?, digest.clone()))
         });
+        let from_cache = cached_manifest.is_some();
         let (manifest, digest) = match cached_manifest {
             Some(cached) => cached,
             None => self
@@ -191,6 +192,7 @@ impl Distribution {
                 error,
             })?;
         let cached_layer = self.cache.as_ref().and_then(|c| c.blob(&layer.digest));
+        let wrote_layer = cached_layer.is_none();
         let wasm = match cached_layer {
             Some(wasm) => wasm,
             None => {
@@ -203,8 +205,14 @@ impl Distribution {
                 wasm
             }
         };
-        self.remember(|cache| cache.put_manifest(&digest, &manifest));
-        if let Some(cache) = &self.cache {
+        // A manifest read from the cache is there already (and marked used by the read);
+        // the bound is checked only when something was written.
+        if !from_cache {
+            self.remember(|cache| cache.put_manifest(&digest, &manifest));
+        }
+        if let Some(cache) = &self.cache
+            && (wrote_layer || !from_cache)
+        {
             cache.evict(&[&digest]);
         }
         Ok(Artifact {
