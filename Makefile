@@ -31,4 +31,4 @@ fmt:
 
 lint: setup
 	$(CARGO) clippy --locked --all-targets
-	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p hostile -p overreach
+	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p hostile -p overreach -p rollout

@@ -19,6 +19,8 @@ const SCHEME: &str = "simcloud://";
 const CACHE_TTL: Duration = Duration::from_secs(5);
 /// Extra node label carrying the instance id.
 const INSTANCE_ID_LABEL: &str = "simcloud.example/instance-id";
+/// Extra node label carrying the build stamp, in a stamped build only.
+const BUILD_LABEL: &str = "simcloud.wasm-ccm.io/build";
 
 /// Whether a lookup may be answered from the host cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,10 +126,13 @@ fn cache_key(id: &str) -> String {
 }
 
 fn metadata(instance: Instance) -> InstanceMetadata {
+    let build = crate::BUILD.map(|build| (BUILD_LABEL.to_string(), build.to_string()));
     InstanceMetadata {
         provider_id: provider_id(&instance.id),
         node_addresses: addresses(&instance),
-        additional_labels: vec![(INSTANCE_ID_LABEL.to_string(), instance.id)],
+        additional_labels: std::iter::once((INSTANCE_ID_LABEL.to_string(), instance.id))
+            .chain(build)
+            .collect(),
         instance_type: instance.instance_type,
         zone: instance.zone,
         region: instance.region,

@@ -21,6 +21,23 @@
 //! - Routes: `<cluster>-<node-uid>-<cidr with every non-alphanumeric character as '-'>`,
 //!   e.g. `kubernetes-4f1c…-10-244-1-0-24`; `list-routes` reports the simulator's route id as
 //!   the route name.
+//!
+//! # Build stamp
+//!
+//! A build compiled with `SIMCLOUD_BUILD=<stamp>` in its environment (read with
+//! `option_env!`, so the stamp is part of the component and of its digest) behaves
+//! observably differently, so tests can see a swap between two builds on every Node and
+//! Service. The stamp must be a DNS label (`v2`); an empty one counts as none.
+//!
+//! - `instance-metadata` adds the label `simcloud.wasm-ccm.io/build: <stamp>` to the ones it
+//!   returns.
+//! - Load-balancer ingress points carry the hostname `<stamp>.<simulator hostname>`, or
+//!   `<stamp>.<load balancer name>.lb.simcloud.test` while the simulator hands out IPs only,
+//!   next to the IP.
+//!
+//! Nothing cloud-side changes: load balancer, route and instance names are the same, so a
+//! stamped build adopts what an unstamped one created. Without the stamp, none of this
+//! happens.
 
 mod api;
 mod config;
@@ -33,13 +50,51 @@ use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
 
 use crate::config::Config;
 
+/// The build stamp (see the module doc): `SIMCLOUD_BUILD` at compile time, if set.
+pub(crate) const BUILD: Option<&str> = build_stamp(option_env!("SIMCLOUD_BUILD"));
+
+/// `stamp` unless it is empty; a stamp that is no DNS label fails the build, since it would
+/// make every label and ingress hostname it lands in invalid.
+const fn build_stamp(stamp: Option<&'static str>) -> Option<&'static str> {
+    match stamp {
+        Some(stamp) if !stamp.is_empty() => {
+            assert!(
+                is_dns_label(stamp.as_bytes()),
+                "SIMCLOUD_BUILD must be a DNS label: lowercase letters, digits and '-', at \
+                 most 63 characters, starting and ending with a letter or digit"
+            );
+            Some(stamp)
+        }
+        _ => None,
+    }
+}
+
+const fn is_dns_label(label: &[u8]) -> bool {
+    if label.is_empty() || label.len() > 63 || label[0] == b'-' || label[label.len() - 1] == b'-' {
+        return false;
+    }
+    let mut i = 0;
+    while i < label.len() {
+        if !matches!(label[i], b'a'..=b'z' | b'0'..=b'9' | b'-') {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The provider: every contract interface is implemented on this type.
 struct SimCloud;
 
 impl wasm_ccm_sdk::Provider for SimCloud {
     fn init(config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
         let config = Config::parse(config)?;
-        wasm_ccm_sdk::info!("simcloud provider for {}", config.api_url);
+        match BUILD {
+            Some(build) => {
+                wasm_ccm_sdk::info!("simcloud provider (build {build}) for {}", config.api_url)
+            }
+            None => wasm_ccm_sdk::info!("simcloud provider for {}", config.api_url),
+        }
         Ok(Capabilities {
             name: "simcloud".into(),
             instances: true,

@@ -22,6 +22,8 @@ const PROVISIONING_RETRY: Duration = Duration::from_secs(2);
 /// Host-cache key and lifetime of the ids of live instances.
 const LIVE_IDS: &str = "live-instance-ids";
 const LIVE_IDS_TTL: Duration = Duration::from_secs(10);
+/// Where a stamped build names load balancers the simulator gives no hostname.
+const LB_DOMAIN: &str = "lb.simcloud.test";
 
 impl wasm_ccm_sdk::LoadBalancers for SimCloud {
     fn get_load_balancer(cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
@@ -247,11 +249,25 @@ fn ingress(lb: &LoadBalancer) -> Option<LbIngress> {
     };
     Some(LbIngress {
         ip: lb.ip.clone(),
-        hostname: lb.hostname.clone(),
+        hostname: hostname(lb),
         // Kubernetes accepts an ip-mode only next to an IP.
         ip_mode: lb.ip.as_ref().map(|_| mode),
         ports: lb.listeners.iter().map(port_status).collect(),
     })
+}
+
+/// The simulator's hostname of `lb`; in a stamped build, prefixed with the stamp (and made up
+/// from the load balancer's name when the simulator gives none), so the build that answered
+/// shows in the Service's status.
+fn hostname(lb: &LoadBalancer) -> Option<String> {
+    let Some(build) = crate::BUILD else {
+        return lb.hostname.clone();
+    };
+    let hostname = match &lb.hostname {
+        Some(hostname) => format!("{build}.{hostname}"),
+        None => format!("{build}.{}.{LB_DOMAIN}", lb.name),
+    };
+    Some(hostname)
 }
 
 fn port_status(listener: &Listener) -> PortStatus {

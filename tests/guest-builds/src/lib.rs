@@ -6,11 +6,25 @@
 /// `guests/simcloud`: the reference provider for the cloud simulator.
 pub const SIMCLOUD: &str = env!("GUEST_SIMCLOUD");
 
+/// `guests/simcloud` built with the stamp [`SIMCLOUD_V2_BUILD`] (`SIMCLOUD_BUILD=v2`): the
+/// same provider, observably different, as a second version to swap [`SIMCLOUD`] for. It adds
+/// the node label `simcloud.wasm-ccm.io/build: v2`, and a `v2.`-prefixed hostname to
+/// load-balancer ingress points; load balancer names are unchanged, so it adopts the load
+/// balancers [`SIMCLOUD`] created. See simcloud's module doc.
+pub const SIMCLOUD_V2: &str = env!("GUEST_SIMCLOUD_V2");
+
+/// The build stamp of [`SIMCLOUD_V2`]: `v2`.
+pub const SIMCLOUD_V2_BUILD: &str = env!("GUEST_SIMCLOUD_V2_BUILD");
+
 /// `tests/guests/hostile`: a provider that misbehaves on purpose.
 pub const HOSTILE: &str = env!("GUEST_HOSTILE");
 
 /// `tests/guests/overreach`: a provider importing an interface the host does not offer.
 pub const OVERREACH: &str = env!("GUEST_OVERREACH");
+
+/// `tests/guests/rollout`: a provider that answers everything with fixed results unless its
+/// cloud config makes `init` fail or every Nth call trap (refused rollouts, rollbacks).
+pub const ROLLOUT: &str = env!("GUEST_ROLLOUT");
 
 /// The bytes of the component at `path`.
 pub fn read(path: &str) -> Vec<u8> {
