@@ -168,6 +168,16 @@ impl Metrics {
             .set(1);
     }
 
+    /// Record that a version recorded by [`Metrics::provider_info`] is no longer loaded.
+    pub fn provider_unloaded(&self, name: &str, version: &str, identity: &crate::source::Identity) {
+        self.provider_info.remove(&ProviderInfoLabels {
+            provider: name.to_string(),
+            version: version.to_string(),
+            digest: identity.digest.clone(),
+            source: identity.reference.clone(),
+        });
+    }
+
     /// Register every metric under the `wasm_ccm` prefix.
     pub fn register(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix("wasm_ccm");

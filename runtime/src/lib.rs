@@ -9,6 +9,8 @@
 /// The `CloudProvider` custom resource: the spec operators edit to choose and roll out a
 /// provider version, the status the manager reports, and the CRD generated from them.
 pub mod resource;
+/// Run mode from a `CloudProvider` resource: follow it, roll versions out, roll them back.
+pub mod rollout;
 /// Run mode: load the provider, connect to the cluster, serve health, elect a leader, run
 /// the controllers.
 pub mod manager;

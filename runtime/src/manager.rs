@@ -1,11 +1,14 @@
 //! Run mode: everything `wasm-ccm` does as a cloud-controller-manager, in order:
 //!
-//! 1. load the provider (`--provider`), `init` it with `--cloud-config`, and check it is the
-//!    `--cloud-provider` the operator named;
-//! 2. decide which controllers run (selected *and* supported);
-//! 3. connect to the API server, serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
-//! 4. with `--leader-elect`, wait for the Lease; then run the controllers until leadership is
-//!    lost or the process is asked to stop.
+//! 1. with flags: load the provider (`--provider`), `init` it with `--cloud-config`, and
+//!    check it is the `--cloud-provider` the operator named;
+//! 2. connect to the API server, serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
+//! 3. with `--provider-resource`: follow the `CloudProvider` ([`crate::rollout`]), reporting
+//!    not-ready with the reason until a version is active;
+//! 4. decide which controllers run (selected *and* supported);
+//! 5. with `--leader-elect`, wait for the Lease; then run the controllers until leadership is
+//!    lost or the process is asked to stop. They call the provider through a
+//!    [`ProviderSlot`], which a rollout swaps under them.
 //!
 //! Losing the lease stops every controller at once and drops their caches; the manager then
 //! campaigns again as a standby (upstream exits instead, to be restarted by the kubelet).
@@ -16,6 +19,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{self, ClientMetrics, Clients, ClusterSettings};
@@ -24,10 +28,12 @@ use crate::controllers::{
     ControllerSettings, Informer, QueueMetrics,
 };
 use crate::leader::{LeaderElector, LeaseSettings};
+use crate::rollout::spec::Defaults;
+use crate::rollout::{self, RolloutSettings};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
 use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{Provider, ProviderSource};
+use wasm_ccm_host::provider::{Provider, ProviderSlot, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use wasm_ccm_host::source::{self, Distribution, DistributionSettings, ProviderRef};
 
@@ -44,12 +50,27 @@ pub struct ProviderSettings {
     pub allow_untagged_cloud: bool,
 }
 
+/// Where the provider version comes from.
+#[derive(Debug, Clone)]
+pub enum ProviderMode {
+    /// Flags name it, for the life of the process.
+    Flags(ProviderSettings),
+    /// `--provider-resource NAME`: a `CloudProvider` names it, and rollouts swap it. The
+    /// egress and sandbox flags are the defaults its spec overrides.
+    Resource {
+        /// The `CloudProvider`'s name.
+        name: String,
+        /// `--allow-untagged-cloud`.
+        allow_untagged_cloud: bool,
+    },
+}
+
 /// Everything run mode needs, validated.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
     /// The component to load and the name it must report (`--provider`, `--cloud-provider`,
-    /// `--cloud-config`, `--allow-untagged-cloud`).
-    pub provider: ProviderSettings,
+    /// `--cloud-config`, `--allow-untagged-cloud`), or the resource that says so.
+    pub provider: ProviderMode,
     /// Registries, their credentials and the artifact cache (`--insecure-registry`,
     /// `--registry-config`, `--cache-dir`).
     pub distribution: DistributionSettings,
@@ -140,8 +161,20 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     client_metrics.register(&mut registry);
     crate::process_metrics::register(&mut registry);
 
-    let provider = load_provider(&config, metrics.clone()).await?;
-    let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
+    // With flags, the provider loads first: a bad flag fails before anything connects.
+    let planned = std::sync::OnceLock::new();
+    let flagged = match &config.provider {
+        ProviderMode::Flags(settings) => {
+            let provider = load_provider(&config, settings, metrics.clone()).await?;
+            let _ = planned.set(controllers::plan(
+                &config.controllers,
+                &provider,
+                &config.settings,
+            )?);
+            Some(provider)
+        }
+        ProviderMode::Resource { .. } => None,
+    };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
     let informers_client = clients.client(cluster::SHARED_INFORMERS)?;
@@ -164,6 +197,38 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             elector.health_check(),
         );
     }
+    // Whether this replica leads: only the leader writes the CloudProvider's status.
+    let leading = watch::Sender::new(elector.is_none());
+    let provider = match (flagged, &config.provider) {
+        (Some(provider), _) => Versions::Fixed(ProviderSlot::new(provider)),
+        (
+            None,
+            ProviderMode::Resource {
+                name,
+                allow_untagged_cloud,
+            },
+        ) => {
+            let handle = rollout::start(
+                RolloutSettings {
+                    resource: name.clone(),
+                    defaults: Defaults {
+                        egress: config.egress.clone(),
+                        sandbox: config.sandbox.clone(),
+                    },
+                    distribution: config.distribution.clone(),
+                    allow_untagged_cloud: *allow_untagged_cloud,
+                    identity: config.settings.identity.clone(),
+                },
+                clients.manager(),
+                metrics.clone(),
+                leading.subscribe(),
+                shutdown.clone(),
+            );
+            health.add("provider", &[Probe::Readyz], handle.readiness());
+            Versions::Rollout(tokio::sync::Mutex::new(handle))
+        }
+        (None, ProviderMode::Flags(_)) => unreachable!("flags load a provider above"),
+    };
     let serving = serving::serve(
         config.serving.clone(),
         health.clone(),
@@ -171,12 +236,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         shutdown.clone(),
     )
     .await?;
-    let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
     tracing::info!(
-        provider = %provider.label(),
-        source = %provider.identity().reference,
-        digest = %provider.identity().digest,
-        controllers = ?names,
         serving = ?serving.as_ref().map(|s| s.local_addr()),
         leader_election = elector.is_some(),
         "wasm-ccm started"
@@ -186,18 +246,20 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         clients: controller_clients,
         informers_client,
         provider,
+        planned,
+        selection: config.controllers.clone(),
         settings: config.settings.clone(),
         metrics: controller_metrics,
         queues: queue_metrics,
-        planned,
         health,
     };
     match elector {
-        None => term.run(shutdown.clone()).await,
+        None => term.run(shutdown.clone()).await?,
         Some(elector) => loop {
             let Some(leadership) = elector.acquire(&shutdown).await? else {
                 break;
             };
+            leading.send_replace(true);
             let stop = leadership.lost().child_token();
             let shutdown_link = {
                 let stop = stop.clone();
@@ -207,10 +269,12 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                     stop.cancel();
                 })
             };
-            term.run(stop).await;
+            let ran = term.run(stop).await;
+            leading.send_replace(false);
             shutdown_link.abort();
-            if shutdown.is_cancelled() {
+            if shutdown.is_cancelled() || ran.is_err() {
                 leadership.release().await;
+                ran?;
                 break;
             }
             tracing::error!(
@@ -224,9 +288,9 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
 
 async fn load_provider(
     config: &ManagerConfig,
+    settings: &ProviderSettings,
     metrics: Arc<Metrics>,
 ) -> Result<Provider, ManagerError> {
-    let settings = &config.provider;
     let artifact = Distribution::new(config.distribution.clone())
         .fetch(&settings.reference)
         .await
@@ -268,27 +332,67 @@ async fn load_provider(
     Ok(provider)
 }
 
+/// Where the controllers' provider comes from.
+enum Versions {
+    /// Loaded from flags at start.
+    Fixed(ProviderSlot),
+    /// Rolled out from the `CloudProvider`; the first version may not be active yet.
+    Rollout(tokio::sync::Mutex<rollout::RolloutHandle>),
+}
+
 /// What one period of running the controllers needs (one leadership term, or the whole
 /// life of the process without leader election).
 struct Term {
     clients: ControllerClients,
     /// The shared informers' own client.
     informers_client: kube::Client,
-    provider: Provider,
+    provider: Versions,
+    /// The controllers that run, decided with the first active version.
+    planned: std::sync::OnceLock<Vec<Controller>>,
+    selection: ControllerSelection,
     settings: ControllerSettings,
     metrics: ControllerMetrics,
     queues: QueueMetrics,
-    planned: Vec<Controller>,
     health: HealthChecks,
 }
 
 impl Term {
-    /// Start informers and controllers; return once `stop` is cancelled and all stopped.
-    async fn run(&self, stop: CancellationToken) {
+    /// Wait for an active provider version, start informers and controllers; return once
+    /// `stop` is cancelled and all stopped.
+    async fn run(&self, stop: CancellationToken) -> Result<(), ManagerError> {
+        let slot = match &self.provider {
+            Versions::Fixed(slot) => slot.clone(),
+            Versions::Rollout(handle) => {
+                let mut handle = handle.lock().await;
+                let Some(slot) = handle.first_version(&stop).await else {
+                    return Ok(());
+                };
+                slot
+            }
+        };
+        let planned = match self.planned.get() {
+            Some(planned) => planned,
+            None => {
+                let provider = slot.current();
+                let planned = controllers::plan(&self.selection, &provider, &self.settings)?;
+                let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
+                tracing::info!(
+                    provider = %provider.label(),
+                    source = %provider.identity().reference,
+                    digest = %provider.identity().digest,
+                    controllers = ?names,
+                    "starting controllers"
+                );
+                if let Versions::Rollout(handle) = &self.provider {
+                    handle.lock().await.require(planned.clone());
+                }
+                self.planned.get_or_init(|| planned)
+            }
+        };
         let informers_stop = stop.child_token();
         let context = Arc::new(Context {
             clients: self.clients.clone(),
-            provider: self.provider.clone(),
+            provider: slot,
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
             queues: self.queues.clone(),
@@ -301,7 +405,8 @@ impl Term {
                 informers_stop.clone(),
             ),
         });
-        controllers::run(&self.planned, context, &self.health, stop).await;
+        controllers::run(planned, context, &self.health, stop).await;
         informers_stop.cancel();
+        Ok(())
     }
 }

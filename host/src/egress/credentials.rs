@@ -1,11 +1,13 @@
 //! Credential injection: rules that bind a host pattern to a header whose value the host
-//! reads (from an environment variable or a file) and adds to requests bound for that
-//! host. The value is read when a request is sent, so a rotated file takes effect at once,
-//! and it is never shown to the provider, logged, or printed by `Debug`.
+//! reads (from an environment variable, a file, or a Secret the manager watches) and adds
+//! to requests bound for that host. The value is read when a request is sent, so a rotated
+//! file or Secret takes effect at once, and it is never shown to the provider, logged, or
+//! printed by `Debug`.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 
 use http::HeaderName;
 
@@ -18,6 +20,51 @@ pub enum SecretSource {
     Env(String),
     /// A file (e.g. a mounted Secret); surrounding whitespace is trimmed.
     File(PathBuf),
+    /// A value held in memory and replaced by its owner (the manager's Secret watch).
+    Shared(SharedSecret),
+}
+
+/// A secret value kept current by its owner, e.g. the key of a watched Secret; clones
+/// share the value.
+#[derive(Clone)]
+pub struct SharedSecret {
+    /// What it is, for errors and `Debug`: e.g. `Secret kube-system/simcloud key token`.
+    name: Arc<str>,
+    value: Arc<RwLock<Result<String, String>>>,
+}
+
+impl SharedSecret {
+    /// A secret named `name` (as errors name it), with no value yet: reading it fails
+    /// with `missing` until [`SharedSecret::set`].
+    pub fn new(name: impl Into<Arc<str>>, missing: String) -> SharedSecret {
+        SharedSecret {
+            name: name.into(),
+            value: Arc::new(RwLock::new(Err(missing))),
+        }
+    }
+
+    /// The value now, or why there is none (e.g. `Secret kube-system/simcloud not found`).
+    pub fn set(&self, value: Result<String, String>) {
+        *self.value.write().unwrap_or_else(|p| p.into_inner()) = value;
+    }
+
+    fn get(&self) -> Result<String, String> {
+        self.value.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl PartialEq for SharedSecret {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.value, &other.value)
+    }
+}
+
+impl Eq for SharedSecret {}
+
+impl fmt::Debug for SharedSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
 }
 
 impl fmt::Debug for SecretSource {
@@ -25,6 +72,7 @@ impl fmt::Debug for SecretSource {
         match self {
             SecretSource::Env(var) => write!(f, "env:{var}"),
             SecretSource::File(path) => write!(f, "file:{}", path.display()),
+            SecretSource::Shared(secret) => write!(f, "{secret:?}"),
         }
     }
 }
@@ -40,6 +88,7 @@ impl SecretSource {
                 .map_err(|err| format!("cannot read {}: {err}", path.display()))?
                 .trim()
                 .to_string(),
+            SecretSource::Shared(secret) => secret.get()?.trim().to_string(),
         };
         if value.is_empty() {
             return Err(format!("{self:?} is empty"));
@@ -127,6 +176,27 @@ impl FromStr for CredentialRule {
 }
 
 impl CredentialRule {
+    /// Send the value of `source` to hosts matching `target` as `Authorization: Bearer
+    /// <value>`, or with `header` as `<header>: <value>`.
+    pub fn new(target: HostPattern, header: Option<HeaderName>, source: SecretSource) -> Self {
+        let (header, format) = match header {
+            None => (http::header::AUTHORIZATION, Format::Bearer),
+            Some(header) => (header, Format::Raw),
+        };
+        CredentialRule {
+            target,
+            header,
+            format,
+            source,
+        }
+    }
+
+    /// Whether the value lives in memory ([`SecretSource::Shared`]), so reading it costs
+    /// nothing and it need not be kept between requests.
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.source, SecretSource::Shared(_))
+    }
+
     /// Whether requests to `dest` get this credential.
     pub fn applies_to(&self, dest: &Destination) -> bool {
         self.target.matches(dest)

@@ -35,8 +35,8 @@ use wasmtime_wasi_http::{
 };
 
 pub use audit::{Audit, AuditLogLimits, AuditRecord};
-pub use credentials::{CredentialError, CredentialRule};
-pub use policy::{HostPattern, PatternError};
+pub use credentials::{CredentialError, CredentialRule, SecretSource, SharedSecret};
+pub use policy::{HostPattern, MethodPolicy, PatternError};
 pub use pool::{Connections, PoolLimits};
 pub use transport::Limits;
 
@@ -74,6 +74,8 @@ pub struct EgressConfig {
     pub allow: Vec<HostPattern>,
     /// Headers the gate adds to requests for matching hosts (`--credential`).
     pub credentials: Vec<CredentialRule>,
+    /// The methods requests may use: any, or only safe ones for a shadow version.
+    pub methods: MethodPolicy,
     /// Requests allowed to each destination host (`--egress-rate`, `--egress-burst`).
     pub budget: RateBudget,
     /// Timeouts and the response size cap of every request.
@@ -92,6 +94,7 @@ impl Default for EgressConfig {
         EgressConfig {
             allow: Vec::new(),
             credentials: Vec::new(),
+            methods: MethodPolicy::Any,
             budget: RateBudget::default(),
             limits: Limits {
                 connect_timeout: Duration::from_secs(5),
@@ -207,8 +210,12 @@ impl EgressGate {
     }
 
     /// The header value of credential rule `index`, read from its source at most once per
-    /// [`CREDENTIAL_REFRESH`].
+    /// [`CREDENTIAL_REFRESH`] (an in-memory value, on every request).
     fn credential_value(&self, index: usize) -> Result<http::HeaderValue, String> {
+        let rule = &self.config.credentials[index];
+        if rule.is_in_memory() {
+            return rule.header_value();
+        }
         let mut values = self
             .credential_values
             .lock()
@@ -331,6 +338,9 @@ impl Attempt {
             let granted = gate.granted_list();
             return Err(self.deny(format!("not in allowedHosts (granted: {granted})")));
         };
+        if let Err(reason) = gate.config.methods.permits(request.method(), &dest) {
+            return Err(self.deny(reason));
+        }
         let limits = gate.config.limits;
         if let Err(wait) = gate.budgets.take(&self.host) {
             return Ok(self.rate_limited(wait));

@@ -1,7 +1,8 @@
 //! What a provider may reach: allow-list entries (`https://api.example.com`,
 //! `https://*.example.com:8443`, `http://127.0.0.1:8080`) and the rule that an address
 //! inside the cluster or cloud network (private, loopback, link-local, metadata) is never
-//! reached through a *name*: only an entry that names that very address allows it.
+//! reached through a *name*: only an entry that names that very address allows it; and the
+//! methods a version may use ([`MethodPolicy`]: a shadow version only reads).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -376,5 +377,39 @@ mod tests {
             internal_address_reason("169.254.169.254".parse().unwrap()),
             Some("cloud metadata address")
         );
+    }
+}
+
+/// Which HTTP methods requests may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum MethodPolicy {
+    /// Any method (an active provider version).
+    #[default]
+    Any,
+    /// GET and HEAD, and per host pattern the methods listed (a shadow version, which must
+    /// change nothing in the cloud).
+    SafeOnly(Vec<(HostPattern, Vec<http::Method>)>),
+}
+
+impl MethodPolicy {
+    /// Whether `method` may be sent to `dest`, or why not.
+    pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), String> {
+        let MethodPolicy::SafeOnly(widened) = self else {
+            return Ok(());
+        };
+        if *method == http::Method::GET || *method == http::Method::HEAD {
+            return Ok(());
+        }
+        let allowed = widened
+            .iter()
+            .any(|(pattern, methods)| pattern.matches(dest) && methods.contains(method));
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!(
+                "a shadow version may only use GET and HEAD towards {dest}; \
+                 spec.rollout.shadow.methods can allow {method}"
+            ))
+        }
     }
 }

@@ -556,6 +556,24 @@ impl Guest {
         }
     }
 
+    /// This guest with another egress gate (changed grants, credentials or budgets): image,
+    /// name, cache, configuration and log budget are shared; the connection pool is new, so
+    /// no connection opened under the old grants is reused.
+    pub fn with_egress(&self, egress: Arc<EgressGate>) -> Guest {
+        Guest {
+            image: self.image.clone(),
+            env: Arc::new(GuestEnv {
+                caller: self.env.caller.clone(),
+                connections: egress.connections(),
+                egress,
+                cache: self.env.cache.clone(),
+                cloud_config: self.env.cloud_config.clone(),
+                node_metadata: self.env.node_metadata.clone(),
+                logs: self.env.logs.clone(),
+            }),
+        }
+    }
+
     fn new_store(&self) -> Store<CallState> {
         let sandbox = &self.image.sandbox;
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);

@@ -24,8 +24,8 @@ pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
-    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits, PoolLimits,
-    RateBudget,
+    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits,
+    MethodPolicy, PoolLimits, RateBudget,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
@@ -146,6 +146,7 @@ impl EgressFlags {
         EgressConfig {
             allow: self.allow.clone(),
             credentials: self.credentials.iter().map(|c| c.rule.clone()).collect(),
+            methods: MethodPolicy::Any,
             budget: RateBudget {
                 per_second: self.egress_rate,
                 burst: self.egress_burst,

@@ -18,7 +18,7 @@ use super::{DistributionFlags, EgressFlags, SandboxFlags};
 use crate::cluster::ClusterSettings;
 use crate::controllers::{ClusterCidrs, ControllerSelection, ControllerSettings};
 use crate::leader::{LeaseSettings, default_identity};
-use crate::manager::{self, ManagerConfig, ProviderSettings};
+use crate::manager::{self, ManagerConfig, ProviderMode, ProviderSettings};
 use crate::serving::{ServingConfig, TlsSource};
 use wasm_ccm_host::source::ProviderRef;
 
@@ -29,6 +29,13 @@ pub struct RunFlags {
     /// (or both: the digest wins and is enforced), or file://PATH to a .wasm.
     #[arg(long, value_name = "REFERENCE", help_heading = "Provider")]
     pub provider: Option<String>,
+
+    /// Follow the CloudProvider resource NAME instead of --provider: it names the
+    /// component, its cloud config, grants, credentials and limits, and changing it rolls a
+    /// new version out without a restart. The egress and sandbox flags become the defaults
+    /// its spec overrides.
+    #[arg(long, value_name = "NAME", help_heading = "Provider", conflicts_with_all = ["provider", "cloud_config"])]
+    pub provider_resource: Option<String>,
 
     /// The provider's name; the component must report this name from init.
     #[arg(long, value_name = "NAME", help_heading = "Provider")]
@@ -236,20 +243,7 @@ fn positive_f64(text: &str) -> Result<f64, String> {
 impl RunFlags {
     /// Check what clap cannot and build the manager's configuration.
     pub fn config(&self) -> anyhow::Result<ManagerConfig> {
-        let Some(provider) = &self.provider else {
-            bail!(
-                "--provider is required: the provider component, e.g. --provider file:///opt/providers/simcloud.wasm"
-            );
-        };
-        let reference: ProviderRef = provider
-            .parse()
-            .map_err(|error| anyhow::anyhow!("--provider {error}"))?;
-        let name = match self.cloud_provider.as_deref() {
-            None | Some("") => bail!(
-                "--cloud-provider is required: the name the provider reports (e.g. --cloud-provider=simcloud)"
-            ),
-            Some(name) => name.to_string(),
-        };
+        let provider = self.provider_mode()?;
         if self.leader_elect_resource_lock != "leases" {
             bail!(
                 "--leader-elect-resource-lock {:?}: only \"leases\" is supported",
@@ -280,12 +274,7 @@ impl RunFlags {
         let distribution = self.distribution.settings()?;
         let compiled_dir = wasm_ccm_host::source::compiled_dir(&distribution);
         Ok(ManagerConfig {
-            provider: ProviderSettings {
-                reference,
-                name,
-                cloud_config: self.cloud_config.clone(),
-                allow_untagged_cloud: self.allow_untagged_cloud,
-            },
+            provider,
             distribution,
             egress: self.egress.config(),
             sandbox: self.sandbox.config(compiled_dir),
@@ -316,6 +305,56 @@ impl RunFlags {
                 tls,
             },
         })
+    }
+
+    /// `--provider` and its companions, or `--provider-resource`.
+    fn provider_mode(&self) -> anyhow::Result<ProviderMode> {
+        if let Some(name) = &self.provider_resource {
+            if name.is_empty() {
+                bail!("--provider-resource needs the name of a CloudProvider");
+            }
+            for (given, flag) in [
+                (!self.egress.allow.is_empty(), "--allow"),
+                (!self.egress.credentials.is_empty(), "--credential"),
+            ] {
+                if given {
+                    bail!(
+                        "{flag} cannot be used with --provider-resource: the CloudProvider {name} grants hosts (spec.egress.allowedHosts) and credentials (spec.credentials)"
+                    );
+                }
+            }
+            if let Some(flag) = &self.cloud_provider
+                && !flag.is_empty()
+            {
+                bail!(
+                    "--cloud-provider cannot be used with --provider-resource: the CloudProvider {name} names the provider (spec.name)"
+                );
+            }
+            return Ok(ProviderMode::Resource {
+                name: name.clone(),
+                allow_untagged_cloud: self.allow_untagged_cloud,
+            });
+        }
+        let Some(provider) = &self.provider else {
+            bail!(
+                "--provider or --provider-resource is required: the provider component, e.g. --provider file:///opt/providers/simcloud.wasm, or the CloudProvider resource that names it"
+            );
+        };
+        let reference: ProviderRef = provider
+            .parse()
+            .map_err(|error| anyhow::anyhow!("--provider {error}"))?;
+        let name = match self.cloud_provider.as_deref() {
+            None | Some("") => bail!(
+                "--cloud-provider is required: the name the provider reports (e.g. --cloud-provider=simcloud)"
+            ),
+            Some(name) => name.to_string(),
+        };
+        Ok(ProviderMode::Flags(ProviderSettings {
+            reference,
+            name,
+            cloud_config: self.cloud_config.clone(),
+            allow_untagged_cloud: self.allow_untagged_cloud,
+        }))
     }
 
     /// Run until SIGINT or SIGTERM.

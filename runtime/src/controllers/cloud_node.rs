@@ -113,10 +113,8 @@ async fn sync_node(
         return reconcile_labels(context, &node).await;
     }
 
-    let metadata = context
-        .provider
-        .instance_metadata(&node_view(&node))
-        .await?;
+    let provider = context.provider.current();
+    let metadata = provider.instance_metadata(&node_view(&node)).await?;
     let existing_id = node
         .spec
         .as_ref()
@@ -125,7 +123,7 @@ async fn sync_node(
     if metadata.provider_id.is_empty() && existing_id.is_none() {
         return Err(SyncError::Invalid(format!(
             "provider {} returned no providerID for node {name}; a node is not initialised without one",
-            context.provider.label()
+            provider.label()
         )));
     }
     if let Some(provided) = provided_node_ips(&node)? {
@@ -138,7 +136,7 @@ async fn sync_node(
             {
                 return Err(SyncError::Invalid(format!(
                     "node {name}: {PROVIDED_NODE_IP} {ip} is not among the addresses provider {} reports ({})",
-                    context.provider.label(),
+                    provider.label(),
                     describe(&metadata.node_addresses)
                 )));
             }
@@ -429,6 +427,7 @@ async fn sync_all_addresses(context: &Context) {
             let result = async {
                 let metadata = context
                     .provider
+                    .current()
                     .instance_metadata(&node_view(&node))
                     .await?;
                 update_addresses(context, &node, &metadata.node_addresses).await

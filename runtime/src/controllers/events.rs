@@ -1,6 +1,7 @@
-//! Kubernetes Events about nodes and services, with upstream's reasons, published in the
-//! background so a slow or failing API server never holds up a reconcile (as client-go's
-//! broadcaster). Repeats of one event become a series (`kube-runtime`'s recorder).
+//! Kubernetes Events about nodes, services and the `CloudProvider`, with upstream's reasons
+//! where upstream has them, published in the background so a slow or failing API server
+//! never holds up a reconcile (as client-go's broadcaster). Repeats of one event become a
+//! series (`kube-runtime`'s recorder).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -25,10 +26,12 @@ impl EventSink {
         }
     }
 
+    /// Record a `Normal` event about `regarding`.
     pub fn normal(&self, regarding: ObjectReference, reason: &'static str, note: String) {
         self.publish(regarding, EventType::Normal, reason, note);
     }
 
+    /// Record a `Warning` event about `regarding`.
     pub fn warning(&self, regarding: ObjectReference, reason: &'static str, note: String) {
         self.publish(regarding, EventType::Warning, reason, note);
     }

@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::{Node, Service, Taint};
 use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;
 
+pub use events::EventSink;
 pub use informer::Informer;
 pub use metrics::ControllerMetrics;
 pub use route::{CidrError, ClusterCidrs};
@@ -33,8 +34,7 @@ pub use workqueue::QueueMetrics;
 
 use crate::cluster::{Clients, ClusterError};
 use crate::serving::{HealthChecks, Probe};
-use events::EventSink;
-use wasm_ccm_host::provider::{Provider, ProviderError};
+use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSlot};
 
 /// Settings of the controllers, from flags.
 #[derive(Debug, Clone)]
@@ -105,8 +105,8 @@ impl ControllerClients {
 pub struct Context {
     /// The Kubernetes API: each controller's own client, and the event recorders'.
     pub clients: ControllerClients,
-    /// The cloud.
-    pub provider: Provider,
+    /// The cloud: the active provider version, swapped under the controllers by a rollout.
+    pub provider: ProviderSlot,
     /// From flags.
     pub settings: ControllerSettings,
     /// Upstream's controller metrics.

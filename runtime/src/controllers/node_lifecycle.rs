@@ -67,11 +67,12 @@ async fn monitor_node(context: &Context, events: &EventSink, node: &Node) -> Res
         return Ok(());
     }
     let view = node_view(node);
-    if !context.provider.instance_exists(&view).await? {
+    let provider = context.provider.current();
+    if !provider.instance_exists(&view).await? {
         delete_node(context, events, node).await;
         return Ok(());
     }
-    let shutdown = match context.provider.instance_shutdown(&view).await {
+    let shutdown = match provider.instance_shutdown(&view).await {
         Ok(shutdown) => shutdown,
         Err(error) if error.is_not_implemented() => false,
         Err(error) => return Err(error.into()),

@@ -21,6 +21,7 @@ use super::events::EventSink;
 use super::views::node_addresses;
 use super::{Context, Controller, SyncError, every_period, name_of};
 use wasm_ccm_host::contract::Route;
+use wasm_ccm_host::provider::Provider;
 
 /// Cloud route operations in flight at once, as upstream.
 const MAX_CONCURRENT_OPERATIONS: usize = 200;
@@ -176,7 +177,8 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
         return Ok(());
     };
     let cluster = &context.settings.cluster_name;
-    let provider = &context.provider;
+    // One version answers the whole sync, whatever is activated meanwhile.
+    let provider = context.provider.current();
     let routes = provider.list_routes(cluster).await?;
     context.metrics.route_syncs.inc();
     let nodes = context.nodes.store().state();
@@ -246,9 +248,9 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
         })
         .cloned()
         .collect();
-    let deletions = delete_routes(context, doomed);
+    let deletions = delete_routes(context, &provider, doomed);
     let wait_for_deletions = routes.first().is_some_and(|r| r.enable_node_addresses);
-    let creations = create_routes(context, events, &nodes, &mut actions);
+    let creations = create_routes(context, &provider, events, &nodes, &mut actions);
     if wait_for_deletions {
         deletions.await;
         creations.await;
@@ -260,21 +262,16 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     Ok(())
 }
 
-async fn delete_routes(context: &Context, doomed: Vec<Route>) {
-    let cluster = context.settings.cluster_name.clone();
-    let provider = context.provider.clone();
+async fn delete_routes(context: &Context, provider: &Provider, doomed: Vec<Route>) {
+    let cluster = &context.settings.cluster_name;
     futures::stream::iter(doomed)
-        .map(|route| {
-            let cluster = cluster.clone();
-            let provider = provider.clone();
-            async move {
-                match provider.delete_route(&cluster, &route).await {
-                    Ok(()) => tracing::info!(
-                        route = %route.name, cidr = %route.destination_cidr, node = %route.target_node,
-                        blackhole = route.blackhole, "deleted route"
-                    ),
-                    Err(error) => tracing::warn!(route = %route.name, %error, "deleting route failed"),
-                }
+        .map(|route| async move {
+            match provider.delete_route(cluster, &route).await {
+                Ok(()) => tracing::info!(
+                    route = %route.name, cidr = %route.destination_cidr, node = %route.target_node,
+                    blackhole = route.blackhole, "deleted route"
+                ),
+                Err(error) => tracing::warn!(route = %route.name, %error, "deleting route failed"),
             }
         })
         .buffer_unordered(MAX_CONCURRENT_OPERATIONS)
@@ -284,6 +281,7 @@ async fn delete_routes(context: &Context, doomed: Vec<Route>) {
 
 async fn create_routes(
     context: &Context,
+    provider: &Provider,
     events: &EventSink,
     nodes: &[Arc<Node>],
     actions: &mut HashMap<String, HashMap<String, Action>>,
@@ -312,7 +310,7 @@ async fn create_routes(
                 blackhole: false,
             };
             let started = Instant::now();
-            match context.provider.create_route(cluster, &hint, &route).await {
+            match provider.create_route(cluster, &hint, &route).await {
                 Ok(()) => {
                     tracing::info!(node = %name, %cidr, "created route");
                     Some((name, cidr))

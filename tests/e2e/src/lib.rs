@@ -1,8 +1,9 @@
 //! Shared set-up for the end-to-end tests and benchmarks: a cloud simulator on loopback, a
 //! bearer token in a file, providers loaded from the guests built from source, the
 //! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
-//! client for the manager's secure port ([`https`]) and a real OCI registry with ORAS as an
-//! independent client of it ([`registry`]).
+//! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
+//! independent client of it ([`registry`]), and a `CloudProvider` resource for the testbed
+//! ([`cloud_provider`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use wasm_ccm_host::provider::{Provider, ProviderLoadError, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use wasm_ccm_host::source::Artifact;
 
+pub mod cloud_provider;
 pub mod https;
 pub mod registry;
 pub mod testbed;

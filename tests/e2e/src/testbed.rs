@@ -20,7 +20,7 @@ use kube_emulator::{Emulator, EmulatorOptions};
 use tokio_util::sync::CancellationToken;
 use wasm_ccm::cluster::ClusterSettings;
 use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
-use wasm_ccm::manager::{self, ManagerConfig, ProviderSettings};
+use wasm_ccm::manager::{self, ManagerConfig, ProviderMode, ProviderSettings};
 use wasm_ccm::serving::{ServingConfig, TlsSource};
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::{DistributionSettings, ProviderRef};
@@ -118,12 +118,7 @@ impl Testbed {
     /// election, no serving, and short periods so tests are quick.
     pub fn config(&self) -> ManagerConfig {
         ManagerConfig {
-            provider: ProviderSettings {
-                reference: ProviderRef::File(guest_builds::SIMCLOUD.into()),
-                name: "simcloud".into(),
-                cloud_config: Some(self.cloud_config()),
-                allow_untagged_cloud: false,
-            },
+            provider: self.provider(guest_builds::SIMCLOUD, "simcloud"),
             distribution: DistributionSettings::default(),
             egress: self.cloud.egress(),
             sandbox: SandboxConfig::default(),
@@ -154,6 +149,17 @@ impl Testbed {
                 tls: TlsSource::SelfSigned,
             },
         }
+    }
+
+    /// The component at `wasm`, reporting `name`, with this testbed's cloud config, as flags
+    /// name it.
+    pub fn provider(&self, wasm: &str, name: &str) -> ProviderMode {
+        ProviderMode::Flags(ProviderSettings {
+            reference: ProviderRef::File(wasm.into()),
+            name: name.into(),
+            cloud_config: Some(self.cloud_config()),
+            allow_untagged_cloud: false,
+        })
     }
 
     /// Run a manager with `config` in this process.

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use wasm_ccm::controllers::ControllerSelection;
-use wasm_ccm_host::source::ProviderRef;
 
 const WAIT: Duration = Duration::from_secs(20);
 const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
@@ -138,8 +137,7 @@ async fn a_provider_that_traps_leaves_the_node_tainted_and_the_manager_running()
     let bed = Testbed::start().await;
     bed.create_node(&Testbed::kubelet_node("trap")).await;
     let mut config = bed.config();
-    config.provider.reference = ProviderRef::File(guest_builds::HOSTILE.into());
-    config.provider.name = "hostile".into();
+    config.provider = bed.provider(guest_builds::HOSTILE, "hostile");
     config.controllers = "cloud-node,cloud-node-lifecycle"
         .parse::<ControllerSelection>()
         .unwrap();

@@ -51,7 +51,25 @@ async fn bad_flags_are_refused_naming_the_flag() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--cloud-provider=simcloud".into()],
-            "--provider is required",
+            "--provider or --provider-resource is required",
+        ),
+        (
+            with(base.clone(), &["--provider-resource=simcloud"]),
+            "the argument '--provider <REFERENCE>' cannot be used with '--provider-resource <NAME>'",
+        ),
+        (
+            vec![
+                "--provider-resource=simcloud".into(),
+                format!("--allow={}", bed.cloud.sim.url()),
+            ],
+            "--allow cannot be used with --provider-resource: the CloudProvider simcloud grants hosts (spec.egress.allowedHosts)",
+        ),
+        (
+            vec![
+                "--provider-resource=simcloud".into(),
+                "--cloud-provider=simcloud".into(),
+            ],
+            "--cloud-provider cannot be used with --provider-resource: the CloudProvider simcloud names the provider (spec.name)",
         ),
         (
             base.iter()

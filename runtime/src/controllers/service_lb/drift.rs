@@ -44,6 +44,7 @@ pub(super) async fn drift_check_loop(controller: &ServiceController) {
                     match controller
                         .context
                         .provider
+                        .current()
                         .get_load_balancer(controller.cluster(), &view)
                         .await
                     {

@@ -9,7 +9,9 @@
 //! - `retry-after` is honoured exactly, other failures back off per service from 5 s to
 //!   300 s, with `--concurrent-service-syncs` workers;
 //! - a node-set change updates each load balancer at most once per burst of node changes,
-//!   passing the Service as it is *now* (upstream passes a stale cached copy).
+//!   passing the Service as it is *now* (upstream passes a stale cached copy);
+//! - after a rollout activates another provider version, every Service is synced once
+//!   through it (by the same workers), so the new version's behaviour applies everywhere.
 //!
 //! Beyond upstream: nodes still carrying the uninitialized taint are not targets (they have
 //! no providerID yet, so each would cost an extra update); a periodic drift check
@@ -47,7 +49,7 @@ use lb_targets::{NodeSet, Targets};
 use node_sync::node_sync_loop;
 use predicates::{has_finalizer, needs_cleanup, needs_update, wants_load_balancer};
 use wasm_ccm_host::contract::{self, LbStatus};
-use wasm_ccm_host::provider::ErrorKind;
+use wasm_ccm_host::provider::{ErrorKind, Provider};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 /// The condition describing the last load-balancer failure.
@@ -157,10 +159,27 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
+    let mut activations = context.provider.activations();
+    let resync_after_swap = async {
+        while activations.changed().await.is_ok() {
+            let label = context.provider.current().label();
+            let mut queued = 0;
+            for service in context.services.store().state() {
+                if wants_load_balancer(&service) || needs_cleanup(&service) {
+                    controller.queue.add(key_of(&service));
+                    queued += 1;
+                }
+            }
+            tracing::info!(provider = %label, services = queued, "provider version activated: resyncing every load balancer through it");
+        }
+        // The slot outlives the controller; should it not, there is nothing more to resync.
+        std::future::pending::<()>().await;
+    };
     tokio::select! {
         () = stop.cancelled() => {}
         _ = workers => {}
         () = feed => {}
+        () = resync_after_swap => {}
         () = node_sync_loop(&controller, node_changes) => {}
         () = drift_check_loop(&controller) => {}
     }
@@ -261,7 +280,8 @@ async fn delete_load_balancer(
         return Ok(());
     }
     let reference = service.object_ref(&());
-    if let Err(error) = delete_from_cloud(controller, service).await {
+    let provider = controller.context.provider.current();
+    if let Err(error) = delete_from_cloud(controller, &provider, service).await {
         controller.events.warning(
             reference,
             "DeleteLoadBalancerFailed",
@@ -281,6 +301,7 @@ async fn delete_load_balancer(
 /// the load balancer (`implemented-elsewhere`) counts as done.
 async fn delete_from_cloud(
     controller: &ServiceController,
+    provider: &Provider,
     service: &Service,
 ) -> Result<(), SyncError> {
     controller.events.normal(
@@ -288,9 +309,7 @@ async fn delete_from_cloud(
         "DeletingLoadBalancer",
         "Deleting load balancer".into(),
     );
-    match controller
-        .context
-        .provider
+    match provider
         .ensure_load_balancer_deleted(controller.cluster(), &service_view(service))
         .await
     {
@@ -308,7 +327,8 @@ async fn sync_load_balancer(
     let key = key_of(service);
     let reference = service.object_ref(&());
     let view = service_view(service);
-    let provider = &context.provider;
+    // One version answers the whole sync, whatever is activated meanwhile.
+    let provider = context.provider.current();
 
     let new_status = if !wants_load_balancer(service) || needs_cleanup(service) {
         // A failed lookup keeps its kind (a `retry-after` is honoured), as upstream wraps it.
@@ -317,7 +337,7 @@ async fn sync_load_balancer(
             .await?
             .is_some()
         {
-            delete_from_cloud(controller, service).await?;
+            delete_from_cloud(controller, &provider, service).await?;
         }
         remove_finalizer(context, service).await?;
         controller.events.normal(

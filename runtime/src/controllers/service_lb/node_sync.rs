@@ -126,8 +126,8 @@ async fn update_hosts(
     context.metrics.loadbalancer_syncs.inc();
     let started = Instant::now();
     let view = service_view(service);
-    let result = context
-        .provider
+    let provider = context.provider.current();
+    let result = provider
         .update_load_balancer(controller.cluster(), &view, views)
         .await;
     context
@@ -156,8 +156,7 @@ async fn update_hosts(
         Err(error) => error,
     };
     // A load balancer deleted meanwhile needs no hosts.
-    if let Ok(None) = context
-        .provider
+    if let Ok(None) = provider
         .get_load_balancer(controller.cluster(), &view)
         .await
     {

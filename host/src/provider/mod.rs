@@ -8,8 +8,13 @@
 //! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
 //! (trap, deadline, memory, egress denied) and never deletes a node on the latter.
+//!
+//! [`ProviderSlot`] holds the active version and swaps it atomically.
+
+mod slot;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::contract::{
@@ -18,9 +23,12 @@ use crate::contract::{
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
-    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, LoadError, ProviderCache, Sandbox,
+    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache,
+    Sandbox,
 };
 use crate::source::{Artifact, Identity};
+
+pub use slot::ProviderSlot;
 
 /// Why a provider call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +98,19 @@ impl ProviderError {
         }
     }
 
+    /// Whether the call counts as a failure of the provider version when versions are
+    /// compared (automatic rollback): the sandbox ended it, the gate refused its requests,
+    /// or the provider answered `other`. Answers the contract expects in normal operation
+    /// (`not-found`, `retry-after`, `not-implemented`, `implemented-elsewhere`) do not.
+    pub fn is_version_failure(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Sandbox(_)
+                | ErrorKind::EgressDenied { .. }
+                | ErrorKind::Cloud(CloudError::Other { .. })
+        )
+    }
+
     /// A short label for metrics and logs.
     pub fn outcome(&self) -> &'static str {
         match &self.kind {
@@ -133,6 +154,54 @@ pub struct Provider {
     capabilities: Capabilities,
     identity: Arc<Identity>,
     metrics: Arc<Metrics>,
+    tally: Arc<Tally>,
+}
+
+/// Calls one provider version answered since it was loaded, and how many of them failed
+/// ([`ProviderError::is_version_failure`]): what automatic rollback compares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Calls answered (`init` is not counted).
+    pub calls: u64,
+    /// Of those, failures.
+    pub failures: u64,
+}
+
+impl CallCounts {
+    /// The calls and failures since `earlier` was taken.
+    pub fn since(self, earlier: CallCounts) -> CallCounts {
+        CallCounts {
+            calls: self.calls.saturating_sub(earlier.calls),
+            failures: self.failures.saturating_sub(earlier.failures),
+        }
+    }
+
+    /// Failures per call, 0 without calls.
+    pub fn failure_rate(self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.failures as f64 / self.calls as f64
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    calls: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Tally {
+    fn record<T>(&self, result: &Result<T, ProviderError>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if result
+            .as_ref()
+            .is_err_and(ProviderError::is_version_failure)
+        {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Everything needed to load a provider version.
@@ -143,18 +212,35 @@ pub struct ProviderSource {
     pub cloud_config: Option<Vec<u8>>,
 }
 
-impl Provider {
-    /// Compile (or load from cache), link, and `init` a provider version.
-    pub async fn load(
-        sandbox: &Sandbox,
+/// A provider version compiled and checked against the host contract, not yet `init`ed:
+/// the step of a rollout between verification and initialisation.
+pub struct Compiled {
+    image: Image,
+    identity: Identity,
+}
+
+impl Compiled {
+    /// Compile (or load from cache) and link `artifact`, checking it against the host
+    /// contract.
+    pub async fn new(sandbox: &Sandbox, artifact: Artifact) -> Result<Compiled, LoadError> {
+        let identity = artifact.identity;
+        let image = sandbox.load(artifact.wasm, &identity.reference).await?;
+        Ok(Compiled { image, identity })
+    }
+
+    /// `sha256:<hex>` of the component itself.
+    pub fn component_digest(&self) -> &str {
+        self.image.digest()
+    }
+
+    /// `init` the version with `cloud_config`, its requests passing `egress`.
+    pub async fn init(
+        self,
         egress: Arc<EgressGate>,
-        source: ProviderSource,
+        cloud_config: Option<Vec<u8>>,
         metrics: Arc<Metrics>,
     ) -> Result<Provider, ProviderLoadError> {
-        let identity = source.artifact.identity;
-        let image = sandbox
-            .load(source.artifact.wasm, &identity.reference)
-            .await?;
+        let Compiled { image, identity } = self;
         let version = short_version(&identity.digest);
         let guest = image.bind(GuestEnv {
             caller: Arc::new(Caller {
@@ -164,11 +250,11 @@ impl Provider {
             connections: egress.connections(),
             egress,
             cache: ProviderCache::default(),
-            cloud_config: source.cloud_config.clone().map(Into::into),
+            cloud_config: cloud_config.clone().map(Into::into),
             node_metadata: None,
             logs: Default::default(),
         });
-        let config = source.cloud_config.as_deref();
+        let config = cloud_config.as_deref();
         let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
             .await
             .map_err(|error| ProviderLoadError::Init {
@@ -188,7 +274,41 @@ impl Provider {
             capabilities,
             identity: Arc::new(identity),
             metrics,
+            tally: Arc::default(),
         })
+    }
+}
+
+impl Provider {
+    /// Compile (or load from cache), link, and `init` a provider version.
+    pub async fn load(
+        sandbox: &Sandbox,
+        egress: Arc<EgressGate>,
+        source: ProviderSource,
+        metrics: Arc<Metrics>,
+    ) -> Result<Provider, ProviderLoadError> {
+        Compiled::new(sandbox, source.artifact)
+            .await?
+            .init(egress, source.cloud_config, metrics)
+            .await
+    }
+
+    /// This version with another egress gate (changed grants, credentials or budgets):
+    /// same component, same `init` answer, same cache and call counts, no `init` call; only
+    /// the connection pool starts empty.
+    pub fn with_egress(&self, egress: Arc<EgressGate>) -> Provider {
+        Provider {
+            guest: self.guest.with_egress(egress),
+            ..self.clone()
+        }
+    }
+
+    /// Calls answered and failed since this version was loaded.
+    pub fn call_counts(&self) -> CallCounts {
+        CallCounts {
+            calls: self.tally.calls.load(Ordering::Relaxed),
+            failures: self.tally.failures.load(Ordering::Relaxed),
+        }
     }
 
     /// What the provider supports, as `init` answered.
@@ -312,7 +432,9 @@ impl Provider {
         function: Function,
         args: A,
     ) -> Result<T, ProviderError> {
-        call(&self.guest, &self.metrics, function, args).await
+        let result = call(&self.guest, &self.metrics, function, args).await;
+        self.tally.record(&result);
+        result
     }
 }
 

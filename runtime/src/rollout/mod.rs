@@ -1,0 +1,1048 @@
+//! Run mode from a `CloudProvider` resource (`--provider-resource NAME`): the rollout
+//! follows the object and the Secrets and ConfigMaps it names, and keeps the
+//! [`ProviderSlot`] the controllers call through serving the version the spec asks for.
+//!
+//! On a spec change it fetches, verifies, compiles and `init`s the new version, checks its
+//! name and that it supports every running controller, and only then activates it
+//! atomically: calls already running finish on the old version, and the service controller
+//! resyncs every Service through the new one. Any failing step leaves the active version
+//! serving, sets a condition saying which step and why, and emits an Event; a failure that
+//! may pass (a registry down, an `init` that could not reach the cloud) is retried with
+//! backoff, one that cannot (a digest mismatch, a wrong name) waits for the spec to change.
+//!
+//! Changing only grants, budgets or credentials reconfigures the active version in place.
+//! After an activation the previous version stays loaded for the rollback window; if the new
+//! one fails more than the policy allows, the previous one is reactivated and `RolledBack`
+//! says why. Every replica follows the resource and loads the same versions (a standby
+//! takes over warm); only the leader writes status and events.
+
+mod references;
+pub mod spec;
+mod status;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::watch_object;
+use kube::{Api, Resource};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::controllers::{Controller, EventSink};
+use crate::resource::{
+    Candidate, CandidatePhase, CloudProvider, CloudProviderSpec, CloudProviderStatus,
+    ConditionStatus, ProviderVersion, RolloutStrategy, VersionCalls, condition,
+};
+use references::{Kind, ObjectKey, References};
+use spec::{Defaults, Desired, SpecError, VersionSpec};
+use status::set_condition;
+use wasm_ccm_host::contract::Capabilities;
+use wasm_ccm_host::egress::EgressGate;
+use wasm_ccm_host::metrics::Metrics;
+use wasm_ccm_host::provider::{CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot};
+use wasm_ccm_host::sandbox::{LoadError, Sandbox};
+use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
+
+/// First pause before a failed rollout that may succeed later is tried again.
+const RETRY_BASE: Duration = Duration::from_secs(10);
+/// Longest pause between such tries.
+const RETRY_MAX: Duration = Duration::from_secs(600);
+/// How often the rollback window compares failure rates.
+const ROLLBACK_TICK: Duration = Duration::from_secs(1);
+/// Least time between two status writes of the rollback window's call counts.
+const CALLS_WRITE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Everything the rollout needs, from flags.
+#[derive(Debug, Clone)]
+pub struct RolloutSettings {
+    /// `--provider-resource`: the `CloudProvider` to follow.
+    pub resource: String,
+    /// The flags' egress and sandbox settings, which the spec overrides.
+    pub defaults: Defaults,
+    /// Registries, credentials and the cache.
+    pub distribution: DistributionSettings,
+    /// `--allow-untagged-cloud`.
+    pub allow_untagged_cloud: bool,
+    /// This process, as events' reporting instance.
+    pub identity: String,
+}
+
+/// What the manager holds of the rollout.
+pub struct RolloutHandle {
+    slot: watch::Receiver<Option<ProviderSlot>>,
+    not_ready: Arc<Mutex<Option<String>>>,
+    required: Arc<OnceLock<Vec<Controller>>>,
+}
+
+impl RolloutHandle {
+    /// The `/readyz` check: failing, with the reason, until a version is active.
+    pub fn readiness(&self) -> impl Fn() -> Result<(), String> + Send + Sync + 'static {
+        let not_ready = self.not_ready.clone();
+        move || match &*not_ready.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Ok(()),
+            Some(reason) => Err(reason.clone()),
+        }
+    }
+
+    /// Wait for the first version to be active; `None` if `shutdown` comes first.
+    pub async fn first_version(&mut self, shutdown: &CancellationToken) -> Option<ProviderSlot> {
+        tokio::select! {
+            () = shutdown.cancelled() => None,
+            slot = self.slot.wait_for(Option::is_some) => slot.ok().and_then(|slot| slot.clone()),
+        }
+    }
+
+    /// The controllers that run: a later version must support each of them.
+    pub fn require(&self, controllers: Vec<Controller>) {
+        let _ = self.required.set(controllers);
+    }
+}
+
+/// Start following the resource; the returned handle yields the first active version.
+/// `leading` says whether this replica writes status and events.
+pub fn start(
+    settings: RolloutSettings,
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    leading: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) -> RolloutHandle {
+    let (slot_tx, slot) = watch::channel(None);
+    let not_ready = Arc::new(Mutex::new(Some(format!(
+        "CloudProvider {} has not been read yet",
+        settings.resource
+    ))));
+    let required = Arc::new(OnceLock::new());
+    let namespace = client.default_namespace().to_string();
+    let rollout = Rollout {
+        api: Api::all(client.clone()),
+        references: References::new(client.clone(), namespace),
+        distribution: Distribution::new(settings.distribution.clone()),
+        events: EventSink::new(client, "wasm-ccm", &settings.identity),
+        settings,
+        metrics,
+        leading,
+        slot_tx,
+        not_ready: not_ready.clone(),
+        required: required.clone(),
+        object: None,
+        status: CloudProviderStatus::default(),
+        written: None,
+        sandbox: None,
+        active: None,
+        window: None,
+        failure: None,
+        spec_error: None,
+        last_calls_write: Instant::now(),
+    };
+    tokio::spawn(rollout.run(shutdown));
+    RolloutHandle {
+        slot,
+        not_ready,
+        required,
+    }
+}
+
+/// The version serving calls, and what it was made from.
+struct Active {
+    version: VersionSpec,
+    egress_key: (
+        Option<crate::resource::EgressSpec>,
+        Vec<crate::resource::CredentialSpec>,
+    ),
+    provider: Arc<Provider>,
+    /// Its call counts when it was activated.
+    counts_at_activation: CallCounts,
+    since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
+/// The rollback window after an activation: the previous version, kept loaded.
+struct RollbackWindow {
+    previous: Active,
+    /// Calls and failures of the previous version while it was active.
+    previous_counts: CallCounts,
+    until: Instant,
+    policy: spec::RollbackPolicy,
+}
+
+/// The last failed rollout, so the same spec is not tried again in a loop.
+struct Failure {
+    version: VersionSpec,
+    /// `None`: not until the spec or what it references changes.
+    retry_at: Option<Instant>,
+    attempts: u32,
+}
+
+/// A step of a rollout that refused the candidate.
+struct Refusal {
+    /// The condition the step reports (`Fetched` or `Verified`), if any besides
+    /// `Progressing`.
+    condition: Option<&'static str>,
+    /// CamelCase, as conditions and events carry it.
+    reason: &'static str,
+    message: String,
+    /// Whether trying again later may succeed.
+    transient: bool,
+}
+
+struct Rollout {
+    settings: RolloutSettings,
+    api: Api<CloudProvider>,
+    references: Arc<References>,
+    distribution: Distribution,
+    events: EventSink,
+    metrics: Arc<Metrics>,
+    leading: watch::Receiver<bool>,
+    slot_tx: watch::Sender<Option<ProviderSlot>>,
+    not_ready: Arc<Mutex<Option<String>>>,
+    required: Arc<OnceLock<Vec<Controller>>>,
+    /// The object as last seen (`None`: absent or not read yet).
+    object: Option<CloudProvider>,
+    /// The status this replica reports.
+    status: CloudProviderStatus,
+    /// The status last written.
+    written: Option<CloudProviderStatus>,
+    /// The engine, and the `spec.limits` it was made for.
+    sandbox: Option<(Option<crate::resource::LimitsSpec>, Sandbox)>,
+    active: Option<Active>,
+    window: Option<RollbackWindow>,
+    failure: Option<Failure>,
+    /// The last spec refused as unusable, by generation (reported once).
+    spec_error: Option<(Option<i64>, SpecError)>,
+    last_calls_write: Instant,
+}
+
+impl Rollout {
+    async fn run(mut self, shutdown: CancellationToken) {
+        let mut objects = watch_object(self.api.clone(), &self.settings.resource)
+            .default_backoff()
+            .boxed();
+        let mut references = self.references.changed();
+        let mut leading = self.leading.clone();
+        let mut ticks = tokio::time::interval(ROLLBACK_TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let retry_at = self
+                .failure
+                .as_ref()
+                .and_then(|failure| failure.retry_at)
+                .map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = objects.next() => match change {
+                    None => return,
+                    Some(Ok(object)) => self.seen(object),
+                    Some(Err(error)) => {
+                        tracing::warn!(resource = %self.settings.resource, %error, "watching the CloudProvider failed; retrying");
+                        continue;
+                    }
+                },
+                Ok(()) = references.changed() => {}
+                Ok(()) = leading.changed() => {
+                    // A new leader writes its view at once.
+                    self.written = None;
+                }
+                // The failed version is tried again below; `attempts` grows the next pause.
+                () = sleep_until(retry_at) => {}
+                _ = ticks.tick(), if self.window.is_some() => {
+                    self.judge_window();
+                    self.write_status().await;
+                    continue;
+                }
+            }
+            self.reconcile().await;
+            self.write_status().await;
+        }
+    }
+
+    fn seen(&mut self, object: Option<CloudProvider>) {
+        if self.object.is_none()
+            && let Some(object) = &object
+            && let Some(status) = &object.status
+        {
+            // Carry on from what was reported (transition times, the previous version).
+            self.status = status.clone();
+        }
+        self.object = object;
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.object
+            .as_ref()
+            .and_then(|object| object.metadata.generation)
+    }
+
+    fn set_not_ready(&self, reason: Option<String>) {
+        *self.not_ready.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+    }
+
+    fn leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    fn warn(&self, reason: &'static str, note: String) {
+        if self.leading()
+            && let Some(object) = &self.object
+        {
+            self.events.warning(object.object_ref(&()), reason, note);
+        }
+    }
+
+    fn normal(&self, reason: &'static str, note: String) {
+        if self.leading()
+            && let Some(object) = &self.object
+        {
+            self.events.normal(object.object_ref(&()), reason, note);
+        }
+    }
+
+    /// Bring the active version in line with the object.
+    async fn reconcile(&mut self) {
+        let Some(object) = self.object.clone() else {
+            match &self.active {
+                None => self.set_not_ready(Some(format!(
+                    "CloudProvider {} not found: create it to choose the provider",
+                    self.settings.resource
+                ))),
+                Some(active) => tracing::warn!(
+                    resource = %self.settings.resource,
+                    provider = %active.provider.label(),
+                    "the CloudProvider is gone; the active version keeps serving"
+                ),
+            }
+            return;
+        };
+        let generation = object.metadata.generation;
+        self.references
+            .watch(&referenced(&self.references, &object.spec));
+        if !self.references.all_read() {
+            return;
+        }
+        let desired = match spec::parse(&object.spec, &self.settings.defaults, &self.references) {
+            Ok(desired) => desired,
+            Err(error) => {
+                self.refuse_spec(generation, error);
+                return;
+            }
+        };
+        self.spec_error = None;
+        self.report_credentials(generation);
+
+        if let Some(active) = &self.active
+            && active.version.same_as(&desired.version)
+        {
+            if active.egress_key != desired.egress_key {
+                self.reconfigure(&desired);
+            }
+            self.status.observed_generation = generation;
+            return;
+        }
+        if self.rolled_back(generation) {
+            self.status.observed_generation = generation;
+            return;
+        }
+        if let Some(failure) = &self.failure
+            && failure.version.same_as(&desired.version)
+            && failure
+                .retry_at
+                .is_none_or(|retry_at| retry_at > Instant::now())
+        {
+            return;
+        }
+        if desired.rollout.strategy == RolloutStrategy::Shadow {
+            let refusal = Refusal {
+                condition: None,
+                reason: "StrategyUnsupported",
+                message:
+                    "spec.rollout.strategy: Shadow is not supported by this manager yet; use Direct"
+                        .into(),
+                transient: false,
+            };
+            self.refused(&desired, generation, refusal);
+            return;
+        }
+        self.roll_out(desired, generation).await;
+    }
+
+    /// Whether this generation's version was rolled back (by this replica or, as status
+    /// says, by the leader): it is not activated again until the spec changes.
+    fn rolled_back(&self, generation: Option<i64>) -> bool {
+        status::condition(&self.status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
+            rolled_back.status == ConditionStatus::True
+                && rolled_back.observed_generation == generation
+        }) && self.active.is_some()
+    }
+
+    fn refuse_spec(&mut self, generation: Option<i64>, error: SpecError) {
+        let message = format!("the spec cannot be used: {error}");
+        if self.spec_error.as_ref() != Some(&(generation, error.clone())) {
+            tracing::error!(resource = %self.settings.resource, "{message}");
+            self.warn("InvalidSpec", message.clone());
+            self.spec_error = Some((generation, error));
+        }
+        self.status.observed_generation = generation;
+        set_condition(
+            &mut self.status,
+            condition::PROGRESSING,
+            ConditionStatus::False,
+            "InvalidSpec",
+            message.clone(),
+            generation,
+        );
+        if self.active.is_none() {
+            set_condition(
+                &mut self.status,
+                condition::READY,
+                ConditionStatus::False,
+                "InvalidSpec",
+                message.clone(),
+                generation,
+            );
+            self.set_not_ready(Some(message));
+        }
+    }
+
+    /// `Degraded` while a credential Secret or key is missing.
+    fn report_credentials(&mut self, generation: Option<i64>) {
+        let problems = self.references.credential_problems();
+        if problems.is_empty() {
+            if status::condition(&self.status, condition::DEGRADED).is_some() {
+                set_condition(
+                    &mut self.status,
+                    condition::DEGRADED,
+                    ConditionStatus::False,
+                    "AsExpected",
+                    "every credential Secret key is present",
+                    generation,
+                );
+            }
+            return;
+        }
+        let message = format!(
+            "requests to hosts with these credentials are refused until fixed: {}",
+            problems.join("; ")
+        );
+        let changed = status::condition(&self.status, condition::DEGRADED)
+            .is_none_or(|degraded| degraded.message != message);
+        if changed {
+            self.warn("CredentialMissing", message.clone());
+        }
+        set_condition(
+            &mut self.status,
+            condition::DEGRADED,
+            ConditionStatus::True,
+            "CredentialMissing",
+            message,
+            generation,
+        );
+    }
+
+    /// Give the active version the new grants, budgets and credentials: no `init`, no
+    /// resync.
+    fn reconfigure(&mut self, desired: &Desired) {
+        let Some(active) = &mut self.active else {
+            return;
+        };
+        let Some(slot) = self.slot_tx.borrow().clone() else {
+            return;
+        };
+        let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
+        let provider = active.provider.with_egress(gate);
+        slot.reconfigure(provider);
+        active.provider = slot.current();
+        active.egress_key = desired.egress_key.clone();
+        tracing::info!(provider = %active.provider.label(), "egress reconfigured: grants, budgets and credentials of the CloudProvider applied");
+        let note = format!(
+            "{} now runs with the spec's egress grants, budgets and credentials",
+            active.provider.label()
+        );
+        self.normal("Reconfigured", note);
+    }
+
+    /// Fetch, verify, compile and `init` the desired version; activate it if it passes.
+    async fn roll_out(&mut self, desired: Desired, generation: Option<i64>) {
+        let started = Instant::now();
+        let reference = desired.version.reference.to_string();
+        tracing::info!(resource = %self.settings.resource, %reference, "rolling out a provider version");
+        self.status.observed_generation = generation;
+        self.phase(&reference, None, CandidatePhase::Fetching, generation)
+            .await;
+        if self.active.is_none() {
+            self.set_not_ready(Some(format!("fetching {reference}")));
+        }
+        let loaded = self.load(&desired, generation).await;
+        match loaded {
+            Ok(provider) => self.activate(desired, provider, generation, started),
+            Err(refusal) => self.refused(&desired, generation, refusal),
+        }
+    }
+
+    async fn phase(
+        &mut self,
+        reference: &str,
+        digest: Option<&str>,
+        phase: CandidatePhase,
+        generation: Option<i64>,
+    ) {
+        self.status.candidate = Some(Candidate {
+            reference: reference.to_string(),
+            digest: digest.map(str::to_string),
+            phase,
+            since: Some(status::now()),
+        });
+        set_condition(
+            &mut self.status,
+            condition::PROGRESSING,
+            ConditionStatus::True,
+            &format!("{phase:?}"),
+            format!("rolling out {reference}: {}", describe_phase(phase)),
+            generation,
+        );
+        self.write_status().await;
+    }
+
+    async fn load(
+        &mut self,
+        desired: &Desired,
+        generation: Option<i64>,
+    ) -> Result<Provider, Refusal> {
+        let version = &desired.version;
+        let reference = version.reference.to_string();
+        let artifact = self
+            .distribution
+            .fetch(&version.reference)
+            .await
+            .map_err(fetch_refusal)?;
+        let digest = artifact.identity.digest.clone();
+        if let Some(pinned) = &version.digest
+            && *pinned != digest
+        {
+            return Err(Refusal {
+                condition: Some(condition::VERIFIED),
+                reason: "DigestMismatch",
+                message: format!("{reference} has digest {digest}, but spec.digest is {pinned}"),
+                transient: false,
+            });
+        }
+        set_condition(
+            &mut self.status,
+            condition::FETCHED,
+            ConditionStatus::True,
+            "Fetched",
+            format!(
+                "{reference} fetched: {digest}, {} bytes",
+                artifact.wasm.len()
+            ),
+            generation,
+        );
+        self.phase(
+            &reference,
+            Some(&digest),
+            CandidatePhase::Verifying,
+            generation,
+        )
+        .await;
+        let sandbox = self.sandbox_for(version)?;
+        let compiled = Compiled::new(&sandbox, artifact)
+            .await
+            .map_err(load_refusal)?;
+        set_condition(
+            &mut self.status,
+            condition::VERIFIED,
+            ConditionStatus::True,
+            "Verified",
+            format!("{reference} ({digest}) implements the host contract and imports nothing else"),
+            generation,
+        );
+        self.phase(
+            &reference,
+            Some(&digest),
+            CandidatePhase::Initializing,
+            generation,
+        )
+        .await;
+        let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
+        let provider = compiled
+            .init(gate, version.cloud_config.clone(), self.metrics.clone())
+            .await
+            .map_err(|error| match error {
+                ProviderLoadError::Load(error) => load_refusal(error),
+                ProviderLoadError::Init { error, .. } => Refusal {
+                    condition: None,
+                    reason: "InitFailed",
+                    message: format!("{reference}: init failed: {error}"),
+                    transient: true,
+                },
+            })?;
+        if let Err(refusal) = self.check(&provider, version) {
+            self.unloaded(&provider);
+            return Err(refusal);
+        }
+        Ok(provider)
+    }
+
+    /// The engine for `version`'s limits: the one in use, or a new one when they changed.
+    fn sandbox_for(&mut self, version: &VersionSpec) -> Result<Sandbox, Refusal> {
+        let limits = version.limits_key();
+        if let Some((made_for, sandbox)) = &self.sandbox
+            && *made_for == limits
+        {
+            return Ok(sandbox.clone());
+        }
+        let sandbox =
+            Sandbox::new(version.sandbox.clone(), self.metrics.clone()).map_err(|error| {
+                Refusal {
+                    condition: None,
+                    reason: "SandboxFailed",
+                    message: format!("spec.limits: cannot set up the sandbox: {error}"),
+                    transient: false,
+                }
+            })?;
+        self.sandbox = Some((limits, sandbox.clone()));
+        Ok(sandbox)
+    }
+
+    /// The candidate reports the name the spec asks for, and supports every controller
+    /// running.
+    fn check(&self, provider: &Provider, version: &VersionSpec) -> Result<(), Refusal> {
+        let capabilities = provider.capabilities();
+        if capabilities.name != version.name {
+            return Err(Refusal {
+                condition: Some(condition::VERIFIED),
+                reason: "WrongName",
+                message: format!(
+                    "{} reports its name as {:?}, but spec.name is {:?}",
+                    version.reference, capabilities.name, version.name
+                ),
+                transient: false,
+            });
+        }
+        if !capabilities.has_cluster_id && !self.settings.allow_untagged_cloud {
+            return Err(Refusal {
+                condition: Some(condition::VERIFIED),
+                reason: "Untagged",
+                message: format!(
+                    "{} reports no cluster ID (has-cluster-id = false); run the manager with --allow-untagged-cloud to accept it",
+                    version.reference
+                ),
+                transient: false,
+            });
+        }
+        if let Some(running) = self.required.get() {
+            let dropped: Vec<String> = running
+                .iter()
+                .filter_map(|controller| {
+                    let (needed, supported) = needed_capability(*controller, capabilities);
+                    (!supported).then(|| format!("{needed} (needed by {controller})"))
+                })
+                .collect();
+            if !dropped.is_empty() {
+                return Err(Refusal {
+                    condition: Some(condition::VERIFIED),
+                    reason: "CapabilityDropped",
+                    message: format!(
+                        "{} does not support {}, which a running controller needs",
+                        version.reference,
+                        dropped.join(", ")
+                    ),
+                    transient: false,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn activate(
+        &mut self,
+        desired: Desired,
+        provider: Provider,
+        generation: Option<i64>,
+        started: Instant,
+    ) {
+        let label = provider.label();
+        let identity = provider.identity().clone();
+        let now = status::now();
+        let slot = self.slot_tx.borrow().clone();
+        let replaced = match slot {
+            None => {
+                self.slot_tx.send_replace(Some(ProviderSlot::new(provider)));
+                None
+            }
+            Some(slot) => Some(slot.activate(provider)),
+        };
+        let slot = self.slot_tx.borrow().clone().expect("just set");
+        let provider = slot.current();
+        let active = Active {
+            version: desired.version,
+            egress_key: desired.egress_key,
+            counts_at_activation: provider.call_counts(),
+            provider,
+            since: now.clone(),
+        };
+        // A version rolled out while a window is open replaces the window's previous one.
+        if let Some(window) = self.window.take() {
+            self.unloaded(&window.previous.provider);
+        }
+        let previous = self.active.replace(active);
+        let elapsed = started.elapsed();
+        let note = match &previous {
+            Some(previous) => format!(
+                "{label} ({}) activated in {} ms, replacing {}",
+                identity.reference,
+                elapsed.as_millis(),
+                previous.provider.label()
+            ),
+            None => format!(
+                "{label} ({}) activated in {} ms",
+                identity.reference,
+                elapsed.as_millis()
+            ),
+        };
+        tracing::info!(resource = %self.settings.resource, "{note}");
+        self.failure = None;
+        self.status.candidate = None;
+        self.status.active = Some(version_status(self.active.as_ref().expect("set"), None));
+        self.status.previous = previous
+            .as_ref()
+            .map(|previous| version_status(previous, Some(now.clone())));
+        self.status.version_calls.clear();
+        set_condition(
+            &mut self.status,
+            condition::READY,
+            ConditionStatus::True,
+            "Active",
+            format!("{label} ({}) is serving calls", identity.reference),
+            generation,
+        );
+        set_condition(
+            &mut self.status,
+            condition::PROGRESSING,
+            ConditionStatus::False,
+            "Activated",
+            note.clone(),
+            generation,
+        );
+        if status::condition(&self.status, condition::ROLLED_BACK).is_some() {
+            set_condition(
+                &mut self.status,
+                condition::ROLLED_BACK,
+                ConditionStatus::False,
+                "Activated",
+                format!("{label} was activated for this generation"),
+                generation,
+            );
+        }
+        self.normal("Activated", note);
+        self.set_not_ready(None);
+        drop(replaced);
+        if let Some(previous) = previous {
+            let policy = desired.rollout.rollback;
+            if policy.window.is_zero() {
+                self.unloaded(&previous.provider);
+            } else {
+                let previous_counts = previous
+                    .provider
+                    .call_counts()
+                    .since(previous.counts_at_activation);
+                self.window = Some(RollbackWindow {
+                    previous,
+                    previous_counts,
+                    until: Instant::now() + policy.window,
+                    policy,
+                });
+            }
+        }
+    }
+
+    fn refused(&mut self, desired: &Desired, generation: Option<i64>, refusal: Refusal) {
+        let attempts = self
+            .failure
+            .as_ref()
+            .filter(|failure| failure.version.same_as(&desired.version))
+            .map_or(1, |failure| failure.attempts + 1);
+        let retry_at = refusal.transient.then(|| {
+            let pause = RETRY_BASE
+                .saturating_mul(1 << (attempts - 1).min(10))
+                .min(RETRY_MAX);
+            Instant::now() + pause
+        });
+        self.failure = Some(Failure {
+            version: desired.version.clone(),
+            retry_at,
+            attempts,
+        });
+        let serving = match &self.active {
+            Some(active) => format!("{} keeps serving", active.provider.label()),
+            None => "no version is active".to_string(),
+        };
+        let retry = match retry_at {
+            Some(at) => format!(
+                "; trying again in {}s",
+                at.saturating_duration_since(Instant::now()).as_secs()
+            ),
+            None => "; fix the spec to try again".to_string(),
+        };
+        let message = format!("{}; {serving}{retry}", refusal.message);
+        tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");
+        if let Some(type_) = refusal.condition {
+            set_condition(
+                &mut self.status,
+                type_,
+                ConditionStatus::False,
+                refusal.reason,
+                refusal.message.clone(),
+                generation,
+            );
+        }
+        if refusal.reason == "FetchFailed" {
+            set_condition(
+                &mut self.status,
+                condition::FETCHED,
+                ConditionStatus::False,
+                refusal.reason,
+                refusal.message.clone(),
+                generation,
+            );
+        }
+        set_condition(
+            &mut self.status,
+            condition::PROGRESSING,
+            ConditionStatus::False,
+            refusal.reason,
+            message.clone(),
+            generation,
+        );
+        self.status.candidate = None;
+        if self.active.is_none() {
+            set_condition(
+                &mut self.status,
+                condition::READY,
+                ConditionStatus::False,
+                refusal.reason,
+                message.clone(),
+                generation,
+            );
+            self.set_not_ready(Some(message.clone()));
+        }
+        self.warn(refusal.reason, message);
+    }
+
+    /// During the rollback window: compare failure rates, and roll back when the new
+    /// version fails too much more than the previous one.
+    fn judge_window(&mut self) {
+        let (Some(window), Some(active)) = (&self.window, &self.active) else {
+            return;
+        };
+        let new = active
+            .provider
+            .call_counts()
+            .since(active.counts_at_activation);
+        let old = window.previous_counts;
+        self.status.version_calls = vec![
+            VersionCalls {
+                digest: active.provider.identity().digest.clone(),
+                calls: new.calls as i64,
+                failures: new.failures as i64,
+            },
+            VersionCalls {
+                digest: window.previous.provider.identity().digest.clone(),
+                calls: old.calls as i64,
+                failures: old.failures as i64,
+            },
+        ];
+        self.status
+            .version_calls
+            .dedup_by(|a, b| a.digest == b.digest);
+        let excess = (new.failure_rate() - old.failure_rate()) * 100.0;
+        if new.calls >= window.policy.minimum_calls && excess > window.policy.threshold {
+            self.roll_back(new, old);
+            return;
+        }
+        if Instant::now() >= window.until {
+            let window = self.window.take().expect("checked");
+            tracing::info!(provider = %active.provider.label(), "rollback window over: {} calls, {} failed; {} unloaded", new.calls, new.failures, window.previous.provider.label());
+            self.unloaded(&window.previous.provider);
+            self.status.version_calls.clear();
+            self.status.previous = None;
+        }
+    }
+
+    fn roll_back(&mut self, new: CallCounts, old: CallCounts) {
+        let window = self.window.take().expect("checked by the caller");
+        let Some(slot) = self.slot_tx.borrow().clone() else {
+            return;
+        };
+        let generation = self.generation();
+        let rolled_back = self.active.take().expect("checked by the caller");
+        slot.reactivate(window.previous.provider.clone());
+        let message = format!(
+            "{} failed {} of {} calls ({:.1}%) after activation, {:.1} points above {} ({} of {} calls, {:.1}%), over the threshold of {} points; {} reactivated. Change the spec to roll out again",
+            rolled_back.provider.label(),
+            new.failures,
+            new.calls,
+            new.failure_rate() * 100.0,
+            (new.failure_rate() - old.failure_rate()) * 100.0,
+            window.previous.provider.label(),
+            old.failures,
+            old.calls,
+            old.failure_rate() * 100.0,
+            window.policy.threshold,
+            window.previous.provider.label(),
+        );
+        tracing::error!(resource = %self.settings.resource, "rolled back: {message}");
+        let now = status::now();
+        self.status.active = Some(version_status(&window.previous, None));
+        self.status.previous = Some(version_status(&rolled_back, Some(now)));
+        set_condition(
+            &mut self.status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate",
+            message.clone(),
+            generation,
+        );
+        set_condition(
+            &mut self.status,
+            condition::READY,
+            ConditionStatus::True,
+            "Active",
+            format!("{} is serving calls", window.previous.provider.label()),
+            generation,
+        );
+        self.warn("RolledBack", message);
+        self.unloaded(&rolled_back.provider);
+        self.active = Some(window.previous);
+    }
+
+    /// A version no longer loaded leaves `wasm_ccm_provider_info`.
+    fn unloaded(&self, provider: &Provider) {
+        let label = provider.label();
+        let short = label.split_once('@').map_or("", |(_, short)| short);
+        self.metrics
+            .provider_unloaded(&provider.capabilities().name, short, provider.identity());
+    }
+
+    /// Write the status, as the leader, when it changed.
+    async fn write_status(&mut self) {
+        if !self.leading() || self.object.is_none() {
+            return;
+        }
+        if self.written.as_ref() == Some(&self.status) {
+            return;
+        }
+        let calls_only = self.written.as_ref().is_some_and(|written| {
+            CloudProviderStatus {
+                version_calls: self.status.version_calls.clone(),
+                ..written.clone()
+            } == self.status
+        });
+        if calls_only && self.last_calls_write.elapsed() < CALLS_WRITE_INTERVAL {
+            return;
+        }
+        match status::write(&self.api, &self.settings.resource, &self.status).await {
+            Ok(()) => {
+                self.written = Some(self.status.clone());
+                self.last_calls_write = Instant::now();
+            }
+            Err(error) => {
+                tracing::warn!(resource = %self.settings.resource, %error, "writing the CloudProvider status failed; retrying with the next change");
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The objects `spec` reads: its cloud config's ConfigMap or Secret, and its credentials'
+/// Secrets.
+fn referenced(references: &References, spec: &CloudProviderSpec) -> Vec<ObjectKey> {
+    let mut keys = Vec::new();
+    if let Some(source) = &spec.cloud_config {
+        if let Some(key) = &source.config_map_key_ref {
+            keys.push(references.key(Kind::ConfigMap, key));
+        }
+        if let Some(key) = &source.secret_key_ref {
+            keys.push(references.key(Kind::Secret, key));
+        }
+    }
+    for credential in &spec.credentials {
+        keys.push(references.key(Kind::Secret, &credential.secret_key_ref));
+    }
+    keys.dedup();
+    keys
+}
+
+/// The capability `controller` needs, and whether `capabilities` has it.
+fn needed_capability(controller: Controller, capabilities: &Capabilities) -> (&'static str, bool) {
+    match controller {
+        Controller::CloudNode | Controller::CloudNodeLifecycle => {
+            ("instances", capabilities.instances)
+        }
+        Controller::ServiceLoadBalancer => ("load-balancer", capabilities.load_balancer),
+        Controller::NodeRoute => ("routes", capabilities.routes),
+    }
+}
+
+fn version_status(
+    version: &Active,
+    since: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> ProviderVersion {
+    ProviderVersion {
+        reference: version.provider.identity().reference.clone(),
+        digest: version.provider.identity().digest.clone(),
+        version: Some(version.provider.label()),
+        since: Some(since.unwrap_or_else(|| version.since.clone())),
+    }
+}
+
+fn describe_phase(phase: CandidatePhase) -> &'static str {
+    match phase {
+        CandidatePhase::Fetching => "downloading the artifact",
+        CandidatePhase::Verifying => {
+            "checking the component against the host contract and compiling it"
+        }
+        CandidatePhase::Compiling => "compiling",
+        CandidatePhase::Initializing => "calling init with the cloud config",
+        CandidatePhase::Shadowing => "answering read-only calls beside the active version",
+    }
+}
+
+fn fetch_refusal(error: FetchError) -> Refusal {
+    let message = error.to_string();
+    let (condition, reason, transient) = match &error {
+        FetchError::Registry {
+            error: RegistryError::DigestMismatch { .. },
+            ..
+        } => (Some(condition::VERIFIED), "DigestMismatch", false),
+        FetchError::Layout { .. } => (Some(condition::VERIFIED), "NotAWasmArtifact", false),
+        FetchError::Registry { .. } | FetchError::File { .. } => (None, "FetchFailed", true),
+    };
+    Refusal {
+        condition,
+        reason,
+        message,
+        transient,
+    }
+}
+
+fn load_refusal(error: LoadError) -> Refusal {
+    let reason = match &error {
+        LoadError::Invalid { .. } => "InvalidComponent",
+        LoadError::UnsatisfiedImport { .. } => "UnsatisfiedImport",
+        LoadError::NotAProvider { .. } => "MissingExport",
+        _ => "CompileFailed",
+    };
+    Refusal {
+        condition: Some(condition::VERIFIED),
+        reason,
+        message: error.to_string(),
+        transient: false,
+    }
+}

@@ -1,0 +1,86 @@
+//! The status the rollout reports on its `CloudProvider`: conditions in the
+//! `metav1.Condition` shape (a transition time that moves only when the status does), and
+//! the merge patch that writes it, with explicit nulls so cleared fields are removed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use crate::resource::{CloudProvider, CloudProviderStatus, Condition, ConditionStatus};
+
+/// Now, as the API stores times.
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// Set condition `type_` in `status`, keeping its transition time unless its status
+/// changes; conditions stay in the order of [`crate::resource::condition::ALL`].
+pub fn set_condition(
+    status: &mut CloudProviderStatus,
+    type_: &str,
+    value: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let message = message.into();
+    let conditions = &mut status.conditions;
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(condition) => {
+            if condition.status != value {
+                condition.last_transition_time = now();
+            }
+            condition.status = value;
+            condition.reason = reason.to_string();
+            condition.message = message;
+            condition.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: value,
+            reason: reason.to_string(),
+            message,
+            last_transition_time: now(),
+            observed_generation: generation,
+        }),
+    }
+    let order = |type_: &str| {
+        crate::resource::condition::ALL
+            .iter()
+            .position(|t| *t == type_)
+            .unwrap_or(usize::MAX)
+    };
+    conditions.sort_by_key(|c| order(&c.type_));
+}
+
+/// The condition `type_`, if set.
+pub fn condition<'a>(status: &'a CloudProviderStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Write `status` to the status subresource of `name`.
+pub async fn write(
+    api: &Api<CloudProvider>,
+    name: &str,
+    status: &CloudProviderStatus,
+) -> Result<(), kube::Error> {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Some(fields) = value.as_object_mut() {
+        for field in [
+            "observedGeneration",
+            "active",
+            "previous",
+            "candidate",
+            "conditions",
+            "versionCalls",
+            "shadow",
+        ] {
+            fields.entry(field).or_insert(serde_json::Value::Null);
+        }
+    }
+    let patch = serde_json::json!({ "status": value });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}

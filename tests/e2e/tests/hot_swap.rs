@@ -1,0 +1,588 @@
+//! Run mode from a `CloudProvider` resource (`--provider-resource`), against the API
+//! emulator and the cloud simulator: the first version comes from the resource, a spec
+//! change swaps it under running controllers without one failed reconcile, every refused
+//! rollout leaves the active version serving with a condition and an Event, credentials
+//! come from a watched Secret, and a version failing more than the one before it is rolled
+//! back.
+
+use std::time::Duration;
+
+use cloud_sim::Faults;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use e2e::cloud_provider::{
+    NAME, active_reference, api, apply, cloud_provider, install_crd, resource_config,
+    simcloud_config, status_where, token_secret,
+};
+use e2e::testbed::{Testbed, eventually, is_uninitialized};
+use wasm_ccm::resource::{CloudProviderStatus, ConditionStatus, condition};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn condition_is(
+    status: &CloudProviderStatus,
+    type_: &str,
+    value: ConditionStatus,
+    reason: &str,
+) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == value && c.reason == reason)
+}
+
+/// Warning events about anything but the CloudProvider, except a load balancer still
+/// provisioning (`retry-after`, as the cloud asked) or one with no nodes yet: failed
+/// reconciles.
+async fn failed_reconciles(bed: &Testbed) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|event| event.type_.as_deref() == Some("Warning"))
+        .filter(|event| {
+            event.regarding.as_ref().and_then(|r| r.kind.as_deref()) != Some("CloudProvider")
+        })
+        .filter(|event| event.reason.as_deref() != Some("UnAvailableLoadBalancer"))
+        .filter(|event| {
+            !event.note.as_deref().is_some_and(|note| {
+                note.contains("retry after") && note.contains("is being provisioned")
+            })
+        })
+        .map(|event| {
+            format!(
+                "{} {}: {}",
+                event.reason.unwrap_or_default(),
+                event.regarding.and_then(|r| r.name).unwrap_or_default(),
+                event.note.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn hostnames(service: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
+    service
+        .status
+        .as_ref()
+        .and_then(|status| status.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|ingress| ingress.iter().filter_map(|i| i.hostname.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn hot_swap_without_a_resource_the_manager_waits_then_runs_the_version_it_names() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    bed.add_node("node-a", "zone-a").await;
+    let manager = bed.run(resource_config(&bed));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let node = bed.node("node-a").await.unwrap();
+    assert!(
+        is_uninitialized(&node),
+        "no controller runs before a version is active"
+    );
+
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let status = status_where(&bed, "the first version active", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{status:?}"
+    );
+    assert!(condition_is(
+        &status,
+        condition::FETCHED,
+        ConditionStatus::True,
+        "Fetched"
+    ));
+    assert!(condition_is(
+        &status,
+        condition::VERIFIED,
+        ConditionStatus::True,
+        "Verified"
+    ));
+    assert!(status.candidate.is_none());
+    let node = eventually("node-a initialised", WAIT, || async {
+        bed.node("node-a")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    assert!(
+        node.spec
+            .unwrap()
+            .provider_id
+            .unwrap()
+            .starts_with("simcloud://")
+    );
+    assert!(
+        bed.event_reasons(NAME)
+            .await
+            .contains(&"Activated".to_string())
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    // Calls take a while, so some are in flight whenever the swap happens.
+    bed.cloud.sim.state().set_faults(Faults {
+        latency_ms: 20,
+        ..Faults::default()
+    });
+    for index in 0..4 {
+        bed.add_node(&format!("node-{index}"), "zone-a").await;
+        bed.services()
+            .create(
+                &PostParams::default(),
+                &Testbed::lb_service(&format!("svc-{index}")),
+            )
+            .await
+            .unwrap();
+    }
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let manager = bed.run(resource_config(&bed));
+    for index in 0..4 {
+        eventually("every service has an ingress from v1", WAIT, || async {
+            bed.service(&format!("svc-{index}"))
+                .await
+                .filter(|service| e2e::testbed::ingress_ip(service).is_some())
+        })
+        .await;
+    }
+    let lbs_before = bed.cloud.sim.state().load_balancers().len();
+
+    // Keep nodes and services changing while the version is swapped.
+    let churn = {
+        let client = bed.client.clone();
+        tokio::spawn(async move {
+            let services: Api<k8s_openapi::api::core::v1::Service> =
+                Api::namespaced(client, "default");
+            for index in 4..10 {
+                services
+                    .create(
+                        &PostParams::default(),
+                        &Testbed::lb_service(&format!("svc-{index}")),
+                    )
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    let spec = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
+    apply(&bed, &spec).await;
+    churn.await.unwrap();
+
+    let status = status_where(&bed, "v2 active", |status| {
+        active_reference(status).ends_with("/simcloud-v2.wasm")
+    })
+    .await;
+    bed.add_node("node-after", "zone-b").await;
+    assert!(
+        status
+            .previous
+            .as_ref()
+            .unwrap()
+            .reference
+            .ends_with("/simcloud.wasm")
+    );
+    assert!(condition_is(
+        &status,
+        condition::PROGRESSING,
+        ConditionStatus::False,
+        "Activated"
+    ));
+    let stamp = guest_builds::SIMCLOUD_V2_BUILD;
+    for index in 0..10 {
+        let service = eventually("every service shows v2's ingress", WAIT, || async {
+            bed.service(&format!("svc-{index}"))
+                .await
+                .filter(|service| {
+                    hostnames(service)
+                        .iter()
+                        .any(|hostname| hostname.starts_with(&format!("{stamp}.")))
+                })
+        })
+        .await;
+        assert!(e2e::testbed::ingress_ip(&service).is_some(), "{service:?}");
+    }
+    let node = eventually(
+        "a node added after the swap is initialised by v2",
+        WAIT,
+        || async {
+            bed.node("node-after")
+                .await
+                .filter(|node| !is_uninitialized(node))
+        },
+    )
+    .await;
+    assert_eq!(
+        node.labels()
+            .get("simcloud.wasm-ccm.io/build")
+            .map(String::as_str),
+        Some(stamp),
+        "v2 initialised it"
+    );
+    assert_eq!(
+        bed.cloud.sim.state().load_balancers().len(),
+        lbs_before + 6,
+        "v2 adopted v1's load balancers and made only the new services'"
+    );
+    assert_eq!(failed_reconciles(&bed).await, Vec::<String>::new());
+    manager.stop().await.unwrap();
+}
+
+/// Apply `spec` to the running v1 and wait until its rollout is refused with `reason`.
+async fn refused(bed: &Testbed, spec: serde_json::Value, reason: &str) -> CloudProviderStatus {
+    apply(bed, &spec).await;
+    let status = status_where(bed, reason, |status| {
+        condition_is(
+            status,
+            condition::PROGRESSING,
+            ConditionStatus::False,
+            reason,
+        )
+    })
+    .await;
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{reason}: v1 keeps serving: {status:?}"
+    );
+    assert!(
+        condition_is(&status, condition::READY, ConditionStatus::True, "Active"),
+        "{reason}: {status:?}"
+    );
+    assert!(status.candidate.is_none(), "{reason}: {status:?}");
+    eventually(&format!("a {reason} event"), WAIT, || async {
+        bed.event_reasons(NAME)
+            .await
+            .contains(&reason.to_string())
+            .then_some(())
+    })
+    .await;
+    status
+}
+
+#[tokio::test]
+async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    let v1 = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
+    apply(&bed, &v1).await;
+    let manager = bed.run(resource_config(&bed));
+    status_where(&bed, "v1 active", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not a component at all.
+    let corrupt = dir.path().join("corrupt.wasm");
+    let mut bytes = guest_builds::read(guest_builds::SIMCLOUD_V2);
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&corrupt, bytes).unwrap();
+    let status = refused(
+        &bed,
+        cloud_provider(&bed, corrupt.to_str().unwrap(), &simcloud_config(&bed)),
+        "InvalidComponent",
+    )
+    .await;
+    assert!(condition_is(
+        &status,
+        condition::VERIFIED,
+        ConditionStatus::False,
+        "InvalidComponent"
+    ));
+
+    // A pinned digest the file does not have.
+    let mut pinned = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
+    pinned["spec"]["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
+    let status = refused(&bed, pinned, "DigestMismatch").await;
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::VERIFIED)
+        .unwrap()
+        .message;
+    assert!(message.contains("spec.digest"), "{message}");
+
+    // A component without the contract's exports.
+    let empty = dir.path().join("empty.wasm");
+    std::fs::write(&empty, b"\0asm\x0d\0\x01\0").unwrap();
+    refused(
+        &bed,
+        cloud_provider(&bed, empty.to_str().unwrap(), &simcloud_config(&bed)),
+        "MissingExport",
+    )
+    .await;
+
+    // An import no host offers.
+    refused(
+        &bed,
+        cloud_provider(&bed, guest_builds::OVERREACH, &simcloud_config(&bed)),
+        "UnsatisfiedImport",
+    )
+    .await;
+
+    // init fails.
+    refused(
+        &bed,
+        cloud_provider(
+            &bed,
+            guest_builds::ROLLOUT,
+            r#"{"failInit": "no such region"}"#,
+        ),
+        "InitFailed",
+    )
+    .await;
+
+    // Another provider's name.
+    let status = refused(
+        &bed,
+        cloud_provider(&bed, guest_builds::ROLLOUT, r#"{"name": "rollout"}"#),
+        "WrongName",
+    )
+    .await;
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::VERIFIED)
+        .unwrap()
+        .message;
+    assert!(message.contains("\"rollout\""), "{message}");
+
+    // A capability a running controller needs.
+    let status = refused(
+        &bed,
+        cloud_provider(
+            &bed,
+            guest_builds::ROLLOUT,
+            r#"{"name": "simcloud", "loadBalancer": false}"#,
+        ),
+        "CapabilityDropped",
+    )
+    .await;
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::VERIFIED)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("load-balancer (needed by service-lb-controller)"),
+        "{message}"
+    );
+
+    // A spec the manager cannot use.
+    let mut bad = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
+    bad["spec"]["egress"]["allowedHosts"] = json!(["https://*.*.example.com"]);
+    let status = refused(&bed, bad, "InvalidSpec").await;
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::PROGRESSING)
+        .unwrap()
+        .message;
+    assert!(message.contains("spec.egress.allowedHosts[0]"), "{message}");
+
+    // v1 served throughout: a new node is initialised by it.
+    bed.add_node("late", "zone-a").await;
+    eventually("v1 still initialises nodes", WAIT, || async {
+        bed.node("late")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_credentials_come_from_a_watched_secret() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let manager = bed.run(resource_config(&bed));
+    // No Secret yet: the version runs, degraded, and its requests carry no token.
+    let status = status_where(&bed, "Degraded for the missing Secret", |status| {
+        condition_is(
+            status,
+            condition::DEGRADED,
+            ConditionStatus::True,
+            "CredentialMissing",
+        )
+    })
+    .await;
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::DEGRADED)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("Secret kube-system/simcloud-token not found"),
+        "{message}"
+    );
+
+    // A wrong token: the cloud refuses the provider's requests.
+    token_secret(&bed, "expired-token").await;
+    bed.add_node("node-a", "zone-a").await;
+    eventually("requests with the wrong token", WAIT, || async {
+        bed.cloud
+            .sim
+            .state()
+            .requests()
+            .iter()
+            .any(|request| request.status == 401)
+            .then_some(())
+    })
+    .await;
+    assert!(is_uninitialized(&bed.node("node-a").await.unwrap()));
+
+    // Rotated: the next request carries the new value.
+    token_secret(&bed, e2e::TOKEN).await;
+    eventually(
+        "node-a initialised with the rotated token",
+        WAIT,
+        || async {
+            bed.node("node-a")
+                .await
+                .filter(|node| !is_uninitialized(node))
+        },
+    )
+    .await;
+    status_where(&bed, "no longer Degraded", |status| {
+        condition_is(
+            status,
+            condition::DEGRADED,
+            ConditionStatus::False,
+            "AsExpected",
+        )
+    })
+    .await;
+    let leaked = serde_json::to_string(&api(&bed).get(NAME).await.unwrap()).unwrap();
+    assert!(
+        !leaked.contains(e2e::TOKEN),
+        "the token never reaches status"
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    for index in 0..3 {
+        bed.add_node(&format!("node-{index}"), "zone-a").await;
+    }
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let manager = bed.run(resource_config(&bed));
+    for index in 0..3 {
+        eventually("v1 initialises the nodes", WAIT, || async {
+            bed.node(&format!("node-{index}"))
+                .await
+                .filter(|node| !is_uninitialized(node))
+        })
+        .await;
+    }
+    // v1 answers the lifecycle controller's checks; then a v2 that traps on every other call.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    apply(
+        &bed,
+        &cloud_provider(
+            &bed,
+            guest_builds::ROLLOUT,
+            r#"{"name": "simcloud", "trapEvery": 2}"#,
+        ),
+    )
+    .await;
+    let status = status_where(&bed, "rolled back", |status| {
+        condition_is(
+            status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate",
+        )
+    })
+    .await;
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .previous
+            .as_ref()
+            .unwrap()
+            .reference
+            .ends_with("/rollout.wasm")
+    );
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::ROLLED_BACK)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("over the threshold of 10 points"),
+        "{message}"
+    );
+    assert!(
+        bed.event_reasons(NAME)
+            .await
+            .contains(&"RolledBack".to_string())
+    );
+
+    // v1 serves again, and the rolled-back spec is not retried.
+    bed.add_node("late", "zone-a").await;
+    let node = eventually("v1 initialises a new node", WAIT, || async {
+        bed.node("late")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    assert!(
+        node.spec
+            .unwrap()
+            .provider_id
+            .unwrap()
+            .starts_with("simcloud://")
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{status:?}"
+    );
+    manager.stop().await.unwrap();
+}
