@@ -1,5 +1,6 @@
-//! `make demo`: the `kubectl` commands the demo prints work as printed, with the real kubectl,
-//! against the cluster it runs, and so do the other commands someone watching it would type.
+//! `make demo`: the demo swaps simcloud to v2 through the `CloudProvider` with no failed call,
+//! and the `kubectl` commands it prints work as printed, with the real kubectl, against the
+//! cluster it runs, and so do the other commands someone watching it would type.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,8 +62,23 @@ fn interrupt(demo: &Child) {
     assert!(sent.success());
 }
 
+/// The calls of one version, from the demo's summary line
+/// `simcloud@sha256:… v2 (active)   12 calls, 0 failed (ok: 12)`: version, role, calls, failed.
+fn calls_line(line: &str) -> Option<(&str, &str, u64, u64)> {
+    let (head, tail) = line.split_once(" calls, ")?;
+    let (version, head) = head.trim().split_once(' ')?;
+    let (role, calls) = head.trim().rsplit_once(' ')?;
+    let failed = tail.split_once(" failed")?.0;
+    Some((
+        version,
+        role.trim(),
+        calls.parse().ok()?,
+        failed.parse().ok()?,
+    ))
+}
+
 #[tokio::test]
-async fn the_kubectl_commands_the_demo_prints_show_its_nodes_and_load_balancers() {
+async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_it() {
     let mut demo = Command::new(env!("CARGO_BIN_EXE_demo"))
         .args(["--exit-after", "300"])
         .stdout(Stdio::piped())
@@ -94,6 +110,50 @@ async fn the_kubectl_commands_the_demo_prints_show_its_nodes_and_load_balancers(
         ["api", "web"],
         "{transcript:#?}"
     );
+
+    // The swap: v2 activated through the resource, then every Service resynced through it.
+    let v2 = transcript
+        .iter()
+        .find_map(|l| {
+            let note = l.split_once("CloudProvider simcloud: ")?.1;
+            note.contains("simcloud-v2.wasm) activated in ")
+                .then(|| note.split_whitespace().next())?
+        })
+        .unwrap_or_else(|| panic!("the demo activates v2: {transcript:#?}"));
+    let stamp = guest_builds::SIMCLOUD_V2_BUILD;
+    for name in load_balancers.keys() {
+        assert!(
+            transcript.iter().any(|l| l.contains(&format!(
+                "service default/{name} resynced through {stamp}: ingress hostname {stamp}."
+            ))),
+            "{name} shows v2's hostname: {transcript:#?}"
+        );
+    }
+    // Calls per version: v1's before the swap, v2's after, none failed.
+    let calls: Vec<_> = transcript.iter().filter_map(|l| calls_line(l)).collect();
+    assert!(
+        calls
+            .iter()
+            .any(|(version, role, n, _)| *version == v2 && *role == "v2 (active)" && *n > 0),
+        "v2 active with calls: {calls:?}"
+    );
+    assert!(
+        calls.iter().any(|(version, role, n, _)| *version != v2
+            && role.starts_with("v1 (previous")
+            && *n > 0),
+        "v1 with calls: {calls:?}"
+    );
+    assert!(
+        calls.iter().all(|(.., failed)| *failed == 0),
+        "no call failed: {calls:?}"
+    );
+    assert!(
+        transcript
+            .iter()
+            .any(|l| l.trim().starts_with("0 of ") && l.contains(" calls failed")),
+        "{transcript:#?}"
+    );
+
     let commands: Vec<Vec<&str>> = transcript
         .iter()
         .map(|l| l.trim())
@@ -133,13 +193,35 @@ async fn the_kubectl_commands_the_demo_prints_show_its_nodes_and_load_balancers(
                     );
                 }
             }
+            ["get", "cloudproviders", "-o", "wide"] => {
+                let cells = row(&printed, "simcloud");
+                assert_eq!(
+                    (cells[2], cells[3], cells[4]),
+                    (v2, "True", "False"),
+                    "v2 active, ready, not progressing: {printed}"
+                );
+                assert!(
+                    cells[6].ends_with("/simcloud-v2.wasm") && cells[7] == "Active",
+                    "{printed}"
+                );
+            }
+            ["describe", "cloudprovider", "simcloud"] => {
+                assert!(
+                    printed.contains(&format!("Version:    {v2}")),
+                    "v2 active: {printed}"
+                );
+                let events = printed.split_once("Events:").map_or("", |(_, e)| e);
+                assert!(events.contains("Activated"), "{printed}");
+            }
             _ => panic!("a printed command this test does not know: {command:?}"),
         }
     }
-    assert!(
-        commands.iter().any(|c| c[3..5] == ["get", "nodes"]),
-        "{commands:?}"
-    );
+    for printed in [["get", "nodes"], ["get", "cloudproviders"]] {
+        assert!(
+            commands.iter().any(|c| c[3..5] == printed),
+            "{printed:?} in {commands:?}"
+        );
+    }
 
     // What a user types next, with the same kubeconfig.
     let kubeconfig = PathBuf::from(commands[0][2]);

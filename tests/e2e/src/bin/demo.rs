@@ -1,10 +1,16 @@
-//! `make demo`: wasm-ccm managing a small cluster on this machine.
+//! `make demo`: wasm-ccm managing a small cluster on this machine, and swapping its provider
+//! version under running controllers.
 //!
-//! It starts the Kubernetes API emulator and the cloud simulator on loopback, runs the
-//! manager with the simcloud provider against them (through a kubeconfig and the egress
-//! gate, as in production), registers a few nodes the way kubelets do and creates
-//! LoadBalancer Services, then shows what the manager did: nodes initialised from the cloud,
-//! services with load-balancer IPs, and the egress audit of the provider.
+//! It starts the Kubernetes API emulator and the cloud simulator on loopback, installs the
+//! `CloudProvider` CRD, puts the simulator's token in a Secret, creates a `CloudProvider`
+//! naming simcloud, and runs the manager following that resource (`--provider-resource`,
+//! through a kubeconfig and the egress gate, as in production). It registers a few nodes the
+//! way kubelets do and creates LoadBalancer Services; once they converge it swaps simcloud for
+//! a second build (v2) by replacing the resource's spec, as `kubectl edit` would, and waits
+//! until v2 is active and every Service shows v2's ingress hostname. Then it shows what the
+//! manager did: nodes initialised from the cloud, services with load balancers, the
+//! `CloudProvider`, the calls each version answered and how many failed (none), and the
+//! egress audit of the provider.
 //!
 //! Runs until Ctrl-C, or `--exit-after SECONDS`. Meanwhile the `kubectl` commands it prints
 //! work: the emulator serves HTTPS with a CA of its own, written into the kubeconfig with the
@@ -13,13 +19,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::https;
 use e2e::testbed::{Testbed, ingress_ip, is_uninitialized};
-use k8s_openapi::api::core::v1::Node;
+use e2e::{cloud_provider, https};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::PostParams;
 use wasm_ccm::leader::{LeaseSettings, default_identity};
+use wasm_ccm::resource::{CloudProvider, CloudProviderStatus, ProviderVersion, condition};
 
 const NODES: [(&str, &str); 3] = [
     ("worker-a", "sim-central-1a"),
@@ -82,8 +89,18 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         bed.cloud.sim.url()
     );
 
+    // What an operator installs: the CRD, the token in a Secret, and the resource naming v1.
+    cloud_provider::install_crd(&bed).await;
+    cloud_provider::token_secret(&bed, e2e::TOKEN).await;
+    let cloud_config = cloud_provider::simcloud_config(&bed);
+    cloud_provider::apply(
+        &bed,
+        &cloud_provider::cloud_provider(&bed, guest_builds::SIMCLOUD, &cloud_config),
+    )
+    .await;
+
     let port = https::free_port();
-    let mut config = bed.config();
+    let mut config = cloud_provider::resource_config(&bed);
     config.serving.port = port;
     config.leader_election = Some(LeaseSettings {
         namespace: "kube-system".into(),
@@ -96,9 +113,19 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
     config.settings.load_balancer_drift_period = Duration::from_secs(30);
     let metrics_addr = SocketAddr::from(([127, 0, 0, 1], port));
     println!(
-        "  wasm-ccm                 provider {} (simcloud), egress granted to {}",
-        guest_builds::SIMCLOUD,
-        bed.cloud.sim.url()
+        "  CloudProvider {:<10} provider file://{} (simcloud, v1)",
+        cloud_provider::NAME,
+        guest_builds::SIMCLOUD
+    );
+    println!(
+        "                           egress granted to {}, its token from Secret {}/{}",
+        bed.cloud.sim.url(),
+        cloud_provider::NAMESPACE,
+        cloud_provider::TOKEN_SECRET
+    );
+    println!(
+        "  wasm-ccm                 --provider-resource {}: runs the version the resource names",
+        cloud_provider::NAME
     );
     println!(
         "                           health and metrics on https://{metrics_addr}/healthz, /metrics"
@@ -125,12 +152,138 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         println!("  + service default/{name}");
     }
     println!("\nProgress:");
+    let (v1, converged) = first_convergence(&bed, started).await;
+
+    // The swap: the spec edited as `kubectl edit cloudprovider simcloud` would, while the
+    // controllers keep running.
+    let stamp = guest_builds::SIMCLOUD_V2_BUILD;
+    println!(
+        "\nSwapping simcloud to {stamp} through the CloudProvider (spec.provider replaced, as kubectl edit would):"
+    );
+    println!("  spec.provider: file://{}", guest_builds::SIMCLOUD);
+    println!("              -> file://{}", guest_builds::SIMCLOUD_V2);
+    cloud_provider::apply(
+        &bed,
+        &cloud_provider::cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &cloud_config),
+    )
+    .await;
+    let (v2, swapped) = swap_to_v2(&bed, started).await;
+
+    print_nodes(&bed).await;
+    print_services(&bed).await;
+
+    println!("\nCloudProviders (the columns of kubectl get cloudproviders -o wide):");
+    let object = cloud_provider::api(&bed)
+        .get_opt(cloud_provider::NAME)
+        .await
+        .ok()
+        .flatten();
+    match &object {
+        Some(object) => print_cloud_provider(object),
+        None => println!("  none"),
+    }
+
+    let metrics = https::get(metrics_addr, "/metrics").await;
+    println!("\nProvider calls per version (wasm_ccm_provider_calls_total, from /metrics):");
+    let status = object
+        .as_ref()
+        .and_then(|o| o.status.clone())
+        .unwrap_or_default();
+    let named: Vec<(String, String)> = [(v1, "v1"), (v2, stamp)]
+        .into_iter()
+        .filter_map(|(version, build)| {
+            let version = version?;
+            let what = format!("{build} ({})", role(&status, &version));
+            Some((version, what))
+        })
+        .collect();
+    let failed = match &metrics {
+        Ok((_, metrics)) => Some(print_calls(metrics, &named)),
+        Err(error) => {
+            println!("  could not read /metrics: {error}");
+            None
+        }
+    };
+    println!("\nEgress audit (every request the provider made, from wasm-ccm's /metrics):");
+    match &metrics {
+        Ok((_, metrics)) => print_audit(metrics),
+        Err(error) => println!("  could not read /metrics: {error}"),
+    }
+    println!(
+        "\nThe cloud simulator saw {} requests, all with the token the host injected; the provider never saw it.",
+        bed.cloud.sim.state().requests().len()
+    );
+
+    let kubeconfig = bed.kubeconfig();
+    println!("\nkubectl works against the cluster while the demo runs:");
+    for command in [
+        "get nodes -o wide".to_string(),
+        "get services -A".to_string(),
+        "get cloudproviders -o wide".to_string(),
+        format!("describe cloudprovider {}", cloud_provider::NAME),
+    ] {
+        println!("  kubectl --kubeconfig {} {command}", kubeconfig.display());
+    }
+
+    match exit_after {
+        Some(limit) => {
+            let left = limit.saturating_sub(started.elapsed());
+            println!("\nExiting in {}s (--exit-after).", left.as_secs());
+            tokio::select! {
+                () = tokio::time::sleep(left) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        None => {
+            println!("\nThe manager keeps running. Ctrl-C to stop.");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    if let Err(error) = manager.stop().await {
+        eprintln!("demo: the manager failed: {error}");
+        return ExitCode::FAILURE;
+    }
+    if !converged {
+        eprintln!("demo: not everything converged within a minute");
+        return ExitCode::FAILURE;
+    }
+    if !swapped {
+        eprintln!(
+            "demo: the swap to {stamp} did not finish within a minute; the CloudProvider's conditions above say why"
+        );
+        return ExitCode::FAILURE;
+    }
+    match failed {
+        Some(0) => ExitCode::SUCCESS,
+        Some(failed) => {
+            eprintln!("demo: {failed} provider calls failed");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::FAILURE,
+    }
+}
+
+/// Wait (a minute at most) until v1 is active, every node initialised and every Service has
+/// a load balancer, printing each as it happens: v1's version, and whether all happened.
+async fn first_convergence(bed: &Testbed, started: Instant) -> (Option<String>, bool) {
+    let mut v1 = None;
     let mut done_nodes = BTreeSet::new();
     let mut done_services = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while (done_nodes.len() < NODES.len() || done_services.len() < SERVICES.len())
-        && Instant::now() < deadline
-    {
+    let done = |v1: &Option<String>, nodes: &BTreeSet<_>, services: &BTreeSet<_>| {
+        v1.is_some() && nodes.len() == NODES.len() && services.len() == SERVICES.len()
+    };
+    while !done(&v1, &done_nodes, &done_services) && Instant::now() < deadline {
+        if v1.is_none()
+            && let Some((version, note)) = activated(bed, guest_builds::SIMCLOUD).await
+        {
+            println!(
+                "  {:>5.1}s  CloudProvider {}: {note}",
+                secs(started),
+                cloud_provider::NAME
+            );
+            v1 = Some(version);
+        }
         for (name, _) in NODES {
             if done_nodes.contains(name) {
                 continue;
@@ -138,7 +291,7 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             if let Some(node) = bed.node(name).await.filter(|n| !is_uninitialized(n)) {
                 println!(
                     "  {:>5.1}s  node {name} initialised as {}",
-                    started.elapsed().as_secs_f64(),
+                    secs(started),
                     provider_id(&node)
                 );
                 done_nodes.insert(name);
@@ -151,14 +304,62 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             if let Some(ip) = bed.service(name).await.as_ref().and_then(ingress_ip) {
                 println!(
                     "  {:>5.1}s  service default/{name} has load balancer {ip}",
-                    started.elapsed().as_secs_f64()
+                    secs(started)
                 );
                 done_services.insert(name);
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let converged = done(&v1, &done_nodes, &done_services);
+    (v1, converged)
+}
 
+/// Wait (a minute at most) until v2 is active and every Service shows its ingress hostname,
+/// printing each as it happens: v2's version, and whether all happened.
+async fn swap_to_v2(bed: &Testbed, started: Instant) -> (Option<String>, bool) {
+    let stamp = guest_builds::SIMCLOUD_V2_BUILD;
+    let mut v2 = None;
+    let mut on_v2 = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (v2.is_none() || on_v2.len() < SERVICES.len()) && Instant::now() < deadline {
+        if v2.is_none()
+            && let Some((version, note)) = activated(bed, guest_builds::SIMCLOUD_V2).await
+        {
+            println!(
+                "  {:>5.1}s  CloudProvider {}: {note}",
+                secs(started),
+                cloud_provider::NAME
+            );
+            v2 = Some(version);
+        }
+        for name in SERVICES {
+            if on_v2.contains(name) {
+                continue;
+            }
+            let service = bed.service(name).await;
+            if let Some(hostname) = service
+                .as_ref()
+                .and_then(|s| hostnames(s).find(|h| h.starts_with(&format!("{stamp}."))))
+            {
+                println!(
+                    "  {:>5.1}s  service default/{name} resynced through {stamp}: ingress hostname {hostname}",
+                    secs(started)
+                );
+                on_v2.insert(name);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let swapped = v2.is_some() && on_v2.len() == SERVICES.len();
+    (v2, swapped)
+}
+
+fn secs(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64()
+}
+
+async fn print_nodes(bed: &Testbed) {
     println!("\nNodes:");
     println!(
         "  {:<10} {:<22} {:<16} {:<15} {:<5} addresses",
@@ -184,9 +385,12 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             addresses(&node)
         );
     }
+}
+
+async fn print_services(bed: &Testbed) {
     println!("\nServices:");
     println!(
-        "  {:<16} {:<16} {:<8} {:<10}",
+        "  {:<16} {:<16} {:<8} {:<10} HOSTNAME",
         "NAME", "LOAD BALANCER", "IP MODE", "FINALIZER"
     );
     for name in SERVICES {
@@ -205,55 +409,36 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             f.iter()
                 .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
         });
+        let hostname = hostnames(&service).next().unwrap_or_else(|| "-".into());
         println!(
-            "  {:<16} {:<16} {:<8} {:<10}",
+            "  {:<16} {:<16} {:<8} {:<10} {hostname}",
             format!("default/{name}"),
             ingress_ip(&service).unwrap_or_else(|| "(pending)".into()),
             mode,
             if finalizer { "yes" } else { "no" }
         );
     }
-    println!("\nEgress audit (every request the provider made, from wasm-ccm's /metrics):");
-    match https::get(metrics_addr, "/metrics").await {
-        Ok((_, metrics)) => print_audit(&metrics),
-        Err(error) => println!("  could not read /metrics: {error}"),
-    }
-    println!(
-        "\nThe cloud simulator saw {} requests, all with the token the host injected; the provider never saw it.",
-        bed.cloud.sim.state().requests().len()
-    );
+}
 
-    let kubeconfig = bed.kubeconfig();
-    println!("\nkubectl works against the cluster while the demo runs:");
-    for command in ["get nodes -o wide", "get services -A"] {
-        println!("  kubectl --kubeconfig {} {command}", kubeconfig.display());
+/// Once the `CloudProvider` has `wasm` active: its version (`NAME@sha256:<12 hex>`) and what
+/// the manager said when it activated it (the `Activated` event's note).
+async fn activated(bed: &Testbed, wasm: &str) -> Option<(String, String)> {
+    let object = cloud_provider::api(bed)
+        .get_opt(cloud_provider::NAME)
+        .await
+        .ok()??;
+    let status = object.status?;
+    let active = status.active.as_ref()?;
+    if !active.reference.ends_with(wasm) {
+        return None;
     }
-
-    match exit_after {
-        Some(limit) => {
-            let left = limit.saturating_sub(started.elapsed());
-            println!("\nExiting in {}s (--exit-after).", left.as_secs());
-            tokio::select! {
-                () = tokio::time::sleep(left) => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        None => {
-            println!("\nThe manager keeps running. Ctrl-C to stop.");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-    let complete = done_nodes.len() == NODES.len() && done_services.len() == SERVICES.len();
-    if let Err(error) = manager.stop().await {
-        eprintln!("demo: the manager failed: {error}");
-        return ExitCode::FAILURE;
-    }
-    if complete {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("demo: not everything converged within a minute");
-        ExitCode::FAILURE
-    }
+    let version = active.version.clone()?;
+    let note = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::PROGRESSING && c.reason == "Activated")
+        .map_or_else(|| format!("{version} active"), |c| c.message.clone());
+    Some((version, note))
 }
 
 fn provider_id(node: &Node) -> String {
@@ -275,30 +460,154 @@ fn addresses(node: &Node) -> String {
     list.join(" ")
 }
 
+/// The hostnames of a Service's load-balancer ingress points.
+fn hostnames(service: &Service) -> impl Iterator<Item = String> + '_ {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.hostname.clone())
+}
+
+/// The `CloudProvider` as `kubectl get cloudproviders -o wide` shows it (its printer
+/// columns), then its conditions.
+fn print_cloud_provider(object: &CloudProvider) {
+    let status = object.status.clone().unwrap_or_default();
+    let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let age = object
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+            Some(format!(
+                "{}s",
+                (now.as_secs() as i64 - t.0.as_second()).max(0)
+            ))
+        })
+        .unwrap_or_else(|| "-".into());
+    let status_of =
+        |type_: &str| condition(type_).map_or("-".into(), |c| format!("{:?}", c.status));
+    println!(
+        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} REASON",
+        "NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "AGE", "REFERENCE"
+    );
+    println!(
+        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} {}",
+        object.metadata.name.as_deref().unwrap_or("-"),
+        object.spec.name,
+        status
+            .active
+            .as_ref()
+            .and_then(|a| a.version.as_deref())
+            .unwrap_or("-"),
+        status_of(condition::READY),
+        status_of(condition::PROGRESSING),
+        age,
+        object.spec.provider,
+        condition(condition::READY).map_or("-", |c| c.reason.as_str()),
+    );
+    for c in &status.conditions {
+        println!(
+            "    {:<12} {:<6} {:<16} {}",
+            c.type_,
+            format!("{:?}", c.status),
+            c.reason,
+            c.message
+        );
+    }
+}
+
+/// Calls per provider version, by outcome, from `wasm_ccm_provider_calls_total`. `named` lists
+/// the demo's versions in the order they ran, each as status names it (`NAME@sha256:<12
+/// hex>`; the metric's `version` label is the part after `@`) with what it is. Returns how
+/// many calls failed.
+fn print_calls(metrics: &str, named: &[(String, String)]) -> u64 {
+    let mut per_version: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for (sample, count) in samples(metrics, "wasm_ccm_provider_calls_total") {
+        let (Some(version), Some(outcome)) = (label(sample, "version"), label(sample, "outcome"))
+        else {
+            continue;
+        };
+        *per_version
+            .entry(version)
+            .or_default()
+            .entry(outcome)
+            .or_default() += count;
+    }
+    let mut rows: Vec<(String, String, BTreeMap<&str, u64>)> = named
+        .iter()
+        .filter_map(|(version, what)| {
+            let outcomes = per_version.remove(version.split_once('@')?.1)?;
+            Some((version.clone(), what.clone(), outcomes))
+        })
+        .collect();
+    rows.extend(
+        per_version
+            .into_iter()
+            .map(|(version, outcomes)| (version.to_string(), "another version".into(), outcomes)),
+    );
+    let (mut total, mut failed) = (0, 0);
+    for (version, what, outcomes) in rows {
+        let calls: u64 = outcomes.values().sum();
+        let failures: u64 = outcomes
+            .iter()
+            .filter(|(outcome, _)| !ANSWERS.contains(outcome))
+            .map(|(_, n)| n)
+            .sum();
+        let detail: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o}: {n}")).collect();
+        println!(
+            "  {version:<30} {what:<40} {calls:>4} calls, {failures} failed ({})",
+            detail.join(", ")
+        );
+        total += calls;
+        failed += failures;
+    }
+    if total == 0 {
+        println!("  no calls yet");
+    } else {
+        println!(
+            "  {failed} of {total} calls failed across the swap (not-found and retry-after are answers, not failures)."
+        );
+    }
+    failed
+}
+
+/// What `version` (`NAME@sha256:<12 hex>`) is to the `CloudProvider`.
+fn role(status: &CloudProviderStatus, version: &str) -> &'static str {
+    let is = |v: Option<&ProviderVersion>| v.and_then(|v| v.version.as_deref()) == Some(version);
+    if is(status.active.as_ref()) {
+        "active"
+    } else if is(status.previous.as_ref()) {
+        "previous, kept warm for a rollback"
+    } else {
+        "unloaded"
+    }
+}
+
+/// Call outcomes that are answers the contract expects, not failures of the version.
+const ANSWERS: [&str; 5] = [
+    "ok",
+    "not-found",
+    "retry-after",
+    "not-implemented",
+    "implemented-elsewhere",
+];
+
 /// Requests per destination and outcome, from `wasm_ccm_egress_requests_total`.
 fn print_audit(metrics: &str) {
     let mut per_host: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for line in metrics
-        .lines()
-        .filter(|l| l.starts_with("wasm_ccm_egress_requests_total{"))
-    {
-        let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            let end = line[start..].find('"')? + start;
-            Some(line[start..end].to_string())
-        };
-        let (Some(host), Some(outcome)) = (label("host"), label("outcome")) else {
+    for (sample, count) in samples(metrics, "wasm_ccm_egress_requests_total") {
+        let (Some(host), Some(outcome)) = (label(sample, "host"), label(sample, "outcome")) else {
             continue;
         };
-        let count = line
-            .rsplit(' ')
-            .next()
-            .and_then(|n| n.parse::<f64>().ok())
-            .unwrap_or(0.0) as u64;
         *per_host
-            .entry(host)
+            .entry(host.to_string())
             .or_default()
-            .entry(outcome)
+            .entry(outcome.to_string())
             .or_default() += count;
     }
     if per_host.is_empty() {
@@ -313,4 +622,27 @@ fn print_audit(metrics: &str) {
             detail.join(", ")
         );
     }
+}
+
+/// The samples of counter `name` in Prometheus text: each line and its value.
+fn samples<'a>(metrics: &'a str, name: &str) -> impl Iterator<Item = (&'a str, u64)> {
+    let prefix = format!("{name}{{");
+    metrics
+        .lines()
+        .filter(move |line| line.starts_with(&prefix))
+        .map(|line| {
+            let count = line
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or(0.0) as u64;
+            (line, count)
+        })
+}
+
+/// The value of label `name` in a sample line.
+fn label<'a>(sample: &'a str, name: &str) -> Option<&'a str> {
+    let start = sample.find(&format!("{name}=\""))? + name.len() + 2;
+    let end = sample[start..].find('"')? + start;
+    Some(&sample[start..end])
 }
