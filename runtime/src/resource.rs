@@ -25,9 +25,9 @@
 //! The API server checks what a schema can say (enums, bounds, patterns, and with CEL rules
 //! that `cloudConfig` names exactly one source and that `headerName` goes with `type:
 //! Header`). The manager still parses every string (references, host patterns, durations,
-//! sizes) into typed settings before using a spec, as it does flags, and reports what it
-//! refuses in the `Ready` condition: an API server without CEL, or an object written before
-//! a rule existed, must not get past it.
+//! sizes) into typed settings before using a spec, as it does flags (`crate::rollout::spec`),
+//! and reports what it refuses in the `Progressing` condition: an API server without CEL, or
+//! an object written before a rule existed, must not get past it.
 //!
 //! The CRD is printed by `wasm-ccm crd` ([`crd_yaml`]) and committed as
 //! `charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml`; a test fails when they differ.
@@ -527,10 +527,9 @@ pub struct Candidate {
 pub enum CandidatePhase {
     /// Downloading the artifact (or reading the file).
     Fetching,
-    /// Checking digests, and the component against the host contract.
+    /// Checking the component against the host contract and compiling it (or loading its
+    /// compiled code from the cache).
     Verifying,
-    /// Compiling (or loading compiled code from the cache).
-    Compiling,
     /// Calling init with the cloud config.
     Initializing,
     /// Answering read-only calls beside the active version (Shadow strategy).

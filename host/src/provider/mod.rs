@@ -9,8 +9,10 @@
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
 //! (trap, deadline, memory, egress denied) and never deletes a node on the latter.
 //!
-//! [`ProviderSlot`] holds the active version and swaps it atomically.
+//! [`ProviderSlot`] holds the active version and swaps it atomically; a [`Shadow`] runs a
+//! candidate version beside it on the read-only calls.
 
+mod shadow;
 mod slot;
 
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use crate::sandbox::{
 };
 use crate::source::{Artifact, Identity};
 
+pub use shadow::{Divergence, MAX_DIVERGENCES, Shadow, ShadowReport};
 pub use slot::ProviderSlot;
 
 /// Why a provider call failed.
@@ -155,6 +158,8 @@ pub struct Provider {
     identity: Arc<Identity>,
     metrics: Arc<Metrics>,
     tally: Arc<Tally>,
+    /// A candidate answering this version's read-only calls beside it.
+    shadow: Option<Arc<Shadow>>,
 }
 
 /// Calls one provider version answered since it was loaded, and how many of them failed
@@ -275,6 +280,7 @@ impl Compiled {
             identity: Arc::new(identity),
             metrics,
             tally: Arc::default(),
+            shadow: None,
         })
     }
 }
@@ -299,6 +305,14 @@ impl Provider {
     pub fn with_egress(&self, egress: Arc<EgressGate>) -> Provider {
         Provider {
             guest: self.guest.with_egress(egress),
+            ..self.clone()
+        }
+    }
+
+    /// This version with `shadow` answering its read-only calls beside it (or none).
+    pub fn with_shadow(&self, shadow: Option<Arc<Shadow>>) -> Provider {
+        Provider {
+            shadow,
             ..self.clone()
         }
     }
@@ -340,17 +354,35 @@ impl Provider {
 
     /// Whether the instance behind `node` exists (`false` only on definite absence).
     pub async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
-        self.call(Function::InstanceExists, (node,)).await
+        let mirror = self.mirror(Function::InstanceExists, {
+            let node = node.clone();
+            move |candidate| async move { candidate.call(Function::InstanceExists, (&node,)).await }
+        });
+        settled(mirror, self.call(Function::InstanceExists, (node,)).await)
     }
 
     /// Whether the instance behind `node` is shut down.
     pub async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
-        self.call(Function::InstanceShutdown, (node,)).await
+        let mirror =
+            self.mirror(Function::InstanceShutdown, {
+                let node = node.clone();
+                move |candidate| async move {
+                    candidate.call(Function::InstanceShutdown, (&node,)).await
+                }
+            });
+        settled(mirror, self.call(Function::InstanceShutdown, (node,)).await)
     }
 
     /// Identity, type, addresses and placement of the instance behind `node`.
     pub async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
-        self.call(Function::InstanceMetadata, (node,)).await
+        let mirror =
+            self.mirror(Function::InstanceMetadata, {
+                let node = node.clone();
+                move |candidate| async move {
+                    candidate.call(Function::InstanceMetadata, (&node,)).await
+                }
+            });
+        settled(mirror, self.call(Function::InstanceMetadata, (node,)).await)
     }
 
     /// The load balancer of `svc`, or `None` if it does not exist.
@@ -359,7 +391,16 @@ impl Provider {
         cluster: &str,
         svc: &Service,
     ) -> Result<Option<LbStatus>, ProviderError> {
-        self.call(Function::GetLoadBalancer, (cluster, svc)).await
+        let mirror = self.mirror(Function::GetLoadBalancer, {
+            let (cluster, svc) = (cluster.to_string(), svc.clone());
+            move |candidate| async move {
+                candidate
+                    .call(Function::GetLoadBalancer, (cluster.as_str(), &svc))
+                    .await
+            }
+        });
+        let answer = self.call(Function::GetLoadBalancer, (cluster, svc)).await;
+        settled(mirror, answer)
     }
 
     /// The cloud-side name of the load balancer of `svc`.
@@ -368,8 +409,18 @@ impl Provider {
         cluster: &str,
         svc: &Service,
     ) -> Result<String, ProviderError> {
-        self.call(Function::GetLoadBalancerName, (cluster, svc))
-            .await
+        let mirror = self.mirror(Function::GetLoadBalancerName, {
+            let (cluster, svc) = (cluster.to_string(), svc.clone());
+            move |candidate| async move {
+                candidate
+                    .call(Function::GetLoadBalancerName, (cluster.as_str(), &svc))
+                    .await
+            }
+        });
+        let answer = self
+            .call(Function::GetLoadBalancerName, (cluster, svc))
+            .await;
+        settled(mirror, answer)
     }
 
     /// Create or update the load balancer of `svc` for `nodes`.
@@ -406,7 +457,15 @@ impl Provider {
 
     /// The routes of `cluster`.
     pub async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, ProviderError> {
-        self.call(Function::ListRoutes, (cluster,)).await
+        let mirror = self.mirror(Function::ListRoutes, {
+            let cluster = cluster.to_string();
+            move |candidate| async move {
+                candidate
+                    .call(Function::ListRoutes, (cluster.as_str(),))
+                    .await
+            }
+        });
+        settled(mirror, self.call(Function::ListRoutes, (cluster,)).await)
     }
 
     /// Create `route` (`name_hint` is the node's UID).
@@ -436,6 +495,32 @@ impl Provider {
         self.tally.record(&result);
         result
     }
+}
+
+impl Provider {
+    /// With a shadow, start the candidate's side of a read-only call.
+    fn mirror<T, F, Fut>(&self, function: Function, call: F) -> Option<Mirror<T>>
+    where
+        T: serde::Serialize + PartialEq + std::fmt::Debug + Send + 'static,
+        F: FnOnce(Arc<Provider>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, ProviderError>> + Send + 'static,
+    {
+        self.shadow.as_ref()?.mirror(function, call)
+    }
+}
+
+/// Where the active version's answer goes for a shadow comparison.
+type Mirror<T> = tokio::sync::oneshot::Sender<Result<T, ProviderError>>;
+
+/// Hand the active version's answer to the shadow comparison, if any, and return it.
+fn settled<T: Clone>(
+    mirror: Option<Mirror<T>>,
+    answer: Result<T, ProviderError>,
+) -> Result<T, ProviderError> {
+    if let Some(mirror) = mirror {
+        let _ = mirror.send(answer.clone());
+    }
+    answer
 }
 
 /// Run `function` on `guest`, recording metrics; the facade's result.

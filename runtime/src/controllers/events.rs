@@ -28,19 +28,35 @@ impl EventSink {
 
     /// Record a `Normal` event about `regarding`.
     pub fn normal(&self, regarding: ObjectReference, reason: &'static str, note: String) {
-        self.publish(regarding, EventType::Normal, reason, note);
+        self.record(
+            regarding,
+            EventType::Normal,
+            reason,
+            reason.to_string(),
+            note,
+        );
     }
 
     /// Record a `Warning` event about `regarding`.
     pub fn warning(&self, regarding: ObjectReference, reason: &'static str, note: String) {
-        self.publish(regarding, EventType::Warning, reason, note);
+        self.record(
+            regarding,
+            EventType::Warning,
+            reason,
+            reason.to_string(),
+            note,
+        );
     }
 
-    fn publish(
+    /// Record an event whose `action` tells it apart from others with the same reason:
+    /// repeats of one (type, reason, action, object) become a series, keeping the first
+    /// note, so an action naming the subject (a provider version) keeps each note.
+    pub fn record(
         &self,
         regarding: ObjectReference,
         type_: EventType,
         reason: &'static str,
+        action: String,
         note: String,
     ) {
         let recorder = self.recorder.clone();
@@ -51,7 +67,8 @@ impl EventSink {
                 reason: reason.to_string(),
                 // The API server rejects notes over 1 KiB.
                 note: Some(truncate(note, 1024)),
-                action: reason.to_string(),
+                // The API server rejects actions over 128 bytes.
+                action: truncate(action, 128),
                 secondary: None,
             };
             if let Err(error) = recorder.publish(&event, &regarding).await {

@@ -11,10 +11,13 @@
 //! backoff, one that cannot (a digest mismatch, a wrong name) waits for the spec to change.
 //!
 //! Changing only grants, budgets or credentials reconfigures the active version in place.
-//! After an activation the previous version stays loaded for the rollback window; if the new
-//! one fails more than the policy allows, the previous one is reactivated and `RolledBack`
-//! says why. Every replica follows the resource and loads the same versions (a standby
-//! takes over warm); only the leader writes status and events.
+//! Under the Shadow strategy the candidate first answers the read-only calls beside the
+//! active version (a [`Shadow`], egress limited to safe methods) and is promoted after
+//! enough agreeing answers; a divergence holds it back. After an activation the previous
+//! version stays loaded for the rollback window; if the new one fails more than the policy
+//! allows, the previous one is reactivated and `RolledBack` says why. Every replica follows
+//! the resource and loads the same versions (a standby takes over warm, and follows the
+//! leader's rollbacks); only the leader writes status and events.
 
 mod references;
 pub mod spec;
@@ -25,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::events::EventType;
 use kube::runtime::watcher::watch_object;
 use kube::{Api, Resource};
 use tokio::sync::watch;
@@ -33,15 +37,18 @@ use tokio_util::sync::CancellationToken;
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
     Candidate, CandidatePhase, CloudProvider, CloudProviderSpec, CloudProviderStatus,
-    ConditionStatus, ProviderVersion, RolloutStrategy, VersionCalls, condition,
+    ConditionStatus, Divergence, ProviderVersion, RolloutStrategy, ShadowStatus, VersionCalls,
+    condition,
 };
 use references::{Kind, ObjectKey, References};
 use spec::{Defaults, Desired, SpecError, VersionSpec};
 use status::set_condition;
 use wasm_ccm_host::contract::Capabilities;
-use wasm_ccm_host::egress::EgressGate;
+use wasm_ccm_host::egress::{EgressGate, MethodPolicy};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot};
+use wasm_ccm_host::provider::{
+    CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow,
+};
 use wasm_ccm_host::sandbox::{LoadError, Sandbox};
 use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
 
@@ -133,6 +140,7 @@ pub fn start(
         sandbox: None,
         active: None,
         window: None,
+        shadowing: None,
         failure: None,
         spec_error: None,
         last_calls_write: Instant::now(),
@@ -161,10 +169,18 @@ struct Active {
 /// The rollback window after an activation: the previous version, kept loaded.
 struct RollbackWindow {
     previous: Active,
-    /// Calls and failures of the previous version while it was active.
-    previous_counts: CallCounts,
     until: Instant,
     policy: spec::RollbackPolicy,
+}
+
+/// A candidate answering the read-only calls beside the active version (Shadow strategy).
+struct Shadowing {
+    desired: Desired,
+    shadow: Arc<Shadow>,
+    generation: Option<i64>,
+    started: Instant,
+    /// Whether its first divergence was reported.
+    diverged: bool,
 }
 
 /// The last failed rollout, so the same spec is not tried again in a loop.
@@ -208,6 +224,7 @@ struct Rollout {
     sandbox: Option<(Option<crate::resource::LimitsSpec>, Sandbox)>,
     active: Option<Active>,
     window: Option<RollbackWindow>,
+    shadowing: Option<Shadowing>,
     failure: Option<Failure>,
     /// The last spec refused as unusable, by generation (reported once).
     spec_error: Option<(Option<i64>, SpecError)>,
@@ -230,9 +247,9 @@ impl Rollout {
                 .and_then(|failure| failure.retry_at)
                 .map(tokio::time::Instant::from_std);
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => break,
                 change = objects.next() => match change {
-                    None => return,
+                    None => break,
                     Some(Ok(object)) => self.seen(object),
                     Some(Err(error)) => {
                         tracing::warn!(resource = %self.settings.resource, %error, "watching the CloudProvider failed; retrying");
@@ -246,7 +263,8 @@ impl Rollout {
                 }
                 // The failed version is tried again below; `attempts` grows the next pause.
                 () = sleep_until(retry_at) => {}
-                _ = ticks.tick(), if self.window.is_some() => {
+                _ = ticks.tick(), if self.window.is_some() || self.shadowing.is_some() => {
+                    self.judge_shadow();
                     self.judge_window();
                     self.write_status().await;
                     continue;
@@ -255,6 +273,8 @@ impl Rollout {
             self.reconcile().await;
             self.write_status().await;
         }
+        // Stop the watches of the Secrets and ConfigMaps (their tasks hold the references).
+        self.references.watch(&[]);
     }
 
     fn seen(&mut self, object: Option<CloudProvider>) {
@@ -282,19 +302,24 @@ impl Rollout {
         *self.leading.borrow()
     }
 
-    fn warn(&self, reason: &'static str, note: String) {
-        if self.leading()
-            && let Some(object) = &self.object
-        {
-            self.events.warning(object.object_ref(&()), reason, note);
-        }
+    /// A Warning event about the CloudProvider, as the leader; `subject` (a version, a
+    /// field) tells it apart from earlier events with the same reason.
+    fn warn(&self, reason: &'static str, subject: &str, note: String) {
+        self.event(EventType::Warning, reason, subject, note);
     }
 
-    fn normal(&self, reason: &'static str, note: String) {
+    /// A Normal event, as [`Rollout::warn`].
+    fn normal(&self, reason: &'static str, subject: &str, note: String) {
+        self.event(EventType::Normal, reason, subject, note);
+    }
+
+    fn event(&self, type_: EventType, reason: &'static str, subject: &str, note: String) {
         if self.leading()
             && let Some(object) = &self.object
         {
-            self.events.normal(object.object_ref(&()), reason, note);
+            let action = format!("{reason} {subject}");
+            self.events
+                .record(object.object_ref(&()), type_, reason, action, note);
         }
     }
 
@@ -330,6 +355,19 @@ impl Rollout {
         self.spec_error = None;
         self.report_credentials(generation);
 
+        if let Some(shadowing) = &self.shadowing {
+            if shadowing.desired.version.same_as(&desired.version)
+                && shadowing.desired.rollout == desired.rollout
+            {
+                self.status.observed_generation = generation;
+                return;
+            }
+            // The spec moved on: the candidate stops shadowing.
+            self.stop_shadowing();
+        }
+        if !self.leading() && self.follow_rollback(generation) {
+            return;
+        }
         if let Some(active) = &self.active
             && active.version.same_as(&desired.version)
         {
@@ -351,35 +389,77 @@ impl Rollout {
         {
             return;
         }
-        if desired.rollout.strategy == RolloutStrategy::Shadow {
-            let refusal = Refusal {
-                condition: None,
-                reason: "StrategyUnsupported",
-                message:
-                    "spec.rollout.strategy: Shadow is not supported by this manager yet; use Direct"
-                        .into(),
-                transient: false,
-            };
-            self.refused(&desired, generation, refusal);
-            return;
-        }
         self.roll_out(desired, generation).await;
     }
 
     /// Whether this generation's version was rolled back (by this replica or, as status
     /// says, by the leader): it is not activated again until the spec changes.
     fn rolled_back(&self, generation: Option<i64>) -> bool {
-        status::condition(&self.status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
-            rolled_back.status == ConditionStatus::True
-                && rolled_back.observed_generation == generation
-        }) && self.active.is_some()
+        let stored = self
+            .object
+            .as_ref()
+            .and_then(|object| object.status.as_ref());
+        let says = |status: &CloudProviderStatus| {
+            status::condition(status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
+                rolled_back.status == ConditionStatus::True
+                    && rolled_back.observed_generation == generation
+            })
+        };
+        (says(&self.status) || stored.is_some_and(says)) && self.active.is_some()
+    }
+
+    /// As a standby: when the leader rolled this generation back (the stored status says
+    /// so), do the same with the version kept warm, so a failover never brings the
+    /// rolled-back version back. Whether the rollback is followed (nothing else to do).
+    fn follow_rollback(&mut self, generation: Option<i64>) -> bool {
+        let Some(stored) = self
+            .object
+            .as_ref()
+            .and_then(|object| object.status.clone())
+        else {
+            return false;
+        };
+        let rolled_back = status::condition(&stored, condition::ROLLED_BACK).is_some_and(|c| {
+            c.status == ConditionStatus::True && c.observed_generation == generation
+        });
+        let Some(target) = stored.active.as_ref().map(|active| active.digest.clone()) else {
+            return false;
+        };
+        if !rolled_back || self.active.is_none() {
+            return false;
+        }
+        let active_digest = self
+            .active
+            .as_ref()
+            .map(|active| active.provider.identity().digest.clone());
+        if active_digest.as_deref() == Some(target.as_str()) {
+            return true;
+        }
+        let warm = self
+            .window
+            .as_ref()
+            .is_some_and(|window| window.previous.provider.identity().digest == target);
+        let Some(slot) = self.slot_tx.borrow().clone() else {
+            return false;
+        };
+        if !warm {
+            return false;
+        }
+        let window = self.window.take().expect("checked above");
+        slot.reactivate(window.previous.provider.clone());
+        if let Some(rolled_back) = self.active.replace(window.previous) {
+            tracing::warn!(resource = %self.settings.resource, provider = %rolled_back.provider.label(), "the leader rolled this version back; following");
+            self.unloaded(&rolled_back.provider);
+        }
+        self.status = stored;
+        true
     }
 
     fn refuse_spec(&mut self, generation: Option<i64>, error: SpecError) {
         let message = format!("the spec cannot be used: {error}");
         if self.spec_error.as_ref() != Some(&(generation, error.clone())) {
             tracing::error!(resource = %self.settings.resource, "{message}");
-            self.warn("InvalidSpec", message.clone());
+            self.warn("InvalidSpec", &error.field, message.clone());
             self.spec_error = Some((generation, error));
         }
         self.status.observed_generation = generation;
@@ -427,7 +507,7 @@ impl Rollout {
         let changed = status::condition(&self.status, condition::DEGRADED)
             .is_none_or(|degraded| degraded.message != message);
         if changed {
-            self.warn("CredentialMissing", message.clone());
+            self.warn("CredentialMissing", &problems.join(", "), message.clone());
         }
         set_condition(
             &mut self.status,
@@ -458,7 +538,8 @@ impl Rollout {
             "{} now runs with the spec's egress grants, budgets and credentials",
             active.provider.label()
         );
-        self.normal("Reconfigured", note);
+        let label = active.provider.label();
+        self.normal("Reconfigured", &label, note);
     }
 
     /// Fetch, verify, compile and `init` the desired version; activate it if it passes.
@@ -472,11 +553,177 @@ impl Rollout {
         if self.active.is_none() {
             self.set_not_ready(Some(format!("fetching {reference}")));
         }
-        let loaded = self.load(&desired, generation).await;
+        // With a version active to compare with, the Shadow strategy shadows first.
+        let shadow = desired.rollout.strategy == RolloutStrategy::Shadow && self.active.is_some();
+        let loaded = self.load(&desired, generation, shadow).await;
         match loaded {
+            Ok(provider) if shadow => self.start_shadowing(desired, provider, generation).await,
             Ok(provider) => self.activate(desired, provider, generation, started),
             Err(refusal) => self.refused(&desired, generation, refusal),
         }
+    }
+
+    /// Let `candidate` answer the read-only calls beside the active version.
+    async fn start_shadowing(
+        &mut self,
+        desired: Desired,
+        candidate: Provider,
+        generation: Option<i64>,
+    ) {
+        let Some(slot) = self.slot_tx.borrow().clone() else {
+            return;
+        };
+        let Some(active) = &mut self.active else {
+            return;
+        };
+        let in_flight = (desired.version.sandbox.max_concurrent_calls as usize / 4).max(1);
+        let shadow = Shadow::new(candidate, in_flight);
+        slot.reconfigure(active.provider.with_shadow(Some(shadow.clone())));
+        active.provider = slot.current();
+        let label = shadow.candidate().label();
+        let note = format!(
+            "{label} answers the read-only calls beside {}; it is activated after {} agreeing answers with no divergence",
+            active.provider.label(),
+            desired.rollout.shadow.agreeing_calls
+        );
+        tracing::info!(resource = %self.settings.resource, "{note}");
+        self.normal("Shadowing", &label, note);
+        let reference = desired.version.reference.to_string();
+        let digest = shadow.candidate().identity().digest.clone();
+        self.status.shadow = Some(ShadowStatus::default());
+        self.shadowing = Some(Shadowing {
+            desired,
+            shadow,
+            generation,
+            started: Instant::now(),
+            diverged: false,
+        });
+        self.phase(
+            &reference,
+            Some(&digest),
+            CandidatePhase::Shadowing,
+            generation,
+        )
+        .await;
+    }
+
+    /// Detach the shadow from the active version.
+    fn stop_shadowing(&mut self) {
+        let Some(shadowing) = self.shadowing.take() else {
+            return;
+        };
+        if let Some(active) = &mut self.active
+            && let Some(slot) = self.slot_tx.borrow().clone()
+        {
+            slot.reconfigure(active.provider.with_shadow(None));
+            active.provider = slot.current();
+        }
+        self.unloaded(shadowing.shadow.candidate());
+        self.status.shadow = None;
+        self.status.candidate = None;
+        self.status.version_calls.clear();
+    }
+
+    /// While shadowing: report the comparison, and promote the candidate once enough
+    /// answers agreed with none diverging.
+    fn judge_shadow(&mut self) {
+        let (Some(shadowing), Some(active)) = (&mut self.shadowing, &self.active) else {
+            return;
+        };
+        let report = shadowing.shadow.report();
+        let candidate = shadowing.shadow.candidate().clone();
+        let previous = self.status.shadow.take().unwrap_or_default();
+        self.status.shadow = Some(ShadowStatus {
+            agreeing_calls: report.agreeing as i64,
+            diverging_calls: report.diverging as i64,
+            divergences: report
+                .divergences
+                .iter()
+                .enumerate()
+                .map(|(index, divergence)| Divergence {
+                    function: divergence.function.name().to_string(),
+                    diff: divergence.diff.clone(),
+                    // Kept from when it was first reported.
+                    observed_at: previous
+                        .divergences
+                        .get(index)
+                        .and_then(|seen| seen.observed_at.clone())
+                        .or_else(|| Some(status::now())),
+                })
+                .collect(),
+        });
+        let active_counts = active
+            .provider
+            .call_counts()
+            .since(active.counts_at_activation);
+        let candidate_counts = candidate.call_counts();
+        self.status.version_calls = vec![
+            VersionCalls {
+                digest: candidate.identity().digest.clone(),
+                calls: candidate_counts.calls as i64,
+                failures: candidate_counts.failures as i64,
+            },
+            VersionCalls {
+                digest: active.provider.identity().digest.clone(),
+                calls: active_counts.calls as i64,
+                failures: active_counts.failures as i64,
+            },
+        ];
+        self.status
+            .version_calls
+            .dedup_by(|a, b| a.digest == b.digest);
+        let generation = shadowing.generation;
+        if report.diverging > 0 {
+            let first = report
+                .divergences
+                .first()
+                .map(|d| format!("{}: {}", d.function, d.diff))
+                .unwrap_or_default();
+            let message = format!(
+                "{} answered {} of {} read-only calls differently from {} (first: {first}); promotion waits: change the spec to roll out another version",
+                candidate.label(),
+                report.diverging,
+                report.diverging + report.agreeing,
+                active.provider.label()
+            );
+            let first_time = !shadowing.diverged;
+            shadowing.diverged = true;
+            set_condition(
+                &mut self.status,
+                condition::PROGRESSING,
+                ConditionStatus::True,
+                "ShadowDiverged",
+                message.clone(),
+                generation,
+            );
+            if first_time {
+                self.warn("ShadowDiverged", &candidate.label(), message);
+            }
+            return;
+        }
+        if report.agreeing < shadowing.desired.rollout.shadow.agreeing_calls {
+            return;
+        }
+        let shadowing = self.shadowing.take().expect("checked above");
+        let Some(slot) = self.slot_tx.borrow().clone() else {
+            return;
+        };
+        if let Some(active) = &mut self.active {
+            slot.reconfigure(active.provider.with_shadow(None));
+            active.provider = slot.current();
+        }
+        tracing::info!(
+            resource = %self.settings.resource,
+            "{} agreed on {} read-only calls in {:?}: promoting it",
+            candidate.label(),
+            report.agreeing,
+            shadowing.started.elapsed()
+        );
+        // Promoted, it may use every method again.
+        let gate = EgressGate::new(shadowing.desired.egress.clone(), self.metrics.clone());
+        let promoted = candidate.with_egress(gate);
+        self.status.shadow = None;
+        self.activate(shadowing.desired, promoted, generation, shadowing.started);
     }
 
     async fn phase(
@@ -503,10 +750,13 @@ impl Rollout {
         self.write_status().await;
     }
 
+    /// Fetch, verify, compile and `init` the desired version, with the egress of a shadow
+    /// (safe methods only) if `shadow`.
     async fn load(
         &mut self,
         desired: &Desired,
         generation: Option<i64>,
+        shadow: bool,
     ) -> Result<Provider, Refusal> {
         let version = &desired.version;
         let reference = version.reference.to_string();
@@ -563,7 +813,11 @@ impl Rollout {
             generation,
         )
         .await;
-        let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
+        let mut egress = desired.egress.clone();
+        if shadow {
+            egress.methods = MethodPolicy::SafeOnly(desired.rollout.shadow.methods.clone());
+        }
+        let gate = EgressGate::new(egress, self.metrics.clone());
         let provider = compiled
             .init(gate, version.cloud_config.clone(), self.metrics.clone())
             .await
@@ -664,6 +918,13 @@ impl Rollout {
         let label = provider.label();
         let identity = provider.identity().clone();
         let now = status::now();
+        // A replica taking over the version the status names keeps its activation time.
+        let since = match &self.status.active {
+            Some(active) if active.digest == identity.digest && self.active.is_none() => {
+                active.since.clone().unwrap_or_else(|| now.clone())
+            }
+            _ => now.clone(),
+        };
         let slot = self.slot_tx.borrow().clone();
         let replaced = match slot {
             None => {
@@ -679,7 +940,7 @@ impl Rollout {
             egress_key: desired.egress_key,
             counts_at_activation: provider.call_counts(),
             provider,
-            since: now.clone(),
+            since,
         };
         // A version rolled out while a window is open replaces the window's previous one.
         if let Some(window) = self.window.take() {
@@ -734,7 +995,7 @@ impl Rollout {
                 generation,
             );
         }
-        self.normal("Activated", note);
+        self.normal("Activated", &label, note);
         self.set_not_ready(None);
         drop(replaced);
         if let Some(previous) = previous {
@@ -742,13 +1003,8 @@ impl Rollout {
             if policy.window.is_zero() {
                 self.unloaded(&previous.provider);
             } else {
-                let previous_counts = previous
-                    .provider
-                    .call_counts()
-                    .since(previous.counts_at_activation);
                 self.window = Some(RollbackWindow {
                     previous,
-                    previous_counts,
                     until: Instant::now() + policy.window,
                     policy,
                 });
@@ -826,7 +1082,8 @@ impl Rollout {
             );
             self.set_not_ready(Some(message.clone()));
         }
-        self.warn(refusal.reason, message);
+        let subject = desired.version.reference.to_string();
+        self.warn(refusal.reason, &subject, message);
     }
 
     /// During the rollback window: compare failure rates, and roll back when the new
@@ -839,7 +1096,13 @@ impl Rollout {
             .provider
             .call_counts()
             .since(active.counts_at_activation);
-        let old = window.previous_counts;
+        // The previous version's calls since its activation, including the ones it was
+        // still finishing at the swap.
+        let old = window
+            .previous
+            .provider
+            .call_counts()
+            .since(window.previous.counts_at_activation);
         self.status.version_calls = vec![
             VersionCalls {
                 digest: active.provider.identity().digest.clone(),
@@ -911,7 +1174,7 @@ impl Rollout {
             format!("{} is serving calls", window.previous.provider.label()),
             generation,
         );
-        self.warn("RolledBack", message);
+        self.warn("RolledBack", &rolled_back.provider.label(), message);
         self.unloaded(&rolled_back.provider);
         self.active = Some(window.previous);
     }
@@ -932,11 +1195,14 @@ impl Rollout {
         if self.written.as_ref() == Some(&self.status) {
             return;
         }
+        // Counts going up are written at most every CALLS_WRITE_INTERVAL; the first ones at
+        // once.
         let calls_only = self.written.as_ref().is_some_and(|written| {
-            CloudProviderStatus {
-                version_calls: self.status.version_calls.clone(),
-                ..written.clone()
-            } == self.status
+            !written.version_calls.is_empty()
+                && CloudProviderStatus {
+                    version_calls: self.status.version_calls.clone(),
+                    ..written.clone()
+                } == self.status
         });
         if calls_only && self.last_calls_write.elapsed() < CALLS_WRITE_INTERVAL {
             return;
@@ -1008,7 +1274,6 @@ fn describe_phase(phase: CandidatePhase) -> &'static str {
         CandidatePhase::Verifying => {
             "checking the component against the host contract and compiling it"
         }
-        CandidatePhase::Compiling => "compiling",
         CandidatePhase::Initializing => "calling init with the cloud config",
         CandidatePhase::Shadowing => "answering read-only calls beside the active version",
     }

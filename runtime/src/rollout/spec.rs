@@ -19,8 +19,8 @@ use http::HeaderName;
 use super::references::References;
 use crate::cli::{parse_duration, parse_duration_or_zero, parse_size};
 use crate::resource::{
-    CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType, EgressSpec, LimitsSpec,
-    RolloutStrategy,
+    CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType, EgressSpec, HttpMethod,
+    LimitsSpec, RolloutStrategy,
 };
 use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, RateBudget, SecretSource};
 use wasm_ccm_host::sandbox::SandboxConfig;
@@ -82,11 +82,22 @@ pub struct RollbackPolicy {
     pub minimum_calls: u64,
 }
 
+/// The Shadow strategy's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowPolicy {
+    /// Agreeing answers, with no divergence, after which the candidate is activated.
+    pub agreeing_calls: u64,
+    /// Methods besides GET and HEAD the candidate may use, per host pattern.
+    pub methods: Vec<(HostPattern, Vec<http::Method>)>,
+}
+
 /// How a version is rolled out and rolled back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutPolicy {
     /// Direct or Shadow.
     pub strategy: RolloutStrategy,
+    /// The Shadow strategy's settings.
+    pub shadow: ShadowPolicy,
     /// Automatic rollback.
     pub rollback: RollbackPolicy,
 }
@@ -379,8 +390,45 @@ fn rollout(spec: &CloudProviderSpec) -> Result<RolloutPolicy, SpecError> {
             ));
         }
     };
+    let shadow = rollout.shadow.unwrap_or_default();
+    let agreeing_calls = match shadow.agreeing_calls {
+        None => 50,
+        Some(calls) if calls >= 1 => calls as u64,
+        Some(_) => {
+            return Err(refuse("spec.rollout.shadow.agreeingCalls")(
+                "must be at least 1".into(),
+            ));
+        }
+    };
+    let methods = shadow
+        .methods
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let pattern = host_pattern(
+                format!("spec.rollout.shadow.methods[{index}].host"),
+                &entry.host,
+            )?;
+            let methods = entry
+                .methods
+                .iter()
+                .map(|method| match method {
+                    HttpMethod::POST => http::Method::POST,
+                    HttpMethod::PUT => http::Method::PUT,
+                    HttpMethod::PATCH => http::Method::PATCH,
+                    HttpMethod::DELETE => http::Method::DELETE,
+                    HttpMethod::OPTIONS => http::Method::OPTIONS,
+                })
+                .collect();
+            Ok((pattern, methods))
+        })
+        .collect::<Result<_, SpecError>>()?;
     Ok(RolloutPolicy {
         strategy: rollout.strategy.unwrap_or_default(),
+        shadow: ShadowPolicy {
+            agreeing_calls,
+            methods,
+        },
         rollback: RollbackPolicy {
             window,
             threshold: f64::from(threshold),

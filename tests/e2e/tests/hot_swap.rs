@@ -17,7 +17,7 @@ use e2e::cloud_provider::{
     simcloud_config, status_where, token_secret,
 };
 use e2e::testbed::{Testbed, eventually, is_uninitialized};
-use wasm_ccm::resource::{CloudProviderStatus, ConditionStatus, condition};
+use wasm_ccm::resource::{CandidatePhase, CloudProviderStatus, ConditionStatus, condition};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -65,6 +65,22 @@ async fn failed_reconciles(bed: &Testbed) -> Vec<String> {
         .collect()
 }
 
+/// How many times an event with `reason` was recorded about the CloudProvider (a repeated
+/// event is one object with a series count).
+async fn times_recorded(bed: &Testbed, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|event| event.reason.as_deref() == Some(reason))
+        .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
+        .map(|event| event.series.map_or(1, |series| series.count))
+        .sum()
+}
+
 fn hostnames(service: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
     service
         .status
@@ -81,8 +97,21 @@ async fn hot_swap_without_a_resource_the_manager_waits_then_runs_the_version_it_
     install_crd(&bed).await;
     token_secret(&bed, e2e::TOKEN).await;
     bed.add_node("node-a", "zone-a").await;
-    let manager = bed.run(resource_config(&bed));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let port = e2e::https::free_port();
+    let mut config = resource_config(&bed);
+    config.serving.port = port;
+    let manager = bed.run(config);
+    let addr = ([127, 0, 0, 1], port).into();
+    // Serving, not ready (the reason is logged, not served), no controller running.
+    let readyz = eventually("/readyz answers", WAIT, || async {
+        e2e::https::get(addr, "/readyz?verbose").await.ok()
+    })
+    .await;
+    assert_eq!(readyz.0, 500, "{readyz:?}");
+    assert!(readyz.1.contains("[-]provider failed"), "{}", readyz.1);
+    let (healthz, _) = e2e::https::get(addr, "/healthz").await.unwrap();
+    assert_eq!(healthz, 200, "alive while waiting for a version");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let node = bed.node("node-a").await.unwrap();
     assert!(
         is_uninitialized(&node),
@@ -133,6 +162,9 @@ async fn hot_swap_without_a_resource_the_manager_waits_then_runs_the_version_it_
             .await
             .contains(&"Activated".to_string())
     );
+    let (readyz, body) = e2e::https::get(addr, "/readyz?verbose").await.unwrap();
+    assert_eq!(readyz, 200, "{body}");
+    assert!(body.contains("[+]provider ok"), "{body}");
     manager.stop().await.unwrap();
 }
 
@@ -584,5 +616,330 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
         active_reference(&status).ends_with("/simcloud.wasm"),
         "{status:?}"
     );
+    manager.stop().await.unwrap();
+}
+
+/// `cloud_provider` with the Shadow strategy, promoting after `agreeing` agreeing answers.
+fn shadowed(bed: &Testbed, wasm: &str, agreeing: u64) -> serde_json::Value {
+    let mut spec = cloud_provider(bed, wasm, &simcloud_config(bed));
+    spec["spec"]["rollout"]["strategy"] = json!("Shadow");
+    spec["spec"]["rollout"]["shadow"] = json!({"agreeingCalls": agreeing});
+    spec
+}
+
+/// A bed with v1 active and three initialised nodes whose lifecycle checks keep the
+/// read-only calls coming.
+async fn v1_with_nodes(bed: &Testbed) -> e2e::testbed::RunningManager {
+    install_crd(bed).await;
+    token_secret(bed, e2e::TOKEN).await;
+    for index in 0..3 {
+        bed.add_node(&format!("node-{index}"), "zone-a").await;
+    }
+    apply(
+        bed,
+        &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
+    )
+    .await;
+    let manager = bed.run(resource_config(bed));
+    for index in 0..3 {
+        eventually("v1 initialises the nodes", WAIT, || async {
+            bed.node(&format!("node-{index}"))
+                .await
+                .filter(|node| !is_uninitialized(node))
+        })
+        .await;
+    }
+    manager
+}
+
+#[tokio::test]
+async fn hot_swap_a_shadow_that_agrees_is_promoted() {
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    apply(&bed, &shadowed(&bed, guest_builds::SIMCLOUD_V2, 20)).await;
+    let status = status_where(&bed, "v2 promoted", |status| {
+        active_reference(status).ends_with("/simcloud-v2.wasm")
+    })
+    .await;
+    assert!(condition_is(
+        &status,
+        condition::PROGRESSING,
+        ConditionStatus::False,
+        "Activated"
+    ));
+    assert!(
+        status.shadow.is_none() && status.candidate.is_none(),
+        "{status:?}"
+    );
+    let reasons = bed.event_reasons(NAME).await;
+    assert!(reasons.contains(&"Shadowing".to_string()), "{reasons:?}");
+    assert_eq!(
+        times_recorded(&bed, "Activated").await,
+        2,
+        "v1, then v2 once promoted"
+    );
+    assert_eq!(failed_reconciles(&bed).await, Vec::<String>::new());
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_a_diverging_shadow_is_not_promoted_and_never_acted_on() {
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    apply(&bed, &shadowed(&bed, guest_builds::SIMCLOUD_V2, 1_000_000)).await;
+    status_where(&bed, "v2 shadowing", |status| {
+        status
+            .candidate
+            .as_ref()
+            .is_some_and(|candidate| candidate.phase == CandidatePhase::Shadowing)
+    })
+    .await;
+    // A new node: v1 initialises it, v2's answer (with its build label) is only compared.
+    bed.add_node("late", "zone-a").await;
+    let status = status_where(&bed, "the divergence reported", |status| {
+        condition_is(
+            status,
+            condition::PROGRESSING,
+            ConditionStatus::True,
+            "ShadowDiverged",
+        )
+    })
+    .await;
+    let shadow = status.shadow.clone().expect("shadow status");
+    assert!(shadow.diverging_calls >= 1, "{shadow:?}");
+    let divergence = &shadow.divergences[0];
+    assert_eq!(divergence.function, "instance-metadata");
+    assert!(
+        divergence.diff.contains("simcloud.wasm-ccm.io/build")
+            && divergence.diff.contains("(candidate)"),
+        "{}",
+        divergence.diff
+    );
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "v1 stays active"
+    );
+    let node = eventually("v1 initialises the new node", WAIT, || async {
+        bed.node("late")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    assert!(
+        !node.labels().contains_key("simcloud.wasm-ccm.io/build"),
+        "the shadow's answer was not acted on: {:?}",
+        node.labels()
+    );
+    assert!(
+        bed.event_reasons(NAME)
+            .await
+            .contains(&"ShadowDiverged".to_string())
+    );
+    manager.stop().await.unwrap();
+}
+
+/// A replica following the resource with leader election (a 2 s lease) as `identity`,
+/// serving health and metrics on `port`.
+fn replica(bed: &Testbed, identity: &str, port: u16) -> wasm_ccm::manager::ManagerConfig {
+    use wasm_ccm::leader::LeaseSettings;
+    use wasm_ccm::serving::{ServingConfig, TlsSource};
+
+    let mut config = resource_config(bed);
+    config.leader_election = Some(LeaseSettings {
+        namespace: "kube-system".into(),
+        name: "cloud-controller-manager".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+    });
+    config.settings.identity = identity.into();
+    config.serving = ServingConfig {
+        bind_address: [127, 0, 0, 1].into(),
+        port,
+        tls: TlsSource::SelfSigned,
+    };
+    config
+}
+
+#[tokio::test]
+async fn hot_swap_a_standby_follows_the_resource_warm_and_only_the_leader_writes() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let (leader_port, standby_port) = (e2e::https::free_port(), e2e::https::free_port());
+    let leader = bed.run(replica(&bed, "replica-a", leader_port));
+    let first = status_where(&bed, "v1 active", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    let standby = bed.run(replica(&bed, "replica-b", standby_port));
+    let standby_addr = ([127, 0, 0, 1], standby_port).into();
+    // The standby loaded the version too: ready, and its metrics name it.
+    let metrics = eventually("the standby has the version loaded", WAIT, || async {
+        let (status, _) = e2e::https::get(standby_addr, "/readyz").await.ok()?;
+        let (_, metrics) = e2e::https::get(standby_addr, "/metrics").await.ok()?;
+        (status == 200 && metrics.contains("wasm_ccm_provider_info{")).then_some(metrics)
+    })
+    .await;
+    let digest = &first.active.as_ref().unwrap().digest;
+    assert!(metrics.contains(digest.as_str()), "{metrics}");
+
+    // The leader dies; the standby takes over with the version it has, loading nothing.
+    leader.kill();
+    bed.add_node("after-failover", "zone-a").await;
+    eventually("the standby initialises a node as leader", WAIT, || async {
+        bed.node("after-failover")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.active.as_ref().unwrap().since,
+        first.active.as_ref().unwrap().since,
+        "no new activation after the failover: {status:?}"
+    );
+    assert_eq!(
+        times_recorded(&bed, "Activated").await,
+        1,
+        "only the leader recorded the activation"
+    );
+    standby.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_a_standby_follows_the_leaders_rollback() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    for index in 0..3 {
+        bed.add_node(&format!("node-{index}"), "zone-a").await;
+    }
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let leader = bed.run(replica(&bed, "replica-a", e2e::https::free_port()));
+    status_where(&bed, "v1 active", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    let standby = bed.run(replica(&bed, "replica-b", e2e::https::free_port()));
+    for index in 0..3 {
+        eventually("v1 initialises the nodes", WAIT, || async {
+            bed.node(&format!("node-{index}"))
+                .await
+                .filter(|node| !is_uninitialized(node))
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    apply(
+        &bed,
+        &cloud_provider(
+            &bed,
+            guest_builds::ROLLOUT,
+            r#"{"name": "simcloud", "trapEvery": 2}"#,
+        ),
+    )
+    .await;
+    status_where(&bed, "rolled back by the leader", |status| {
+        condition_is(
+            status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate",
+        )
+    })
+    .await;
+    // The standby, which activated the same version, follows; after a failover v1 serves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    leader.kill();
+    bed.add_node("after-failover", "zone-a").await;
+    let node = eventually("the new leader initialises a node", WAIT, || async {
+        bed.node("after-failover")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    assert!(
+        node.spec
+            .unwrap()
+            .provider_id
+            .unwrap()
+            .starts_with("simcloud://"),
+        "v1, not the rolled-back version, answered"
+    );
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{status:?}"
+    );
+    standby.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_grants_apply_in_place_and_a_new_cloud_config_reinits_the_same_component() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    let mut spec = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
+    apply(&bed, &spec).await;
+    let manager = bed.run(resource_config(&bed));
+    let first = status_where(&bed, "v1 active", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    let first_active = first.active.clone().unwrap();
+
+    // No grant: applied in place (no init, no new activation), and the next request is
+    // refused.
+    spec["spec"]["egress"]["allowedHosts"] = json!([]);
+    apply(&bed, &spec).await;
+    eventually("a Reconfigured event", WAIT, || async {
+        bed.event_reasons(NAME)
+            .await
+            .contains(&"Reconfigured".to_string())
+            .then_some(())
+    })
+    .await;
+    bed.add_node("ungranted", "zone-a").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(is_uninitialized(&bed.node("ungranted").await.unwrap()));
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.active,
+        Some(first_active.clone()),
+        "the same activation"
+    );
+
+    // Granted again: the node is initialised by the same version.
+    spec["spec"]["egress"]["allowedHosts"] = json!([bed.cloud.sim.url()]);
+    apply(&bed, &spec).await;
+    eventually("the node initialised once granted", WAIT, || async {
+        bed.node("ungranted")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+
+    // Another cloud config: the same component, init again, activated as a rollout.
+    let config: serde_json::Value = serde_json::from_str(&simcloud_config(&bed)).unwrap();
+    spec["spec"]["cloudConfig"]["inline"] = json!(serde_json::to_string_pretty(&config).unwrap());
+    apply(&bed, &spec).await;
+    let status = status_where(&bed, "re-initialised", |status| {
+        status.active.as_ref().and_then(|a| a.since.clone()) != first_active.since
+    })
+    .await;
+    let active = status.active.unwrap();
+    assert_eq!(active.digest, first_active.digest, "the same component");
+    assert_eq!(times_recorded(&bed, "Activated").await, 2);
     manager.stop().await.unwrap();
 }
