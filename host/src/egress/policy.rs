@@ -288,6 +288,40 @@ fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
+/// Which HTTP methods requests may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum MethodPolicy {
+    /// Any method (an active provider version).
+    #[default]
+    Any,
+    /// GET and HEAD, and per host pattern the methods listed (a shadow version, which must
+    /// change nothing in the cloud).
+    SafeOnly(Vec<(HostPattern, Vec<http::Method>)>),
+}
+
+impl MethodPolicy {
+    /// Whether `method` may be sent to `dest`, or why not.
+    pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), String> {
+        let MethodPolicy::SafeOnly(widened) = self else {
+            return Ok(());
+        };
+        if *method == http::Method::GET || *method == http::Method::HEAD {
+            return Ok(());
+        }
+        let allowed = widened
+            .iter()
+            .any(|(pattern, methods)| pattern.matches(dest) && methods.contains(method));
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!(
+                "a shadow version may only use GET and HEAD towards {dest}; \
+                 spec.rollout.shadow.methods can allow {method}"
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,38 +412,26 @@ mod tests {
             Some("cloud metadata address")
         );
     }
-}
 
-/// Which HTTP methods requests may use.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum MethodPolicy {
-    /// Any method (an active provider version).
-    #[default]
-    Any,
-    /// GET and HEAD, and per host pattern the methods listed (a shadow version, which must
-    /// change nothing in the cloud).
-    SafeOnly(Vec<(HostPattern, Vec<http::Method>)>),
-}
-
-impl MethodPolicy {
-    /// Whether `method` may be sent to `dest`, or why not.
-    pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), String> {
-        let MethodPolicy::SafeOnly(widened) = self else {
-            return Ok(());
-        };
-        if *method == http::Method::GET || *method == http::Method::HEAD {
-            return Ok(());
-        }
-        let allowed = widened
-            .iter()
-            .any(|(pattern, methods)| pattern.matches(dest) && methods.contains(method));
-        if allowed {
-            Ok(())
-        } else {
-            Err(format!(
-                "a shadow version may only use GET and HEAD towards {dest}; \
-                 spec.rollout.shadow.methods can allow {method}"
-            ))
-        }
+    #[test]
+    fn a_shadow_may_only_read_unless_widened_per_host() {
+        let api: HostPattern = "https://api.example.com".parse().unwrap();
+        let policy = MethodPolicy::SafeOnly(vec![(api, vec![http::Method::POST])]);
+        let api = dest("https://api.example.com/v1/x");
+        let other = dest("https://other.example.com/v1/x");
+        assert!(policy.permits(&http::Method::GET, &other).is_ok());
+        assert!(policy.permits(&http::Method::HEAD, &other).is_ok());
+        assert!(policy.permits(&http::Method::POST, &api).is_ok());
+        let refused = policy.permits(&http::Method::POST, &other).unwrap_err();
+        assert!(
+            refused.contains("only use GET and HEAD towards https://other.example.com"),
+            "{refused}"
+        );
+        assert!(policy.permits(&http::Method::DELETE, &api).is_err());
+        assert!(
+            MethodPolicy::Any
+                .permits(&http::Method::DELETE, &other)
+                .is_ok()
+        );
     }
 }

@@ -25,8 +25,8 @@ use crate::contract::{
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
-    Answer, Args, CallFailure, Called, Finished, Guest, GuestEnv, Image, LoadError, ProviderCache,
-    Sandbox,
+    Answer, Args, CallFailure, CallLimits, Called, Finished, Guest, GuestEnv, Image, LoadError,
+    ProviderCache, Sandbox,
 };
 use crate::source::{Artifact, Identity};
 
@@ -222,6 +222,7 @@ pub struct ProviderSource {
 pub struct Compiled {
     image: Image,
     identity: Identity,
+    limits: CallLimits,
 }
 
 impl Compiled {
@@ -230,7 +231,18 @@ impl Compiled {
     pub async fn new(sandbox: &Sandbox, artifact: Artifact) -> Result<Compiled, LoadError> {
         let identity = artifact.identity;
         let image = sandbox.load(artifact.wasm, &identity.reference).await?;
-        Ok(Compiled { image, identity })
+        let limits = image.call_limits();
+        Ok(Compiled {
+            image,
+            identity,
+            limits,
+        })
+    }
+
+    /// Calls of this version, `init` included, run under `limits` instead of the
+    /// sandbox's.
+    pub fn with_limits(self, limits: CallLimits) -> Compiled {
+        Compiled { limits, ..self }
     }
 
     /// `sha256:<hex>` of the component itself.
@@ -245,7 +257,11 @@ impl Compiled {
         cloud_config: Option<Vec<u8>>,
         metrics: Arc<Metrics>,
     ) -> Result<Provider, ProviderLoadError> {
-        let Compiled { image, identity } = self;
+        let Compiled {
+            image,
+            identity,
+            limits,
+        } = self;
         let version = short_version(&identity.digest);
         let guest = image.bind(GuestEnv {
             caller: Arc::new(Caller {
@@ -258,6 +274,7 @@ impl Compiled {
             cloud_config: cloud_config.clone().map(Into::into),
             node_metadata: None,
             logs: Default::default(),
+            limits,
         });
         let config = cloud_config.as_deref();
         let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
@@ -305,6 +322,15 @@ impl Provider {
     pub fn with_egress(&self, egress: Arc<EgressGate>) -> Provider {
         Provider {
             guest: self.guest.with_egress(egress),
+            ..self.clone()
+        }
+    }
+
+    /// This version with other call limits (`spec.limits` but memory and concurrency):
+    /// no `init`, same cache contents, egress and call counts.
+    pub fn with_limits(&self, limits: CallLimits) -> Provider {
+        Provider {
+            guest: self.guest.with_limits(limits),
             ..self.clone()
         }
     }

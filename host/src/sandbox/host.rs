@@ -16,7 +16,7 @@ use tracing::Level;
 
 use super::bindings::wasm_ccm::provider::host::{Host, LogLevel};
 use super::bindings::wasm_ccm::provider::types;
-use super::{CallState, SandboxConfig};
+use super::{CallLimits, CallState};
 use crate::egress::Caller;
 use crate::metrics::{LimitLabels, Metrics, ProviderLabels};
 pub use cache::{CacheLimits, ProviderCache};
@@ -41,10 +41,10 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(config: &SandboxConfig, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(limits: &CallLimits, metrics: Arc<Metrics>) -> Self {
         HostState {
-            cache: config.provider_cache,
-            log: CallLog::new(config.provider_logs),
+            cache: limits.provider_cache,
+            log: CallLog::new(limits.provider_logs),
             metrics,
         }
     }

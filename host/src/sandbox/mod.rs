@@ -87,6 +87,33 @@ pub struct SandboxConfig {
     pub provider_logs: LogLimits,
 }
 
+/// The limits of each call that a provider version can change without a new engine:
+/// everything in [`SandboxConfig`] but memory, concurrency, pooling and the cache
+/// directory, which the engine is built with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallLimits {
+    /// Longest one call may take, instantiation included.
+    pub call_timeout: Duration,
+    /// Most bytes of host memory one call's answer may hold.
+    pub max_result_bytes: u64,
+    /// What the version may keep in its cache.
+    pub provider_cache: CacheLimits,
+    /// How much it may log, per call and per second.
+    pub provider_logs: LogLimits,
+}
+
+impl SandboxConfig {
+    /// The per-call limits of this configuration.
+    pub fn call_limits(&self) -> CallLimits {
+        CallLimits {
+            call_timeout: self.call_timeout,
+            max_result_bytes: self.max_result_bytes,
+            provider_cache: self.provider_cache,
+            provider_logs: self.provider_logs,
+        }
+    }
+}
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
@@ -420,6 +447,11 @@ impl Image {
         self.origin
     }
 
+    /// The per-call limits of the sandbox it was loaded into, for its [`GuestEnv`].
+    pub fn call_limits(&self) -> CallLimits {
+        self.sandbox.config.call_limits()
+    }
+
     /// This image with the environment its calls see.
     pub fn bind(&self, env: GuestEnv) -> Guest {
         Guest {
@@ -448,6 +480,8 @@ pub struct GuestEnv {
     pub node_metadata: Option<c::NodeMetadataKeys>,
     /// The rate its log lines are held to, across calls.
     pub logs: ProviderLogs,
+    /// The limits of each call.
+    pub limits: CallLimits,
 }
 
 /// A provider version ready to be called; cheap to clone.
@@ -552,6 +586,7 @@ impl Guest {
                 cloud_config: self.env.cloud_config.clone(),
                 node_metadata: capabilities.node_metadata.clone(),
                 logs: self.env.logs.clone(),
+                limits: self.env.limits,
             }),
         }
     }
@@ -570,6 +605,26 @@ impl Guest {
                 cloud_config: self.env.cloud_config.clone(),
                 node_metadata: self.env.node_metadata.clone(),
                 logs: self.env.logs.clone(),
+                limits: self.env.limits,
+            }),
+        }
+    }
+
+    /// This guest with other call limits (timeout, answer size, cache size, log budget):
+    /// image, name, cache contents, egress and connections are shared; the log rate starts
+    /// afresh at the new budget.
+    pub fn with_limits(&self, limits: CallLimits) -> Guest {
+        Guest {
+            image: self.image.clone(),
+            env: Arc::new(GuestEnv {
+                caller: self.env.caller.clone(),
+                egress: self.env.egress.clone(),
+                connections: self.env.connections.clone(),
+                cache: self.env.cache.clone(),
+                cloud_config: self.env.cloud_config.clone(),
+                node_metadata: self.env.node_metadata.clone(),
+                logs: ProviderLogs::default(),
+                limits,
             }),
         }
     }
@@ -598,7 +653,7 @@ impl Guest {
             env: self.env.clone(),
             stdout,
             stderr,
-            host: host::HostState::new(&sandbox.config, sandbox.metrics.clone()),
+            host: host::HostState::new(&self.env.limits, sandbox.metrics.clone()),
         };
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -606,7 +661,7 @@ impl Guest {
         // back (tokio's `yield_now` lets I/O and other tasks run first), and past the
         // call's deadline it traps. A call that never computes for a whole tick never
         // reaches this callback, so it costs the trivial call nothing.
-        let deadline = Instant::now() + sandbox.config.call_timeout;
+        let deadline = Instant::now() + self.env.limits.call_timeout;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
@@ -660,7 +715,7 @@ impl Guest {
             let func = exported::<_, A::Lowered<'_>, (T::Lifted,)>(&instance, &mut store, export)?;
             Ok::<T::Lifted, wasmtime::Error>(func.call_async(&mut store, params).await?.0)
         };
-        let timeout = sandbox.config.call_timeout;
+        let timeout = self.env.limits.call_timeout;
         let outcome = tokio::time::timeout(timeout, run).await;
         host::finish_call(store.data_mut());
         let state = store.data();
@@ -702,7 +757,7 @@ impl Guest {
             ) => message.len(),
             Err(CloudError::NotImplemented | CloudError::ImplementedElsewhere) => 0,
         };
-        let limit = sandbox.config.max_result_bytes;
+        let limit = self.env.limits.max_result_bytes;
         if bytes as u64 > limit {
             return Err(CallFailure::ResultTooLarge {
                 bytes: bytes as u64,

@@ -49,7 +49,7 @@ use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{
     CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow,
 };
-use wasm_ccm_host::sandbox::{LoadError, Sandbox};
+use wasm_ccm_host::sandbox::{CallLimits, LoadError, Sandbox};
 use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
 
 /// First pause before a failed rollout that may succeed later is tried again.
@@ -161,6 +161,8 @@ struct Active {
         Vec<crate::resource::CredentialSpec>,
     ),
     provider: Arc<Provider>,
+    /// The limits its calls run under.
+    call_limits: CallLimits,
     /// Its call counts when it was activated.
     counts_at_activation: CallCounts,
     since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -221,7 +223,7 @@ struct Rollout {
     /// The status last written.
     written: Option<CloudProviderStatus>,
     /// The engine, and the `spec.limits` it was made for.
-    sandbox: Option<(Option<crate::resource::LimitsSpec>, Sandbox)>,
+    sandbox: Option<(spec::EngineLimits, Sandbox)>,
     active: Option<Active>,
     window: Option<RollbackWindow>,
     shadowing: Option<Shadowing>,
@@ -371,7 +373,9 @@ impl Rollout {
         if let Some(active) = &self.active
             && active.version.same_as(&desired.version)
         {
-            if active.egress_key != desired.egress_key {
+            if active.egress_key != desired.egress_key
+                || active.call_limits != desired.version.sandbox.call_limits()
+            {
                 self.reconfigure(&desired);
             }
             self.status.observed_generation = generation;
@@ -519,8 +523,8 @@ impl Rollout {
         );
     }
 
-    /// Give the active version the new grants, budgets and credentials: no `init`, no
-    /// resync.
+    /// Give the active version the spec's grants, budgets, credentials and call limits: no
+    /// `init`, no resync.
     fn reconfigure(&mut self, desired: &Desired) {
         let Some(active) = &mut self.active else {
             return;
@@ -528,17 +532,25 @@ impl Rollout {
         let Some(slot) = self.slot_tx.borrow().clone() else {
             return;
         };
-        let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
-        let provider = active.provider.with_egress(gate);
+        let mut provider = (*active.provider).clone();
+        let mut changed = Vec::new();
+        if active.egress_key != desired.egress_key {
+            let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
+            provider = provider.with_egress(gate);
+            changed.push("egress grants, budgets and credentials");
+        }
+        let limits = desired.version.sandbox.call_limits();
+        if active.call_limits != limits {
+            provider = provider.with_limits(limits);
+            changed.push("call limits");
+        }
         slot.reconfigure(provider);
         active.provider = slot.current();
         active.egress_key = desired.egress_key.clone();
-        tracing::info!(provider = %active.provider.label(), "egress reconfigured: grants, budgets and credentials of the CloudProvider applied");
-        let note = format!(
-            "{} now runs with the spec's egress grants, budgets and credentials",
-            active.provider.label()
-        );
+        active.call_limits = limits;
         let label = active.provider.label();
+        let note = format!("{label} now runs with the spec's {}", changed.join(" and "));
+        tracing::info!(resource = %self.settings.resource, "{note}");
         self.normal("Reconfigured", &label, note);
     }
 
@@ -797,7 +809,8 @@ impl Rollout {
         let sandbox = self.sandbox_for(version)?;
         let compiled = Compiled::new(&sandbox, artifact)
             .await
-            .map_err(load_refusal)?;
+            .map_err(load_refusal)?
+            .with_limits(version.sandbox.call_limits());
         set_condition(
             &mut self.status,
             condition::VERIFIED,
@@ -839,7 +852,7 @@ impl Rollout {
 
     /// The engine for `version`'s limits: the one in use, or a new one when they changed.
     fn sandbox_for(&mut self, version: &VersionSpec) -> Result<Sandbox, Refusal> {
-        let limits = version.limits_key();
+        let limits = version.engine_limits();
         if let Some((made_for, sandbox)) = &self.sandbox
             && *made_for == limits
         {
@@ -936,6 +949,7 @@ impl Rollout {
         let slot = self.slot_tx.borrow().clone().expect("just set");
         let provider = slot.current();
         let active = Active {
+            call_limits: desired.version.sandbox.call_limits(),
             version: desired.version,
             egress_key: desired.egress_key,
             counts_at_activation: provider.call_counts(),

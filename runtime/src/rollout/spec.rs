@@ -55,9 +55,14 @@ pub struct VersionSpec {
     pub cloud_config: Option<Vec<u8>>,
     /// `spec.limits` over the flags.
     pub sandbox: SandboxConfig,
-    /// The spec fields it was made from, to compare versions.
-    key: (String, Option<String>, String, Option<LimitsSpec>),
+    /// The spec fields it was made from, to compare versions: the provider, digest, name
+    /// and the limits the engine is built with (memory, concurrency).
+    key: (String, Option<String>, String, EngineLimits),
 }
+
+/// `spec.limits.memory` and `.maxConcurrentCalls` as written: the engine is built with them,
+/// so changing them is a rollout on a new engine. The other limits change in place.
+pub type EngineLimits = (Option<String>, Option<i32>);
 
 impl VersionSpec {
     /// Whether `other` describes the same version with the same configuration.
@@ -65,8 +70,8 @@ impl VersionSpec {
         self.key == other.key && self.cloud_config == other.cloud_config
     }
 
-    /// `spec.limits` as written: versions with equal limits share one engine.
-    pub fn limits_key(&self) -> Option<LimitsSpec> {
+    /// The engine limits as written: versions with equal ones share one engine.
+    pub fn engine_limits(&self) -> EngineLimits {
         self.key.3.clone()
     }
 }
@@ -158,7 +163,9 @@ pub fn parse(
                 spec.provider.clone(),
                 spec.digest.clone(),
                 spec.name.clone(),
-                spec.limits.clone(),
+                spec.limits.as_ref().map_or((None, None), |limits| {
+                    (limits.memory.clone(), limits.max_concurrent_calls)
+                }),
             ),
         },
         egress,

@@ -886,7 +886,7 @@ async fn hot_swap_a_standby_follows_the_leaders_rollback() {
 }
 
 #[tokio::test]
-async fn hot_swap_grants_apply_in_place_and_a_new_cloud_config_reinits_the_same_component() {
+async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_reinits() {
     let bed = Testbed::start().await;
     install_crd(&bed).await;
     token_secret(&bed, e2e::TOKEN).await;
@@ -928,6 +928,32 @@ async fn hot_swap_grants_apply_in_place_and_a_new_cloud_config_reinits_the_same_
             .await
             .filter(|node| !is_uninitialized(node))
     })
+    .await;
+
+    // A call limit applies in place too: answers larger than 64 bytes now fail the call.
+    spec["spec"]["limits"] = json!({"maxResultSize": "64"});
+    apply(&bed, &spec).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    bed.add_node("capped", "zone-a").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(is_uninitialized(&bed.node("capped").await.unwrap()));
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.active,
+        Some(first_active.clone()),
+        "still the same activation"
+    );
+    spec["spec"].as_object_mut().unwrap().remove("limits");
+    apply(&bed, &spec).await;
+    eventually(
+        "the node initialised under the default cap",
+        WAIT,
+        || async {
+            bed.node("capped")
+                .await
+                .filter(|node| !is_uninitialized(node))
+        },
+    )
     .await;
 
     // Another cloud config: the same component, init again, activated as a rollout.
