@@ -17,15 +17,22 @@
 //!   chunk 5 ms each way (a 10 ms round trip, as to a nearby cloud region): made by a
 //!   sandboxed provider over pooled connections and over a new connection each, and by a
 //!   native hyper client, pooled and not; with the server's count of full and resumed TLS
-//!   handshakes.
+//!   handshakes;
+//! - swapping simcloud v1 and v2 through the `CloudProvider` of a running manager: from the
+//!   spec change to the new version active, with an `oci://` reference not yet in
+//!   `--cache-dir` and with both versions in it, and the provider calls that fail while
+//!   versions are swapped under load.
 //!
 //! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
-//! of `calls`, `nodes`, `compile`, `distribution`, `egress`, `rtt` to run only that group).
+//! of `calls`, `nodes`, `compile`, `distribution`, `egress`, `rtt`, `swap` to run only that
+//! group).
 
 #[path = "sandbox/distribution.rs"]
 mod distribution;
 #[path = "sandbox/rtt.rs"]
 mod rtt;
+#[path = "sandbox/swap.rs"]
+mod swap;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,6 +110,12 @@ async fn run() {
             rows.push((row.name, row.stats));
         }
     }
+    let mut swap_summary = None;
+    if wanted("swap") {
+        let measured = swap::measure().await;
+        swap_summary = Some(swap::summary(&measured));
+        rows.extend(swap::rows(&measured));
+    }
     if wanted("egress") {
         let egress = egress_vs_native().await;
         overhead = Some(Overhead {
@@ -156,6 +169,10 @@ async fn run() {
         );
     }
     if let Some(summary) = rtt_summary {
+        println!();
+        println!("{summary}");
+    }
+    if let Some(summary) = swap_summary {
         println!();
         println!("{summary}");
     }
