@@ -359,6 +359,9 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
         .unwrap()
         .message;
     assert!(message.contains("spec.digest"), "{message}");
+    // Not tried again until the spec changes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(times_recorded(&bed, "DigestMismatch").await, 1);
 
     // A component without the contract's exports.
     let empty = dir.path().join("empty.wasm");
