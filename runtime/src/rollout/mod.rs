@@ -361,6 +361,14 @@ impl Rollout {
             if shadowing.desired.version.same_as(&desired.version)
                 && shadowing.desired.rollout == desired.rollout
             {
+                // Still the same candidate; the active version follows the spec's egress
+                // and limits meanwhile.
+                if self.active.as_ref().is_some_and(|active| {
+                    active.egress_key != desired.egress_key
+                        || active.call_limits != desired.version.sandbox.call_limits()
+                }) {
+                    self.reconfigure(&desired);
+                }
                 self.status.observed_generation = generation;
                 return;
             }
@@ -938,14 +946,16 @@ impl Rollout {
             }
             _ => now.clone(),
         };
+        // (Not `match self.slot_tx.borrow()…`: the borrow would live through the arms and
+        // `send_replace` would wait for it forever.)
         let slot = self.slot_tx.borrow().clone();
-        let replaced = match slot {
+        match slot {
             None => {
                 self.slot_tx.send_replace(Some(ProviderSlot::new(provider)));
-                None
             }
-            Some(slot) => Some(slot.activate(provider)),
-        };
+            // The replaced version finishes the calls it started; `previous` below keeps it.
+            Some(slot) => drop(slot.activate(provider)),
+        }
         let slot = self.slot_tx.borrow().clone().expect("just set");
         let provider = slot.current();
         let active = Active {
@@ -1011,7 +1021,6 @@ impl Rollout {
         }
         self.normal("Activated", &label, note);
         self.set_not_ready(None);
-        drop(replaced);
         if let Some(previous) = previous {
             let policy = desired.rollout.rollback;
             if policy.window.is_zero() {

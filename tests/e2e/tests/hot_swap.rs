@@ -972,3 +972,44 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
     assert_eq!(times_recorded(&bed, "Activated").await, 2);
     manager.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn hot_swap_the_binary_follows_the_resource_named_by_its_flag() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    bed.add_node("node-a", "zone-a").await;
+    let port = e2e::https::free_port();
+    let args = vec![
+        format!("--provider-resource={NAME}"),
+        format!("--kubeconfig={}", bed.kubeconfig().display()),
+        "--controllers=cloud-node".into(),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ];
+    let manager = e2e::testbed::ManagerProcess::spawn(&e2e::wasm_ccm_binary(), &args, port, false);
+    let (status, _) = eventually("the binary serves /readyz", WAIT, || async {
+        e2e::https::get(manager.addr, "/readyz").await.ok()
+    })
+    .await;
+    assert_eq!(status, 500, "not ready without the resource");
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    eventually("node-a initialised by the binary", WAIT, || async {
+        bed.node("node-a")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    let (status, _) = e2e::https::get(manager.addr, "/readyz").await.unwrap();
+    assert_eq!(status, 200);
+    let status = status_where(&bed, "the binary wrote the status", |status| {
+        condition_is(status, condition::READY, ConditionStatus::True, "Active")
+    })
+    .await;
+    assert!(active_reference(&status).ends_with("/simcloud.wasm"));
+}
