@@ -50,7 +50,9 @@ use wasm_ccm_host::provider::{
     CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow,
 };
 use wasm_ccm_host::sandbox::{CallLimits, LoadError, Sandbox};
-use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
+use wasm_ccm_host::source::{
+    Distribution, DistributionSettings, FetchError, ProviderRef, RegistryError,
+};
 
 /// First pause before a failed rollout that may succeed later is tried again.
 const RETRY_BASE: Duration = Duration::from_secs(10);
@@ -401,7 +403,29 @@ impl Rollout {
         {
             return;
         }
+        let mut desired = desired;
+        if self.active.is_none()
+            && let Some((reference, digest)) = self.rolled_back_to(generation)
+        {
+            // Started after this generation was rolled back: run the version it was rolled
+            // back to, not the one that failed.
+            tracing::warn!(resource = %self.settings.resource, %reference, %digest, "this generation was rolled back; starting the version it was rolled back to");
+            desired.version.pin(reference, digest);
+        }
         self.roll_out(desired, generation).await;
+    }
+
+    /// The version this generation was rolled back to, as the stored status says.
+    fn rolled_back_to(&self, generation: Option<i64>) -> Option<(ProviderRef, String)> {
+        let stored = self.object.as_ref()?.status.as_ref()?;
+        let rolled_back = status::condition(stored, condition::ROLLED_BACK)?;
+        if rolled_back.status != ConditionStatus::True
+            || rolled_back.observed_generation != generation
+        {
+            return None;
+        }
+        let active = stored.active.as_ref()?;
+        Some((active.reference.parse().ok()?, active.digest.clone()))
     }
 
     /// Whether this generation's version was rolled back (by this replica or, as status
@@ -1009,7 +1033,11 @@ impl Rollout {
             note.clone(),
             generation,
         );
-        if status::condition(&self.status, condition::ROLLED_BACK).is_some() {
+        // A rollback of an earlier generation is over; one of this generation stays (a
+        // restart activating the version it rolled back to).
+        if status::condition(&self.status, condition::ROLLED_BACK)
+            .is_some_and(|rolled_back| rolled_back.observed_generation != generation)
+        {
             set_condition(
                 &mut self.status,
                 condition::ROLLED_BACK,

@@ -70,6 +70,19 @@ impl VersionSpec {
         self.key == other.key && self.cloud_config == other.cloud_config
     }
 
+    /// Run `reference` with `digest` instead of the spec's component (the version a
+    /// rollback went back to), everything else as the spec says.
+    pub fn pin(&mut self, reference: ProviderRef, digest: String) {
+        self.reference = match reference {
+            ProviderRef::Oci(mut oci) => {
+                oci.digest = Some(digest.clone());
+                ProviderRef::Oci(oci)
+            }
+            file => file,
+        };
+        self.digest = Some(digest);
+    }
+
     /// The engine limits as written: versions with equal ones share one engine.
     pub fn engine_limits(&self) -> EngineLimits {
         self.key.3.clone()

@@ -1013,3 +1013,58 @@ async fn hot_swap_the_binary_follows_the_resource_named_by_its_flag() {
     .await;
     assert!(active_reference(&status).ends_with("/simcloud.wasm"));
 }
+
+#[tokio::test]
+async fn hot_swap_a_restart_after_a_rollback_runs_the_version_rolled_back_to() {
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // v2 meets a cloud that fails every request: it fails where v1 did not.
+    bed.cloud.sim.state().set_faults(Faults {
+        error_rate: 1.0,
+        ..Faults::default()
+    });
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed)),
+    )
+    .await;
+    status_where(&bed, "rolled back", |status| {
+        condition_is(
+            status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate",
+        )
+    })
+    .await;
+    bed.cloud.sim.state().set_faults(Faults::default());
+    manager.stop().await.unwrap();
+
+    // Started again with the spec still naming v2: v1 runs, and the rollback stands.
+    let manager = bed.run(resource_config(&bed));
+    bed.add_node("after-restart", "zone-a").await;
+    let node = eventually("a node initialised after the restart", WAIT, || async {
+        bed.node("after-restart")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    assert!(
+        !node.labels().contains_key("simcloud.wasm-ccm.io/build"),
+        "v1 initialised it, not the rolled-back v2: {:?}",
+        node.labels()
+    );
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert!(
+        active_reference(&status).ends_with("/simcloud.wasm"),
+        "{status:?}"
+    );
+    assert!(condition_is(
+        &status,
+        condition::ROLLED_BACK,
+        ConditionStatus::True,
+        "FailureRate"
+    ));
+    manager.stop().await.unwrap();
+}
