@@ -335,6 +335,23 @@ impl Provider {
         }
     }
 
+    /// This version moved to the engine `compiled` was loaded into (other memory or
+    /// concurrency limits), under its call limits: no `init`, same cache contents, egress
+    /// and call counts. `None` if `compiled` is another component.
+    pub fn moved_to(&self, compiled: Compiled) -> Option<Provider> {
+        if compiled.image.digest() != self.digest() {
+            return None;
+        }
+        let mut guest = self.guest.on_image(compiled.image);
+        if guest.limits() != &compiled.limits {
+            guest = guest.with_limits(compiled.limits);
+        }
+        Some(Provider {
+            guest,
+            ..self.clone()
+        })
+    }
+
     /// This version with `shadow` answering its read-only calls beside it (or none).
     pub fn with_shadow(&self, shadow: Option<Arc<Shadow>>) -> Provider {
         Provider {

@@ -573,6 +573,11 @@ impl Guest {
         &self.env.egress
     }
 
+    /// The limits of each of its calls.
+    pub fn limits(&self) -> &CallLimits {
+        &self.env.limits
+    }
+
     /// This guest as its `init` described it: under the name it reported, and seeing only
     /// the node metadata it reads. Image, cache and configuration are shared.
     pub fn initialised(&self, caller: Caller, capabilities: &c::Capabilities) -> Guest {
@@ -607,6 +612,16 @@ impl Guest {
                 logs: self.env.logs.clone(),
                 limits: self.env.limits,
             }),
+        }
+    }
+
+    /// This guest running `image`, the same component loaded into another engine (other
+    /// memory or concurrency limits): name, cache, egress, connections, limits and log
+    /// budget are shared.
+    pub fn on_image(&self, image: Image) -> Guest {
+        Guest {
+            image,
+            env: self.env.clone(),
         }
     }
 

@@ -383,9 +383,18 @@ impl Rollout {
         if let Some(active) = &self.active
             && active.version.same_as(&desired.version)
         {
-            if active.egress_key != desired.egress_key
-                || active.call_limits != desired.version.sandbox.call_limits()
+            if active.version.engine_limits() != desired.version.engine_limits()
+                && !self.move_engine(&desired).await
             {
+                // Could not move it (the file changed, the registry is down): load the
+                // version afresh instead.
+                self.roll_out(desired, generation).await;
+                return;
+            }
+            if self.active.as_ref().is_some_and(|active| {
+                active.egress_key != desired.egress_key
+                    || active.call_limits != desired.version.sandbox.call_limits()
+            }) {
                 self.reconfigure(&desired);
             }
             self.status.observed_generation = generation;
@@ -396,7 +405,7 @@ impl Rollout {
             return;
         }
         if let Some(failure) = &self.failure
-            && failure.version.same_as(&desired.version)
+            && failure.version.identical(&desired.version)
             && failure
                 .retry_at
                 .is_none_or(|retry_at| retry_at > Instant::now())
@@ -584,6 +593,41 @@ impl Rollout {
         let note = format!("{label} now runs with the spec's {}", changed.join(" and "));
         tracing::info!(resource = %self.settings.resource, "{note}");
         self.normal("Reconfigured", &label, note);
+    }
+
+    /// Move the active version to an engine built with the spec's memory and concurrency
+    /// limits: the same component loaded (from the cache when it can) into the new engine,
+    /// with no `init` and no resync. Whether it moved.
+    async fn move_engine(&mut self, desired: &Desired) -> bool {
+        let version = &desired.version;
+        let Ok(sandbox) = self.sandbox_for(version) else {
+            return false;
+        };
+        let Ok(artifact) = self.distribution.fetch(&version.reference).await else {
+            return false;
+        };
+        let Ok(compiled) = Compiled::new(&sandbox, artifact).await else {
+            return false;
+        };
+        let compiled = compiled.with_limits(version.sandbox.call_limits());
+        let (Some(active), Some(slot)) = (&mut self.active, self.slot_tx.borrow().clone()) else {
+            return false;
+        };
+        let Some(moved) = active.provider.moved_to(compiled) else {
+            return false;
+        };
+        slot.reconfigure(moved);
+        active.provider = slot.current();
+        active.version = version.clone();
+        active.call_limits = version.sandbox.call_limits();
+        let label = active.provider.label();
+        let note = format!(
+            "{label} now runs on an engine with {} bytes of memory per call and {} calls at once",
+            version.sandbox.memory_limit, version.sandbox.max_concurrent_calls
+        );
+        tracing::info!(resource = %self.settings.resource, "{note}");
+        self.normal("Reconfigured", &format!("{label} engine"), note);
+        true
     }
 
     /// Fetch, verify, compile and `init` the desired version; activate it if it passes.
@@ -1067,7 +1111,7 @@ impl Rollout {
         let attempts = self
             .failure
             .as_ref()
-            .filter(|failure| failure.version.same_as(&desired.version))
+            .filter(|failure| failure.version.identical(&desired.version))
             .map_or(1, |failure| failure.attempts + 1);
         let retry_at = refusal.transient.then(|| {
             let pause = RETRY_BASE

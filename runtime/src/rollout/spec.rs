@@ -5,9 +5,11 @@
 //! stored before a rule existed, must not get past the manager.
 //!
 //! A spec splits in three, by what a change costs:
-//! - [`VersionSpec`]: the component, the name it must report, its cloud config and its
-//!   limits. Changing any of it loads a version (fetch, verify, compile, `init`) and rolls
-//!   it out.
+//! - [`VersionSpec`]: the component, the name it must report and its cloud config, which
+//!   make a version: changing any of them loads one (fetch, verify, compile, `init`) and
+//!   rolls it out. It also carries the limits, which change in place: memory and
+//!   concurrency by moving the version to a new engine ([`EngineLimits`]), the others by
+//!   rebinding it.
 //! - the egress: grants, budgets and credentials. Changing it reconfigures the active
 //!   version in place, without `init` or resync.
 //! - [`RolloutPolicy`]: how versions are rolled out and rolled back.
@@ -55,19 +57,30 @@ pub struct VersionSpec {
     pub cloud_config: Option<Vec<u8>>,
     /// `spec.limits` over the flags.
     pub sandbox: SandboxConfig,
-    /// The spec fields it was made from, to compare versions: the provider, digest, name
-    /// and the limits the engine is built with (memory, concurrency).
-    key: (String, Option<String>, String, EngineLimits),
+    /// The spec fields it was made from, to compare versions: the provider, digest and
+    /// name.
+    key: (String, Option<String>, String),
+    /// The limits the engine is built with.
+    engine_limits: EngineLimits,
 }
 
 /// `spec.limits.memory` and `.maxConcurrentCalls` as written: the engine is built with them,
-/// so changing them is a rollout on a new engine. The other limits change in place.
+/// so the version moves to a new engine when they change. The other limits change in place.
 pub type EngineLimits = (Option<String>, Option<i32>);
 
 impl VersionSpec {
-    /// Whether `other` describes the same version with the same configuration.
+    /// Whether `other` describes the same component, name and cloud config: the same
+    /// version, `init`ed alike (its limits may differ).
     pub fn same_as(&self, other: &VersionSpec) -> bool {
         self.key == other.key && self.cloud_config == other.cloud_config
+    }
+
+    /// Whether `other` is the same version under the same limits: a rollout that failed
+    /// with these is not tried again until one of them changes.
+    pub fn identical(&self, other: &VersionSpec) -> bool {
+        self.same_as(other)
+            && self.engine_limits == other.engine_limits
+            && self.sandbox.call_limits() == other.sandbox.call_limits()
     }
 
     /// Run `reference` with `digest` instead of the spec's component (the version a
@@ -85,7 +98,7 @@ impl VersionSpec {
 
     /// The engine limits as written: versions with equal ones share one engine.
     pub fn engine_limits(&self) -> EngineLimits {
-        self.key.3.clone()
+        self.engine_limits.clone()
     }
 }
 
@@ -176,10 +189,10 @@ pub fn parse(
                 spec.provider.clone(),
                 spec.digest.clone(),
                 spec.name.clone(),
-                spec.limits.as_ref().map_or((None, None), |limits| {
-                    (limits.memory.clone(), limits.max_concurrent_calls)
-                }),
             ),
+            engine_limits: spec.limits.as_ref().map_or((None, None), |limits| {
+                (limits.memory.clone(), limits.max_concurrent_calls)
+            }),
         },
         egress,
         egress_key: (spec.egress.clone(), spec.credentials.clone()),

@@ -81,6 +81,21 @@ async fn times_recorded(bed: &Testbed, reason: &str) -> i32 {
         .sum()
 }
 
+/// The notes of the events with `reason` about the CloudProvider.
+async fn notes(bed: &Testbed, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|event| event.reason.as_deref() == Some(reason))
+        .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
+        .filter_map(|event| event.note)
+        .collect()
+}
+
 fn hostnames(service: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
     service
         .status
@@ -958,6 +973,35 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
         },
     )
     .await;
+
+    // Memory and concurrency: the same version moves to a new engine, still no init.
+    spec["spec"]["limits"] = json!({"memory": "32Mi", "maxConcurrentCalls": 16});
+    apply(&bed, &spec).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    bed.add_node("new-engine", "zone-a").await;
+    eventually("a node initialised on the new engine", WAIT, || async {
+        bed.node("new-engine")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.active,
+        Some(first_active.clone()),
+        "still the same activation"
+    );
+    assert_eq!(
+        times_recorded(&bed, "Activated").await,
+        1,
+        "no init, no activation"
+    );
+    let notes = notes(&bed, "Reconfigured").await;
+    assert!(
+        notes.iter().any(|note| note
+            .contains("an engine with 33554432 bytes of memory per call and 16 calls at once")),
+        "{notes:?}"
+    );
 
     // Another cloud config: the same component, init again, activated as a rollout.
     let config: serde_json::Value = serde_json::from_str(&simcloud_config(&bed)).unwrap();
