@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the programs the registry tests run besides cargo, so `make test` works on a fresh
 # Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
-# `htpasswd` from `apache2-utils` (its basic-auth users) and ORAS's Python SDK in a venv (an
-# independent OCI client). Each step is skipped when what it installs is already there.
+# `htpasswd` from `apache2-utils` (its basic-auth users), `umoci` and `skopeo` (the container
+# image's build and push) and ORAS's Python SDK in a venv (an independent OCI client). Each
+# step is skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +37,9 @@ apt_install() {
 packages=()
 command -v docker-registry >/dev/null || packages+=(docker-registry)
 command -v htpasswd >/dev/null || packages+=(apache2-utils)
+# The container image (image/build.sh and its test): umoci builds it, skopeo pushes it.
+command -v umoci >/dev/null || packages+=(umoci)
+command -v skopeo >/dev/null || packages+=(skopeo)
 # Debian's python3 makes venvs only with python3-venv (it carries ensurepip).
 python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then
