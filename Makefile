@@ -8,10 +8,12 @@ CARGO ?= cargo
 .PHONY: setup demo test bench bench-scale fmt lint
 
 # The wasm target, and what the registry tests run (docker-registry, htpasswd, ORAS's
-# Python SDK in target/test-tools): see tests/install-test-tools.sh.
+# Python SDK in target/test-tools): see tests/install-test-tools.sh. What the chart tests run
+# (helm, kubernetes-validate, in target/test-tools): see tests/install-chart-tools.sh.
 setup:
 	rustup target add wasm32-wasip2
 	bash tests/install-test-tools.sh
+	bash tests/install-chart-tools.sh
 
 demo: setup
 	$(CARGO) run --locked -p e2e --bin demo -- $(ARGS)

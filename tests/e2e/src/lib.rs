@@ -2,8 +2,8 @@
 //! bearer token in a file, providers loaded from the guests built from source, the
 //! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
 //! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
-//! independent client of it ([`registry`]), and a `CloudProvider` resource for the testbed
-//! ([`cloud_provider`]).
+//! independent client of it ([`registry`]), a `CloudProvider` resource for the testbed
+//! ([`cloud_provider`]), and the Helm chart rendered by `helm template` ([`chart`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use wasm_ccm_host::provider::{Provider, ProviderLoadError, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use wasm_ccm_host::source::Artifact;
 
+pub mod chart;
 pub mod cloud_provider;
 pub mod https;
 pub mod registry;

@@ -1,0 +1,593 @@
+//! The Helm chart `charts/wasm-ccm`: `helm lint --strict`; `helm template` for the main value
+//! combinations, every object checked against the Kubernetes schemas (`kubernetes-validate`)
+//! and each CloudProvider created in the API emulator under the shipped CRD; the values schema
+//! refusing bad values by name; and the rendered CloudProvider carrying exactly the provider
+//! values, which never touch the pod template.
+
+use std::collections::BTreeMap;
+
+use e2e::chart::{self, NAMESPACE, Rendered, all, args, container, only, render};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::wait::{await_condition, conditions};
+use kube_emulator::{Emulator, EmulatorOptions};
+use serde_json::{Value, json};
+use wasm_ccm::resource::{CloudProvider, CloudProviderSpec};
+
+/// The Kubernetes version the manifests are checked against (the emulator's).
+const KUBERNETES: &str = "1.32.0";
+/// The least a release needs.
+const PROVIDER: &str = "
+provider:
+  ref: oci://registry.example.com/acme/simcloud:v1
+  name: simcloud
+";
+const CRD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml"
+));
+
+/// The value combinations a release is installed with, by release name.
+fn combinations() -> Vec<(&'static str, String)> {
+    vec![
+        ("default", PROVIDER.to_string()),
+        ("replicas", format!("{PROVIDER}\nreplicas: 3\n")),
+        (
+            "daemonset",
+            format!("{PROVIDER}\nkind: DaemonSet\nhostNetwork: true\n"),
+        ),
+        (
+            "metrics",
+            format!(
+                "{PROVIDER}
+metrics:
+  port: 10300
+  enabled: true
+  serviceMonitor: {{enabled: true, interval: 15s, labels: {{release: prometheus}}}}
+"
+            ),
+        ),
+        (
+            "registry",
+            format!(
+                "{PROVIDER}
+registry:
+  insecure: [registry.local:5000, 10.0.0.5:5000]
+  configSecret: registry-credentials
+"
+            ),
+        ),
+        ("credentials", CREDENTIALS.to_string()),
+        (
+            "shadow",
+            format!(
+                "{PROVIDER}
+  rollout:
+    strategy: Shadow
+    shadow:
+      agreeingCalls: 100
+      methods: [{{host: https://api.simcloud.example, methods: [POST]}}]
+    rollback: {{window: 10m, failureRateThreshold: 5, minimumCalls: 50}}
+"
+            ),
+        ),
+    ]
+}
+
+/// Credentials in the release namespace and in another one, and a cloud config from a
+/// ConfigMap.
+const CREDENTIALS: &str = "
+provider:
+  ref: oci://registry.example.com/acme/simcloud@sha256:4f1c2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7
+  name: simcloud
+  cloudConfig:
+    configMapKeyRef: {name: simcloud-config, key: cloud.json}
+  allowedHosts: [https://api.simcloud.example, 'https://*.storage.simcloud.example:8443']
+  credentials:
+    - host: https://api.simcloud.example
+      secretKeyRef: {name: simcloud-token, key: token}
+    - host: 'https://*.storage.simcloud.example:8443'
+      secretKeyRef: {name: storage, key: key, namespace: storage-system}
+      type: Header
+      headerName: X-Storage-Key
+";
+
+#[test]
+fn chart_lints_strict() {
+    let chart = chart::chart_dir();
+    let output = chart::helm_with_values(
+        &["lint", "--strict", chart.to_str().expect("UTF-8")],
+        PROVIDER,
+    );
+    assert!(
+        output.status.success(),
+        "helm lint --strict failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn chart_app_version_is_the_workspace_version() {
+    let text = std::fs::read_to_string(chart::chart_dir().join("Chart.yaml")).expect("Chart.yaml");
+    let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml parses");
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(
+        chart["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart.yaml's appVersion must be the workspace version in Cargo.toml"
+    );
+}
+
+/// Every combination renders objects the Kubernetes schemas accept, and a CloudProvider the
+/// CRD accepts as rendered (nothing pruned).
+#[tokio::test]
+async fn chart_renders_valid_manifests_for_each_combination() {
+    let emulator = Emulator::start("127.0.0.1:0".parse().unwrap(), EmulatorOptions::default())
+        .await
+        .expect("emulator starts");
+    let config = kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default())
+        .await
+        .expect("kubeconfig");
+    let client = kube::Client::try_from(config).expect("client");
+    install_crd(&client).await;
+    let cloud_providers: Api<CloudProvider> = Api::all(client);
+
+    for (release, values) in combinations() {
+        let objects = render(release, &values)
+            .unwrap_or_else(|error| panic!("{release}: helm template failed:\n{error}"));
+        if let Err(report) = chart::validate(&objects, KUBERNETES) {
+            panic!(
+                "{release}: rendered objects fail the Kubernetes {KUBERNETES} schemas:\n{report}"
+            );
+        }
+        let rendered: CloudProvider =
+            serde_json::from_value(only(&objects, "CloudProvider").object.clone())
+                .expect("the rendered CloudProvider deserializes");
+        let created = cloud_providers
+            .create(&PostParams::default(), &rendered)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("{release}: the CRD refuses the CloudProvider: {error}")
+            });
+        assert!(
+            same(
+                &serde_json::to_value(&created.spec).unwrap(),
+                &only(&objects, "CloudProvider").object["spec"]
+            ),
+            "{release}: the API server changed the rendered spec (a field the CRD does not know?)"
+        );
+        if let Some(monitor) = all(&objects, "ServiceMonitor").first() {
+            check_service_monitor(&objects, monitor);
+        }
+    }
+    emulator.shutdown().await;
+}
+
+/// Equal as JSON, numbers by value (YAML's `10` is the type's `10.0`).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same(a, b))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+async fn install_crd(client: &kube::Client) {
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD).expect("the CRD parses");
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create the CRD");
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        await_condition(
+            crds,
+            "cloudproviders.wasm-ccm.io",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .expect("the CRD is established in time")
+    .expect("watch the CRD");
+}
+
+/// No ServiceMonitor CRD ships here, so the fields Prometheus Operator reads are checked by
+/// hand: it selects the metrics Service and scrapes its port over HTTPS.
+fn check_service_monitor(objects: &[Rendered], monitor: &Rendered) {
+    let service = all(objects, "Service")
+        .into_iter()
+        .find(|s| s.name().ends_with("-metrics"))
+        .expect("a metrics Service beside the ServiceMonitor");
+    assert_eq!(monitor.object["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(
+        monitor.object["metadata"]["labels"]["release"],
+        "prometheus"
+    );
+    let selector = monitor.object["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    for (key, value) in selector {
+        assert_eq!(
+            &service.object["metadata"]["labels"][key], value,
+            "the ServiceMonitor selects the metrics Service by {key}"
+        );
+    }
+    let endpoint = &monitor.object["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], service.object["spec"]["ports"][0]["name"]);
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["interval"], "15s");
+}
+
+#[test]
+fn chart_default_pod_is_locked_down_and_schedules_on_a_fresh_control_plane() {
+    let objects = render("default", PROVIDER).expect("renders");
+    let deployment = only(&objects, "Deployment");
+    let pod = &deployment.object["spec"]["template"]["spec"];
+    assert_eq!(deployment.object["spec"]["replicas"], 1);
+    assert_eq!(deployment.object["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let security = &container(&objects)["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    let tolerated: Vec<&str> = pod["tolerations"]
+        .as_array()
+        .expect("tolerations")
+        .iter()
+        .map(|t| t["key"].as_str().unwrap_or_default())
+        .collect();
+    for taint in [
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "node-role.kubernetes.io/control-plane",
+        "node-role.kubernetes.io/master",
+        "CriticalAddonsOnly",
+    ] {
+        assert!(tolerated.contains(&taint), "tolerates {taint}");
+    }
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["key"],
+        "node-role.kubernetes.io/control-plane"
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container(&objects)[probe]["httpGet"];
+        assert_eq!(get["path"], path);
+        assert_eq!(get["scheme"], "HTTPS");
+        assert_eq!(get["port"], "https");
+    }
+    assert_eq!(container(&objects)["ports"][0]["containerPort"], 10258);
+    let cache = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cache")
+        .expect("a cache volume");
+    assert!(cache["emptyDir"].is_object());
+    let args = args(&objects);
+    for flag in [
+        "--provider-resource=default-wasm-ccm",
+        "--leader-elect=false",
+        "--controllers=*",
+        "--cluster-name=kubernetes",
+        "--secure-port=10258",
+        "--cache-dir=/var/cache/wasm-ccm",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    assert!(
+        all(&objects, "Service").is_empty() && all(&objects, "ServiceMonitor").is_empty(),
+        "no metrics Service unless asked"
+    );
+    // With one replica and no references, the namespaced Role grants nothing.
+    assert_eq!(only(&objects, "Role").object["rules"], json!([]));
+}
+
+#[test]
+fn chart_several_replicas_elect_a_leader_in_the_release_namespace() {
+    for (release, values) in [
+        ("replicas", format!("{PROVIDER}\nreplicas: 3\n")),
+        ("daemonset", format!("{PROVIDER}\nkind: DaemonSet\n")),
+    ] {
+        let objects = render(release, &values).expect("renders");
+        let args = args(&objects);
+        for flag in [
+            "--leader-elect=true".to_string(),
+            "--leader-elect-resource-name=cloud-controller-manager".to_string(),
+            format!("--leader-elect-resource-namespace={NAMESPACE}"),
+        ] {
+            assert!(args.contains(&flag), "{release}: {flag} in {args:?}");
+        }
+        let role = only(&objects, "Role");
+        assert_eq!(role.namespace(), Some(NAMESPACE));
+        assert_eq!(
+            role.object["rules"],
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": ["cloud-controller-manager"], "verbs": ["get", "update"]},
+            ]),
+            "{release}"
+        );
+    }
+    let objects = render("replicas", &format!("{PROVIDER}\nreplicas: 3\n")).unwrap();
+    let deployment = only(&objects, "Deployment");
+    assert_eq!(deployment.object["spec"]["replicas"], 3);
+    assert!(deployment.object["spec"]["strategy"].is_null());
+    let daemonset = render("daemonset", &format!("{PROVIDER}\nkind: DaemonSet\n")).unwrap();
+    assert!(all(&daemonset, "Deployment").is_empty());
+    assert!(only(&daemonset, "DaemonSet").object["spec"]["replicas"].is_null());
+}
+
+#[test]
+fn chart_registry_config_is_mounted_and_insecure_registries_passed() {
+    let objects = render("registry", &combinations()[4].1).expect("renders");
+    let args = args(&objects);
+    for flag in [
+        "--insecure-registry=registry.local:5000",
+        "--insecure-registry=10.0.0.5:5000",
+        "--registry-config=/etc/wasm-ccm/registry/config.json",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    let pod = &only(&objects, "Deployment").object["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "registry-config")
+        .expect("the registry Secret as a volume");
+    assert_eq!(volume["secret"]["secretName"], "registry-credentials");
+    assert_eq!(
+        volume["secret"]["items"],
+        json!([{"key": ".dockerconfigjson", "path": "config.json"}])
+    );
+    let mount = container(&objects)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "registry-config")
+        .expect("mounted");
+    assert_eq!(mount["mountPath"], "/etc/wasm-ccm/registry");
+    assert_eq!(mount["readOnly"], true);
+}
+
+/// The manager reads exactly the Secrets and ConfigMaps the CloudProvider names, in their
+/// namespaces, and nothing else there.
+#[test]
+fn chart_roles_grant_the_referenced_secrets_by_name() {
+    let objects = render("credentials", CREDENTIALS).expect("renders");
+    let roles: BTreeMap<&str, &Value> = all(&objects, "Role")
+        .into_iter()
+        .map(|r| (r.namespace().expect("namespaced"), &r.object["rules"]))
+        .collect();
+    assert_eq!(
+        roles,
+        BTreeMap::from([
+            (
+                NAMESPACE,
+                &json!([
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "resourceNames": ["simcloud-token"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": [""], "resources": ["configmaps"],
+                     "resourceNames": ["simcloud-config"], "verbs": ["get", "list", "watch"]},
+                ])
+            ),
+            (
+                "storage-system",
+                &json!([
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "resourceNames": ["storage"], "verbs": ["get", "list", "watch"]},
+                ])
+            ),
+        ])
+    );
+    let bindings: Vec<(&str, &Value)> = all(&objects, "RoleBinding")
+        .into_iter()
+        .map(|b| (b.namespace().unwrap(), &b.object["subjects"]))
+        .collect();
+    assert_eq!(bindings.len(), 2);
+    for (namespace, subjects) in bindings {
+        assert_eq!(
+            subjects,
+            &json!([{"kind": "ServiceAccount", "name": "credentials-wasm-ccm", "namespace": NAMESPACE}]),
+            "{namespace}"
+        );
+    }
+}
+
+/// Every provider value lands in the CloudProvider's spec, as the manager reads it; none
+/// lands in the pod template, so changing them restarts nothing.
+#[test]
+fn chart_cloud_provider_spec_is_the_provider_values() {
+    let values = "
+provider:
+  ref: oci://registry.example.com/acme/simcloud:v2
+  digest: sha256:4f1c2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7
+  name: simcloud
+  cloudConfig:
+    inline: '{\"region\": \"eu-1\"}'
+  allowedHosts: [https://api.simcloud.example]
+  egress: {rate: 20.5, burst: 40, connectTimeout: 3s, firstByteTimeout: 1m, maxResponse: 4Mi,
+           maxIdlePerHost: 2, maxConnections: 16, idleTimeout: 30s, auditLogRate: 10, auditLogBurst: 50}
+  credentials:
+    - host: https://api.simcloud.example
+      secretKeyRef: {name: simcloud-token, key: token, namespace: kube-system}
+      type: Bearer
+  limits: {memory: 128Mi, timeout: 10s, maxConcurrentCalls: 64, maxResultSize: 4Mi, cacheSize: 8Mi,
+           logLinesPerCall: 100, logBytesPerCall: 64Ki, logRate: 50, logBurst: 500}
+  rollout:
+    strategy: Shadow
+    shadow: {agreeingCalls: 20, methods: [{host: https://api.simcloud.example, methods: [POST, DELETE]}]}
+    rollback: {window: 10m, failureRateThreshold: 5, minimumCalls: 30}
+";
+    let objects = render("spec", values).expect("renders");
+    let rendered = &only(&objects, "CloudProvider").object;
+    assert_eq!(rendered["metadata"]["name"], "spec-wasm-ccm");
+    assert!(
+        rendered["metadata"]["namespace"].is_null(),
+        "CloudProvider is cluster-scoped"
+    );
+    let spec: CloudProviderSpec =
+        serde_json::from_value(rendered["spec"].clone()).expect("the manager's type reads it");
+    let expected: CloudProviderSpec = serde_json::from_value(json!({
+        "provider": "oci://registry.example.com/acme/simcloud:v2",
+        "digest": "sha256:4f1c2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7",
+        "name": "simcloud",
+        "cloudConfig": {"inline": "{\"region\": \"eu-1\"}"},
+        "egress": {
+            "allowedHosts": ["https://api.simcloud.example"],
+            "rate": 20.5, "burst": 40, "connectTimeout": "3s", "firstByteTimeout": "1m",
+            "maxResponse": "4Mi", "maxIdlePerHost": 2, "maxConnections": 16,
+            "idleTimeout": "30s", "auditLogRate": 10.0, "auditLogBurst": 50,
+        },
+        "credentials": [{
+            "host": "https://api.simcloud.example",
+            "secretKeyRef": {"name": "simcloud-token", "key": "token", "namespace": "kube-system"},
+            "type": "Bearer",
+        }],
+        "limits": {
+            "memory": "128Mi", "timeout": "10s", "maxConcurrentCalls": 64, "maxResultSize": "4Mi",
+            "cacheSize": "8Mi", "logLinesPerCall": 100, "logBytesPerCall": "64Ki",
+            "logRate": 50.0, "logBurst": 500,
+        },
+        "rollout": {
+            "strategy": "Shadow",
+            "shadow": {"agreeingCalls": 20,
+                       "methods": [{"host": "https://api.simcloud.example", "methods": ["POST", "DELETE"]}]},
+            "rollback": {"window": "10m", "failureRateThreshold": 5, "minimumCalls": 30},
+        },
+    }))
+    .expect("the expected spec");
+    assert_eq!(spec, expected);
+    assert!(
+        same(&serde_json::to_value(&spec).unwrap(), &rendered["spec"]),
+        "the rendered spec holds a field the manager's type does not know:\n{:#}",
+        rendered["spec"]
+    );
+
+    let pods = |values: &str| {
+        let objects = render("spec", values).expect("renders");
+        only(&objects, "Deployment").object["spec"]["template"].clone()
+    };
+    assert_eq!(
+        pods(values),
+        pods(PROVIDER),
+        "provider values must not change the pod template (a change would restart the pods)"
+    );
+}
+
+/// Bad values are refused before anything is applied, each error naming the value.
+#[test]
+fn chart_schema_refuses_bad_values_by_name() {
+    let cases = [
+        ("replicas: 0", "/replicas"),
+        ("kind: StatefulSet", "/kind"),
+        ("controllers: [nodes]", "/controllers/0"),
+        ("clusterCIDR: 10.0.0.0", "/clusterCIDR"),
+        ("metrics: {port: 70000}", "/metrics/port"),
+        (
+            "registry: {insecure: ['http://registry.local']}",
+            "/registry/insecure/0",
+        ),
+        ("image: {pullPolicy: Sometimes}", "/image/pullPolicy"),
+        ("imageTag: v1", "imageTag"),
+        ("extraArgs: [verbose]", "/extraArgs/0"),
+        (
+            "provider: {ref: 'https://example.com/p.wasm'}",
+            "/provider/ref",
+        ),
+        ("provider: {digest: 'sha256:12ab'}", "/provider/digest"),
+        (
+            "provider: {allowedHosts: [api.example.com]}",
+            "/provider/allowedHosts/0",
+        ),
+        (
+            "provider: {limits: {memory: lots}}",
+            "/provider/limits/memory",
+        ),
+        (
+            "provider: {limits: {timeout: soon}}",
+            "/provider/limits/timeout",
+        ),
+        ("provider: {egress: {rate: 0}}", "/provider/egress/rate"),
+        (
+            "provider: {rollout: {strategy: Canary}}",
+            "/provider/rollout/strategy",
+        ),
+        (
+            "provider: {rollout: {rollback: {failureRateThreshold: 150}}}",
+            "/provider/rollout/rollback/failureRateThreshold",
+        ),
+        (
+            "provider: {cloudConfig: {inline: x, configMapKeyRef: {name: c, key: k}}}",
+            "/provider/cloudConfig",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://a.example', secretKeyRef: {name: s, key: k}, type: Header}]}",
+            "/provider/credentials/0",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://a.example', secretKeyRef: {name: s}}]}",
+            "/provider/credentials/0/secretKeyRef",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://a.example', secretKeyRef: {name: s, key: k}, type: Basic}]}",
+            "/provider/credentials/0/type",
+        ),
+    ];
+    for (bad, path) in cases {
+        // The good values first; `bad` is merged over them.
+        let error =
+            render_with_two_files(PROVIDER, bad).expect_err(&format!("{bad:?} must be refused"));
+        assert!(
+            error.contains("values don't meet the specifications of the schema")
+                && error.contains(&format!("'{path}'")),
+            "{bad:?}: the error must name {path}:\n{error}"
+        );
+    }
+
+    for (missing, value) in [
+        ("provider: {name: simcloud}", "provider.ref"),
+        ("provider: {ref: 'oci://r.example/p:v1'}", "provider.name"),
+    ] {
+        let error = render("missing", missing).expect_err("refused");
+        assert!(
+            error.contains(&format!("{value} is required")),
+            "the error must name {value}:\n{error}"
+        );
+    }
+}
+
+/// `helm template` with two values files, the second merged over the first (as `-f a -f b`).
+fn render_with_two_files(first: &str, second: &str) -> Result<Vec<Rendered>, String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    std::fs::write(&a, first).unwrap();
+    std::fs::write(&b, second).unwrap();
+    let output = std::process::Command::new(chart::helm())
+        .arg("template")
+        .arg("bad")
+        .arg(chart::chart_dir())
+        .args(["--values".as_ref(), a.as_os_str()])
+        .args(["--values".as_ref(), b.as_os_str()])
+        .output()
+        .expect("run helm");
+    if output.status.success() {
+        Ok(chart::parse(&String::from_utf8_lossy(&output.stdout)))
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
