@@ -51,7 +51,7 @@ const DIGEST: &str = r"^sha256:[0-9a-f]{64}$";
 const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
 
 /// The most shadow divergences [`ShadowStatus::divergences`] keeps.
-pub const MAX_DIVERGENCES: usize = 5;
+pub const MAX_DIVERGENCES: usize = wasm_ccm_host::provider::MAX_DIVERGENCES;
 
 /// Which provider version runs, with what configuration, grants, credentials and limits, and
 /// how a new version is rolled out.
@@ -560,6 +560,11 @@ pub struct ShadowStatus {
 
     /// Calls whose answers differed.
     pub diverging_calls: i64,
+
+    /// Read-only calls not mirrored because too many shadow calls were in flight (a
+    /// candidate slower than the active version gets fewer to compare).
+    #[serde(default)]
+    pub skipped_calls: i64,
 
     /// The first divergences, at most 5 (`MAX_DIVERGENCES`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

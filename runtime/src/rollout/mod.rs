@@ -724,6 +724,7 @@ impl Rollout {
         self.status.shadow = Some(ShadowStatus {
             agreeing_calls: report.agreeing as i64,
             diverging_calls: report.diverging as i64,
+            skipped_calls: report.skipped as i64,
             divergences: report
                 .divergences
                 .iter()
