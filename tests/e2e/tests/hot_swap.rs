@@ -33,9 +33,8 @@ fn condition_is(
         .any(|c| c.type_ == type_ && c.status == value && c.reason == reason)
 }
 
-/// Warning events about anything but the CloudProvider, except a load balancer still
-/// provisioning (`retry-after`, as the cloud asked) or one with no nodes yet: failed
-/// reconciles.
+/// Warning events about anything but the CloudProvider, except a load balancer with no
+/// nodes yet: failed reconciles.
 async fn failed_reconciles(bed: &Testbed) -> Vec<String> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
     events
@@ -49,11 +48,6 @@ async fn failed_reconciles(bed: &Testbed) -> Vec<String> {
             event.regarding.as_ref().and_then(|r| r.kind.as_deref()) != Some("CloudProvider")
         })
         .filter(|event| event.reason.as_deref() != Some("UnAvailableLoadBalancer"))
-        .filter(|event| {
-            !event.note.as_deref().is_some_and(|note| {
-                note.contains("retry after") && note.contains("is being provisioned")
-            })
-        })
         .map(|event| {
             format!(
                 "{} {}: {}",

@@ -17,7 +17,11 @@
 //! no providerID yet, so each would cost an extra update); a periodic drift check
 //! re-ensures load balancers deleted out of band; and the Service carries a
 //! `wasm-ccm.io/LoadBalancerError` condition describing the last failure, removed on
-//! success. Calls for one Service never overlap.
+//! success. A `retry-after` (a load balancer still provisioning, a throttled cloud) is not a
+//! failure until it has lasted [`RETRY_AFTER_GRACE`]: until then it writes nothing (no
+//! warning, no condition, no repeated `EnsuringLoadBalancer`), so a Service that waits out
+//! its provisioning costs fewer API writes than upstream's. Calls for one Service never
+//! overlap.
 //!
 //! This module owns the controller and the sync of one Service; [`predicates`] decides which
 //! Services and changes matter, [`lb_targets`] keeps the nodes load balancers send traffic
@@ -30,7 +34,7 @@ mod predicates;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -76,6 +80,20 @@ struct Memory {
     nodes: HashMap<Key, NodeSet>,
     /// One lock per Service so its cloud calls never overlap.
     locks: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
+    /// Since when each Service's syncs have ended in `retry-after` (its load balancer still
+    /// provisioning, or the cloud throttling), until one ends otherwise.
+    retrying_since: HashMap<Key, Instant>,
+}
+
+/// How long a Service may wait out `retry-after` answers before the wait is reported as a
+/// failure (event and condition). Shorter waits are what provisioning a load balancer takes
+/// and write nothing: the Service shows `EnsuringLoadBalancer`, then its ingress.
+const RETRY_AFTER_GRACE: Duration = Duration::from_secs(120);
+
+/// Whether a sync failing with `retry_after` (or another error, `None`) after retrying
+/// since `since` is reported as a failure.
+fn reported(retry_after: Option<Duration>, since: Instant, now: Instant) -> bool {
+    retry_after.is_none() || now.saturating_duration_since(since) >= RETRY_AFTER_GRACE
 }
 
 /// The controller's shared state: its queue, its memory and how it reaches the world.
@@ -196,9 +214,23 @@ async fn worker(controller: Arc<ServiceController>) {
             sync_service(&controller, key).await
         };
         match result {
-            Ok(()) => controller.queue.forget(key),
+            Ok(()) => {
+                controller.memory().retrying_since.remove(key);
+                controller.queue.forget(key);
+            }
             Err(failure) => {
                 let delay = failure.error.retry_after();
+                let now = Instant::now();
+                let since = {
+                    let mut memory = controller.memory();
+                    match delay {
+                        Some(_) => *memory.retrying_since.entry(key.clone()).or_insert(now),
+                        None => {
+                            memory.retrying_since.remove(key);
+                            now
+                        }
+                    }
+                };
                 match delay {
                     Some(delay) => {
                         tracing::info!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
@@ -209,7 +241,9 @@ async fn worker(controller: Arc<ServiceController>) {
                         controller.queue.add_rate_limited(key.clone());
                     }
                 }
-                if let Some(service) = failure.service {
+                if let Some(service) = failure.service
+                    && reported(delay, since, now)
+                {
                     controller.events.warning(
                         service.object_ref(&()),
                         "SyncLoadBalancerFailed",
@@ -252,6 +286,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         memory.services.remove(key);
         memory.nodes.remove(key);
         memory.locks.remove(key);
+        memory.retrying_since.remove(key);
         return Ok(());
     };
     if let Some(cached) = cached.filter(|c| c.metadata.uid != service.metadata.uid) {
@@ -353,11 +388,14 @@ async fn sync_load_balancer(
         }
         LbStatus::default()
     } else {
-        controller.events.normal(
-            reference.clone(),
-            "EnsuringLoadBalancer",
-            "Ensuring load balancer".into(),
-        );
+        // Once per attempt to ensure, not again for each retry-after of that attempt.
+        if !controller.memory().retrying_since.contains_key(&key) {
+            controller.events.normal(
+                reference.clone(),
+                "EnsuringLoadBalancer",
+                "Ensuring load balancer".into(),
+            );
+        }
         add_finalizer(context, service).await?;
         let (targets, views) = controller.targets().current();
         if views.is_empty() {
@@ -565,5 +603,19 @@ fn condition_reason(error: &SyncError) -> &'static str {
         },
         SyncError::Kube { .. } => "KubernetesAPIError",
         SyncError::Invalid(_) => "ProviderError",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_after_is_reported_only_once_it_has_lasted() {
+        let since = Instant::now();
+        let retry = Some(Duration::from_secs(2));
+        assert!(!reported(retry, since, since + Duration::from_secs(10)));
+        assert!(reported(retry, since, since + RETRY_AFTER_GRACE));
+        assert!(reported(None, since, since), "other failures at once");
     }
 }
