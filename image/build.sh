@@ -35,8 +35,8 @@ Needs umoci, skopeo (for --push), GNU tar, ldd and dpkg-query: `make setup` inst
 EOF
 }
 
-cd "$(dirname "$0")/.."
-root=$PWD
+# Paths given on the command line are the caller's; defaults are in the repository.
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 # The non-root user the manager runs as: distroless's `nonroot`.
 USER_ID=65532
@@ -45,7 +45,7 @@ CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 METRICS_PORT=10258
 
 binary=
-layout=target/image/oci
+layout=$root/target/image/oci
 tag=
 push=
 insecure=false
@@ -81,10 +81,10 @@ need dpkg-query "it finds the Debian packages whose copyright files ship"
 [ -f "$CA_BUNDLE" ] || fail "no CA bundle at $CA_BUNDLE: install Debian's ca-certificates"
 
 if [ -z "$binary" ]; then
-    binary=target/release/wasm-ccm
+    binary=$root/target/release/wasm-ccm
     if [ ! -x "$binary" ]; then
         echo "image/build.sh: building $binary" >&2
-        cargo build --release --locked -p wasm-ccm
+        (cd "$root" && cargo build --release --locked -p wasm-ccm)
     fi
 fi
 [ -x "$binary" ] || fail "no executable binary at $binary"
@@ -171,6 +171,10 @@ tar_options=(--format=gnu --sort=name --numeric-owner --mtime="@$SOURCE_DATE_EPO
 tar "${tar_options[@]}" --owner=0 --group=0 -cf "$layer" -T "$work/top" --no-recursion home
 tar "${tar_options[@]}" --owner="$USER_ID" --group="$USER_ID" -rf "$layer" home/nonroot
 
+# Replaced only if it is an earlier layout or empty: a mistyped --layout must not delete a tree.
+if [ -e "$layout" ] && [ ! -f "$layout/oci-layout" ] && [ -n "$(ls -A "$layout")" ]; then
+    fail "--layout $layout exists and is not an OCI layout: give a new or empty directory"
+fi
 rm -rf "$layout"
 umoci init --layout "$layout"
 umoci new --image "$layout:$tag"
