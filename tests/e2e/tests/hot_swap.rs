@@ -21,6 +21,24 @@ use wasm_ccm::resource::{CandidatePhase, CloudProviderStatus, ConditionStatus, c
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The node `name` once it is initialised (waiting up to 30 s); `what` names the wait.
+async fn initialised(bed: &Testbed, name: &str, what: &str) -> k8s_openapi::api::core::v1::Node {
+    eventually(what, WAIT, || async {
+        bed.node(name).await.filter(|node| !is_uninitialized(node))
+    })
+    .await
+}
+
+/// The message of condition `type_`, which must be set.
+fn message_of<'a>(status: &'a CloudProviderStatus, type_: &str) -> &'a str {
+    &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition: {status:?}"))
+        .message
+}
+
 fn condition_is(
     status: &CloudProviderStatus,
     type_: &str,
@@ -59,9 +77,8 @@ async fn failed_reconciles(bed: &Testbed) -> Vec<String> {
         .collect()
 }
 
-/// How many times an event with `reason` was recorded about the CloudProvider (a repeated
-/// event is one object with a series count).
-async fn times_recorded(bed: &Testbed, reason: &str) -> i32 {
+/// The events with `reason` about the CloudProvider.
+async fn events_about(bed: &Testbed, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
     events
         .list(&Default::default())
@@ -71,21 +88,24 @@ async fn times_recorded(bed: &Testbed, reason: &str) -> i32 {
         .into_iter()
         .filter(|event| event.reason.as_deref() == Some(reason))
         .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
+        .collect()
+}
+
+/// How many times an event with `reason` was recorded about the CloudProvider (a repeated
+/// event is one object with a series count).
+async fn times_recorded(bed: &Testbed, reason: &str) -> i32 {
+    events_about(bed, reason)
+        .await
+        .into_iter()
         .map(|event| event.series.map_or(1, |series| series.count))
         .sum()
 }
 
 /// The notes of the events with `reason` about the CloudProvider.
 async fn notes(bed: &Testbed, reason: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
-    events
-        .list(&Default::default())
+    events_about(bed, reason)
         .await
-        .expect("list events")
-        .items
         .into_iter()
-        .filter(|event| event.reason.as_deref() == Some(reason))
-        .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
         .filter_map(|event| event.note)
         .collect()
 }
@@ -153,12 +173,7 @@ async fn hot_swap_without_a_resource_the_manager_waits_then_runs_the_version_it_
         "Verified"
     ));
     assert!(status.candidate.is_none());
-    let node = eventually("node-a initialised", WAIT, || async {
-        bed.node("node-a")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    let node = initialised(&bed, "node-a", "node-a initialised").await;
     assert!(
         node.spec
             .unwrap()
@@ -268,14 +283,10 @@ async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
         .await;
         assert!(e2e::testbed::ingress_ip(&service).is_some(), "{service:?}");
     }
-    let node = eventually(
+    let node = initialised(
+        &bed,
+        "node-after",
         "a node added after the swap is initialised by v2",
-        WAIT,
-        || async {
-            bed.node("node-after")
-                .await
-                .filter(|node| !is_uninitialized(node))
-        },
     )
     .await;
     assert_eq!(
@@ -361,12 +372,7 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     let mut pinned = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
     pinned["spec"]["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
     let status = refused(&bed, pinned, "DigestMismatch").await;
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::VERIFIED)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::VERIFIED);
     assert!(message.contains("spec.digest"), "{message}");
     // Not tried again until the spec changes.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -409,12 +415,7 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
         "WrongName",
     )
     .await;
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::VERIFIED)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::VERIFIED);
     assert!(message.contains("\"rollout\""), "{message}");
 
     // A capability a running controller needs.
@@ -428,12 +429,7 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
         "CapabilityDropped",
     )
     .await;
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::VERIFIED)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::VERIFIED);
     assert!(
         message.contains("load-balancer (needed by service-lb-controller)"),
         "{message}"
@@ -443,22 +439,12 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     let mut bad = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
     bad["spec"]["egress"]["allowedHosts"] = json!(["https://*.*.example.com"]);
     let status = refused(&bed, bad, "InvalidSpec").await;
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::PROGRESSING)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::PROGRESSING);
     assert!(message.contains("spec.egress.allowedHosts[0]"), "{message}");
 
     // v1 served throughout: a new node is initialised by it.
     bed.add_node("late", "zone-a").await;
-    eventually("v1 still initialises nodes", WAIT, || async {
-        bed.node("late")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    initialised(&bed, "late", "v1 still initialises nodes").await;
     manager.stop().await.unwrap();
 }
 
@@ -482,12 +468,7 @@ async fn hot_swap_credentials_come_from_a_watched_secret() {
         )
     })
     .await;
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::DEGRADED)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::DEGRADED);
     assert!(
         message.contains("Secret kube-system/simcloud-token not found"),
         "{message}"
@@ -510,16 +491,7 @@ async fn hot_swap_credentials_come_from_a_watched_secret() {
 
     // Rotated: the next request carries the new value.
     token_secret(&bed, e2e::TOKEN).await;
-    eventually(
-        "node-a initialised with the rotated token",
-        WAIT,
-        || async {
-            bed.node("node-a")
-                .await
-                .filter(|node| !is_uninitialized(node))
-        },
-    )
-    .await;
+    initialised(&bed, "node-a", "node-a initialised with the rotated token").await;
     status_where(&bed, "no longer Degraded", |status| {
         condition_is(
             status,
@@ -540,36 +512,8 @@ async fn hot_swap_credentials_come_from_a_watched_secret() {
 #[tokio::test]
 async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
     let bed = Testbed::start().await;
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
-    for index in 0..3 {
-        bed.add_node(&format!("node-{index}"), "zone-a").await;
-    }
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
-    let manager = bed.run(resource_config(&bed));
-    for index in 0..3 {
-        eventually("v1 initialises the nodes", WAIT, || async {
-            bed.node(&format!("node-{index}"))
-                .await
-                .filter(|node| !is_uninitialized(node))
-        })
-        .await;
-    }
-    // v1 answers the lifecycle controller's checks; then a v2 that traps on every other call.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    apply(
-        &bed,
-        &cloud_provider(
-            &bed,
-            guest_builds::ROLLOUT,
-            r#"{"name": "simcloud", "trapEvery": 2}"#,
-        ),
-    )
-    .await;
+    let manager = v1_with_nodes(&bed).await;
+    roll_out_a_trapping_version(&bed).await;
     let status = status_where(&bed, "rolled back", |status| {
         condition_is(
             status,
@@ -591,12 +535,7 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
             .reference
             .ends_with("/rollout.wasm")
     );
-    let message = &status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition::ROLLED_BACK)
-        .unwrap()
-        .message;
+    let message = message_of(&status, condition::ROLLED_BACK);
     assert!(
         message.contains("over the threshold of 10 points"),
         "{message}"
@@ -609,12 +548,7 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
 
     // v1 serves again, and the rolled-back spec is not retried.
     bed.add_node("late", "zone-a").await;
-    let node = eventually("v1 initialises a new node", WAIT, || async {
-        bed.node("late")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    let node = initialised(&bed, "late", "v1 initialises a new node").await;
     assert!(
         node.spec
             .unwrap()
@@ -639,9 +573,8 @@ fn shadowed(bed: &Testbed, wasm: &str, agreeing: u64) -> serde_json::Value {
     spec
 }
 
-/// A bed with v1 active and three initialised nodes whose lifecycle checks keep the
-/// read-only calls coming.
-async fn v1_with_nodes(bed: &Testbed) -> e2e::testbed::RunningManager {
+/// The CRD, the token Secret, three nodes and the CloudProvider naming simcloud v1.
+async fn three_nodes_and_v1(bed: &Testbed) {
     install_crd(bed).await;
     token_secret(bed, e2e::TOKEN).await;
     for index in 0..3 {
@@ -652,7 +585,10 @@ async fn v1_with_nodes(bed: &Testbed) -> e2e::testbed::RunningManager {
         &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
     )
     .await;
-    let manager = bed.run(resource_config(bed));
+}
+
+/// Once v1 has initialised the three nodes.
+async fn three_nodes_initialised(bed: &Testbed) {
     for index in 0..3 {
         eventually("v1 initialises the nodes", WAIT, || async {
             bed.node(&format!("node-{index}"))
@@ -661,6 +597,29 @@ async fn v1_with_nodes(bed: &Testbed) -> e2e::testbed::RunningManager {
         })
         .await;
     }
+}
+
+/// After v1 has answered the lifecycle controller's checks a while, roll out a version that
+/// traps on every other call.
+async fn roll_out_a_trapping_version(bed: &Testbed) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    apply(
+        bed,
+        &cloud_provider(
+            bed,
+            guest_builds::ROLLOUT,
+            r#"{"name": "simcloud", "trapEvery": 2}"#,
+        ),
+    )
+    .await;
+}
+
+/// A bed with v1 active and three initialised nodes whose lifecycle checks keep the
+/// read-only calls coming.
+async fn v1_with_nodes(bed: &Testbed) -> e2e::testbed::RunningManager {
+    three_nodes_and_v1(bed).await;
+    let manager = bed.run(resource_config(bed));
+    three_nodes_initialised(bed).await;
     manager
 }
 
@@ -731,12 +690,7 @@ async fn hot_swap_a_diverging_shadow_is_not_promoted_and_never_acted_on() {
         active_reference(&status).ends_with("/simcloud.wasm"),
         "v1 stays active"
     );
-    let node = eventually("v1 initialises the new node", WAIT, || async {
-        bed.node("late")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    let node = initialised(&bed, "late", "v1 initialises the new node").await;
     assert!(
         !node.labels().contains_key("simcloud.wasm-ccm.io/build"),
         "the shadow's answer was not acted on: {:?}",
@@ -805,11 +759,11 @@ async fn hot_swap_a_standby_follows_the_resource_warm_and_only_the_leader_writes
     // The leader dies; the standby takes over with the version it has, loading nothing.
     leader.kill();
     bed.add_node("after-failover", "zone-a").await;
-    eventually("the standby initialises a node as leader", WAIT, || async {
-        bed.node("after-failover")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
+    initialised(
+        &bed,
+        "after-failover",
+        "the standby initialises a node as leader",
+    )
     .await;
     let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
     assert_eq!(
@@ -828,40 +782,15 @@ async fn hot_swap_a_standby_follows_the_resource_warm_and_only_the_leader_writes
 #[tokio::test]
 async fn hot_swap_a_standby_follows_the_leaders_rollback() {
     let bed = Testbed::start().await;
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
-    for index in 0..3 {
-        bed.add_node(&format!("node-{index}"), "zone-a").await;
-    }
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    three_nodes_and_v1(&bed).await;
     let leader = bed.run(replica(&bed, "replica-a", e2e::https::free_port()));
     status_where(&bed, "v1 active", |status| {
         condition_is(status, condition::READY, ConditionStatus::True, "Active")
     })
     .await;
     let standby = bed.run(replica(&bed, "replica-b", e2e::https::free_port()));
-    for index in 0..3 {
-        eventually("v1 initialises the nodes", WAIT, || async {
-            bed.node(&format!("node-{index}"))
-                .await
-                .filter(|node| !is_uninitialized(node))
-        })
-        .await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    apply(
-        &bed,
-        &cloud_provider(
-            &bed,
-            guest_builds::ROLLOUT,
-            r#"{"name": "simcloud", "trapEvery": 2}"#,
-        ),
-    )
-    .await;
+    three_nodes_initialised(&bed).await;
+    roll_out_a_trapping_version(&bed).await;
     status_where(&bed, "rolled back by the leader", |status| {
         condition_is(
             status,
@@ -875,12 +804,7 @@ async fn hot_swap_a_standby_follows_the_leaders_rollback() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     leader.kill();
     bed.add_node("after-failover", "zone-a").await;
-    let node = eventually("the new leader initialises a node", WAIT, || async {
-        bed.node("after-failover")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    let node = initialised(&bed, "after-failover", "the new leader initialises a node").await;
     assert!(
         node.spec
             .unwrap()
@@ -935,12 +859,7 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
     // Granted again: the node is initialised by the same version.
     spec["spec"]["egress"]["allowedHosts"] = json!([bed.cloud.sim.url()]);
     apply(&bed, &spec).await;
-    eventually("the node initialised once granted", WAIT, || async {
-        bed.node("ungranted")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    initialised(&bed, "ungranted", "the node initialised once granted").await;
 
     // A call limit applies in place too: answers larger than 64 bytes now fail the call.
     spec["spec"]["limits"] = json!({"maxResultSize": "64"});
@@ -957,28 +876,22 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
     );
     spec["spec"].as_object_mut().unwrap().remove("limits");
     apply(&bed, &spec).await;
-    eventually(
-        "the node initialised under the default cap",
-        WAIT,
-        || async {
-            bed.node("capped")
-                .await
-                .filter(|node| !is_uninitialized(node))
-        },
-    )
-    .await;
+    initialised(&bed, "capped", "the node initialised under the default cap").await;
 
     // Memory and concurrency: the same version moves to a new engine, still no init.
     spec["spec"]["limits"] = json!({"memory": "32Mi", "maxConcurrentCalls": 16});
     apply(&bed, &spec).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    bed.add_node("new-engine", "zone-a").await;
-    eventually("a node initialised on the new engine", WAIT, || async {
-        bed.node("new-engine")
+    let moved = "an engine with 33554432 bytes of memory per call and 16 calls at once";
+    eventually("the version moved to the new engine", WAIT, || async {
+        notes(&bed, "Reconfigured")
             .await
-            .filter(|node| !is_uninitialized(node))
+            .iter()
+            .any(|note| note.contains(moved))
+            .then_some(())
     })
     .await;
+    bed.add_node("new-engine", "zone-a").await;
+    initialised(&bed, "new-engine", "a node initialised on the new engine").await;
     let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
     assert_eq!(
         status.active,
@@ -989,12 +902,6 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
         times_recorded(&bed, "Activated").await,
         1,
         "no init, no activation"
-    );
-    let notes = notes(&bed, "Reconfigured").await;
-    assert!(
-        notes.iter().any(|note| note
-            .contains("an engine with 33554432 bytes of memory per call and 16 calls at once")),
-        "{notes:?}"
     );
 
     // Another cloud config: the same component, init again, activated as a rollout.
@@ -1037,12 +944,7 @@ async fn hot_swap_the_binary_follows_the_resource_named_by_its_flag() {
         &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
     )
     .await;
-    eventually("node-a initialised by the binary", WAIT, || async {
-        bed.node("node-a")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
-    .await;
+    initialised(&bed, "node-a", "node-a initialised by the binary").await;
     let (status, _) = e2e::https::get(manager.addr, "/readyz").await.unwrap();
     assert_eq!(status, 200);
     let status = status_where(&bed, "the binary wrote the status", |status| {
@@ -1082,11 +984,11 @@ async fn hot_swap_a_restart_after_a_rollback_runs_the_version_rolled_back_to() {
     // Started again with the spec still naming v2: v1 runs, and the rollback stands.
     let manager = bed.run(resource_config(&bed));
     bed.add_node("after-restart", "zone-a").await;
-    let node = eventually("a node initialised after the restart", WAIT, || async {
-        bed.node("after-restart")
-            .await
-            .filter(|node| !is_uninitialized(node))
-    })
+    let node = initialised(
+        &bed,
+        "after-restart",
+        "a node initialised after the restart",
+    )
     .await;
     assert!(
         !node.labels().contains_key("simcloud.wasm-ccm.io/build"),
