@@ -18,8 +18,15 @@
 //! allows, the previous one is reactivated and `RolledBack` says why. Every replica follows
 //! the resource and loads the same versions (a standby takes over warm, and follows the
 //! leader's rollbacks); only the leader writes status and events.
+//!
+//! This module owns the loop and the steps of a rollout; [`spec`] parses a spec,
+//! [`references`] watches the Secrets and ConfigMaps it names, [`status`] writes conditions,
+//! [`shadowing`] runs a candidate beside the active version and [`rollback`] watches a new
+//! one and rolls it back.
 
 mod references;
+mod rollback;
+mod shadowing;
 pub mod spec;
 mod status;
 
@@ -37,22 +44,19 @@ use tokio_util::sync::CancellationToken;
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
     Candidate, CandidatePhase, CloudProvider, CloudProviderSpec, CloudProviderStatus,
-    ConditionStatus, Divergence, ProviderVersion, RolloutStrategy, ShadowStatus, VersionCalls,
-    condition,
+    ConditionStatus, ProviderVersion, RolloutStrategy, condition,
 };
 use references::{Kind, ObjectKey, References};
+use rollback::RollbackWindow;
+use shadowing::Shadowing;
 use spec::{Defaults, Desired, SpecError, VersionSpec};
 use status::set_condition;
 use wasm_ccm_host::contract::Capabilities;
 use wasm_ccm_host::egress::{EgressGate, MethodPolicy};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{
-    CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow,
-};
+use wasm_ccm_host::provider::{CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot};
 use wasm_ccm_host::sandbox::{CallLimits, LoadError, Sandbox};
-use wasm_ccm_host::source::{
-    Distribution, DistributionSettings, FetchError, ProviderRef, RegistryError,
-};
+use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
 
 /// First pause before a failed rollout that may succeed later is tried again.
 const RETRY_BASE: Duration = Duration::from_secs(10);
@@ -177,23 +181,6 @@ impl Active {
         self.egress_key != desired.egress_key
             || self.call_limits != desired.version.sandbox.call_limits()
     }
-}
-
-/// The rollback window after an activation: the previous version, kept loaded.
-struct RollbackWindow {
-    previous: Active,
-    until: Instant,
-    policy: spec::RollbackPolicy,
-}
-
-/// A candidate answering the read-only calls beside the active version (Shadow strategy).
-struct Shadowing {
-    desired: Desired,
-    shadow: Arc<Shadow>,
-    generation: Option<i64>,
-    started: Instant,
-    /// Whether its first divergence was reported.
-    diverged: bool,
 }
 
 /// The last failed rollout, so the same spec is not tried again in a loop.
@@ -423,82 +410,6 @@ impl Rollout {
         self.roll_out(desired, generation).await;
     }
 
-    /// The version this generation was rolled back to, as the stored status says.
-    fn rolled_back_to(&self, generation: Option<i64>) -> Option<(ProviderRef, String)> {
-        let stored = self.object.as_ref()?.status.as_ref()?;
-        let rolled_back = status::condition(stored, condition::ROLLED_BACK)?;
-        if rolled_back.status != ConditionStatus::True
-            || rolled_back.observed_generation != generation
-        {
-            return None;
-        }
-        let active = stored.active.as_ref()?;
-        Some((active.reference.parse().ok()?, active.digest.clone()))
-    }
-
-    /// Whether this generation's version was rolled back (by this replica or, as status
-    /// says, by the leader): it is not activated again until the spec changes.
-    fn rolled_back(&self, generation: Option<i64>) -> bool {
-        let stored = self
-            .object
-            .as_ref()
-            .and_then(|object| object.status.as_ref());
-        let says = |status: &CloudProviderStatus| {
-            status::condition(status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
-                rolled_back.status == ConditionStatus::True
-                    && rolled_back.observed_generation == generation
-            })
-        };
-        (says(&self.status) || stored.is_some_and(says)) && self.active.is_some()
-    }
-
-    /// As a standby: when the leader rolled this generation back (the stored status says
-    /// so), do the same with the version kept warm, so a failover never brings the
-    /// rolled-back version back. Whether the rollback is followed (nothing else to do).
-    fn follow_rollback(&mut self, generation: Option<i64>) -> bool {
-        let Some(stored) = self
-            .object
-            .as_ref()
-            .and_then(|object| object.status.clone())
-        else {
-            return false;
-        };
-        let rolled_back = status::condition(&stored, condition::ROLLED_BACK).is_some_and(|c| {
-            c.status == ConditionStatus::True && c.observed_generation == generation
-        });
-        let Some(target) = stored.active.as_ref().map(|active| active.digest.clone()) else {
-            return false;
-        };
-        if !rolled_back || self.active.is_none() {
-            return false;
-        }
-        let active_digest = self
-            .active
-            .as_ref()
-            .map(|active| active.provider.identity().digest.clone());
-        if active_digest.as_deref() == Some(target.as_str()) {
-            return true;
-        }
-        let warm = self
-            .window
-            .as_ref()
-            .is_some_and(|window| window.previous.provider.identity().digest == target);
-        let Some(slot) = self.slot_tx.borrow().clone() else {
-            return false;
-        };
-        if !warm {
-            return false;
-        }
-        let window = self.window.take().expect("checked above");
-        slot.reactivate(window.previous.provider.clone());
-        if let Some(rolled_back) = self.active.replace(window.previous) {
-            tracing::warn!(resource = %self.settings.resource, provider = %rolled_back.provider.label(), "the leader rolled this version back; following");
-            self.unloaded(&rolled_back.provider);
-        }
-        self.status = stored;
-        true
-    }
-
     fn refuse_spec(&mut self, generation: Option<i64>, error: SpecError) {
         let message = format!("the spec cannot be used: {error}");
         if self.spec_error.as_ref() != Some(&(generation, error.clone())) {
@@ -660,170 +571,6 @@ impl Rollout {
             Ok(provider) => self.activate(desired, provider, generation, started),
             Err(refusal) => self.refused(&desired, generation, refusal),
         }
-    }
-
-    /// Let `candidate` answer the read-only calls beside the active version.
-    async fn start_shadowing(
-        &mut self,
-        desired: Desired,
-        candidate: Provider,
-        generation: Option<i64>,
-    ) {
-        let Some(slot) = self.slot_tx.borrow().clone() else {
-            return;
-        };
-        let Some(active) = &mut self.active else {
-            return;
-        };
-        let in_flight = (desired.version.sandbox.max_concurrent_calls as usize / 4).max(1);
-        let shadow = Shadow::new(candidate, in_flight);
-        slot.reconfigure(active.provider.with_shadow(Some(shadow.clone())));
-        active.provider = slot.current();
-        let label = shadow.candidate().label();
-        let note = format!(
-            "{label} answers the read-only calls beside {}; it is activated after {} agreeing answers with no divergence",
-            active.provider.label(),
-            desired.rollout.shadow.agreeing_calls
-        );
-        tracing::info!(resource = %self.settings.resource, "{note}");
-        self.normal("Shadowing", &label, note);
-        let reference = desired.version.reference.to_string();
-        let digest = shadow.candidate().identity().digest.clone();
-        self.status.shadow = Some(ShadowStatus::default());
-        self.shadowing = Some(Shadowing {
-            desired,
-            shadow,
-            generation,
-            started: Instant::now(),
-            diverged: false,
-        });
-        self.phase(
-            &reference,
-            Some(&digest),
-            CandidatePhase::Shadowing,
-            generation,
-        )
-        .await;
-    }
-
-    /// Detach the shadow from the active version.
-    fn stop_shadowing(&mut self) {
-        let Some(shadowing) = self.shadowing.take() else {
-            return;
-        };
-        if let Some(active) = &mut self.active
-            && let Some(slot) = self.slot_tx.borrow().clone()
-        {
-            slot.reconfigure(active.provider.with_shadow(None));
-            active.provider = slot.current();
-        }
-        self.unloaded(shadowing.shadow.candidate());
-        self.status.shadow = None;
-        self.status.candidate = None;
-        self.status.version_calls.clear();
-    }
-
-    /// While shadowing: report the comparison, and promote the candidate once enough
-    /// answers agreed with none diverging.
-    fn judge_shadow(&mut self) {
-        let (Some(shadowing), Some(active)) = (&mut self.shadowing, &self.active) else {
-            return;
-        };
-        let report = shadowing.shadow.report();
-        let candidate = shadowing.shadow.candidate().clone();
-        let previous = self.status.shadow.take().unwrap_or_default();
-        self.status.shadow = Some(ShadowStatus {
-            agreeing_calls: report.agreeing as i64,
-            diverging_calls: report.diverging as i64,
-            skipped_calls: report.skipped as i64,
-            divergences: report
-                .divergences
-                .iter()
-                .enumerate()
-                .map(|(index, divergence)| Divergence {
-                    function: divergence.function.name().to_string(),
-                    diff: divergence.diff.clone(),
-                    // Kept from when it was first reported.
-                    observed_at: previous
-                        .divergences
-                        .get(index)
-                        .and_then(|seen| seen.observed_at.clone())
-                        .or_else(|| Some(status::now())),
-                })
-                .collect(),
-        });
-        let active_counts = active
-            .provider
-            .call_counts()
-            .since(active.counts_at_activation);
-        let candidate_counts = candidate.call_counts();
-        self.status.version_calls = vec![
-            VersionCalls {
-                digest: candidate.identity().digest.clone(),
-                calls: candidate_counts.calls as i64,
-                failures: candidate_counts.failures as i64,
-            },
-            VersionCalls {
-                digest: active.provider.identity().digest.clone(),
-                calls: active_counts.calls as i64,
-                failures: active_counts.failures as i64,
-            },
-        ];
-        self.status
-            .version_calls
-            .dedup_by(|a, b| a.digest == b.digest);
-        let generation = shadowing.generation;
-        if report.diverging > 0 {
-            let first = report
-                .divergences
-                .first()
-                .map(|d| format!("{}: {}", d.function, d.diff))
-                .unwrap_or_default();
-            let message = format!(
-                "{} answered {} of {} read-only calls differently from {} (first: {first}); promotion waits: change the spec to roll out another version",
-                candidate.label(),
-                report.diverging,
-                report.diverging + report.agreeing,
-                active.provider.label()
-            );
-            let first_time = !shadowing.diverged;
-            shadowing.diverged = true;
-            set_condition(
-                &mut self.status,
-                condition::PROGRESSING,
-                ConditionStatus::True,
-                "ShadowDiverged",
-                message.clone(),
-                generation,
-            );
-            if first_time {
-                self.warn("ShadowDiverged", &candidate.label(), message);
-            }
-            return;
-        }
-        if report.agreeing < shadowing.desired.rollout.shadow.agreeing_calls {
-            return;
-        }
-        let shadowing = self.shadowing.take().expect("checked above");
-        let Some(slot) = self.slot_tx.borrow().clone() else {
-            return;
-        };
-        if let Some(active) = &mut self.active {
-            slot.reconfigure(active.provider.with_shadow(None));
-            active.provider = slot.current();
-        }
-        tracing::info!(
-            resource = %self.settings.resource,
-            "{} agreed on {} read-only calls in {:?}: promoting it",
-            candidate.label(),
-            report.agreeing,
-            shadowing.started.elapsed()
-        );
-        // Promoted, it may use every method again.
-        let gate = EgressGate::new(shadowing.desired.egress.clone(), self.metrics.clone());
-        let promoted = candidate.with_egress(gate);
-        self.status.shadow = None;
-        self.activate(shadowing.desired, promoted, generation, shadowing.started);
     }
 
     async fn phase(
@@ -1191,99 +938,6 @@ impl Rollout {
         }
         let subject = desired.version.reference.to_string();
         self.warn(refusal.reason, &subject, message);
-    }
-
-    /// During the rollback window: compare failure rates, and roll back when the new
-    /// version fails too much more than the previous one.
-    fn judge_window(&mut self) {
-        let (Some(window), Some(active)) = (&self.window, &self.active) else {
-            return;
-        };
-        let new = active
-            .provider
-            .call_counts()
-            .since(active.counts_at_activation);
-        // The previous version's calls since its activation, including the ones it was
-        // still finishing at the swap.
-        let old = window
-            .previous
-            .provider
-            .call_counts()
-            .since(window.previous.counts_at_activation);
-        self.status.version_calls = vec![
-            VersionCalls {
-                digest: active.provider.identity().digest.clone(),
-                calls: new.calls as i64,
-                failures: new.failures as i64,
-            },
-            VersionCalls {
-                digest: window.previous.provider.identity().digest.clone(),
-                calls: old.calls as i64,
-                failures: old.failures as i64,
-            },
-        ];
-        self.status
-            .version_calls
-            .dedup_by(|a, b| a.digest == b.digest);
-        let excess = (new.failure_rate() - old.failure_rate()) * 100.0;
-        if new.calls >= window.policy.minimum_calls && excess > window.policy.threshold {
-            self.roll_back(new, old);
-            return;
-        }
-        if Instant::now() >= window.until {
-            let window = self.window.take().expect("checked");
-            tracing::info!(provider = %active.provider.label(), "rollback window over: {} calls, {} failed; {} unloaded", new.calls, new.failures, window.previous.provider.label());
-            self.unloaded(&window.previous.provider);
-            self.status.version_calls.clear();
-            self.status.previous = None;
-        }
-    }
-
-    fn roll_back(&mut self, new: CallCounts, old: CallCounts) {
-        let window = self.window.take().expect("checked by the caller");
-        let Some(slot) = self.slot_tx.borrow().clone() else {
-            return;
-        };
-        let generation = self.generation();
-        let rolled_back = self.active.take().expect("checked by the caller");
-        slot.reactivate(window.previous.provider.clone());
-        let message = format!(
-            "{} failed {} of {} calls ({:.1}%) after activation, {:.1} points above {} ({} of {} calls, {:.1}%), over the threshold of {} points; {} reactivated. Change the spec to roll out again",
-            rolled_back.provider.label(),
-            new.failures,
-            new.calls,
-            new.failure_rate() * 100.0,
-            (new.failure_rate() - old.failure_rate()) * 100.0,
-            window.previous.provider.label(),
-            old.failures,
-            old.calls,
-            old.failure_rate() * 100.0,
-            window.policy.threshold,
-            window.previous.provider.label(),
-        );
-        tracing::error!(resource = %self.settings.resource, "rolled back: {message}");
-        let now = status::now();
-        self.status.active = Some(version_status(&window.previous, None));
-        self.status.previous = Some(version_status(&rolled_back, Some(now)));
-        set_condition(
-            &mut self.status,
-            condition::ROLLED_BACK,
-            ConditionStatus::True,
-            "FailureRate",
-            message.clone(),
-            generation,
-        );
-        set_condition(
-            &mut self.status,
-            condition::READY,
-            ConditionStatus::True,
-            "Active",
-            format!("{} is serving calls", window.previous.provider.label()),
-            generation,
-        );
-        self.warn("RolledBack", &rolled_back.provider.label(), message);
-        self.unloaded(&rolled_back.provider);
-        self.active = Some(window.previous);
     }
 
     /// A version no longer loaded leaves `wasm_ccm_provider_info`.
