@@ -60,6 +60,8 @@ enum Seen {
     Unread,
     /// It does not exist.
     Missing,
+    /// It cannot be read, and why (e.g. RBAC forbids it); until a read succeeds.
+    Unreadable(String),
     /// Its data, by key.
     Present(BTreeMap<String, Vec<u8>>),
 }
@@ -203,6 +205,7 @@ impl References {
         match &*seen {
             Seen::Unread => Err(format!("{key} has not been read yet")),
             Seen::Missing => Err(format!("{key} not found")),
+            Seen::Unreadable(why) => Err(why.clone()),
             Seen::Present(data) => data
                 .get(data_key)
                 .cloned()
@@ -239,7 +242,11 @@ impl References {
                 Ok(None) => Seen::Missing,
                 Err(error) => {
                     tracing::warn!(object = %key, %error, "watching a CloudProvider reference failed; retrying");
-                    continue;
+                    // What was read stays; what never was is reported, not waited for.
+                    if !matches!(*read(&seen), Seen::Unread | Seen::Unreadable(_)) {
+                        continue;
+                    }
+                    Seen::Unreadable(unreadable(&key, &error))
                 }
             };
             *seen.write().unwrap_or_else(|p| p.into_inner()) = now.clone();
@@ -261,6 +268,7 @@ fn secret_value(key: &ObjectKey, data_key: &str, seen: &Seen) -> Result<String, 
     match seen {
         Seen::Unread => Err(format!("{key} has not been read yet")),
         Seen::Missing => Err(format!("{key} not found")),
+        Seen::Unreadable(why) => Err(why.clone()),
         Seen::Present(data) => {
             let bytes = data
                 .get(data_key)
@@ -268,6 +276,25 @@ fn secret_value(key: &ObjectKey, data_key: &str, seen: &Seen) -> Result<String, 
             String::from_utf8(bytes.clone())
                 .map_err(|_| format!("{key} key {data_key} is not UTF-8 text"))
         }
+    }
+}
+
+/// Why `key` cannot be read, saying what to grant when the API server forbids it.
+fn unreadable(key: &ObjectKey, error: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    let status = match error {
+        Error::InitialListFailed(kube::Error::Api(status))
+        | Error::WatchStartFailed(kube::Error::Api(status))
+        | Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        Error::WatchError(status) => Some(status.code),
+        _ => None,
+    };
+    match status {
+        Some(403) => format!(
+            "{key} cannot be read: the manager's account may not get, list and watch it \
+             (the Helm chart grants exactly the Secrets and ConfigMaps its values name)"
+        ),
+        _ => format!("{key} cannot be read: {error}"),
     }
 }
 

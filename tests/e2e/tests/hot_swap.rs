@@ -1008,3 +1008,55 @@ async fn hot_swap_a_restart_after_a_rollback_runs_the_version_rolled_back_to() {
     ));
     manager.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn hot_swap_a_secret_the_manager_may_not_read_is_named_and_does_not_block_the_rollout() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    // The manager's account may not read Secrets (as when the chart's values do not name
+    // one the resource references).
+    bed.emulator
+        .faults()
+        .fail_next(kube_emulator::FailRule::new(10_000, 403).path_contains("/secrets"));
+    apply(
+        &bed,
+        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+    )
+    .await;
+    let manager = bed.run(resource_config(&bed));
+    let status = status_where(
+        &bed,
+        "active, degraded by the unreadable Secret",
+        |status| {
+            condition_is(status, condition::READY, ConditionStatus::True, "Active")
+                && condition_is(
+                    status,
+                    condition::DEGRADED,
+                    ConditionStatus::True,
+                    "CredentialMissing",
+                )
+        },
+    )
+    .await;
+    let message = message_of(&status, condition::DEGRADED);
+    assert!(
+        message.contains("Secret kube-system/simcloud-token cannot be read: the manager's account may not get, list and watch it"),
+        "{message}"
+    );
+
+    // Granted: the watch reads it, and the provider's requests carry the token again.
+    bed.emulator.faults().clear();
+    status_where(&bed, "no longer Degraded", |status| {
+        condition_is(
+            status,
+            condition::DEGRADED,
+            ConditionStatus::False,
+            "AsExpected",
+        )
+    })
+    .await;
+    bed.add_node("node-a", "zone-a").await;
+    initialised(&bed, "node-a", "node-a initialised with the token").await;
+    manager.stop().await.unwrap();
+}
