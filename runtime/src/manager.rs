@@ -171,9 +171,12 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                 &provider,
                 &config.settings,
             )?);
-            Some(provider)
+            Ok(provider)
         }
-        ProviderMode::Resource { .. } => None,
+        ProviderMode::Resource {
+            name,
+            allow_untagged_cloud,
+        } => Err((name.clone(), *allow_untagged_cloud)),
     };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
@@ -199,24 +202,19 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     }
     // Whether this replica leads: only the leader writes the CloudProvider's status.
     let leading = watch::Sender::new(elector.is_none());
-    let provider = match (flagged, &config.provider) {
-        (Some(provider), _) => Versions::Fixed(ProviderSlot::new(provider)),
-        (
-            None,
-            ProviderMode::Resource {
-                name,
-                allow_untagged_cloud,
-            },
-        ) => {
+    // `Err`: the resource named, and --allow-untagged-cloud, for the rollout to follow.
+    let provider = match flagged {
+        Ok(provider) => Versions::Fixed(ProviderSlot::new(provider)),
+        Err((resource, allow_untagged_cloud)) => {
             let handle = rollout::start(
                 RolloutSettings {
-                    resource: name.clone(),
+                    resource,
                     defaults: Defaults {
                         egress: config.egress.clone(),
                         sandbox: config.sandbox.clone(),
                     },
                     distribution: config.distribution.clone(),
-                    allow_untagged_cloud: *allow_untagged_cloud,
+                    allow_untagged_cloud,
                     identity: config.settings.identity.clone(),
                 },
                 clients.manager(),
@@ -227,7 +225,6 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             health.add("provider", &[Probe::Readyz], handle.readiness());
             Versions::Rollout(tokio::sync::Mutex::new(handle))
         }
-        (None, ProviderMode::Flags(_)) => unreachable!("flags load a provider above"),
     };
     let serving = serving::serve(
         config.serving.clone(),
