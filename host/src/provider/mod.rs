@@ -2,8 +2,9 @@
 //! loaded provider version. This is all controllers see of a provider: they do not know
 //! wasm exists.
 //!
-//! Each method is one line over one call path ([`Provider::call`]), which times the call,
-//! counts its outcome and maps its failure; hot-swap and shadow calls wrap that path.
+//! Every method goes through one call path ([`Provider::call`]), which times the call,
+//! counts its outcome and maps its failure; the read-only ones also hand their inputs and
+//! answer to a [`Shadow`], when one is attached.
 //!
 //! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
