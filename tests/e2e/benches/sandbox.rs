@@ -517,14 +517,7 @@ mod native {
             .header("accept", "application/json")
             .body(Empty::<bytes::Bytes>::new())
             .expect("request");
-        let response = sender.send_request(request).await.expect("response");
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        serde_json::from_slice(&body).expect("json")
+        json_body(sender.send_request(request).await.expect("response")).await
     }
 
     /// GET `url` through `client` with a bearer token and parse the JSON body.
@@ -541,7 +534,11 @@ mod native {
             .header("accept", "application/json")
             .body(Empty::<bytes::Bytes>::new())
             .expect("request");
-        let response = client.request(request).await.expect("response");
+        json_body(client.request(request).await.expect("response")).await
+    }
+
+    /// The whole body of `response`, parsed as JSON.
+    async fn json_body(response: hyper::Response<hyper::body::Incoming>) -> serde_json::Value {
         let body = response
             .into_body()
             .collect()

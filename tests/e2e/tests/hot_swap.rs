@@ -39,6 +39,30 @@ fn message_of<'a>(status: &'a CloudProviderStatus, type_: &str) -> &'a str {
         .message
 }
 
+/// The status once condition `type_` is `value` for `reason` (waiting up to 30 s); `what`
+/// names the wait.
+async fn reached(
+    bed: &Testbed,
+    what: &str,
+    type_: &str,
+    value: ConditionStatus,
+    reason: &str,
+) -> CloudProviderStatus {
+    status_where(bed, what, |status| {
+        condition_is(status, type_, value, reason)
+    })
+    .await
+}
+
+/// Create (or set) the CloudProvider naming simcloud v1.
+async fn apply_v1(bed: &Testbed) {
+    apply(
+        bed,
+        &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
+    )
+    .await;
+}
+
 fn condition_is(
     status: &CloudProviderStatus,
     type_: &str,
@@ -147,14 +171,14 @@ async fn hot_swap_without_a_resource_the_manager_waits_then_runs_the_version_it_
         "no controller runs before a version is active"
     );
 
-    apply(
+    apply_v1(&bed).await;
+    let status = reached(
         &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
+        "the first version active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
     )
-    .await;
-    let status = status_where(&bed, "the first version active", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
     .await;
     assert!(
         active_reference(&status).ends_with("/simcloud.wasm"),
@@ -212,11 +236,7 @@ async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
             .await
             .unwrap();
     }
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    apply_v1(&bed).await;
     let manager = bed.run(resource_config(&bed));
     for index in 0..4 {
         eventually("every service has an ingress from v1", WAIT, || async {
@@ -344,9 +364,13 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     let v1 = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
     apply(&bed, &v1).await;
     let manager = bed.run(resource_config(&bed));
-    status_where(&bed, "v1 active", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
+    reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
     .await;
     let dir = tempfile::tempdir().unwrap();
 
@@ -452,21 +476,16 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
 async fn hot_swap_credentials_come_from_a_watched_secret() {
     let bed = Testbed::start().await;
     install_crd(&bed).await;
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    apply_v1(&bed).await;
     let manager = bed.run(resource_config(&bed));
     // No Secret yet: the version runs, degraded, and its requests carry no token.
-    let status = status_where(&bed, "Degraded for the missing Secret", |status| {
-        condition_is(
-            status,
-            condition::DEGRADED,
-            ConditionStatus::True,
-            "CredentialMissing",
-        )
-    })
+    let status = reached(
+        &bed,
+        "Degraded for the missing Secret",
+        condition::DEGRADED,
+        ConditionStatus::True,
+        "CredentialMissing",
+    )
     .await;
     let message = message_of(&status, condition::DEGRADED);
     assert!(
@@ -492,14 +511,13 @@ async fn hot_swap_credentials_come_from_a_watched_secret() {
     // Rotated: the next request carries the new value.
     token_secret(&bed, e2e::TOKEN).await;
     initialised(&bed, "node-a", "node-a initialised with the rotated token").await;
-    status_where(&bed, "no longer Degraded", |status| {
-        condition_is(
-            status,
-            condition::DEGRADED,
-            ConditionStatus::False,
-            "AsExpected",
-        )
-    })
+    reached(
+        &bed,
+        "no longer Degraded",
+        condition::DEGRADED,
+        ConditionStatus::False,
+        "AsExpected",
+    )
     .await;
     let leaked = serde_json::to_string(&api(&bed).get(NAME).await.unwrap()).unwrap();
     assert!(
@@ -514,14 +532,13 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
     let bed = Testbed::start().await;
     let manager = v1_with_nodes(&bed).await;
     roll_out_a_trapping_version(&bed).await;
-    let status = status_where(&bed, "rolled back", |status| {
-        condition_is(
-            status,
-            condition::ROLLED_BACK,
-            ConditionStatus::True,
-            "FailureRate",
-        )
-    })
+    let status = reached(
+        &bed,
+        "rolled back",
+        condition::ROLLED_BACK,
+        ConditionStatus::True,
+        "FailureRate",
+    )
     .await;
     assert!(
         active_reference(&status).ends_with("/simcloud.wasm"),
@@ -580,11 +597,7 @@ async fn three_nodes_and_v1(bed: &Testbed) {
     for index in 0..3 {
         bed.add_node(&format!("node-{index}"), "zone-a").await;
     }
-    apply(
-        bed,
-        &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
-    )
-    .await;
+    apply_v1(bed).await;
 }
 
 /// Once v1 has initialised the three nodes.
@@ -667,14 +680,13 @@ async fn hot_swap_a_diverging_shadow_is_not_promoted_and_never_acted_on() {
     .await;
     // A new node: v1 initialises it, v2's answer (with its build label) is only compared.
     bed.add_node("late", "zone-a").await;
-    let status = status_where(&bed, "the divergence reported", |status| {
-        condition_is(
-            status,
-            condition::PROGRESSING,
-            ConditionStatus::True,
-            "ShadowDiverged",
-        )
-    })
+    let status = reached(
+        &bed,
+        "the divergence reported",
+        condition::PROGRESSING,
+        ConditionStatus::True,
+        "ShadowDiverged",
+    )
     .await;
     let shadow = status.shadow.clone().expect("shadow status");
     assert!(shadow.diverging_calls >= 1, "{shadow:?}");
@@ -733,16 +745,16 @@ async fn hot_swap_a_standby_follows_the_resource_warm_and_only_the_leader_writes
     let bed = Testbed::start().await;
     install_crd(&bed).await;
     token_secret(&bed, e2e::TOKEN).await;
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    apply_v1(&bed).await;
     let (leader_port, standby_port) = (e2e::https::free_port(), e2e::https::free_port());
     let leader = bed.run(replica(&bed, "replica-a", leader_port));
-    let first = status_where(&bed, "v1 active", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
+    let first = reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
     .await;
     let standby = bed.run(replica(&bed, "replica-b", standby_port));
     let standby_addr = ([127, 0, 0, 1], standby_port).into();
@@ -784,21 +796,24 @@ async fn hot_swap_a_standby_follows_the_leaders_rollback() {
     let bed = Testbed::start().await;
     three_nodes_and_v1(&bed).await;
     let leader = bed.run(replica(&bed, "replica-a", e2e::https::free_port()));
-    status_where(&bed, "v1 active", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
+    reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
     .await;
     let standby = bed.run(replica(&bed, "replica-b", e2e::https::free_port()));
     three_nodes_initialised(&bed).await;
     roll_out_a_trapping_version(&bed).await;
-    status_where(&bed, "rolled back by the leader", |status| {
-        condition_is(
-            status,
-            condition::ROLLED_BACK,
-            ConditionStatus::True,
-            "FailureRate",
-        )
-    })
+    reached(
+        &bed,
+        "rolled back by the leader",
+        condition::ROLLED_BACK,
+        ConditionStatus::True,
+        "FailureRate",
+    )
     .await;
     // The standby, which activated the same version, follows; after a failover v1 serves.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -829,9 +844,13 @@ async fn hot_swap_grants_and_call_limits_apply_in_place_and_a_new_cloud_config_r
     let mut spec = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
     apply(&bed, &spec).await;
     let manager = bed.run(resource_config(&bed));
-    let first = status_where(&bed, "v1 active", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
+    let first = reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
     .await;
     let first_active = first.active.clone().unwrap();
 
@@ -939,17 +958,17 @@ async fn hot_swap_the_binary_follows_the_resource_named_by_its_flag() {
     })
     .await;
     assert_eq!(status, 500, "not ready without the resource");
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    apply_v1(&bed).await;
     initialised(&bed, "node-a", "node-a initialised by the binary").await;
     let (status, _) = e2e::https::get(manager.addr, "/readyz").await.unwrap();
     assert_eq!(status, 200);
-    let status = status_where(&bed, "the binary wrote the status", |status| {
-        condition_is(status, condition::READY, ConditionStatus::True, "Active")
-    })
+    let status = reached(
+        &bed,
+        "the binary wrote the status",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
     .await;
     assert!(active_reference(&status).ends_with("/simcloud.wasm"));
 }
@@ -969,14 +988,13 @@ async fn hot_swap_a_restart_after_a_rollback_runs_the_version_rolled_back_to() {
         &cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed)),
     )
     .await;
-    status_where(&bed, "rolled back", |status| {
-        condition_is(
-            status,
-            condition::ROLLED_BACK,
-            ConditionStatus::True,
-            "FailureRate",
-        )
-    })
+    reached(
+        &bed,
+        "rolled back",
+        condition::ROLLED_BACK,
+        ConditionStatus::True,
+        "FailureRate",
+    )
     .await;
     bed.cloud.sim.state().set_faults(Faults::default());
     manager.stop().await.unwrap();
@@ -1019,11 +1037,7 @@ async fn hot_swap_a_secret_the_manager_may_not_read_is_named_and_does_not_block_
     bed.emulator
         .faults()
         .fail_next(kube_emulator::FailRule::new(10_000, 403).path_contains("/secrets"));
-    apply(
-        &bed,
-        &cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed)),
-    )
-    .await;
+    apply_v1(&bed).await;
     let manager = bed.run(resource_config(&bed));
     let status = status_where(
         &bed,
@@ -1047,14 +1061,13 @@ async fn hot_swap_a_secret_the_manager_may_not_read_is_named_and_does_not_block_
 
     // Granted: the watch reads it, and the provider's requests carry the token again.
     bed.emulator.faults().clear();
-    status_where(&bed, "no longer Degraded", |status| {
-        condition_is(
-            status,
-            condition::DEGRADED,
-            ConditionStatus::False,
-            "AsExpected",
-        )
-    })
+    reached(
+        &bed,
+        "no longer Degraded",
+        condition::DEGRADED,
+        ConditionStatus::False,
+        "AsExpected",
+    )
     .await;
     bed.add_node("node-a", "zone-a").await;
     initialised(&bed, "node-a", "node-a initialised with the token").await;
