@@ -9,7 +9,8 @@
 pub mod source;
 /// The provider contract (`wit/provider.wit`) as plain Rust types.
 pub mod contract;
-/// Typed async facade over one provider version: what controllers call.
+/// Typed async facade over one provider version, the slot that swaps versions under the
+/// controllers, and shadow calls of a candidate version: what controllers call.
 pub mod provider;
 /// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
 pub mod sandbox;

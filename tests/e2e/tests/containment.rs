@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, HostPattern};
-use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError};
+use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError, Shadow};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
 
@@ -91,6 +91,41 @@ fn grant(url: &str) -> EgressConfig {
         allow: vec![url.parse::<HostPattern>().unwrap()],
         ..EgressConfig::default()
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shadow_holds_at_most_its_bound_of_calls_and_never_delays_the_active_one() {
+    let config = SandboxConfig {
+        call_timeout: Duration::from_millis(1500),
+        ..SandboxConfig::default()
+    };
+    let active = hostile(config.clone(), EgressConfig::default()).await;
+    // The candidate's mirror of a looping call holds the shadow's only slot until its
+    // deadline.
+    let candidate = hostile(config, EgressConfig::default()).await;
+    let shadow = Shadow::new(candidate, 1);
+    let provider = active.with_shadow(Some(shadow.clone()));
+    let started = Instant::now();
+    let looping = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.instance_metadata(&command("loop")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The one shadow slot is taken: these are answered by the active version alone.
+    for _ in 0..3 {
+        assert!(provider.instance_exists(&command("x")).await.unwrap());
+    }
+    let answered_after = started.elapsed();
+    assert_eq!(looping.await.unwrap().unwrap_err().outcome(), "deadline");
+    assert!(
+        answered_after < started.elapsed(),
+        "the active calls did not wait for the shadow's"
+    );
+    let report = shadow.report();
+    assert_eq!(report.skipped, 3, "{report:?}");
+    // The looping call, mirrored, agreed once the candidate's deadline passed too.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(shadow.report().agreeing, 1, "{:?}", shadow.report());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
