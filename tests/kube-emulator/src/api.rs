@@ -1,10 +1,11 @@
-//! The HTTP surface: bearer-token authentication (see `tokens`), URL routing
+//! The HTTP surface: bearer-token authentication (see `tokens`) and
+//! authorization (see `authorization`) of every request, URL routing
 //! (`/api/v1/...`, `/apis/{group}/{version}/...`, namespaced and cluster
 //! paths, `/status`), query parameters, content negotiation (JSON,
 //! `PartialObjectMetadata` and `Table`), fault injection and request
-//! counting (per user agent and user) around every API call, the
-//! `serviceaccounts/{name}/token` subresource, and the admin endpoints under
-//! `/_emulator`.
+//! counting (per user agent and user) around every API call the user may
+//! make, the `serviceaccounts/{name}/token` subresource, and the admin
+//! endpoints under `/_emulator`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::authorization::{Attributes, Authorizer};
 use crate::body::{self, Parsed};
 use crate::discovery;
 use crate::faults::{FaultCommand, Faults, Requests};
@@ -26,7 +28,7 @@ use crate::kinds::{self, FieldValidation, Subresource};
 use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
 use crate::resources::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, BadValue, FieldError, GroupKind, GroupResource, quote};
+use crate::status::{ApiError, FieldError, GroupKind, GroupResource, go_strings};
 use crate::store::Store;
 use crate::table::{self, RowObject};
 use crate::tokens::Tokens;
@@ -45,6 +47,7 @@ pub struct App {
     pub faults: Faults,
     pub requests: Requests,
     pub tokens: Tokens,
+    pub authorizer: Authorizer,
     pub addr: SocketAddr,
     pub bookmark_interval: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -61,6 +64,7 @@ pub fn router(app: App) -> Router {
             "/_emulator/requests",
             get(get_requests).delete(reset_requests),
         )
+        .route("/_emulator/authorizations", get(get_authorizations))
         .fallback(dispatch)
         .with_state(app)
 }
@@ -91,8 +95,14 @@ async fn get_requests(State(app): State<App>) -> Response {
     json_response(StatusCode::OK, &json!(app.requests.snapshot()), &[])
 }
 
+async fn get_authorizations(State(app): State<App>) -> Response {
+    json_response(StatusCode::OK, &json!(app.authorizer.snapshot()), &[])
+}
+
+/// Forgets the request counts and the authorization decisions.
 async fn reset_requests(State(app): State<App>) -> StatusCode {
     app.requests.reset();
+    app.authorizer.reset();
     StatusCode::NO_CONTENT
 }
 
@@ -116,11 +126,6 @@ fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Respons
         }
     }
     response
-}
-
-/// The user `headers` authenticate as, or 401.
-fn authorize(app: &App, headers: &HeaderMap) -> Result<String, ApiError> {
-    app.tokens.authenticate(&app.store, headers)
 }
 
 /// Query parameters, in order.
@@ -241,11 +246,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         .filter(|s| !s.is_empty())
         .collect();
     let is_api = matches!(segments.first(), Some(&"api") | Some(&"apis"));
-    if !is_api {
-        if segments.first() == Some(&"openapi") {
-            authorize(app, &parts.headers)?;
-            return Err(ApiError::UnknownResource);
-        }
+    if !is_api && segments.first() != Some(&"openapi") {
         return Ok((StatusCode::NOT_FOUND, "404 page not found").into_response());
     }
     let user_agent = parts
@@ -253,7 +254,27 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         .get(header::USER_AGENT)
         .map(|agent| String::from_utf8_lossy(agent.as_bytes()).into_owned())
         .unwrap_or_default();
-    let user = authorize(app, &parts.headers).inspect_err(|_| app.requests.refuse(&user_agent))?;
+    let user = app
+        .tokens
+        .authenticate(&app.store, &parts.headers)
+        .inspect_err(|_| app.requests.refuse(&user_agent))?;
+    // Upstream authorizes from the URL alone, before routing and before the
+    // handler (here: the injected faults) runs.
+    let attributes = Attributes::of(&user, &parts.method, &parts.uri);
+    app.authorizer
+        .authorize(&app.store, &attributes)
+        .inspect_err(|_| {
+            app.requests.forbid(
+                &user_agent,
+                &user.name,
+                &attributes.verb,
+                &attributes.label(),
+            );
+        })?;
+    if !is_api {
+        return Err(ApiError::UnknownResource);
+    }
+    let user = user.name;
     let resource_path = match segments.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
         ["apis", group, version, rest @ ..] if !rest.is_empty() => {
@@ -720,10 +741,9 @@ impl Call<'_> {
     fn dry_run(&self, errs: &mut Vec<FieldError>) -> bool {
         let values = self.query.all("dryRun");
         if values.iter().any(|v| *v != "All") {
-            let listed: Vec<String> = values.iter().map(|v| quote(v)).collect();
             errs.push(FieldError::not_supported(
                 "dryRun",
-                BadValue::Raw(format!("[]string{{{}}}", listed.join(", "))),
+                go_strings(&values),
                 &["All"],
             ));
         }

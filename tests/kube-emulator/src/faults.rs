@@ -3,8 +3,8 @@
 //! latency, make the next N updates of a resource conflict; and count
 //! requests per verb and resource, per user agent, and per authenticated
 //! user (the kubeconfig's admin, or a service account whose token made the
-//! request). Driven from the library or from `/_emulator/faults` and
-//! `/_emulator/requests`.
+//! request), and those refused with 401 or 403. Driven from the library or
+//! from `/_emulator/faults` and `/_emulator/requests`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -228,10 +228,14 @@ impl Faults {
 /// A request's user agent, user, verb and resource.
 type RequestKey = (String, String, String, String);
 
+type Tally = Arc<Mutex<BTreeMap<RequestKey, u64>>>;
+
 /// API requests seen, per user agent, user, verb and resource.
 #[derive(Debug, Clone, Default)]
 pub struct Requests {
-    counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+    counts: Tally,
+    /// Requests refused with 403.
+    forbidden: Tally,
     /// Requests refused with 401, per user agent.
     refused: Arc<Mutex<BTreeMap<String, u64>>>,
 }
@@ -248,26 +252,43 @@ pub struct RequestCounts {
     /// The same per authenticated user → `"verb resource"` → count: [`crate::ADMIN_USER`]
     /// for the kubeconfig's token, `system:serviceaccount:NAMESPACE:NAME` for a token
     /// the `serviceaccounts/NAME/token` subresource issued. A request refused with 401
-    /// is not counted.
+    /// or 403 is not counted.
     pub by_user: BTreeMap<String, BTreeMap<String, u64>>,
     /// API requests refused with 401 (no token, an unknown one, or an expired one), per
     /// user agent.
     pub unauthorized: BTreeMap<String, u64>,
+    /// API requests refused with 403 because the user may not make them (see
+    /// [`crate::Authorization::Rbac`]), per user → `"verb resource"` → count (`"post
+    /// /api"` for a path).
+    pub forbidden: BTreeMap<String, BTreeMap<String, u64>>,
     /// Every count with its user agent and user, for [`RequestCounts::client`] and
     /// [`RequestCounts::user`].
     #[serde(skip)]
     detail: BTreeMap<RequestKey, u64>,
+    /// The same of the requests refused with 403.
+    #[serde(skip)]
+    forbidden_detail: BTreeMap<RequestKey, u64>,
 }
 
 impl RequestCounts {
     fn from_detail(
         detail: BTreeMap<RequestKey, u64>,
+        forbidden_detail: BTreeMap<RequestKey, u64>,
         unauthorized: BTreeMap<String, u64>,
     ) -> RequestCounts {
         let mut snapshot = RequestCounts {
             unauthorized,
             ..RequestCounts::default()
         };
+        for ((_, user, verb, resource), n) in &forbidden_detail {
+            *snapshot
+                .forbidden
+                .entry(user.clone())
+                .or_default()
+                .entry(format!("{verb} {resource}"))
+                .or_default() += n;
+        }
+        snapshot.forbidden_detail = forbidden_detail;
         for ((agent, user, verb, resource), n) in &detail {
             let key = format!("{verb} {resource}");
             *snapshot.counts.entry(key.clone()).or_default() += n;
@@ -308,11 +329,20 @@ impl RequestCounts {
         self.counts.values().sum()
     }
 
+    /// Requests with this verb on this resource refused with 403, whoever made them.
+    pub fn denied(&self, verb: &str, resource: &str) -> u64 {
+        let key = format!("{verb} {resource}");
+        self.forbidden
+            .values()
+            .filter_map(|counts| counts.get(&key))
+            .sum()
+    }
+
     /// The requests of one client: those whose user agent is `client`, or ends with it
     /// after a space or a `/` (`wasm-ccm/0.1.0 (linux/amd64) node-controller`, or
     /// client-go's `…/node-controller`), so `node-controller` does not match
     /// `cloud-node-controller`. Its `by_user` says as whom that client called, its
-    /// `unauthorized` how often it was refused.
+    /// `unauthorized` and `forbidden` how often it was refused.
     pub fn client(&self, client: &str) -> RequestCounts {
         let named = |agent: &str| {
             agent == client
@@ -337,12 +367,16 @@ impl RequestCounts {
     }
 
     fn filter(&self, keep: impl Fn(&str, &str) -> bool) -> RequestCounts {
-        RequestCounts::from_detail(
-            self.detail
+        let kept = |detail: &BTreeMap<RequestKey, u64>| {
+            detail
                 .iter()
                 .filter(|((agent, user, _, _), _)| keep(agent, user))
                 .map(|(key, n)| (key.clone(), *n))
-                .collect(),
+                .collect()
+        };
+        RequestCounts::from_detail(
+            kept(&self.detail),
+            kept(&self.forbidden_detail),
             BTreeMap::new(),
         )
     }
@@ -359,42 +393,52 @@ impl Requests {
     }
 
     pub(crate) fn record(&self, user_agent: &str, user: &str, verb: &str, resource: &str) {
-        let mut counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *counts
-            .entry((
-                user_agent.to_owned(),
-                user.to_owned(),
-                verb.to_owned(),
-                resource.to_owned(),
-            ))
-            .or_default() += 1;
+        tally(&self.counts, user_agent, user, verb, resource);
+    }
+
+    /// Counts a request refused with 403.
+    pub(crate) fn forbid(&self, user_agent: &str, user: &str, verb: &str, resource: &str) {
+        tally(&self.forbidden, user_agent, user, verb, resource);
     }
 
     pub fn snapshot(&self) -> RequestCounts {
-        let counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let refused = self
             .refused
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        RequestCounts::from_detail(counts.clone(), refused.clone())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        RequestCounts::from_detail(
+            locked(&self.counts).clone(),
+            locked(&self.forbidden).clone(),
+            refused,
+        )
     }
 
     pub fn reset(&self) {
-        self.counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        locked(&self.counts).clear();
+        locked(&self.forbidden).clear();
         self.refused
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
     }
+}
+
+fn locked(tally: &Tally) -> MutexGuard<'_, BTreeMap<RequestKey, u64>> {
+    tally
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn tally(tally: &Tally, user_agent: &str, user: &str, verb: &str, resource: &str) {
+    *locked(tally)
+        .entry((
+            user_agent.to_owned(),
+            user.to_owned(),
+            verb.to_owned(),
+            resource.to_owned(),
+        ))
+        .or_default() += 1;
 }
 
 #[cfg(test)]
@@ -471,6 +515,24 @@ mod tests {
         requests.refuse("wasm-ccm/0.1.0 (linux/amd64) node-controller");
         let refused = requests.snapshot().client("node-controller").unauthorized;
         assert_eq!(refused.values().sum::<u64>(), 1);
+        requests.forbid(
+            "wasm-ccm/0.1.0 (linux/amd64) node-controller",
+            lifecycle_sa,
+            "patch",
+            "nodes/status",
+        );
+        let counts = requests.snapshot();
+        assert_eq!(counts.denied("patch", "nodes/status"), 1);
+        assert_eq!(
+            counts.get("patch", "nodes/status"),
+            0,
+            "a refusal is no request served"
+        );
+        assert_eq!(
+            counts.user(lifecycle_sa).forbidden[lifecycle_sa]["patch nodes/status"],
+            1
+        );
+        assert!(counts.client("cloud-node-controller").forbidden.is_empty());
         requests.reset();
         assert_eq!(requests.snapshot(), RequestCounts::default());
     }

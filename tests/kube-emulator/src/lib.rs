@@ -11,8 +11,8 @@
 //! kubectl both connect without disabling verification.
 //!
 //! It is both a library ([`Emulator::start`] runs it in-process; [`Store`],
-//! [`Faults`] and [`Emulator::requests`] let a test look inside and break
-//! things) and the `kube-emulator` binary.
+//! [`Faults`], [`Emulator::requests`] and [`Emulator::authorizations`] let
+//! a test look inside and break things) and the `kube-emulator` binary.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -40,6 +40,8 @@
 //! | `coordination.k8s.io/v1` `leases` | namespaced | |
 //! | `events.k8s.io/v1` `events` (the same objects as `v1` events) | namespaced | |
 //! | `apiextensions.k8s.io/v1` `customresourcedefinitions` | cluster | `status` |
+//! | `rbac.authorization.k8s.io/v1` `roles`, `rolebindings` | namespaced | |
+//! | `rbac.authorization.k8s.io/v1` `clusterroles`, `clusterrolebindings` | cluster | |
 //! | every served version of an established CRD | per CRD | `status` if declared |
 //!
 //! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`
@@ -55,14 +57,61 @@
 //! over 2^32 (3600 if unset), audiences defaulted to the API server's, the
 //! lifetime shortened to [`EmulatorOptions::max_token_expiration`] with a
 //! warning, and `status.token` and `status.expirationTimestamp` filled. Its
-//! tokens authenticate as `system:serviceaccount:NAMESPACE:NAME` until they
-//! expire and while that ServiceAccount (same uid) exists; then they are a
-//! 401. [`Emulator::requests`] counts requests per user too, and the 401s
-//! per user agent.
+//! tokens authenticate as `system:serviceaccount:NAMESPACE:NAME` (in the
+//! groups `system:serviceaccounts`, `system:serviceaccounts:NAMESPACE` and
+//! `system:authenticated`) until they expire and while that ServiceAccount
+//! (same uid) exists; then they are a 401. The admin is in
+//! `system:masters` and `system:authenticated`.
+//!
+//! # Authorization
+//!
+//! [`EmulatorOptions::authorization`] (the binary's `--authorization-mode
+//! AlwaysAllow|RBAC`) decides who may do what. Under the default
+//! [`Authorization::AlwaysAllow`] any authenticated request is allowed.
+//! Under [`Authorization::Rbac`], as a kube-apiserver with RBAC decides it,
+//! `system:masters` (the admin) may do anything and anyone else what the
+//! Roles and ClusterRoles bound to them allow: each request's attributes
+//! are read from its method and URL as upstream's `RequestInfoFactory`
+//! reads them (`GET` without a name is `list`, or `watch` with
+//! `watch=true`; `DELETE` without one `deletecollection`; a list's
+//! `fieldSelector` requiring `metadata.name=X` names the request X, so
+//! `resourceNames` rules allow kube-runtime's `watch_object`;
+//! `serviceaccounts/NAME/token` is `create` on `serviceaccounts`,
+//! subresource `token`; a namespace is a request in itself), and evaluated
+//! as the RBAC authorizer does: ClusterRoleBindings grant everywhere,
+//! RoleBindings only in their namespace, requests at the cluster scope
+//! (cluster-scoped resources, lists and watches across namespaces) only
+//! through ClusterRoleBindings; `*` verbs, groups and resources,
+//! `resource/subresource` and `*/subresource`, `resourceNames`,
+//! `nonResourceURLs`; `User`, `Group` and `ServiceAccount` subjects (a
+//! RoleBinding's without a namespace in its own). A binding whose role does
+//! not exist grants nothing. Discovery (`/api`, `/apis` and below) and
+//! `/openapi` are allowed for every authenticated user, as upstream's
+//! bootstrap `system:discovery` binding allows them, and the self-reviews
+//! of `system:basic-user`. A refusal is upstream's 403, with its message:
+//! `nodes "n1" is forbidden: User "system:serviceaccount:kube-system:ccm"
+//! cannot get resource "nodes" in API group "" at the cluster scope`
+//! (`… in the namespace "default"`, `leases.coordination.k8s.io "l" is
+//! forbidden: …`, `forbidden: User "…" cannot post path "/api"`, and
+//! `: RBAC: clusterrole.rbac.authorization.k8s.io "x" not found` after it
+//! for a binding to a missing role). Upstream authorizes after
+//! authentication and API priority and fairness, before the handler; the
+//! emulator's injected latency and failures stand for the handler's, so a
+//! refused request waits for no latency and takes no [`FailRule`]. It is
+//! authorized from its URL alone, before routing: a refused user gets the
+//! 403 for a resource the emulator does not serve too.
+//!
+//! [`Emulator::requests`] counts requests per user too, the 401s per user
+//! agent and the 403s per user. [`Emulator::authorizations`] lists every
+//! distinct decision (in both modes: under `AlwaysAllow` all are allowed)
+//! with its attributes and how often it was made, for tests that derive the
+//! RBAC a program needs from what it does; [`Emulator::reset_requests`]
+//! forgets both.
 //!
 //! Responses are JSON, `PartialObjectMetadata` or, for get, list and watch,
 //! the `Table` that `kubectl get` asks for, with upstream's columns for the
-//! built-in kinds and a CRD's `additionalPrinterColumns` for its resources (so `get nodes`, `get services -A`, `get lease`, `get
+//! built-in kinds (a binding's role and, wide, its users, groups and
+//! service accounts) and a CRD's `additionalPrinterColumns` for its resources (so `get nodes`, `get services -A`, `get lease`, `get
 //! events -A` print as against a real cluster, `-o wide` included).
 //!
 //! Semantics, as upstream: one global resourceVersion bumped per write,
@@ -113,7 +162,10 @@
 //! references, taints, node addresses and `providerID`, services (types,
 //! ports, node ports, cluster and external IPs, `loadBalancerClass`, load
 //! balancer status and `ipMode`), leases, events (both API versions),
-//! config maps, secrets, CRDs (names, and structural schemas: a `type` on
+//! config maps, secrets, RBAC objects (rules with verbs and resources or
+//! non-resource URLs, a binding's `roleRef` of a kind it may use and never
+//! changed, subjects of a known kind, with v1's defaults for their API
+//! groups), CRDs (names, and structural schemas: a `type` on
 //! every node, consistent `x-kubernetes-list-type`s; reported under
 //! `spec.validation` when all versions share one schema, where upstream's
 //! conversion moves it), and custom resources against their structural
@@ -137,7 +189,9 @@
 //!
 //! In request order: `tls` (the generated CA, the serving certificate and
 //! TLS termination) → `api` (HTTP routing, negotiation, faults around each
-//! call) → `discovery` (discovery documents) or `verbs` (what each verb
+//! call), which asks `tokens` who a request is and `authorization` whether
+//! they may (`authorization::attributes` reads what it asks,
+//! `authorization::rbac` the bindings and roles) → `discovery` (discovery documents) or `verbs` (what each verb
 //! does) → `kinds` (per-kind defaulting, validation and strategies, with
 //! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
 //! schemas and what makes one valid, `micro_time` for `MicroTime` strings
@@ -151,7 +205,9 @@
 //! CRDs.
 //!
 //! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
-//! a [`FaultCommand`]) and `GET`/`DELETE /_emulator/requests`.
+//! a [`FaultCommand`]), `GET`/`DELETE /_emulator/requests` (the delete
+//! forgets the authorization decisions too) and `GET
+//! /_emulator/authorizations` (a list of [`Decision`]s).
 //!
 //! # Known differences from a real kube-apiserver
 //!
@@ -174,11 +230,24 @@
 //!   [`EmulatorOptions::max_token_expiration`] may be any length, down to a
 //!   second, so tests can see tokens expire: a real server's
 //!   `--service-account-max-token-expiration` is at least an hour.
-//! - No authorization (any valid token may do anything), admission (but
-//!   for the not-ready taint on new Nodes), API priority and fairness,
-//!   audit, `managedFields`, or garbage collector (`propagationPolicy` is
-//!   validated but owner references are never followed, and no
-//!   `orphan`/`foregroundDeletion` finalizer is added).
+//! - Authorization is one mode, `AlwaysAllow` or `RBAC` (no `Node`
+//!   authorizer, no webhook, no chain of modes). RBAC has no escalation or
+//!   `bind` checks (creating a Role or binding is allowed to anyone allowed
+//!   to create it), no aggregated ClusterRoles (an `aggregationRule` is
+//!   stored, its `rules` never filled), no `SubjectAccessReview` or
+//!   self-reviews (allowed, then 404), and no impersonation. The bootstrap
+//!   roles and bindings (`cluster-admin`, `system:discovery`, the
+//!   `system:controller:*` roles of kube-system's controller accounts…) are
+//!   not objects in the store: only what `system:discovery` and
+//!   `system:basic-user` allow every authenticated user is built in, so a
+//!   service account named like a controller's has no rights of its own.
+//!   With several bindings to missing roles, the 403 lists them in store
+//!   order (upstream: its cache's). Paths outside `/api`, `/apis` and
+//!   `/openapi` answer without authentication or authorization.
+//! - No admission (but for the not-ready taint on new Nodes), API
+//!   priority and fairness, audit, `managedFields`, or garbage collector
+//!   (`propagationPolicy` is validated but owner references are never
+//!   followed, and no `orphan`/`foregroundDeletion` finalizer is added).
 //! - No kube-controller-manager: the `not-ready` taint admission puts on a
 //!   new Node stays until a client removes it (a real cluster's node
 //!   lifecycle controller removes it once the node reports Ready), and no
@@ -234,6 +303,7 @@
 //!   warnings read "unable to parse IP" rather than Go's exact wording.
 
 mod api;
+mod authorization;
 mod body;
 mod crd_finalizer;
 mod discovery;
@@ -266,6 +336,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
+pub use authorization::{Attributes, Authorization, Decision};
 pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
 pub use kubectl::kubectl;
 pub use store::Store;
@@ -291,6 +362,9 @@ pub struct EmulatorOptions {
     /// warning). Default none. Unlike the real flag it may be shorter than
     /// an hour, for tests that watch tokens expire.
     pub max_token_expiration: Option<Duration>,
+    /// The kube-apiserver's `--authorization-mode`: who may do what.
+    /// Default [`Authorization::AlwaysAllow`].
+    pub authorization: Authorization,
 }
 
 impl Default for EmulatorOptions {
@@ -300,6 +374,7 @@ impl Default for EmulatorOptions {
             history: 1000,
             bookmark_interval: Duration::from_secs(1),
             max_token_expiration: None,
+            authorization: Authorization::AlwaysAllow,
         }
     }
 }
@@ -330,6 +405,7 @@ pub struct Emulator {
     store: Store,
     faults: Faults,
     requests: faults::Requests,
+    authorizer: authorization::Authorizer,
     stop: signal::Sender<bool>,
     server: Option<JoinHandle<()>>,
 }
@@ -366,12 +442,14 @@ impl Emulator {
         seed(&store)?;
         let faults = Faults::default();
         let requests = faults::Requests::default();
+        let authorizer = authorization::Authorizer::new(options.authorization);
         let (stop, stopped) = signal::channel(false);
         let app = api::App {
             store: store.clone(),
             faults: faults.clone(),
             requests: requests.clone(),
             tokens: tokens::Tokens::new(&options.token, options.max_token_expiration),
+            authorizer: authorizer.clone(),
             addr,
             bookmark_interval: options.bookmark_interval.max(Duration::from_millis(10)),
             shutdown: stopped.clone(),
@@ -395,6 +473,7 @@ impl Emulator {
             store,
             faults,
             requests,
+            authorizer,
             stop,
             server: Some(server),
         })
@@ -459,9 +538,17 @@ impl Emulator {
         self.requests.snapshot()
     }
 
-    /// Forgets the request counts.
+    /// The distinct authorization decisions so far, in either mode: who
+    /// asked to do what (the request's [`Attributes`], as upstream computes
+    /// them), whether it was allowed, and how often.
+    pub fn authorizations(&self) -> Vec<Decision> {
+        self.authorizer.snapshot()
+    }
+
+    /// Forgets the request counts and the authorization decisions.
     pub fn reset_requests(&self) {
         self.requests.reset();
+        self.authorizer.reset();
     }
 
     /// Stops accepting connections, ends watches, lets open requests

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kube_emulator::{Emulator, EmulatorOptions};
+use kube_emulator::{Authorization, Emulator, EmulatorOptions};
 use tracing_subscriber::EnvFilter;
 
 /// A Kubernetes API server emulator for testing wasm-ccm.
@@ -51,6 +51,15 @@ struct Args {
         default_value_t = 0
     )]
     max_token_expiration_seconds: u64,
+    /// Who may do what, as the API server's --authorization-mode: AlwaysAllow, or RBAC
+    /// (the kubeconfig's user may do anything, service accounts what their Roles and
+    /// ClusterRoles allow).
+    #[arg(
+        long,
+        env = "KUBE_EMULATOR_AUTHORIZATION_MODE",
+        default_value = "AlwaysAllow"
+    )]
+    authorization_mode: Authorization,
 }
 
 #[tokio::main]
@@ -69,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
         max_token_expiration: (args.max_token_expiration_seconds > 0)
             .then(|| Duration::from_secs(args.max_token_expiration_seconds)),
+        authorization: args.authorization_mode,
     };
     // Listen for the signals before announcing the URL: a client that
     // stops the emulator as soon as it has answered must not find the

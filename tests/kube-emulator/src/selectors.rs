@@ -414,6 +414,15 @@ impl FieldSelector {
         self.terms.iter().map(|t| t.field.as_str())
     }
 
+    /// The value `field` must equal, if a term requires one
+    /// (`RequiresExactMatch`): `metadata.name=x` or `metadata.name==x`.
+    pub fn requires_exact(&self, field: &str) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.equal && t.field == field)
+            .map(|t| t.value.as_str())
+    }
+
     /// Whether an object whose selectable fields are `fields` is selected.
     pub fn matches(&self, fields: &[(String, String)]) -> bool {
         self.terms.iter().all(|t| {
@@ -477,6 +486,10 @@ mod tests {
         let s = FieldSelector::parse("metadata.name==n2").unwrap();
         assert!(!s.matches(&fields));
         assert!(FieldSelector::parse("nonsense").is_err());
+        assert_eq!(s.requires_exact("metadata.name"), Some("n2"));
+        assert_eq!(s.requires_exact("spec.unschedulable"), None);
+        let s = FieldSelector::parse("metadata.name!=n1").unwrap();
+        assert_eq!(s.requires_exact("metadata.name"), None);
         let s = FieldSelector::parse(r"a=x\,y").unwrap();
         assert!(s.matches(&[("a".to_owned(), "x,y".to_owned())]));
     }

@@ -187,6 +187,12 @@ fn go_number(n: &serde_json::Number) -> String {
     format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
+/// Go's `%#v` of a `[]string`: `[]string{"a", "b"}`.
+pub fn go_strings<S: AsRef<str>>(list: &[S]) -> BadValue {
+    let quoted: Vec<String> = list.iter().map(|s| quote(s.as_ref())).collect();
+    BadValue::Raw(format!("[]string{{{}}}", quoted.join(", ")))
+}
+
 /// Go's `%q` for the ASCII strings that appear in Kubernetes objects.
 pub fn quote(s: &str) -> String {
     // serde_json escapes like Go for printable ASCII, quotes and backslashes.
@@ -423,9 +429,12 @@ pub enum ApiError {
     Injected { code: u16, message: String },
 }
 
-/// `NewForbidden`: a collection (empty name) is forbidden unquoted.
+/// `NewForbidden`: a collection (empty name) is forbidden unquoted, a
+/// request for no resource (a path) just "forbidden".
 fn forbidden_message(resource: &GroupResource, name: &str, message: &str) -> String {
-    if name.is_empty() {
+    if resource.group.is_empty() && resource.resource.is_empty() {
+        format!("forbidden: {message}")
+    } else if name.is_empty() {
         format!("{resource} is forbidden: {message}")
     } else {
         format!("{resource} {name:?} is forbidden: {message}")

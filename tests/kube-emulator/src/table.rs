@@ -10,7 +10,7 @@
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
-use crate::kinds::{self, str_at};
+use crate::kinds::{self, array_at, str_at};
 use crate::printer_columns::PrinterColumn;
 use crate::resources::{ResourceType, Rules};
 use crate::watch;
@@ -212,6 +212,34 @@ const EVENT: &[Column] = &[
         ..wide("Name", "Name must be unique within a namespace.")
     },
 ];
+/// `roleBindingsColumnDefinitions` and `clusterRoleBindingsColumnDefinitions`.
+const ROLE_BINDING: &[Column] = &[
+    NAME,
+    column(
+        "Role",
+        "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.",
+    ),
+    AGE,
+    wide("Users", "Users in the roleBinding"),
+    wide("Groups", "Groups in the roleBinding"),
+    wide("ServiceAccounts", "ServiceAccounts in the roleBinding"),
+];
+const CLUSTER_ROLE_BINDING: &[Column] = &[
+    NAME,
+    column(
+        "Role",
+        "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.",
+    ),
+    AGE,
+    wide("Users", "Users in the clusterRoleBinding"),
+    wide("Groups", "Groups in the clusterRoleBinding"),
+    wide(
+        "ServiceAccounts",
+        "ServiceAccounts in the clusterRoleBinding",
+    ),
+];
+/// What kinds without a printer show (`DefaultTableConvertor`): CRDs,
+/// Roles and ClusterRoles.
 const CRD: &[Column] = &[
     NAME,
     Column {
@@ -247,7 +275,9 @@ fn columns(rt: &ResourceType) -> &'static [Column] {
         Rules::ServiceAccount => SERVICE_ACCOUNT,
         Rules::Lease => LEASE,
         Rules::Event => EVENT,
-        Rules::CustomResourceDefinition => CRD,
+        Rules::CustomResourceDefinition | Rules::Role | Rules::ClusterRole => CRD,
+        Rules::RoleBinding => ROLE_BINDING,
+        Rules::ClusterRoleBinding => CLUSTER_ROLE_BINDING,
         Rules::Custom => CUSTOM,
     }
 }
@@ -266,14 +296,15 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
             json!(entries(view, &["data"])),
             age,
         ],
-        Rules::ServiceAccount => vec![name, json!(array(view, "/secrets").len()), age],
+        Rules::ServiceAccount => vec![name, json!(array_at(view, "/secrets").len()), age],
         Rules::Lease => vec![name, json!(str_at(view, "/spec/holderIdentity")), age],
         // Both event endpoints print the core form, as upstream prints the
         // internal type.
         Rules::Event => event(&kinds::to_storage(rt, view.clone()), now),
-        Rules::CustomResourceDefinition => {
+        Rules::CustomResourceDefinition | Rules::Role | Rules::ClusterRole => {
             vec![name, json!(str_at(view, "/metadata/creationTimestamp"))]
         }
+        Rules::RoleBinding | Rules::ClusterRoleBinding => role_binding(view, name, age),
         Rules::Custom if !printer_columns(rt).is_empty() => std::iter::once(name)
             .chain(printer_columns(rt).iter().map(|c| c.cell(view, now)))
             .collect(),
@@ -283,7 +314,7 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
 
 /// `printNode`.
 fn node(node: &Value, name: Value, age: Value) -> Vec<Value> {
-    let ready = array(node, "/status/conditions")
+    let ready = array_at(node, "/status/conditions")
         .iter()
         .find(|c| str_at(c, "/type") == "Ready");
     let mut status = vec![match ready {
@@ -311,7 +342,7 @@ fn node(node: &Value, name: Value, age: Value) -> Vec<Value> {
     roles.sort_unstable();
     roles.dedup();
     let address = |kind: &str| {
-        array(node, "/status/addresses")
+        array_at(node, "/status/addresses")
             .iter()
             .find(|a| str_at(a, "/type") == kind)
             .map_or("<none>", |a| str_at(a, "/address"))
@@ -340,11 +371,11 @@ fn node(node: &Value, name: Value, age: Value) -> Vec<Value> {
 /// `printService`.
 fn service(service: &Value, name: Value, age: Value) -> Vec<Value> {
     let kind = str_at(service, "/spec/type");
-    let cluster_ip = array(service, "/spec/clusterIPs")
+    let cluster_ip = array_at(service, "/spec/clusterIPs")
         .first()
         .and_then(Value::as_str)
         .unwrap_or("<none>");
-    let ports: Vec<String> = array(service, "/spec/ports")
+    let ports: Vec<String> = array_at(service, "/spec/ports")
         .iter()
         .map(|p| {
             let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
@@ -374,16 +405,46 @@ fn service(service: &Value, name: Value, age: Value) -> Vec<Value> {
     ]
 }
 
+/// `printRoleBinding` and `printClusterRoleBinding`: the role as
+/// `Kind/name`, and the subjects by kind (`SubjectsStrings`).
+fn role_binding(binding: &Value, name: Value, age: Value) -> Vec<Value> {
+    let role = format!(
+        "{}/{}",
+        str_at(binding, "/roleRef/kind"),
+        str_at(binding, "/roleRef/name")
+    );
+    let subjects = array_at(binding, "/subjects");
+    let of_kind = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| str_at(s, "/kind") == kind)
+            .map(|s| match kind {
+                "ServiceAccount" => format!("{}/{}", str_at(s, "/namespace"), str_at(s, "/name")),
+                _ => str_at(s, "/name").to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        name,
+        json!(role),
+        age,
+        json!(of_kind("User")),
+        json!(of_kind("Group")),
+        json!(of_kind("ServiceAccount")),
+    ]
+}
+
 /// `getServiceExternalIP`, wide (never clipped).
 fn external_ip(service: &Value, kind: &str) -> String {
-    let external: Vec<&str> = array(service, "/spec/externalIPs")
+    let external: Vec<&str> = array_at(service, "/spec/externalIPs")
         .iter()
         .filter_map(Value::as_str)
         .collect();
     match kind {
         "ClusterIP" | "NodePort" => or(&external.join(","), "<none>"),
         "LoadBalancer" => {
-            let mut ingress: Vec<String> = array(service, "/status/loadBalancer/ingress")
+            let mut ingress: Vec<String> = array_at(service, "/status/loadBalancer/ingress")
                 .iter()
                 .map(|i| or(str_at(i, "/ip"), str_at(i, "/hostname")))
                 .filter(|i| !i.is_empty())
@@ -446,13 +507,6 @@ fn event(event: &Value, now: Timestamp) -> Vec<Value> {
         json!(count),
         json!(str_at(event, "/metadata/name")),
     ]
-}
-
-fn array<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
-    obj.pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
 }
 
 /// How many keys the maps at `fields` hold together.

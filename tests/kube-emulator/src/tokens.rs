@@ -1,8 +1,10 @@
 //! Authentication: who a request is. The kubeconfig's bearer token is the
-//! admin ([`ADMIN_USER`]); the `serviceaccounts/{name}/token` subresource
-//! (an `authentication.k8s.io/v1` `TokenRequest`, as `kubectl create token`
-//! and client-go's `CreateToken` send it) issues tokens that authenticate as
-//! `system:serviceaccount:{namespace}:{name}` until they expire, and only
+//! admin ([`ADMIN_USER`], in `system:masters`); the
+//! `serviceaccounts/{name}/token` subresource (an `authentication.k8s.io/v1`
+//! `TokenRequest`, as `kubectl create token` and client-go's `CreateToken`
+//! send it) issues tokens that authenticate as
+//! `system:serviceaccount:{namespace}:{name}` (in the groups upstream's
+//! service-account authenticator gives it) until they expire, and only
 //! while their ServiceAccount (the same one, by uid) exists. Anything else is
 //! a 401, as the real server answers an expired or unknown token.
 
@@ -22,6 +24,11 @@ use crate::store::Store;
 /// its user so, too).
 pub const ADMIN_USER: &str = "kube-emulator";
 
+/// The group every authenticated user is in.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The group whose members may do anything (`user.SystemPrivilegedGroup`).
+pub const MASTERS: &str = "system:masters";
+
 /// `spec.expirationSeconds` when a request has none (upstream's default).
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 /// The shortest lifetime `ValidateTokenRequest` accepts.
@@ -31,6 +38,34 @@ const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 /// Audiences of a token that asks for none: the API server's own (what
 /// kubeadm's default `--service-account-issuer` makes them).
 const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// An authenticated user: a name and groups, as `user.Info` carries them.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    fn admin() -> User {
+        User {
+            name: ADMIN_USER.to_owned(),
+            groups: vec![MASTERS.to_owned(), AUTHENTICATED.to_owned()],
+        }
+    }
+
+    /// A service account, in the groups upstream's `UserInfo` puts it in.
+    fn service_account(namespace: &str, name: &str) -> User {
+        User {
+            name: service_account_user(namespace, name),
+            groups: vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{namespace}"),
+                AUTHENTICATED.to_owned(),
+            ],
+        }
+    }
+}
 
 /// A token issued by the token subresource.
 #[derive(Debug, Clone)]
@@ -66,7 +101,7 @@ impl Tokens {
     }
 
     /// The user whose bearer token `headers` carry, or 401.
-    pub fn authenticate(&self, store: &Store, headers: &HeaderMap) -> Result<String, ApiError> {
+    pub fn authenticate(&self, store: &Store, headers: &HeaderMap) -> Result<User, ApiError> {
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -74,7 +109,7 @@ impl Tokens {
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
         if presented == &*self.admin {
-            return Ok(ADMIN_USER.to_owned());
+            return Ok(User::admin());
         }
         let issued = self
             .issued()
@@ -88,7 +123,7 @@ impl Tokens {
         if account.is_none_or(|account| meta::uid(&account) != issued.uid) {
             return Err(ApiError::Unauthorized);
         }
-        Ok(service_account_user(&issued.namespace, &issued.name))
+        Ok(User::service_account(&issued.namespace, &issued.name))
     }
 
     /// `POST .../namespaces/{namespace}/serviceaccounts/{name}/token`: the

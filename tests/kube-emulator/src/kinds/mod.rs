@@ -11,6 +11,7 @@ mod event;
 mod lease;
 mod namespace;
 mod node;
+mod rbac;
 mod service;
 
 use std::sync::Arc;
@@ -23,6 +24,8 @@ use crate::meta::{self, NameRule};
 use crate::patch::ListStrategy;
 use crate::resources::{ResourceType, Rules, View};
 use crate::status::{ApiError, FieldError, GroupKind};
+
+pub use rbac::GROUP as RBAC_GROUP;
 
 pub use crd::{
     CLEANUP_FINALIZER as CRD_CLEANUP_FINALIZER, condition_is_true as crd_condition_is_true,
@@ -63,7 +66,11 @@ pub struct Policy {
 
 pub fn policy(rt: &ResourceType) -> Policy {
     let (create, unconditional) = match rt.rules {
-        Rules::Event => (true, true),
+        Rules::Event
+        | Rules::Role
+        | Rules::ClusterRole
+        | Rules::RoleBinding
+        | Rules::ClusterRoleBinding => (true, true),
         Rules::Lease => (true, false),
         Rules::CustomResourceDefinition | Rules::Custom => (false, false),
         Rules::Node
@@ -82,6 +89,15 @@ pub fn policy(rt: &ResourceType) -> Policy {
 /// A JSON pointer lookup returning `""` for anything absent or not a string.
 pub fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
     obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A JSON pointer lookup returning an empty slice for anything absent or
+/// not an array.
+pub fn array_at<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
 }
 
 /// Sets `obj[key]`, making `obj` an object if it is not one.
@@ -133,6 +149,16 @@ fn decode_fields(
         (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
         (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
         (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
+        (Rules::Role, _) => round_trip::<api::rbac::v1::Role>(rt, &rbac::role_zero_filled(&value))?,
+        (Rules::ClusterRole, _) => {
+            round_trip::<api::rbac::v1::ClusterRole>(rt, &rbac::role_zero_filled(&value))?
+        }
+        (Rules::RoleBinding, _) => {
+            round_trip::<api::rbac::v1::RoleBinding>(rt, &rbac::binding_zero_filled(&value))?
+        }
+        (Rules::ClusterRoleBinding, _) => {
+            round_trip::<api::rbac::v1::ClusterRoleBinding>(rt, &rbac::binding_zero_filled(&value))?
+        }
         (Rules::CustomResourceDefinition, _) => {
             round_trip::<apiext::CustomResourceDefinition>(rt, &value)?
         }
@@ -399,7 +425,12 @@ pub fn prepare_create(
         Rules::Lease => lease::prepare(obj, None),
         Rules::CustomResourceDefinition => crd::prepare_create(obj),
         Rules::Custom => custom::prepare_create(rt, obj),
-        Rules::ConfigMap | Rules::ServiceAccount | Rules::Event => {}
+        Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(obj),
+        Rules::ConfigMap
+        | Rules::ServiceAccount
+        | Rules::Event
+        | Rules::Role
+        | Rules::ClusterRole => {}
     }
     Vec::new()
 }
@@ -421,7 +452,12 @@ pub fn prepare_update(
         Rules::Lease => lease::prepare(new, Some(old)),
         Rules::CustomResourceDefinition => crd::prepare_update(sub, new, old),
         Rules::Custom => custom::prepare_update(rt, sub, new, old),
-        Rules::ConfigMap | Rules::ServiceAccount | Rules::Event => {}
+        Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(new),
+        Rules::ConfigMap
+        | Rules::ServiceAccount
+        | Rules::Event
+        | Rules::Role
+        | Rules::ClusterRole => {}
     }
     Vec::new()
 }
@@ -440,6 +476,10 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
         Rules::Lease => lease::validate(obj),
         Rules::CustomResourceDefinition => crd::validate(obj),
         Rules::Custom => custom::validate(rt, obj),
+        Rules::Role | Rules::ClusterRole => rbac::validate_role(obj, rt.namespaced),
+        Rules::RoleBinding | Rules::ClusterRoleBinding => {
+            rbac::validate_binding(obj, rt.namespaced)
+        }
     };
     if !errs.is_empty() {
         return errs;
@@ -466,6 +506,10 @@ pub fn validate_update(
         Rules::Lease => lease::validate_spec(new),
         Rules::CustomResourceDefinition => crd::validate_update(new, old),
         Rules::Custom => custom::validate(rt, new),
+        Rules::Role | Rules::ClusterRole => rbac::validate_rules(new, rt.namespaced),
+        Rules::RoleBinding | Rules::ClusterRoleBinding => {
+            rbac::validate_binding_update(new, old, rt.namespaced)
+        }
     });
     errs
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::{Subresource, set_field, str_at};
 use crate::meta::{self, NameRule};
 use crate::resources::ResourceType;
-use crate::status::{ApiError, BadValue, FieldError, quote};
+use crate::status::{ApiError, BadValue, FieldError, go_strings};
 use crate::validation;
 
 const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
@@ -154,12 +154,6 @@ pub fn validate(obj: &Value) -> Vec<FieldError> {
     errs.extend(validate_resources(obj));
     errs.extend(validate_pod_cidrs(obj));
     errs
-}
-
-/// Go's `%#v` of a `[]string`.
-fn go_strings(list: &[String]) -> BadValue {
-    let quoted: Vec<String> = list.iter().map(|s| quote(s)).collect();
-    BadValue::Raw(format!("[]string{{{}}}", quoted.join(", ")))
 }
 
 /// The `podCIDRs` part of `ValidateNode`: valid CIDRs, at most one per

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Cluster, Subresource, set_field, str_at};
 use crate::meta::{self, NameRule};
-use crate::status::{BadValue, FieldError};
+use crate::status::{BadValue, FieldError, go_strings};
 use crate::validation;
 
 const TYPES: &[&str] = &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
@@ -455,13 +455,7 @@ pub fn validate_update(sub: Subresource, new: &Value, old: &Value) -> Vec<FieldE
                 let ips = meta::string_list(new.pointer("/spec/clusterIPs"));
                 errs.push(FieldError::invalid(
                     "spec.clusterIPs[0]",
-                    BadValue::Raw(format!(
-                        "[]string{{{}}}",
-                        ips.iter()
-                            .map(|ip| crate::status::quote(ip))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )),
+                    go_strings(&ips),
                     "may not change once set",
                 ));
             }

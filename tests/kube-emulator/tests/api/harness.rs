@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node, Service, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::KubeConfigOptions;
 use kube::{Client, Config};
@@ -40,6 +41,34 @@ pub async fn client_for(emulator: &Emulator) -> Client {
     Client::try_from(config).expect("client builds")
 }
 
+/// A client that presents `token` instead of the kubeconfig's.
+pub async fn client_with_token(emulator: &Emulator, token: &str) -> Client {
+    let mut config =
+        Config::from_custom_kubeconfig(emulator.kubeconfig(), &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig is usable");
+    config.auth_info.token = Some(token.to_owned().into());
+    Client::try_from(config).expect("client builds")
+}
+
+/// Creates the ServiceAccount `namespace/name` as the admin; a token of it.
+pub async fn service_account_token(cluster: &Cluster, namespace: &str, name: &str) -> String {
+    let accounts = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace);
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("account literal");
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("service account created");
+    accounts
+        .create_token_request(name, &PostParams::default(), &TokenRequest::default())
+        .await
+        .expect("a token")
+        .status
+        .expect("a token request status")
+        .token
+}
+
 /// An HTTP client for requests a kube-rs client would not make as-is
 /// (no token, odd parameters, the admin endpoints). It trusts only the
 /// emulator's CA, as the kubeconfig does.
@@ -68,10 +97,16 @@ pub struct Binary {
 }
 
 pub async fn spawn_binary(kubeconfig: &Path) -> Binary {
+    spawn_binary_with(kubeconfig, &[]).await
+}
+
+/// [`spawn_binary`] with more flags.
+pub async fn spawn_binary_with(kubeconfig: &Path, flags: &[&str]) -> Binary {
     use tokio::io::AsyncBufReadExt as _;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
         .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
         .arg(kubeconfig)
+        .args(flags)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -167,9 +202,21 @@ pub async fn send(
     content_type: &str,
     body: &str,
 ) -> Answer {
+    send_as(cluster, "kube-emulator", method, path, content_type, body).await
+}
+
+/// [`send`], presenting `token`.
+pub async fn send_as(
+    cluster: &Cluster,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> Answer {
     let response = http_client(&cluster.emulator)
         .request(method, format!("{}{path}", cluster.emulator.url()))
-        .bearer_auth("kube-emulator")
+        .bearer_auth(token)
         .header("content-type", content_type)
         .body(body.to_owned())
         .send()

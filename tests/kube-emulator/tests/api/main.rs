@@ -14,6 +14,7 @@ mod kubectl;
 mod leases;
 mod nodes;
 mod patches;
+mod rbac;
 mod requests;
 mod responses;
 mod selectors;

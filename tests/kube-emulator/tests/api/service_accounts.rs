@@ -9,11 +9,12 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, Config};
 use kube_emulator::{ADMIN_USER, EmulatorOptions, service_account_user};
 use serde_json::json;
 
-use crate::harness::{Answer, Cluster, get, http_client, send, start, start_with, status};
+use crate::harness::{
+    Answer, Cluster, client_with_token, get, http_client, send, start, start_with, status,
+};
 
 fn account(name: &str) -> ServiceAccount {
     serde_json::from_value(json!({"metadata": {"name": name}})).expect("service account literal")
@@ -27,16 +28,6 @@ fn token_request(seconds: Option<i64>) -> TokenRequest {
         },
         ..TokenRequest::default()
     }
-}
-
-/// A client that presents `token` instead of the kubeconfig's.
-async fn client_with_token(cluster: &Cluster, token: &str) -> Client {
-    let mut config =
-        Config::from_custom_kubeconfig(cluster.emulator.kubeconfig(), &Default::default())
-            .await
-            .expect("kubeconfig");
-    config.auth_info.token = Some(token.to_owned().into());
-    Client::try_from(config).expect("client")
 }
 
 /// A TokenRequest for kube-system/node-controller with `body`, sent as the admin.
@@ -155,7 +146,7 @@ async fn a_token_request_answers_a_token_that_authenticates_as_the_service_accou
         "expires in an hour: {lifetime:?}"
     );
 
-    let robot = client_with_token(&cluster, &status.token).await;
+    let robot = client_with_token(&cluster.emulator, &status.token).await;
     Api::<Node>::all(robot)
         .list(&ListParams::default())
         .await
