@@ -291,7 +291,7 @@ fn unreadable(key: &ObjectKey, error: &kube::runtime::watcher::Error) -> String 
     };
     match status {
         Some(403) => format!(
-            "{key} cannot be read: the manager's account may not get, list and watch it \
+            "{key} cannot be read: the manager's account may not list and watch it by name \
              (the Helm chart grants exactly the Secrets and ConfigMaps its values name)"
         ),
         _ => format!("{key} cannot be read: {error}"),

@@ -91,23 +91,43 @@ pub fn helm_with_values(args: &[&str], values: &str) -> Output {
 /// `helm template RELEASE charts/wasm-ccm` in [`NAMESPACE`] with `values` (YAML): the objects,
 /// or helm's error output.
 pub fn render(release: &str, values: &str) -> Result<Vec<Rendered>, String> {
-    let chart = chart_dir();
-    let output = helm_with_values(
-        &[
-            "template",
-            release,
-            chart.to_str().expect("a UTF-8 path"),
-            "--namespace",
-            NAMESPACE,
-        ],
-        values,
-    );
+    render_files(release, &[values])
+}
+
+/// As [`render`], with several values files, each merged over the ones before (as
+/// `-f a.yaml -f b.yaml`).
+pub fn render_files(release: &str, values: &[&str]) -> Result<Vec<Rendered>, String> {
+    let dir = tempfile::tempdir().expect("a values dir");
+    let mut command = Command::new(helm());
+    command
+        .args(["template", release])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE])
+        .current_dir(repo());
+    for (index, text) in values.iter().enumerate() {
+        let file = dir.path().join(format!("values-{index}.yaml"));
+        std::fs::write(&file, text).expect("write values");
+        command.arg("--values").arg(file);
+    }
+    let output = command.output().expect("run helm");
     if !output.status.success() {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
     Ok(parse(
         &String::from_utf8(output.stdout).expect("helm prints UTF-8"),
     ))
+}
+
+/// The values file the README's install section shows (the YAML block that starts with
+/// `# simcloud.yaml`), so that a test installs what a reader is told to.
+pub fn readme_values() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let start = readme
+        .find("```yaml\n# simcloud.yaml\n")
+        .expect("the README shows simcloud.yaml in a yaml block")
+        + "```yaml\n".len();
+    let length = readme[start..].find("```").expect("the block ends");
+    readme[start..start + length].to_string()
 }
 
 /// Split `helm template` output into objects.
@@ -195,5 +215,156 @@ pub fn validate(objects: &[Rendered], version: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(report)
+    }
+}
+
+/// One thing the rendered RBAC lets a ServiceAccount do: a verb on a resource (`nodes`,
+/// `services/status`) of an API group, in one namespace or everywhere, on any object or only
+/// on those named.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// `None`: everywhere (a ClusterRoleBinding).
+    pub namespace: Option<String>,
+    pub group: String,
+    pub resource: String,
+    pub verb: String,
+    /// Empty: any object.
+    pub names: Vec<String>,
+    /// The role it comes from, e.g. `ClusterRole wasm-ccm`.
+    pub role: String,
+}
+
+/// Everything the rendered roles grant, through the rendered bindings, to the ServiceAccount
+/// `namespace`/`account`, one [`Grant`] per verb, group and resource of each rule.
+pub fn grants(objects: &[Rendered], namespace: &str, account: &str) -> Vec<Grant> {
+    let binds = |binding: &Rendered| {
+        binding.object["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == account && s["namespace"] == namespace
+            })
+    };
+    let mut grants = Vec::new();
+    for binding in objects
+        .iter()
+        .filter(|o| matches!(o.kind(), "ClusterRoleBinding" | "RoleBinding"))
+        .filter(|b| binds(b))
+    {
+        let scope = binding.namespace().map(str::to_string);
+        let role_ref = &binding.object["roleRef"];
+        let role = objects
+            .iter()
+            .find(|o| {
+                o.kind() == role_ref["kind"]
+                    && o.name() == role_ref["name"]
+                    && (o.kind() == "ClusterRole" || o.namespace() == scope.as_deref())
+            })
+            .unwrap_or_else(|| panic!("{} binds a role the chart does not render", binding.name()));
+        let strings = |value: &Value| -> Vec<String> {
+            value
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().expect("a string").to_string())
+                .collect()
+        };
+        for rule in role.object["rules"].as_array().into_iter().flatten() {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        grants.push(Grant {
+                            namespace: scope.clone(),
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb,
+                            names: strings(&rule["resourceNames"]),
+                            role: format!("{} {}", role.kind(), role.name()),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    grants.sort();
+    grants
+}
+
+/// The API of the rendered object's kind, in its namespace if it has one (discovered, as
+/// kubectl and helm find it).
+async fn api_for(
+    client: &kube::Client,
+    rendered: &Rendered,
+) -> kube::Api<kube::api::DynamicObject> {
+    use kube::api::GroupVersionKind;
+    use kube::discovery::{self, Scope};
+
+    let api_version = rendered.object["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, rendered.kind());
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|error| panic!("the API server serves no {gvk:?}: {error}"));
+    match capabilities.scope {
+        Scope::Namespaced => kube::Api::namespaced_with(
+            client.clone(),
+            rendered.namespace().unwrap_or(NAMESPACE),
+            &resource,
+        ),
+        Scope::Cluster => kube::Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// The rendered objects a cluster holds: all but the Deployment or DaemonSet, which no
+/// controller would run here (a test starts its pods as [`crate::pod::Pod`]s).
+fn stored(objects: &[Rendered]) -> impl Iterator<Item = &Rendered> {
+    objects
+        .iter()
+        .filter(|o| !matches!(o.kind(), "Deployment" | "DaemonSet"))
+}
+
+/// Create each rendered object a cluster holds through `client`, or replace it with the
+/// rendered one if it exists (as an upgrade or a rollback does).
+pub async fn apply(client: &kube::Client, objects: &[Rendered]) {
+    use kube::api::{DynamicObject, PostParams};
+
+    for rendered in stored(objects) {
+        let api = api_for(client, rendered).await;
+        let mut object: DynamicObject =
+            serde_json::from_value(rendered.object.clone()).expect("a Kubernetes object");
+        let what = format!(
+            "{} {} ({})",
+            rendered.kind(),
+            rendered.name(),
+            rendered.source
+        );
+        match api.get_opt(rendered.name()).await {
+            Ok(None) => {
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .unwrap_or_else(|error| panic!("create {what}: {error}"));
+            }
+            Ok(Some(current)) => {
+                object.metadata.resource_version = current.metadata.resource_version;
+                api.replace(rendered.name(), &PostParams::default(), &object)
+                    .await
+                    .unwrap_or_else(|error| panic!("replace {what}: {error}"));
+            }
+            Err(error) => panic!("get {what}: {error}"),
+        }
+    }
+}
+
+/// Delete each rendered object a cluster holds, as `helm uninstall` does (the CRD stays).
+pub async fn delete(client: &kube::Client, objects: &[Rendered]) {
+    for rendered in stored(objects) {
+        api_for(client, rendered)
+            .await
+            .delete(rendered.name(), &Default::default())
+            .await
+            .unwrap_or_else(|error| {
+                panic!("delete {} {}: {error}", rendered.kind(), rendered.name())
+            });
     }
 }

@@ -3,7 +3,8 @@
 //! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
 //! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
 //! independent client of it ([`registry`]), a `CloudProvider` resource for the testbed
-//! ([`cloud_provider`]), and the Helm chart rendered by `helm template` ([`chart`]).
+//! ([`cloud_provider`]), the Helm chart rendered by `helm template` ([`chart`]), and its pod
+//! run as the `wasm-ccm` binary without a kubelet ([`pod`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use wasm_ccm_host::source::Artifact;
 pub mod chart;
 pub mod cloud_provider;
 pub mod https;
+pub mod pod;
 pub mod registry;
 pub mod testbed;
 

@@ -355,16 +355,16 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
                 NAMESPACE,
                 &json!([
                     {"apiGroups": [""], "resources": ["secrets"],
-                     "resourceNames": ["simcloud-token"], "verbs": ["get", "list", "watch"]},
+                     "resourceNames": ["simcloud-token"], "verbs": ["list", "watch"]},
                     {"apiGroups": [""], "resources": ["configmaps"],
-                     "resourceNames": ["simcloud-config"], "verbs": ["get", "list", "watch"]},
+                     "resourceNames": ["simcloud-config"], "verbs": ["list", "watch"]},
                 ])
             ),
             (
                 "storage-system",
                 &json!([
                     {"apiGroups": [""], "resources": ["secrets"],
-                     "resourceNames": ["storage"], "verbs": ["get", "list", "watch"]},
+                     "resourceNames": ["storage"], "verbs": ["list", "watch"]},
                 ])
             ),
         ])
@@ -525,8 +525,8 @@ fn chart_schema_refuses_bad_values_by_name() {
     ];
     for (bad, path) in cases {
         // The good values first; `bad` is merged over them.
-        let error =
-            render_with_two_files(PROVIDER, bad).expect_err(&format!("{bad:?} must be refused"));
+        let error = chart::render_files("bad", &[PROVIDER, bad])
+            .expect_err(&format!("{bad:?} must be refused"));
         assert!(
             error.contains("values don't meet the specifications of the schema")
                 && error.contains(&format!("'{path}'")),
@@ -543,27 +543,6 @@ fn chart_schema_refuses_bad_values_by_name() {
             error.contains(&format!("{value} is required")),
             "the error must name {value}:\n{error}"
         );
-    }
-}
-
-/// `helm template` with two values files, the second merged over the first (as `-f a -f b`).
-fn render_with_two_files(first: &str, second: &str) -> Result<Vec<Rendered>, String> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
-    std::fs::write(&a, first).unwrap();
-    std::fs::write(&b, second).unwrap();
-    let output = std::process::Command::new(chart::helm())
-        .arg("template")
-        .arg("bad")
-        .arg(chart::chart_dir())
-        .args(["--values".as_ref(), a.as_os_str()])
-        .args(["--values".as_ref(), b.as_os_str()])
-        .output()
-        .expect("run helm");
-    if output.status.success() {
-        Ok(chart::parse(&String::from_utf8_lossy(&output.stdout)))
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
 }
 

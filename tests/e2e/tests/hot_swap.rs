@@ -1055,7 +1055,7 @@ async fn hot_swap_a_secret_the_manager_may_not_read_is_named_and_does_not_block_
     .await;
     let message = message_of(&status, condition::DEGRADED);
     assert!(
-        message.contains("Secret kube-system/simcloud-token cannot be read: the manager's account may not get, list and watch it"),
+        message.contains("Secret kube-system/simcloud-token cannot be read: the manager's account may not list and watch it by name"),
         "{message}"
     );
 

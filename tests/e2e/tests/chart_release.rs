@@ -1,0 +1,360 @@
+//! A release of the chart, running: `helm template` with the README's install values, the
+//! rendered ServiceAccount, RBAC and CloudProvider created in the API emulator with RBAC
+//! enforced, and the manager started as the chart's two pods would be (their arguments and
+//! volumes, their ServiceAccount's token; see `e2e::pod`), pulling the provider from a
+//! registry with the mounted pull secret. The cluster then lives a little (nodes join, get
+//! routes, shut down and go away; a load balancer is made and deleted), the provider is
+//! upgraded by a values change rendered and applied as `helm upgrade` would, and the RBAC the
+//! chart renders is compared with what the manager asked the API server for: every request
+//! allowed, and every rule used.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use cloud_sim::InstanceStatus;
+use e2e::TOKEN;
+use e2e::chart::{self, Grant, NAMESPACE, Rendered};
+use e2e::cloud_provider::{active_reference, install_crd};
+use e2e::pod::Pod;
+use e2e::registry::{Credentials, Registry, RegistryOptions};
+use e2e::testbed::{Testbed, eventually, has_taint, is_uninitialized};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_emulator::{Authorization, EmulatorOptions};
+use serde_json::json;
+use wasm_ccm::resource::CloudProvider;
+
+const RELEASE: &str = "wasm-ccm";
+const WAIT: Duration = Duration::from_secs(60);
+const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
+
+/// The README's install values with this test's registry and cloud in place of the
+/// example hosts.
+fn install_values(registry: &Registry, bed: &Testbed) -> String {
+    chart::readme_values()
+        .replace("registry.example.com", &registry.addr().to_string())
+        .replace("https://api.simcloud.example", &bed.cloud.sim.url())
+}
+
+/// What the test adds: its registry is plain HTTP, two replicas elect a leader, and the
+/// node and route controllers look often.
+fn test_values(registry: &Registry) -> String {
+    format!(
+        "registry: {{insecure: ['{}']}}
+replicas: 2
+extraArgs: [--node-monitor-period=300ms, --route-reconciliation-period=500ms]
+",
+        registry.addr()
+    )
+}
+
+/// What the README's install section has the operator create before `helm install`: the
+/// provider's token, the registry's pull secret, the cloud config.
+async fn operator_objects(bed: &Testbed, registry: &Registry) {
+    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), NAMESPACE);
+    for secret in [
+        json!({"metadata": {"name": "simcloud"}, "stringData": {"token": TOKEN}}),
+        json!({
+            "metadata": {"name": "registry-credentials"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": registry.docker_config_json()},
+        }),
+    ] {
+        let secret: Secret = serde_json::from_value(secret).expect("a Secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create a Secret");
+    }
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "simcloud-config"},
+        "data": {"cloud.json": String::from_utf8(bed.cloud.simcloud_config()).unwrap()},
+    }))
+    .expect("a ConfigMap");
+    Api::<ConfigMap>::namespaced(bed.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create the cloud config");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_place() {
+    let registry = Registry::start(RegistryOptions {
+        auth: Some(Credentials::new("acme", "pull-7f3a")),
+        ..RegistryOptions::default()
+    })
+    .await;
+    let oras = registry.oras();
+    for (wasm, tag) in [
+        (guest_builds::SIMCLOUD, "v1.2.0"),
+        (guest_builds::SIMCLOUD_V2, "v1.3.0"),
+    ] {
+        let reference = registry.reference(&format!("acme/simcloud:{tag}"));
+        oras.push_wasm(Path::new(wasm), &reference).await;
+    }
+    let bed = Testbed::start_with(EmulatorOptions {
+        authorization: Authorization::Rbac,
+        ..EmulatorOptions::default()
+    })
+    .await;
+    // `helm install` creates the chart's crds/ first.
+    install_crd(&bed).await;
+    operator_objects(&bed, &registry).await;
+
+    let values = [install_values(&registry, &bed), test_values(&registry)];
+    let installed = chart::render_files(RELEASE, &[&values[0], &values[1]]).expect("renders");
+    chart::apply(&bed.client, &installed).await;
+    let kubeconfig = bed.emulator.kubeconfig();
+    let mut pods = Vec::new();
+    for name in ["wasm-ccm-0", "wasm-ccm-1"] {
+        pods.push(Pod::start(&installed, name, &kubeconfig, &bed.client).await);
+    }
+    for pod in &pods {
+        pod.ready().await;
+    }
+    let cloud_providers: Api<CloudProvider> = Api::all(bed.client.clone());
+    let active = |tag: &'static str| {
+        let cloud_providers = cloud_providers.clone();
+        async move {
+            eventually(&format!("{tag} active"), WAIT, || async {
+                let status = cloud_providers.get(RELEASE).await.ok()?.status?;
+                active_reference(&status)
+                    .ends_with(&format!("acme/simcloud:{tag}"))
+                    .then_some(())
+            })
+            .await
+        }
+    };
+    active("v1.2.0").await;
+
+    live_a_little(&bed).await;
+
+    // `helm upgrade --reuse-values --set provider.ref=…:v1.3.0`: the same values and one more.
+    let upgrade = format!(
+        "provider: {{ref: 'oci://{}'}}",
+        registry.reference("acme/simcloud:v1.3.0")
+    );
+    let upgraded =
+        chart::render_files(RELEASE, &[&values[0], &values[1], &upgrade]).expect("renders");
+    assert_eq!(
+        workload(&upgraded),
+        workload(&installed),
+        "a provider upgrade must not change the pod template"
+    );
+    chart::apply(&bed.client, &upgraded).await;
+    active("v1.3.0").await;
+    served_by_v2(&bed, "kept", true).await;
+
+    // A load balancer goes with its Service.
+    bed.services()
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the Service");
+    eventually(
+        "the Service web and its load balancer gone",
+        WAIT,
+        || async {
+            (bed.service("web").await.is_none()
+                && bed.cloud.sim.state().load_balancers().len() == 1)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // `helm rollback wasm-ccm 1`: the first revision's objects again. Each pod still has
+    // v1.2.0 in its cache: nothing is downloaded.
+    let downloads = blob_downloads(&registry);
+    assert!(
+        downloads >= 4,
+        "each pod downloaded both versions: {downloads} blobs"
+    );
+    chart::apply(&bed.client, &installed).await;
+    active("v1.2.0").await;
+    served_by_v2(&bed, "kept", false).await;
+    assert_eq!(
+        blob_downloads(&registry),
+        downloads,
+        "a rollback to a cached version downloads nothing"
+    );
+
+    for pod in &mut pods {
+        assert!(pod.running(), "{} exited or restarted", pod.name);
+    }
+    let warnings: Vec<String> = Api::<Event>::all(bed.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.note))
+        .collect();
+    assert!(warnings.is_empty(), "no reconcile may fail: {warnings:#?}");
+    let account = chart::only(&installed, "ServiceAccount").name().to_string();
+    rbac_is_what_the_manager_uses(&bed, &installed, &account);
+
+    // `helm uninstall wasm-ccm`: the pods stop (cleanly), then the chart's objects go.
+    for pod in &mut pods {
+        let exit = pod.terminate().await;
+        assert!(exit.success(), "{} exited with {exit} on SIGTERM", pod.name);
+    }
+    chart::delete(&bed.client, &installed).await;
+    // The cloud keeps the load balancer; its Service keeps the finalizer, so deleting it
+    // leaves it terminating until a manager runs again.
+    bed.services()
+        .delete("kept", &DeleteParams::default())
+        .await
+        .expect("delete the Service");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = bed
+        .service("kept")
+        .await
+        .expect("the Service waits for its finalizer");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        kept.metadata.finalizers.unwrap_or_default(),
+        ["service.kubernetes.io/load-balancer-cleanup"]
+    );
+    assert_eq!(bed.cloud.sim.state().load_balancers().len(), 1);
+}
+
+/// Wait until the ingress of Service `name` says it was (`true`) or was not (`false`) made by
+/// simcloud v1.3.0, whose ingress has a hostname under its build stamp.
+async fn served_by_v2(bed: &Testbed, name: &str, v2: bool) {
+    let stamp = format!("{}.", guest_builds::SIMCLOUD_V2_BUILD);
+    let what = format!(
+        "Service {name} reconciled by v1.{}.0",
+        if v2 { 3 } else { 2 }
+    );
+    eventually(&what, WAIT, || async {
+        let ingress = bed.service(name).await?.status?.load_balancer?.ingress?;
+        let stamped = ingress
+            .iter()
+            .any(|i| i.hostname.as_deref().is_some_and(|h| h.starts_with(&stamp)));
+        (!ingress.is_empty() && stamped == v2).then_some(())
+    })
+    .await;
+}
+
+/// How many blobs the registry has served so far.
+fn blob_downloads(registry: &Registry) -> usize {
+    registry
+        .log()
+        .lines()
+        .filter(|line| line.contains("\"GET /v2/") && line.contains("/blobs/"))
+        .count()
+}
+
+/// The Deployment as rendered.
+fn workload(objects: &[Rendered]) -> serde_json::Value {
+    chart::only(objects, "Deployment").object.clone()
+}
+
+/// Three nodes join and get routes; one shuts down, one goes away; two LoadBalancer
+/// Services get their load balancers. Every controller reads and writes what it does on a real cluster.
+async fn live_a_little(bed: &Testbed) {
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    // Each of the manager's node writes retries a conflict by reading the node again.
+    bed.emulator.faults().conflict_next_updates("nodes", 1);
+    let mut ids = BTreeMap::new();
+    for (index, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate() {
+        ids.insert(name, bed.add_instance(name, "zone-1"));
+        let mut node = Testbed::kubelet_node(name);
+        let spec = node.spec.as_mut().expect("a spec");
+        let cidr = format!("10.244.{index}.0/24");
+        spec.pod_cidr = Some(cidr.clone());
+        spec.pod_cidrs = Some(vec![cidr]);
+        bed.create_node(&node).await;
+    }
+    eventually("nodes initialised and routed", WAIT, || async {
+        let list = nodes.list(&ListParams::default()).await.ok()?;
+        let initialised = list.items.iter().all(|n| !is_uninitialized(n));
+        (initialised && bed.cloud.sim.state().routes().len() == 3).then_some(())
+    })
+    .await;
+
+    for name in ["web", "kept"] {
+        bed.services()
+            .create(&PostParams::default(), &Testbed::lb_service(name))
+            .await
+            .expect("create a LoadBalancer Service");
+    }
+    eventually("the load balancers' ingress", WAIT, || async {
+        for name in ["web", "kept"] {
+            e2e::testbed::ingress_ip(&bed.service(name).await?)?;
+        }
+        Some(())
+    })
+    .await;
+
+    let state = bed.cloud.sim.state();
+    bed.emulator.faults().conflict_next_updates("nodes", 1);
+    state.set_instance_status(&ids["node-b"], InstanceStatus::Stopped);
+    assert!(state.delete_instance(&ids["node-c"]));
+    for name in ["node-b", "node-c"] {
+        set_not_ready(bed, name).await;
+    }
+    eventually("node-b tainted shut down, node-c deleted", WAIT, || async {
+        let b = bed.node("node-b").await?;
+        (has_taint(&b, SHUTDOWN) && bed.node("node-c").await.is_none()).then_some(())
+    })
+    .await;
+}
+
+/// Report the node's Ready condition Unknown, as the node-lifecycle controller does when
+/// its kubelet stops posting.
+async fn set_not_ready(bed: &Testbed, name: &str) {
+    let patch = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+        "lastHeartbeatTime": "2026-11-24T00:00:00Z", "lastTransitionTime": "2026-11-24T00:00:00Z"
+    }]}});
+    Api::<Node>::all(bed.client.clone())
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .expect("set Ready Unknown");
+}
+
+/// The chart's RBAC is exactly what the manager used: the API server refused none of its
+/// requests, and each verb on each resource the rendered roles grant was asked for at least
+/// once (by name where the rule names objects).
+fn rbac_is_what_the_manager_uses(bed: &Testbed, objects: &[Rendered], account: &str) {
+    let user = kube_emulator::service_account_user(NAMESPACE, account);
+    let decisions: Vec<_> = bed
+        .emulator
+        .authorizations()
+        .into_iter()
+        .filter(|d| d.attributes.user == user)
+        .collect();
+    let refused: Vec<String> = decisions
+        .iter()
+        .filter(|d| !d.allowed)
+        .map(|d| format!("{:?}", d.attributes))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the chart's RBAC refuses requests the manager makes: {refused:#?}"
+    );
+    let used = |grant: &Grant| {
+        decisions.iter().any(|d| {
+            let a = &d.attributes;
+            let resource = match a.subresource.as_str() {
+                "" => a.resource.clone(),
+                sub => format!("{}/{sub}", a.resource),
+            };
+            a.verb == grant.verb
+                && a.api_group == grant.group
+                && resource == grant.resource
+                && grant.namespace.as_ref().is_none_or(|ns| *ns == a.namespace)
+                && (grant.names.is_empty() || grant.names.contains(&a.name))
+        })
+    };
+    let grants = chart::grants(objects, NAMESPACE, account);
+    let unused: Vec<&Grant> = grants.iter().filter(|g| !used(g)).collect();
+    assert!(
+        unused.is_empty(),
+        "the chart grants what the manager never asked for: {unused:#?}"
+    );
+}
