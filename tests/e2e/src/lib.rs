@@ -4,7 +4,8 @@
 //! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
 //! independent client of it ([`registry`]), a `CloudProvider` resource for the testbed
 //! ([`cloud_provider`]), the Helm chart rendered by `helm template` ([`chart`]), and its pod
-//! run as the `wasm-ccm` binary without a kubelet ([`pod`]).
+//! run as the `wasm-ccm` binary without a kubelet ([`pod`]), and the scale benchmark
+//! ([`scale`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub mod cloud_provider;
 pub mod https;
 pub mod pod;
 pub mod registry;
+pub mod scale;
 pub mod testbed;
 
 /// The token every test cloud requires; tests assert it never reaches a provider.

@@ -1,0 +1,91 @@
+//! The scale benchmark's remote mode, as the README tells someone with a real cluster to run
+//! it: the cluster reached only through a kubeconfig file and the cloud simulator only through
+//! its URL and token (here both happen to run in this process). A small run reports its three
+//! phases and leaves the cluster and the cloud as it found them.
+
+use std::time::Duration;
+
+use cloud_sim::{CloudSim, SimOptions};
+use e2e::loopback;
+use e2e::scale::{self, LABEL, NAMESPACE, Settings, Target};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::Api;
+use kube::api::ListParams;
+use kube_emulator::{Emulator, EmulatorOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_url() {
+    let emulator = Emulator::start(loopback(), EmulatorOptions::default())
+        .await
+        .expect("emulator starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    emulator.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let cloud = CloudSim::start(
+        loopback(),
+        SimOptions {
+            token: "bench-token".into(),
+            lb_provision: Duration::from_millis(100),
+            ..SimOptions::default()
+        },
+    )
+    .await
+    .expect("cloud-sim starts");
+
+    let report = scale::run(Settings {
+        nodes: 20,
+        services: 3,
+        latency_ms: 1,
+        target: Target::Remote {
+            kubeconfig,
+            cloud_url: cloud.url(),
+            cloud_token: "bench-token".into(),
+        },
+    })
+    .await;
+
+    let table = report.to_string();
+    assert!(
+        table.contains("| 20 nodes initialised |")
+            && table.contains("| 3 load balancers with an ingress |"),
+        "{table}"
+    );
+    let [nodes, load_balancers, churn] = &report.phases[..] else {
+        panic!("three phases: {table}");
+    };
+    assert_eq!(nodes.provider_calls, 20.0, "one instance-metadata per node");
+    assert!(
+        nodes.requests.get("PUT").is_some_and(|n| *n >= 20.0),
+        "{table}"
+    );
+    assert!(
+        load_balancers.writes() >= 3.0 * 2.0,
+        "a finalizer and a status per Service"
+    );
+    assert!(churn.manager_cpu >= 0.0 && load_balancers.wall > Duration::ZERO);
+    assert_eq!(
+        (report.updated_once, report.updated_more, report.complete),
+        (3, 0, 3),
+        "{table}"
+    );
+
+    // The bench cleaned up after itself: no Node, Service or namespace, no load balancer.
+    let config = kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default())
+        .await
+        .expect("kubeconfig");
+    let client = kube::Client::try_from(config).expect("client");
+    let left = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(LABEL))
+        .await
+        .expect("list nodes")
+        .items;
+    assert!(left.is_empty(), "{} bench nodes left", left.len());
+    assert!(
+        Api::<Namespace>::all(client)
+            .get_opt(NAMESPACE)
+            .await
+            .expect("get namespace")
+            .is_none()
+    );
+    assert!(cloud.state().load_balancers().is_empty());
+}
