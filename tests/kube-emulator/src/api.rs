@@ -5,7 +5,8 @@
 //! `PartialObjectMetadata` and `Table`), fault injection and request
 //! counting (per user agent and user) around every API call the user may
 //! make, the `serviceaccounts/{name}/token` subresource, and the admin
-//! endpoints under `/_emulator`.
+//! endpoints under `/_emulator`. `/openapi` is `openapi`'s; bodies in
+//! protobuf are read by `protobuf`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,7 +26,9 @@ use crate::body::{self, Parsed};
 use crate::discovery;
 use crate::faults::{FaultCommand, Faults, Requests};
 use crate::kinds::{self, FieldValidation, Subresource};
+use crate::openapi;
 use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
+use crate::protobuf;
 use crate::resources::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, FieldError, GroupKind, GroupResource, go_strings};
@@ -271,10 +274,17 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
                 &attributes.label(),
             );
         })?;
-    if !is_api {
-        return Err(ApiError::UnknownResource);
-    }
     let user = user.name;
+    if !is_api {
+        app.requests.record(&user_agent, &user, "get", "openapi");
+        inject(app, &parts.method, &path_and_query).await?;
+        if parts.method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        return app
+            .store
+            .read(|s| openapi::serve(&s.registry, &segments[1..], &parts.uri, &parts.headers));
+    }
     let resource_path = match segments.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => Some(("", "v1", rest.to_vec())),
         ["apis", group, version, rest @ ..] if !rest.is_empty() => {
@@ -339,6 +349,22 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         "delete" => call.delete(),
         _ => call.delete_collection(),
     }
+}
+
+/// Upstream's 415 for a body it cannot decode.
+fn unsupported_body() -> ApiError {
+    ApiError::UnsupportedMediaType(
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
+    )
+}
+
+/// A protobuf body as JSON: a kind `protobuf` does not read is the 415 of
+/// a body in an unknown format, a malformed one a 400.
+fn protobuf_body(body: &[u8]) -> Result<Value, ApiError> {
+    protobuf::decode(body).map_err(|err| match err {
+        protobuf::DecodeError::Unsupported { .. } => unsupported_body(),
+        other => ApiError::bad_request(other.to_string()),
+    })
 }
 
 /// Latency and injected failures, before any work.
@@ -821,22 +847,29 @@ impl Call<'_> {
         }
         Ok(WriteOptions {
             dry_run,
+            field_manager: field_manager.to_owned(),
             field_validation,
             repeated_keys: Vec::new(),
         })
     }
 
-    fn json_body(&self) -> Result<Parsed, ApiError> {
-        let content_type = self
-            .headers
+    fn content_type(&self) -> &str {
+        self.headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+            .unwrap_or("")
+    }
+
+    /// The body of a create or update: JSON, or protobuf for the kinds
+    /// `protobuf` reads.
+    fn json_body(&self) -> Result<Parsed, ApiError> {
+        let content_type = self.content_type();
+        if protobuf::is_protobuf(content_type) {
+            return protobuf_body(self.body).map(Parsed::clean);
+        }
         let media = content_type.split(';').next().unwrap_or("").trim();
         if media != "application/json" {
-            return Err(ApiError::UnsupportedMediaType(
-                "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
-            ));
+            return Err(unsupported_body());
         }
         body::parse(self.body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
@@ -923,8 +956,12 @@ impl Call<'_> {
             ..DeleteOptions::default()
         };
         if self.body.iter().any(|b| !b.is_ascii_whitespace()) {
-            let body: Value = serde_json::from_slice(self.body)
-                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+            let body: Value = if protobuf::is_protobuf(self.content_type()) {
+                protobuf_body(self.body)?
+            } else {
+                serde_json::from_slice(self.body)
+                    .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+            };
             let text = |pointer: &str| {
                 body.pointer(pointer)
                     .and_then(Value::as_str)

@@ -37,6 +37,7 @@
 //! | `v1` `services` | namespaced | `status` |
 //! | `v1` `configmaps`, `secrets`, `events` | namespaced | |
 //! | `v1` `serviceaccounts` | namespaced | `token` (create only) |
+//! | `apps/v1` `deployments`, `daemonsets` | namespaced | `status` |
 //! | `coordination.k8s.io/v1` `leases` | namespaced | |
 //! | `events.k8s.io/v1` `events` (the same objects as `v1` events) | namespaced | |
 //! | `apiextensions.k8s.io/v1` `customresourcedefinitions` | cluster | `status` |
@@ -47,11 +48,12 @@
 //! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`
 //! and the `default/kubernetes` Service exist from the start. Discovery
 //! (`/api`, `/apis`, their aggregated `apidiscovery.k8s.io/v2` form, and
-//! `/api/v1`, `/apis/{group}[/{version}]`), `/version`, `/healthz`,
-//! `/livez` and `/readyz` are served; `/openapi/*` answers 404. Every API
-//! request needs a bearer token (401 otherwise): the kubeconfig's, which is
-//! the admin [`ADMIN_USER`], or one the `serviceaccounts/{name}/token`
-//! subresource issued. That subresource answers a `TokenRequest` as
+//! `/api/v1`, `/apis/{group}[/{version}]`), OpenAPI v3 (below),
+//! `/version`, `/healthz`, `/livez` and `/readyz` are served;
+//! `/openapi/v2` answers 404. Every API and OpenAPI request needs a bearer
+//! token (401 otherwise): the kubeconfig's, which is the admin
+//! [`ADMIN_USER`], or one the `serviceaccounts/{name}/token` subresource
+//! issued. That subresource answers a `TokenRequest` as
 //! upstream's: 404 for a missing ServiceAccount, 422 for a name or namespace
 //! in the body other than the URL's or an `expirationSeconds` under 600 or
 //! over 2^32 (3600 if unset), audiences defaulted to the API server's, the
@@ -62,6 +64,32 @@
 //! `system:authenticated`) until they expire and while that ServiceAccount
 //! (same uid) exists; then they are a 401. The admin is in
 //! `system:masters` and `system:authenticated`.
+//!
+//! Request bodies are JSON, or, for Secrets, ConfigMaps and
+//! `DeleteOptions`, protobuf (`application/vnd.kubernetes.protobuf`),
+//! which client-go's typed clients send since v1.35: Helm 4 stores its
+//! releases in Secrets that way.
+//!
+//! # OpenAPI v3
+//!
+//! `/openapi/v3` lists every served group-version, the built-in ones and
+//! each served version of an established CRD (gone once it is deleted), as
+//! upstream does: `{"paths": {"apis/apps/v1": {"serverRelativeURL":
+//! "/openapi/v3/apis/apps/v1?hash=…"}, …}}`. Each document (`openapi:
+//! 3.0.0`) has, for every resource served in its group-version, upstream's
+//! paths (the collection, its objects, their `status`, a ServiceAccount's
+//! `token`, a namespaced resource's list across namespaces, `…/v1/`) and
+//! operations with upstream's ids (`patchAppsV1NamespacedDeployment`,
+//! `listAppsV1DeploymentForAllNamespaces`), tags, descriptions, path and
+//! query parameters, response codes, `x-kubernetes-action` and
+//! `x-kubernetes-group-version-kind`. That is what kubectl's and Helm's
+//! validation reads to learn that a kind's PATCH takes `fieldValidation`,
+//! and so leave field validation to the server: `kubectl apply -f`,
+//! `kubectl create -f` and `helm install` work with validation on. The
+//! documents are served as kube-openapi's handler serves them: with an
+//! `Etag` (`If-None-Match` answered 304), a `hash` that matches answered
+//! with `Cache-Control: public, immutable`, a stale one with a 301 to the
+//! current URL, and a group-version not served with an empty 200.
 //!
 //! # Authorization
 //!
@@ -111,21 +139,31 @@
 //! Responses are JSON, `PartialObjectMetadata` or, for get, list and watch,
 //! the `Table` that `kubectl get` asks for, with upstream's columns for the
 //! built-in kinds (a binding's role and, wide, its users, groups and
-//! service accounts) and a CRD's `additionalPrinterColumns` for its resources (so `get nodes`, `get services -A`, `get lease`, `get
-//! events -A` print as against a real cluster, `-o wide` included).
+//! service accounts; a workload's counts and, wide, its containers, images
+//! and selector) and a CRD's `additionalPrinterColumns` for its resources
+//! (so `get nodes`, `get services -A`, `get lease`, `get events -A`, `get
+//! deploy`, `get ds` print as against a real cluster, `-o wide` included).
 //!
 //! Semantics, as upstream: one global resourceVersion bumped per write,
 //! no-op writes not written; `uid`/`creationTimestamp`; `generation` for
-//! CRDs and custom resources only (core kinds have none upstream); create
-//! (409 `AlreadyExists`, 404 for a missing namespace, 403 in a terminating
-//! one); update with optimistic concurrency (409 `Conflict`; a missing
+//! CRDs, custom resources, Deployments and DaemonSets only (core kinds have
+//! none upstream); create (409 `AlreadyExists`, 404 for a missing
+//! namespace, 403 in a terminating one); update with optimistic concurrency (409 `Conflict`; a missing
 //! resourceVersion is an unconditional update where upstream allows it and
 //! 422 "must be specified for an update" for leases, CRDs and custom
 //! resources; PUT creates events and leases); JSON, merge and strategic
-//! merge patches (the real merge keys of the lists a CCM patches, `$patch`,
+//! merge patches (the real merge keys of the lists a CCM patches and of pod
+//! templates, `$patch`,
 //! `$deleteFromPrimitiveList`, `$setElementOrder`, `$retainKeys`; no
 //! strategic merge for custom resources), a resourceVersion in a patch being
-//! a precondition; main resource and `status` isolated per kind; delete with
+//! a precondition; server-side apply (the applied configuration merged by
+//! the same list keys, created if missing) with field ownership: each
+//! manager's `Apply` entry in `metadata.managedFields` records the fields
+//! it applied, a field it stops applying is removed unless another manager
+//! owns it (so `helm upgrade` and `helm rollback` drop what a chart no
+//! longer renders), a write that changes a field takes it from its
+//! appliers, and an apply that changes nothing writes nothing; main
+//! resource and `status` isolated per kind; delete with
 //! preconditions, finalizers (`deletionTimestamp` + grace 0, removal when the
 //! last finalizer goes, no new finalizers while deleting; an update that
 //! removes the last one deletes the object as last stored: one `DELETED`,
@@ -162,7 +200,10 @@
 //! references, taints, node addresses and `providerID`, services (types,
 //! ports, node ports, cluster and external IPs, `loadBalancerClass`, load
 //! balancer status and `ipMode`), leases, events (both API versions),
-//! config maps, secrets, RBAC objects (rules with verbs and resources or
+//! config maps, secrets, Deployments and DaemonSets (a selector that
+//! selects the pod template and never changes, strategies, counters, and
+//! the pod template's labels, volume and container names, images, ports
+//! and policies), RBAC objects (rules with verbs and resources or
 //! non-resource URLs, a binding's `roleRef` of a kind it may use and never
 //! changed, subjects of a known kind, with v1's defaults for their API
 //! groups), CRDs (names, and structural schemas: a `type` on
@@ -178,6 +219,20 @@
 //! warnings, such as v1.32's for an IP or CIDR that is not canonical
 //! (`loadBalancerIP` is not validated at all, only warned about).
 //!
+//! Deployments and DaemonSets get v1's defaults: one replica, a rolling
+//! update of 25%/25% (a DaemonSet's: one unavailable, no surge), ten
+//! revisions kept, a progress deadline of 600 s; in the pod template the
+//! DNS, restart and scheduler defaults, an empty security context, a 30 s
+//! grace period; for its containers the pull policy by image tag, the
+//! termination message path and policy, empty resources, TCP ports, probe
+//! timings and an HTTP probe's path and scheme, `v1` field references; a
+//! volume without a source is an `emptyDir`, projected files are mode 0644.
+//! Their generation follows their spec (and a Deployment's annotations; a
+//! DaemonSet's template generation is in its
+//! `deprecated.daemonset.template.generation` annotation), and their status
+//! is cleared on create (a DaemonSet's four counters at 0) and written only
+//! through `status`.
+//!
 //! Nodes get what conversion, defaulting and admission do upstream:
 //! `podCIDR` and `podCIDRs` kept in step (`podCIDR` wins when they differ),
 //! `status.allocatable` defaulted from `capacity`, and the
@@ -191,18 +246,20 @@
 //! TLS termination) → `api` (HTTP routing, negotiation, faults around each
 //! call), which asks `tokens` who a request is and `authorization` whether
 //! they may (`authorization::attributes` reads what it asks,
-//! `authorization::rbac` the bindings and roles) → `discovery` (discovery documents) or `verbs` (what each verb
+//! `authorization::rbac` the bindings and roles) → `discovery` (discovery
+//! documents), `openapi` (OpenAPI v3 documents) or `verbs` (what each verb
 //! does) → `kinds` (per-kind defaulting, validation and strategies, with
 //! `meta` for ObjectMeta, `validation` for name syntax, `schema` for CRD
 //! schemas and what makes one valid, `micro_time` for `MicroTime` strings
-//! as Go parses them) and `patch` (patch types), with `body` reading
-//! request bodies and the keys they repeat → `store` (objects,
-//! resourceVersions, history) → `watch` (event streams). `resources` is
-//! the registry of served types, `selectors` parses label and field
-//! selectors, `status` renders errors as `Status` objects, `faults` holds
-//! the test controls and `kubeconfig` writes the client's kubeconfig.
-//! Beside the API, as on a real cluster, `crd_finalizer` finishes deleting
-//! CRDs.
+//! as Go parses them) and `patch` (patch types; `managed_fields` for the
+//! field ownership of apply), with `body` reading request bodies and the
+//! keys they repeat and `protobuf` those sent in protobuf → `store`
+//! (objects, resourceVersions, history) → `watch` (event streams).
+//! `resources` is the registry of served types, `selectors` parses label
+//! and field selectors, `status` renders errors as `Status` objects,
+//! `faults` holds the test controls and `kubeconfig` writes the client's
+//! kubeconfig. Beside the API, as on a real cluster, `crd_finalizer`
+//! finishes deleting CRDs.
 //!
 //! Admin endpoints (no token needed): `GET`/`POST /_emulator/faults` (body:
 //! a [`FaultCommand`]), `GET`/`DELETE /_emulator/requests` (the delete
@@ -213,13 +270,29 @@
 //!
 //! - Only the resources above exist: endpoints and everything else are
 //!   404, and pods 403 (so `kubectl describe node` prints `Pods: not
-//!   authorized` where it would fail on a 404). Protobuf and YAML answer
-//!   406, YAML bodies 415. Printer columns (`additionalPrinterColumns`)
-//!   take the JSONPath subset CRDs use (`.field`, `['field']`, `[N]`,
+//!   authorized` where it would fail on a 404). Responses are JSON only
+//!   (an `Accept` of only protobuf or YAML is a 406; client-go's typed
+//!   clients also accept JSON); YAML bodies are a 415, and protobuf bodies
+//!   of other kinds than Secrets, ConfigMaps and `DeleteOptions` too.
+//!   Printer columns (`additionalPrinterColumns`) take the JSONPath
+//!   subset CRDs use (`.field`, `['field']`, `[N]`,
 //!   `[*]`, `[?(@.path=="value")]`, `!=`): a CRD with another path is
 //!   refused as not a simple json path, and a `string` column shows an
-//!   object or list as JSON where upstream prints Go's form. Without `/openapi`, `kubectl
-//!   create`/`apply` need `--validate=false`.
+//!   object or list as JSON where upstream prints Go's form.
+//! - OpenAPI: no `/openapi/v2` (404), so a client falling back to it for a
+//!   kind v3 does not list fails there: `helm install --dry-run=server` of
+//!   a chart whose `crds/` are not installed yet fails validating its
+//!   custom resource (`the server could not find the requested resource`)
+//!   where a real server fails it later, finding no mapping for the kind.
+//!   The v3 documents have no schemas (no `components.schemas`, no request
+//!   or response bodies): `kubectl explain` fails with `GVK … not found in
+//!   OpenAPI schema`, and kubectl's client-side apply computes its patches
+//!   from its compiled-in types. Query parameters have no descriptions;
+//!   the root lists only group-versions (upstream also `api`, `apis`,
+//!   `apis/{group}`, `version`, `.well-known/openid-configuration`…), and
+//!   no `watch/…` paths, which the emulator does not serve; documents are
+//!   JSON only (an `Accept` of only protobuf is a 406); the hash is the
+//!   emulator's own, 64 bits (upstream: a SHA-512).
 //! - kube-rs retries 429, 503 and 504 by default, so injected failures with
 //!   those codes may be invisible to a kube-rs client; use 500 to see them.
 //! - The CA and serving certificate are new at every start, so a
@@ -245,21 +318,34 @@
 //!   order (upstream: its cache's). Paths outside `/api`, `/apis` and
 //!   `/openapi` answer without authentication or authorization.
 //! - No admission (but for the not-ready taint on new Nodes), API
-//!   priority and fairness, audit, `managedFields`, or garbage collector
+//!   priority and fairness, audit, or garbage collector
 //!   (`propagationPolicy` is validated but owner references are never
 //!   followed, and no `orphan`/`foregroundDeletion` finalizer is added).
 //! - No kube-controller-manager: the `not-ready` taint admission puts on a
 //!   new Node stays until a client removes it (a real cluster's node
 //!   lifecycle controller removes it once the node reports Ready), and no
 //!   `unreachable`/`not-ready` taints follow the Ready condition later.
+//!   Deployments and DaemonSets make no ReplicaSets, ControllerRevisions
+//!   or pods, and their status stays as written: `kubectl rollout status`
+//!   and `helm install --wait` wait until they time out, and `kubectl
+//!   rollout history` fails (ReplicaSets are not served).
+//! - Deployments have no `scale` subresource (`kubectl scale` is a 404).
+//!   Their pod template is validated only as above (not its resources,
+//!   probes, volume sources, mounts, security contexts, affinity or
+//!   tolerations), and not defaulted in ephemeral containers, lifecycle
+//!   handlers or a downward API volume's field references. An unknown
+//!   strategy type's message shows a set `rollingUpdate` as `(…)` where Go
+//!   prints its address.
 //! - Resource quantities are stored as sent, not canonicalised (`1000m`
 //!   stays `1000m` where upstream answers `1`), and integer-only resources
 //!   (`pods`, extended resources) are not checked for fractions.
-//! - Server-side apply is a simplified merge: the object is created if
-//!   missing and the apply body is merged like a strategic merge patch (by
-//!   `x-kubernetes-list-type` keys for custom resources); there is no field
-//!   ownership, so no apply conflicts and no removal of fields a manager
-//!   stopped applying.
+//! - Server-side apply merges by the strategic merge keys (upstream's
+//!   apply keys some lists by more fields, container ports by port and
+//!   protocol), and `metadata.managedFields` holds only `Apply` entries:
+//!   other writes record no `Update` entry of their own (though they take
+//!   the fields they change from the appliers), an apply never conflicts
+//!   (as with `force=true`), and `FieldsV1` marks list items with `.` but
+//!   not maps.
 //! - Paginated and exact lists are served from the change history rather
 //!   than etcd; `limit` is honoured even with `resourceVersion=0`. A list
 //!   or watch at a future resourceVersion fails at once with 504 (upstream
@@ -297,10 +383,11 @@
 //!   served version of its group is a 400, and a create on a terminating CRD
 //!   decodes the body before the 405: the emulator decodes custom resources
 //!   before it routes them, and no CCM path depends on these answers.
-//! - A Node update reports each cause once (upstream validates the main
-//!   resource twice and repeats some); two `podCIDRs` of which one is
-//!   invalid lack upstream's extra internal-error cause; invalid IPv6
-//!   warnings read "unable to parse IP" rather than Go's exact wording.
+//! - A Node or DaemonSet update reports each cause once (upstream
+//!   validates the main resource twice and repeats some); two `podCIDRs`
+//!   of which one is invalid lack upstream's extra internal-error cause;
+//!   invalid IPv6 warnings read "unable to parse IP" rather than Go's
+//!   exact wording.
 
 mod api;
 mod authorization;
@@ -311,10 +398,13 @@ mod faults;
 mod kinds;
 mod kubeconfig;
 mod kubectl;
+mod managed_fields;
 mod meta;
 mod micro_time;
+mod openapi;
 mod patch;
 mod printer_columns;
+mod protobuf;
 mod resources;
 mod schema;
 mod selectors;

@@ -1,8 +1,8 @@
 //! PATCH bodies: JSON patch (RFC 6902), JSON merge patch (RFC 7386),
 //! strategic merge patch (apimachinery's `strategicpatch`, with its merge
 //! keys, `$patch`, `$deleteFromPrimitiveList`, `$setElementOrder` and
-//! `$retainKeys` directives and its list ordering) and a simplified
-//! server-side apply.
+//! `$retainKeys` directives and its list ordering) and the merge of a
+//! server-side apply (whose field ownership is `managed_fields`').
 
 use serde_json::{Map, Value};
 

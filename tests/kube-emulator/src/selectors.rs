@@ -1,6 +1,9 @@
 //! Label and field selectors (`labelSelector=` / `fieldSelector=` on list
 //! and watch): the grammar of apimachinery's `labels.Parse` and
-//! `fields.ParseSelector`, and matching against an object.
+//! `fields.ParseSelector`, the structured `metav1.LabelSelector` of
+//! workloads (`LabelSelectorAsSelector`), and matching against an object.
+
+use std::fmt;
 
 use serde_json::{Map, Value};
 
@@ -285,6 +288,68 @@ impl LabelSelector {
         Ok(LabelSelector { requirements })
     }
 
+    /// `LabelSelectorAsSelector` of a `metav1.LabelSelector` object:
+    /// `matchLabels` as equality requirements, `matchExpressions` by their
+    /// operator, sorted by key. The error is apimachinery's for an unknown
+    /// operator or a requirement `NewRequirement` refuses.
+    pub fn from_api(selector: &Value) -> Result<LabelSelector, String> {
+        let mut requirements: Vec<Requirement> = selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| Requirement {
+                key: key.clone(),
+                op: Op::Equals(value.as_str().unwrap_or("").to_owned()),
+            })
+            .collect();
+        let expressions = selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for expression in expressions {
+            let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
+            let values: Vec<String> = crate::meta::string_list(expression.get("values"));
+            let operator = expression
+                .get("operator")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let op = match operator {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
+                }
+                "In" => Op::In(values),
+                "NotIn" => Op::NotIn(values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err("values set must be empty for exists and does not exist".into());
+                }
+                "Exists" => Op::Exists,
+                "DoesNotExist" => Op::DoesNotExist,
+                other => {
+                    return Err(format!(
+                        "{} is not a valid label selector operator",
+                        crate::status::quote(other)
+                    ));
+                }
+            };
+            requirements.push(Requirement {
+                key: key.to_owned(),
+                op,
+            });
+        }
+        for requirement in &requirements {
+            if let Some(msg) = validation::qualified_name(&requirement.key).first() {
+                return Err(format!(
+                    "key: Invalid value: {}: {msg}",
+                    crate::status::quote(&requirement.key)
+                ));
+            }
+        }
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(LabelSelector { requirements })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
@@ -308,6 +373,33 @@ impl LabelSelector {
                     .is_some_and(|x| x < *n),
             }
         })
+    }
+}
+
+/// The selector as `labels.Selector.String()` writes it:
+/// `app=web,tier in (a,b),!legacy`.
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sorted = |values: &[String]| {
+            let mut values = values.to_vec();
+            values.sort();
+            values.join(",")
+        };
+        let requirements: Vec<String> = self
+            .requirements
+            .iter()
+            .map(|r| match &r.op {
+                Op::Exists => r.key.clone(),
+                Op::DoesNotExist => format!("!{}", r.key),
+                Op::Equals(v) => format!("{}={v}", r.key),
+                Op::NotEquals(v) => format!("{}!={v}", r.key),
+                Op::In(vs) => format!("{} in ({})", r.key, sorted(vs)),
+                Op::NotIn(vs) => format!("{} notin ({})", r.key, sorted(vs)),
+                Op::GreaterThan(n) => format!("{}>{n}", r.key),
+                Op::LessThan(n) => format!("{}<{n}", r.key),
+            })
+            .collect();
+        f.write_str(&requirements.join(","))
     }
 }
 
@@ -442,6 +534,39 @@ mod tests {
 
     fn labels(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_workload_selector_prints_and_matches_as_labels_selector_does() {
+        let selector = LabelSelector::from_api(&serde_json::json!({
+            "matchLabels": {"tier": "web", "app": "shop"},
+            "matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod", "canary"]},
+                {"key": "legacy", "operator": "DoesNotExist"},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(
+            selector.to_string(),
+            "app=shop,env in (canary,prod),!legacy,tier=web"
+        );
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+                .collect::<Map<String, Value>>()
+        };
+        assert!(selector.matches(&labels(&[
+            ("app", "shop"),
+            ("tier", "web"),
+            ("env", "prod")
+        ])));
+        assert!(!selector.matches(&labels(&[("app", "shop"), ("tier", "web")])));
+        let bad = serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Near"}]});
+        assert_eq!(
+            LabelSelector::from_api(&bad).unwrap_err(),
+            "\"Near\" is not a valid label selector operator"
+        );
     }
 
     #[test]

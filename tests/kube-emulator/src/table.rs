@@ -1,8 +1,8 @@
 //! Table output, what `kubectl get` asks for (`Accept:
 //! application/json;as=Table;v=v1;g=meta.k8s.io`): the columns and cells of
 //! upstream's printers (`pkg/printers/internalversion`), so `kubectl get
-//! nodes` shows STATUS and VERSION and `kubectl get services` the load
-//! balancer's EXTERNAL-IP. As the API server does, every column is sent,
+//! nodes` shows STATUS and VERSION, `kubectl get services` the load
+//! balancer's EXTERNAL-IP and `kubectl get deploy` READY and UP-TO-DATE. As the API server does, every column is sent,
 //! the `-o wide` ones with priority 1; kubectl picks. Custom resources show
 //! Name and their CRD version's `additionalPrinterColumns`
 //! ([`crate::printer_columns`]), or Name and Age when it declares none.
@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use crate::kinds::{self, array_at, str_at};
 use crate::printer_columns::PrinterColumn;
 use crate::resources::{ResourceType, Rules};
+use crate::selectors::LabelSelector;
 use crate::watch;
 
 /// What each row carries besides its cells (`includeObject=`).
@@ -212,6 +213,73 @@ const EVENT: &[Column] = &[
         ..wide("Name", "Name must be unique within a namespace.")
     },
 ];
+const CONTAINERS: Column = wide("Containers", "Names of each container in the template.");
+const IMAGES: Column = wide(
+    "Images",
+    "Images referenced by each container in the template.",
+);
+/// `deploymentColumnDefinitions`.
+const DEPLOYMENT: &[Column] = &[
+    NAME,
+    column("Ready", "Number of the pod with ready state"),
+    column(
+        "Up-to-date",
+        "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+    ),
+    column(
+        "Available",
+        "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+    ),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide(
+        "Selector",
+        "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+    ),
+];
+/// A DaemonSet's counters are integer columns.
+const fn integer(name: &'static str, description: &'static str) -> Column {
+    Column {
+        kind: "integer",
+        ..column(name, description)
+    }
+}
+/// `daemonSetColumnDefinitions`.
+const DAEMON_SET: &[Column] = &[
+    NAME,
+    integer(
+        "Desired",
+        "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod). More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/",
+    ),
+    integer(
+        "Current",
+        "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod. More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/",
+    ),
+    integer(
+        "Ready",
+        "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and ready.",
+    ),
+    integer(
+        "Up-to-date",
+        "The total number of nodes that are running updated daemon pod",
+    ),
+    integer(
+        "Available",
+        "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)",
+    ),
+    column(
+        "Node Selector",
+        "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node. More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/",
+    ),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide(
+        "Selector",
+        "A label query over pods that are managed by the daemon set. Must match in order to be controlled. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    ),
+];
 /// `roleBindingsColumnDefinitions` and `clusterRoleBindingsColumnDefinitions`.
 const ROLE_BINDING: &[Column] = &[
     NAME,
@@ -274,6 +342,8 @@ fn columns(rt: &ResourceType) -> &'static [Column] {
         Rules::Secret => SECRET,
         Rules::ServiceAccount => SERVICE_ACCOUNT,
         Rules::Lease => LEASE,
+        Rules::Deployment => DEPLOYMENT,
+        Rules::DaemonSet => DAEMON_SET,
         Rules::Event => EVENT,
         Rules::CustomResourceDefinition | Rules::Role | Rules::ClusterRole => CRD,
         Rules::RoleBinding => ROLE_BINDING,
@@ -298,6 +368,8 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
         ],
         Rules::ServiceAccount => vec![name, json!(array_at(view, "/secrets").len()), age],
         Rules::Lease => vec![name, json!(str_at(view, "/spec/holderIdentity")), age],
+        Rules::Deployment => deployment(view, name, age),
+        Rules::DaemonSet => daemon_set(view, name, age),
         // Both event endpoints print the core form, as upstream prints the
         // internal type.
         Rules::Event => event(&kinds::to_storage(rt, view.clone()), now),
@@ -403,6 +475,81 @@ fn service(service: &Value, name: Value, age: Value) -> Vec<Value> {
         age,
         json!(or(&selector.join(","), "<none>")),
     ]
+}
+
+/// A status counter, 0 when unset.
+fn count(obj: &Value, field: &str) -> i64 {
+    obj.pointer(&format!("/status/{field}"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// The wide columns of a workload: its template's container names and
+/// images, and its selector as `labels.Selector` prints it.
+fn workload_wide(workload: &Value) -> [Value; 3] {
+    let containers = array_at(workload, "/spec/template/spec/containers");
+    let joined = |field: &str| {
+        containers
+            .iter()
+            .map(|c| str_at(c, field))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let selector = workload
+        .pointer("/spec/selector")
+        .map(LabelSelector::from_api)
+        .and_then(Result::ok)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    [
+        json!(joined("/name")),
+        json!(joined("/image")),
+        json!(selector),
+    ]
+}
+
+/// `printDeployment`.
+fn deployment(deployment: &Value, name: Value, age: Value) -> Vec<Value> {
+    let desired = deployment
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let mut cells = vec![
+        name,
+        json!(format!("{}/{desired}", count(deployment, "readyReplicas"))),
+        json!(count(deployment, "updatedReplicas")),
+        json!(count(deployment, "availableReplicas")),
+        age,
+    ];
+    cells.extend(workload_wide(deployment));
+    cells
+}
+
+/// `printDaemonSet`.
+fn daemon_set(daemon_set: &Value, name: Value, age: Value) -> Vec<Value> {
+    let mut node_selector: Vec<String> = daemon_set
+        .pointer("/spec/template/spec/nodeSelector")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    node_selector.sort();
+    let mut cells = vec![name];
+    cells.extend(
+        [
+            "desiredNumberScheduled",
+            "currentNumberScheduled",
+            "numberReady",
+            "updatedNumberScheduled",
+            "numberAvailable",
+        ]
+        .map(|field| json!(count(daemon_set, field))),
+    );
+    cells.push(json!(or(&node_selector.join(","), "<none>")));
+    cells.push(age);
+    cells.extend(workload_wide(daemon_set));
+    cells
 }
 
 /// `printRoleBinding` and `printClusterRoleBinding`: the role as

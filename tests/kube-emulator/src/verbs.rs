@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::body;
 use crate::kinds::{self, FieldValidation, Subresource};
+use crate::managed_fields;
 use crate::meta;
 use crate::patch::{self, PatchType};
 use crate::resources::{ResourceType, Rules, StorageKey};
@@ -33,6 +34,8 @@ pub struct Target {
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
     pub dry_run: bool,
+    /// `fieldManager`; an apply's owns the fields it applies.
+    pub field_manager: String,
     pub field_validation: FieldValidation,
     /// Keys the request body repeated (strict decoding reports them).
     pub repeated_keys: Vec<String>,
@@ -433,16 +436,18 @@ pub fn replace(
             ),
         });
     }
-    update(state, t, obj, opts, warnings)
+    update(state, t, obj, opts, warnings, false)
 }
 
-/// The shared end of PUT and PATCH (`Store.Update`).
+/// The shared end of PUT and PATCH (`Store.Update`); `apply` for an
+/// apply patch, whose field manager keeps the fields it applied.
 fn update(
     state: &mut State,
     t: &Target,
     mut new: Value,
     opts: &WriteOptions,
     mut warnings: Vec<String>,
+    apply: bool,
 ) -> Result<Written, ApiError> {
     let rt = &t.rt;
     let policy = kinds::policy(rt);
@@ -474,7 +479,10 @@ fn update(
         }
     }
     meta::carry_system_fields(&mut new, &cur);
+    // Field ownership is the field manager's, whatever the strategy keeps.
+    let managed = new.pointer("/metadata/managedFields").cloned();
     let mut errs = kinds::prepare_update(rt, t.sub, &mut new, &cur, state);
+    meta::set(&mut new, "managedFields", managed.unwrap_or(Value::Null));
     errs.extend(kinds::validate_update(rt, t.sub, &new, &cur));
     if !errs.is_empty() {
         return Err(ApiError::invalid(
@@ -489,6 +497,8 @@ fn update(
         "resourceVersion",
         json!(meta::resource_version(&cur)),
     );
+    let applier = apply.then_some((opts.field_manager.as_str(), t.sub));
+    managed_fields::transfer(&mut new, &cur, applier);
     if new == *cur {
         return Ok(Written {
             object: kinds::to_view(rt, &cur),
@@ -556,7 +566,7 @@ pub fn patch(
         }
         (None, _) => return Err(not_found(t)),
     };
-    if kind == PatchType::Apply {
+    let applied = if kind == PatchType::Apply {
         let body: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if kinds::str_at(&body, "/apiVersion").is_empty()
@@ -566,9 +576,21 @@ pub fn patch(
                 "invalid object type: apply patches must include apiVersion and kind",
             ));
         }
-    }
+        if body
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        Some(body)
+    } else {
+        None
+    };
     let schema = |path: &[String]| kinds::list_strategy(rt, path);
-    let patched = patch::apply(kind, &base, body, &schema)?;
+    let mut patched = patch::apply(kind, &base, body, &schema)?;
+    if let Some(applied) = &applied {
+        managed_fields::apply(rt, t.sub, &mut patched.value, &opts.field_manager, applied);
+    }
     if meta::name(&patched.value) != t.name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({})",
@@ -602,7 +624,7 @@ pub fn patch(
     if existing.is_none() {
         return insert(state, rt, obj, opts, warnings);
     }
-    update(state, t, obj, opts, warnings)
+    update(state, t, obj, opts, warnings, applied.is_some())
 }
 
 /// DELETE of one object. Returns the response body.

@@ -2,8 +2,10 @@
 //! strategies: decoding (typed round trip through k8s-openapi, so type
 //! errors and unknown fields behave as upstream), defaulting, status
 //! subresource isolation, generation tracking, validation, selectable
-//! fields and strategic-merge list strategies. One submodule per kind.
+//! fields and strategic-merge list strategies. One submodule per kind, and
+//! `pod_template` for the pod template of workloads.
 
+mod apps;
 mod config;
 mod crd;
 mod custom;
@@ -11,6 +13,7 @@ mod event;
 mod lease;
 mod namespace;
 mod node;
+mod pod_template;
 mod rbac;
 mod service;
 
@@ -26,6 +29,8 @@ use crate::resources::{ResourceType, Rules, View};
 use crate::status::{ApiError, FieldError, GroupKind};
 
 pub use rbac::GROUP as RBAC_GROUP;
+
+use apps::Workload;
 
 pub use crd::{
     CLEANUP_FINALIZER as CRD_CLEANUP_FINALIZER, condition_is_true as crd_condition_is_true,
@@ -78,7 +83,9 @@ pub fn policy(rt: &ResourceType) -> Policy {
         | Rules::Namespace
         | Rules::ConfigMap
         | Rules::Secret
-        | Rules::ServiceAccount => (false, true),
+        | Rules::ServiceAccount
+        | Rules::Deployment
+        | Rules::DaemonSet => (false, true),
     };
     Policy {
         allow_create_on_update: create,
@@ -149,6 +156,8 @@ fn decode_fields(
         (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
         (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
         (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
+        (Rules::Deployment, _) => round_trip::<api::apps::v1::Deployment>(rt, &value)?,
+        (Rules::DaemonSet, _) => round_trip::<api::apps::v1::DaemonSet>(rt, &value)?,
         (Rules::Role, _) => round_trip::<api::rbac::v1::Role>(rt, &rbac::role_zero_filled(&value))?,
         (Rules::ClusterRole, _) => {
             round_trip::<api::rbac::v1::ClusterRole>(rt, &rbac::role_zero_filled(&value))?
@@ -426,6 +435,8 @@ pub fn prepare_create(
         Rules::CustomResourceDefinition => crd::prepare_create(obj),
         Rules::Custom => custom::prepare_create(rt, obj),
         Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(obj),
+        Rules::Deployment => apps::prepare_create(Workload::Deployment, obj),
+        Rules::DaemonSet => apps::prepare_create(Workload::DaemonSet, obj),
         Rules::ConfigMap
         | Rules::ServiceAccount
         | Rules::Event
@@ -453,6 +464,8 @@ pub fn prepare_update(
         Rules::CustomResourceDefinition => crd::prepare_update(sub, new, old),
         Rules::Custom => custom::prepare_update(rt, sub, new, old),
         Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(new),
+        Rules::Deployment => apps::prepare_update(Workload::Deployment, sub, new, old),
+        Rules::DaemonSet => apps::prepare_update(Workload::DaemonSet, sub, new, old),
         Rules::ConfigMap
         | Rules::ServiceAccount
         | Rules::Event
@@ -480,6 +493,8 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
         Rules::RoleBinding | Rules::ClusterRoleBinding => {
             rbac::validate_binding(obj, rt.namespaced)
         }
+        Rules::Deployment => apps::validate(Workload::Deployment, obj),
+        Rules::DaemonSet => apps::validate(Workload::DaemonSet, obj),
     };
     if !errs.is_empty() {
         return errs;
@@ -510,6 +525,8 @@ pub fn validate_update(
         Rules::RoleBinding | Rules::ClusterRoleBinding => {
             rbac::validate_binding_update(new, old, rt.namespaced)
         }
+        Rules::Deployment => apps::validate_update(Workload::Deployment, sub, new, old),
+        Rules::DaemonSet => apps::validate_update(Workload::DaemonSet, sub, new, old),
     });
     errs
 }
@@ -571,6 +588,7 @@ pub fn list_strategy(rt: &ResourceType, path: &[String]) -> ListStrategy {
             _ => ListStrategy::Atomic,
         },
         Rules::Custom => custom::list_strategy(rt, &p),
+        Rules::Deployment | Rules::DaemonSet => apps::list_strategy(&p),
         _ => ListStrategy::Atomic,
     }
 }

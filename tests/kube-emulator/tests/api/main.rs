@@ -1,6 +1,6 @@
 //! End-to-end tests of the emulator over real HTTPS, through a kube-rs
 //! client built from the emulator's kubeconfig, as the manager uses it, and
-//! through the real kubectl with the kubeconfig the binary writes.
+//! through the real kubectl and Helm with the kubeconfig it writes.
 
 mod harness;
 
@@ -10,9 +10,11 @@ mod custom_resources;
 mod discovery;
 mod events;
 mod faults;
+mod helm;
 mod kubectl;
 mod leases;
 mod nodes;
+mod openapi;
 mod patches;
 mod rbac;
 mod requests;
@@ -23,3 +25,4 @@ mod services;
 mod tables;
 mod validation;
 mod watches;
+mod workloads;

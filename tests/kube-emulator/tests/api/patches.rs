@@ -1,7 +1,8 @@
 //! Merge, JSON and strategic merge patches on the lists a CCM patches:
-//! taints, addresses, conditions, finalizers, ports.
+//! taints, addresses, conditions, finalizers, ports; and server-side
+//! apply's field ownership.
 
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -211,4 +212,78 @@ async fn merge_and_json_patches_follow_their_rfcs() {
             .unwrap_err(),
     );
     assert_eq!(missing.code, 404);
+}
+
+#[tokio::test]
+async fn an_apply_removes_what_its_manager_stopped_applying_and_no_one_else_owns() {
+    let cluster = start().await;
+    let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), "default");
+    let apply = |manager: &'static str, data: serde_json::Value| {
+        let maps = maps.clone();
+        async move {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": data});
+            maps.patch("cfg", &PatchParams::apply(manager), &Patch::Apply(&body))
+                .await
+                .unwrap()
+                .data
+                .unwrap_or_default()
+        }
+    };
+    let keys = |data: std::collections::BTreeMap<String, String>| {
+        data.into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(apply("helm", json!({"a": "1", "b": "2"})).await),
+        ["a=1", "b=2"]
+    );
+    assert_eq!(
+        keys(apply("ops", json!({"c": "3"})).await),
+        ["a=1", "b=2", "c=3"]
+    );
+    // `helm` owns `a` and `b` only: it may drop `b`, never `c`.
+    assert_eq!(
+        keys(apply("helm", json!({"a": "1", "c": "3"})).await),
+        ["a=1", "c=3"]
+    );
+    assert_eq!(keys(apply("helm", json!({"a": "1"})).await), ["a=1", "c=3"]);
+    let unchanged = maps.get("cfg").await.unwrap().resource_version();
+    apply("helm", json!({"a": "1"})).await;
+    assert_eq!(
+        maps.get("cfg").await.unwrap().resource_version(),
+        unchanged,
+        "an apply that changes nothing writes nothing"
+    );
+
+    // A write that changes `a` takes it from `helm`, which then leaves it;
+    // owning nothing, `helm` loses its entry until it applies again.
+    maps.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "edited"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        keys(apply("helm", json!({"z": "26"})).await),
+        ["a=edited", "c=3", "z=26"]
+    );
+    let managers: Vec<(String, String)> = maps
+        .get("cfg")
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.manager.unwrap(), m.operation.unwrap()))
+        .collect();
+    assert_eq!(
+        managers,
+        [
+            ("ops".into(), "Apply".into()),
+            ("helm".into(), "Apply".into())
+        ]
+    );
 }

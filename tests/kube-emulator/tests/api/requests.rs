@@ -1,8 +1,8 @@
 //! Request edge cases, answered as a real kube-apiserver v1.32 answers
 //! them: JSON patches that cannot be applied, unparsable resourceVersions,
-//! `limit` and `continue`, write options, and repeated keys under strict
-//! decoding. Sent over plain HTTP, since a typed client would not send
-//! most of them.
+//! `limit` and `continue`, write options, repeated keys under strict
+//! decoding, and the protobuf bodies of typed clients. Sent over plain
+//! HTTP, since a typed client would not send most of them.
 
 use serde_json::json;
 
@@ -301,4 +301,66 @@ async fn repeated_keys_are_warnings_and_strictly_a_decoding_error() {
         get(&cluster, &format!("{MAPS}/a")).await.body["data"]["k"],
         "2"
     );
+}
+
+/// A protobuf length-delimited field, for bodies short enough that every
+/// byte is ASCII.
+fn proto_field(number: u8, bytes: &str) -> String {
+    let len = u8::try_from(bytes.len()).expect("a short field");
+    let mut out = String::from(char::from(number << 3 | 2));
+    out.push(char::from(len));
+    out.push_str(bytes);
+    out
+}
+
+/// `runtime.Unknown` in the `k8s\0` envelope, as client-go sends it.
+fn proto_envelope(api_version: &str, kind: &str, raw: &str) -> String {
+    let type_meta = proto_field(1, api_version) + &proto_field(2, kind);
+    format!("k8s\0{}{}", proto_field(1, &type_meta), proto_field(2, raw))
+}
+
+#[tokio::test]
+async fn protobuf_bodies_of_what_typed_clients_write_are_read() {
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    let cluster = start().await;
+    let metadata = proto_field(1, "pb");
+    let entry = proto_field(1, "greeting") + &proto_field(2, "hello");
+    let config_map = proto_field(1, &metadata) + &proto_field(2, &entry);
+    let created = send(
+        &cluster,
+        reqwest::Method::POST,
+        MAPS,
+        PROTOBUF,
+        &proto_envelope("v1", "ConfigMap", &config_map),
+    )
+    .await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    assert_eq!(created.body["data"], json!({"greeting": "hello"}));
+    assert_eq!(created.body["metadata"]["name"], "pb");
+
+    let preconditions = proto_field(2, "1");
+    let options = proto_field(2, &preconditions);
+    let refused = send(
+        &cluster,
+        reqwest::Method::DELETE,
+        &format!("{MAPS}/pb"),
+        PROTOBUF,
+        &proto_envelope("v1", "DeleteOptions", &options),
+    )
+    .await;
+    assert_eq!(
+        refused.code, 409,
+        "the precondition is read: {}",
+        refused.body
+    );
+
+    let deployment = send(
+        &cluster,
+        reqwest::Method::POST,
+        "/apis/apps/v1/namespaces/default/deployments",
+        PROTOBUF,
+        &proto_envelope("apps/v1", "Deployment", &metadata),
+    )
+    .await;
+    assert_eq!(deployment.code, 415, "{}", deployment.body);
 }

@@ -295,3 +295,108 @@ async fn a_crd_with_a_bad_printer_column_is_invalid() {
         answer.body
     );
 }
+
+#[tokio::test]
+async fn workloads_print_their_counts_and_wide_template_columns() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    let cluster = start().await;
+    let template = json!({"metadata": {"labels": {"app": "web"}},
+                          "spec": {"nodeSelector": {"kubernetes.io/os": "linux"},
+                                   "containers": [{"name": "web", "image": "nginx:1.27"},
+                                                  {"name": "proxy", "image": "envoy:1"}]}});
+    let spec =
+        json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template});
+    let deployments = Api::<Deployment>::namespaced(cluster.client.clone(), "default");
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let progress = json!({"status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 1}});
+    deployments
+        .patch_status("web", &PatchParams::default(), &Patch::Merge(&progress))
+        .await
+        .unwrap();
+    let (_, table) = get_table(
+        &cluster,
+        "/apis/apps/v1/namespaces/default/deployments",
+        KUBECTL_ACCEPT,
+    )
+    .await;
+    let names: Vec<String> = column_names(&table).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "Name",
+            "Ready",
+            "Up-to-date",
+            "Available",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    let cells = table["rows"][0]["cells"].as_array().unwrap();
+    assert_eq!(cells[..4], [json!("web"), json!("2/3"), json!(3), json!(1)]);
+    assert_eq!(
+        cells[5..],
+        [
+            json!("web,proxy"),
+            json!("nginx:1.27,envoy:1"),
+            json!("app=web")
+        ]
+    );
+
+    let daemon_sets = Api::<DaemonSet>::namespaced(cluster.client.clone(), "default");
+    let mut spec = spec.clone();
+    spec.as_object_mut().unwrap().remove("replicas");
+    daemon_sets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": spec})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let (_, table) = get_table(
+        &cluster,
+        "/apis/apps/v1/namespaces/default/daemonsets/web",
+        KUBECTL_ACCEPT,
+    )
+    .await;
+    let columns = column_names(&table);
+    let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Name",
+            "Desired",
+            "Current",
+            "Ready",
+            "Up-to-date",
+            "Available",
+            "Node Selector",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    assert!(columns[8..].iter().all(|(_, p)| *p == 1), "wide columns");
+    assert_eq!(table["columnDefinitions"][1]["type"], "integer");
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(
+        cells.as_array().unwrap()[..7],
+        [
+            json!("web"),
+            json!(0),
+            json!(0),
+            json!(0),
+            json!(0),
+            json!(0),
+            json!("kubernetes.io/os=linux")
+        ]
+    );
+}
