@@ -1,6 +1,7 @@
 //! The Helm chart `charts/wasm-ccm` as tests see it: `helm template` run with given values,
-//! its output split into objects (each with the template it came from), and
-//! `kubernetes-validate` over them. helm and kubernetes-validate are installed into
+//! its output split into objects (each with the template it came from), `kubernetes-validate`
+//! over them, what its RBAC grants ([`grants`]), and an [`Operator`] typing helm and kubectl
+//! commands against a cluster. helm and kubernetes-validate are installed into
 //! `target/test-tools/` by `make setup` (`tests/install-chart-tools.sh`).
 //!
 //! ```no_run
@@ -291,80 +292,61 @@ pub fn grants(objects: &[Rendered], namespace: &str, account: &str) -> Vec<Grant
     grants
 }
 
-/// The API of the rendered object's kind, in its namespace if it has one (discovered, as
-/// kubectl and helm find it).
-async fn api_for(
-    client: &kube::Client,
-    rendered: &Rendered,
-) -> kube::Api<kube::api::DynamicObject> {
-    use kube::api::GroupVersionKind;
-    use kube::discovery::{self, Scope};
-
-    let api_version = rendered.object["apiVersion"].as_str().expect("apiVersion");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, rendered.kind());
-    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
-        .await
-        .unwrap_or_else(|error| panic!("the API server serves no {gvk:?}: {error}"));
-    match capabilities.scope {
-        Scope::Namespaced => kube::Api::namespaced_with(
-            client.clone(),
-            rendered.namespace().unwrap_or(NAMESPACE),
-            &resource,
-        ),
-        Scope::Cluster => kube::Api::all_with(client.clone(), &resource),
-    }
+/// helm and kubectl against one cluster, as an operator types them in the repository: with
+/// that cluster's kubeconfig, and helm's and kubectl's caches in a directory of their own
+/// (not `~/.cache`).
+pub struct Operator {
+    kubeconfig: PathBuf,
+    home: tempfile::TempDir,
 }
 
-/// The rendered objects a cluster holds: all but the Deployment or DaemonSet, which no
-/// controller would run here (a test starts its pods as [`crate::pod::Pod`]s).
-fn stored(objects: &[Rendered]) -> impl Iterator<Item = &Rendered> {
-    objects
-        .iter()
-        .filter(|o| !matches!(o.kind(), "Deployment" | "DaemonSet"))
-}
-
-/// Create each rendered object a cluster holds through `client`, or replace it with the
-/// rendered one if it exists (as an upgrade or a rollback does).
-pub async fn apply(client: &kube::Client, objects: &[Rendered]) {
-    use kube::api::{DynamicObject, PostParams};
-
-    for rendered in stored(objects) {
-        let api = api_for(client, rendered).await;
-        let mut object: DynamicObject =
-            serde_json::from_value(rendered.object.clone()).expect("a Kubernetes object");
-        let what = format!(
-            "{} {} ({})",
-            rendered.kind(),
-            rendered.name(),
-            rendered.source
-        );
-        match api.get_opt(rendered.name()).await {
-            Ok(None) => {
-                api.create(&PostParams::default(), &object)
-                    .await
-                    .unwrap_or_else(|error| panic!("create {what}: {error}"));
-            }
-            Ok(Some(current)) => {
-                object.metadata.resource_version = current.metadata.resource_version;
-                api.replace(rendered.name(), &PostParams::default(), &object)
-                    .await
-                    .unwrap_or_else(|error| panic!("replace {what}: {error}"));
-            }
-            Err(error) => panic!("get {what}: {error}"),
+impl Operator {
+    pub fn new(kubeconfig: &Path) -> Operator {
+        Operator {
+            kubeconfig: kubeconfig.to_path_buf(),
+            home: tempfile::tempdir().expect("a home for helm and kubectl"),
         }
     }
-}
 
-/// Delete each rendered object a cluster holds, as `helm uninstall` does (the CRD stays).
-pub async fn delete(client: &kube::Client, objects: &[Rendered]) {
-    for rendered in stored(objects) {
-        api_for(client, rendered)
-            .await
-            .delete(rendered.name(), &Default::default())
-            .await
-            .unwrap_or_else(|error| {
-                panic!("delete {} {}: {error}", rendered.kind(), rendered.name())
-            });
+    /// A file in this operator's directory holding `text`, to pass as `-f`.
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.home.path().join(name);
+        std::fs::write(&path, text).expect("write a file");
+        path
+    }
+
+    /// Run `helm ARGS`: what it printed, or a panic with its output.
+    pub fn helm(&self, args: &[&str]) -> String {
+        self.run(helm(), args)
+    }
+
+    /// Run `kubectl ARGS` (`$KUBECTL`, else `kubectl` on the `PATH`).
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
+        self.run(PathBuf::from(kubectl), args)
+    }
+
+    fn run(&self, program: PathBuf, args: &[&str]) -> String {
+        let home = self.home.path();
+        let output = Command::new(&program)
+            .args(args)
+            .current_dir(repo())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("helm-cache"))
+            .env("HELM_CONFIG_HOME", home.join("helm-config"))
+            .env("HELM_DATA_HOME", home.join("helm-data"))
+            .env("KUBECACHEDIR", home.join("kube-cache"))
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()));
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{} {} failed ({}):\n{}{stdout}",
+            program.display(),
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
     }
 }

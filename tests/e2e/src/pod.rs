@@ -23,7 +23,6 @@ use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use serde_json::Value;
 
-use crate::chart::Rendered;
 use crate::https;
 
 /// The manager started as one replica of the rendered Deployment or DaemonSet.
@@ -36,21 +35,20 @@ pub struct Pod {
 }
 
 impl Pod {
-    /// Start the workload in `objects` as the pod `name`, against the API server of
-    /// `kubeconfig` (the admin's, used only for what the kubelet and the token issuer do),
-    /// with its ServiceAccount's identity. `client` is that admin's client.
+    /// Start a pod `name` of `workload` (a Deployment or DaemonSet as the cluster stores
+    /// it), against the API server of `kubeconfig` (the admin's, used only for what the
+    /// kubelet and the token issuer do), with its ServiceAccount's identity. `client` is that
+    /// admin's client.
     pub async fn start(
-        objects: &[Rendered],
+        workload: &Value,
         name: &str,
         kubeconfig: &Kubeconfig,
         client: &kube::Client,
     ) -> Pod {
-        let workload = objects
-            .iter()
-            .find(|o| matches!(o.kind(), "Deployment" | "DaemonSet"))
-            .expect("a Deployment or DaemonSet");
-        let namespace = workload.namespace().expect("the workload's namespace");
-        let spec = &workload.object["spec"]["template"]["spec"];
+        let namespace = workload["metadata"]["namespace"]
+            .as_str()
+            .expect("the workload's namespace");
+        let spec = &workload["spec"]["template"]["spec"];
         let container = &spec["containers"][0];
         let dir = tempfile::tempdir().expect("pod dir");
 

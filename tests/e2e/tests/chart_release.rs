@@ -1,12 +1,13 @@
-//! A release of the chart, running: `helm template` with the README's install values, the
-//! rendered ServiceAccount, RBAC and CloudProvider created in the API emulator with RBAC
-//! enforced, and the manager started as the chart's two pods would be (their arguments and
-//! volumes, their ServiceAccount's token; see `e2e::pod`), pulling the provider from a
-//! registry with the mounted pull secret. The cluster then lives a little (nodes join, get
-//! routes, shut down and go away; a load balancer is made and deleted), the provider is
-//! upgraded by a values change rendered and applied as `helm upgrade` would, and the RBAC the
-//! chart renders is compared with what the manager asked the API server for: every request
-//! allowed, and every rule used.
+//! A release of the chart, installed, upgraded, rolled back and uninstalled with the README's
+//! commands, typed: `kubectl create secret …`, `helm install … -f simcloud.yaml` (the
+//! README's values, read from it, with this test's registry and cloud in place of the example
+//! hosts), `helm upgrade --reuse-values --set provider.ref=…`, `helm rollback`, `helm
+//! uninstall`, against the API emulator with RBAC enforced. The manager runs as the chart's
+//! two pods would (the stored Deployment's arguments and volumes, its ServiceAccount's token;
+//! see `e2e::pod`), pulling the provider from a registry with the mounted pull secret. The
+//! cluster lives a little meanwhile (nodes join, get routes, shut down and go away; load
+//! balancers are made and one deleted), and the release's RBAC is compared with what the
+//! manager asked the API server for: every request allowed, and every rule used.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,12 +15,13 @@ use std::time::Duration;
 
 use cloud_sim::InstanceStatus;
 use e2e::TOKEN;
-use e2e::chart::{self, Grant, NAMESPACE, Rendered};
-use e2e::cloud_provider::{active_reference, install_crd};
+use e2e::chart::{self, Grant, NAMESPACE, Operator, Rendered};
+use e2e::cloud_provider::active_reference;
 use e2e::pod::Pod;
 use e2e::registry::{Credentials, Registry, RegistryOptions};
 use e2e::testbed::{Testbed, eventually, has_taint, is_uninitialized};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -30,6 +32,8 @@ use wasm_ccm::resource::CloudProvider;
 const RELEASE: &str = "wasm-ccm";
 const WAIT: Duration = Duration::from_secs(60);
 const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
+const REGISTRY_USER: &str = "acme";
+const REGISTRY_PASSWORD: &str = "pull-7f3a";
 
 /// The README's install values with this test's registry and cloud in place of the
 /// example hosts.
@@ -51,39 +55,10 @@ extraArgs: [--node-monitor-period=300ms, --route-reconciliation-period=500ms]
     )
 }
 
-/// What the README's install section has the operator create before `helm install`: the
-/// provider's token, the registry's pull secret, the cloud config.
-async fn operator_objects(bed: &Testbed, registry: &Registry) {
-    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), NAMESPACE);
-    for secret in [
-        json!({"metadata": {"name": "simcloud"}, "stringData": {"token": TOKEN}}),
-        json!({
-            "metadata": {"name": "registry-credentials"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "stringData": {".dockerconfigjson": registry.docker_config_json()},
-        }),
-    ] {
-        let secret: Secret = serde_json::from_value(secret).expect("a Secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create a Secret");
-    }
-    let config: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "simcloud-config"},
-        "data": {"cloud.json": String::from_utf8(bed.cloud.simcloud_config()).unwrap()},
-    }))
-    .expect("a ConfigMap");
-    Api::<ConfigMap>::namespaced(bed.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &config)
-        .await
-        .expect("create the cloud config");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_place() {
     let registry = Registry::start(RegistryOptions {
-        auth: Some(Credentials::new("acme", "pull-7f3a")),
+        auth: Some(Credentials::new(REGISTRY_USER, REGISTRY_PASSWORD)),
         ..RegistryOptions::default()
     })
     .await;
@@ -100,17 +75,63 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         ..EmulatorOptions::default()
     })
     .await;
-    // `helm install` creates the chart's crds/ first.
-    install_crd(&bed).await;
-    operator_objects(&bed, &registry).await;
+    let operator = Operator::new(&bed.kubeconfig());
 
-    let values = [install_values(&registry, &bed), test_values(&registry)];
-    let installed = chart::render_files(RELEASE, &[&values[0], &values[1]]).expect("renders");
-    chart::apply(&bed.client, &installed).await;
+    // The README's install section: the token's Secret, then the release. Its values also
+    // name a registry pull secret and a cloud config, made here as an operator would.
+    let token = format!("--from-literal=token={TOKEN}");
+    operator.kubectl(&[
+        "-n", NAMESPACE, "create", "secret", "generic", "simcloud", &token,
+    ]);
+    let server = format!("--docker-server={}", registry.addr());
+    let user = format!("--docker-username={REGISTRY_USER}");
+    let password = format!("--docker-password={REGISTRY_PASSWORD}");
+    operator.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "secret",
+        "docker-registry",
+        "registry-credentials",
+        &server,
+        &user,
+        &password,
+    ]);
+    let cloud_json = operator.file("cloud.json", &chart_cloud_config(&bed));
+    let from_file = format!("--from-file=cloud.json={}", cloud_json.display());
+    operator.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "configmap",
+        "simcloud-config",
+        &from_file,
+    ]);
+    let simcloud = operator.file("simcloud.yaml", &install_values(&registry, &bed));
+    let test = operator.file("test.yaml", &test_values(&registry));
+    let (simcloud, test) = (simcloud.to_str().unwrap(), test.to_str().unwrap());
+    let notes = operator.helm(&[
+        "install",
+        RELEASE,
+        "charts/wasm-ccm",
+        "-n",
+        NAMESPACE,
+        "-f",
+        simcloud,
+        "-f",
+        test,
+    ]);
+
+    let deployments: Api<Deployment> = Api::namespaced(bed.client.clone(), NAMESPACE);
+    let installed = deployments
+        .get(RELEASE)
+        .await
+        .expect("the release's Deployment");
+    let workload = serde_json::to_value(&installed).expect("JSON");
     let kubeconfig = bed.emulator.kubeconfig();
     let mut pods = Vec::new();
     for name in ["wasm-ccm-0", "wasm-ccm-1"] {
-        pods.push(Pod::start(&installed, name, &kubeconfig, &bed.client).await);
+        pods.push(Pod::start(&workload, name, &kubeconfig, &bed.client).await);
     }
     for pod in &pods {
         pod.ready().await;
@@ -129,22 +150,50 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         }
     };
     active("v1.2.0").await;
+    // The release's notes tell the operator how to see the active version and its status;
+    // those commands, run as printed, show them.
+    let shown: Vec<String> = notes
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("kubectl") && line.contains("cloudprovider"))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+            operator.kubectl(&words)
+        })
+        .collect();
+    assert!(
+        matches!(&shown[..], [get, describe]
+            if get.contains("acme/simcloud:v1.2.0")
+                && describe.contains("Ready") && describe.contains("Activated")),
+        "the notes' commands show the active version and its conditions: {notes}\n{shown:#?}"
+    );
 
     live_a_little(&bed).await;
 
-    // `helm upgrade --reuse-values --set provider.ref=…:v1.3.0`: the same values and one more.
-    let upgrade = format!(
-        "provider: {{ref: 'oci://{}'}}",
+    // The README's upgrade: only the CloudProvider changes, the Deployment is not rolled.
+    let v2 = format!(
+        "provider.ref=oci://{}",
         registry.reference("acme/simcloud:v1.3.0")
     );
-    let upgraded =
-        chart::render_files(RELEASE, &[&values[0], &values[1], &upgrade]).expect("renders");
+    operator.helm(&[
+        "upgrade",
+        RELEASE,
+        "charts/wasm-ccm",
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        &v2,
+    ]);
+    let upgraded = deployments
+        .get(RELEASE)
+        .await
+        .expect("the release's Deployment");
     assert_eq!(
-        workload(&upgraded),
-        workload(&installed),
-        "a provider upgrade must not change the pod template"
+        (upgraded.metadata.generation, &upgraded.spec),
+        (installed.metadata.generation, &installed.spec),
+        "a provider upgrade must not change the pods"
     );
-    chart::apply(&bed.client, &upgraded).await;
     active("v1.3.0").await;
     served_by_v2(&bed, "kept", true).await;
 
@@ -164,14 +213,14 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     )
     .await;
 
-    // `helm rollback wasm-ccm 1`: the first revision's objects again. Each pod still has
+    // The README's `helm rollback`: the first revision's values again. Each pod still has
     // v1.2.0 in its cache: nothing is downloaded.
     let downloads = blob_downloads(&registry);
     assert!(
         downloads >= 4,
         "each pod downloaded both versions: {downloads} blobs"
     );
-    chart::apply(&bed.client, &installed).await;
+    operator.helm(&["rollback", RELEASE, "1", "-n", NAMESPACE]);
     active("v1.2.0").await;
     served_by_v2(&bed, "kept", false).await;
     assert_eq!(
@@ -193,15 +242,26 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         .map(|e| format!("{:?}: {:?}", e.reason, e.note))
         .collect();
     assert!(warnings.is_empty(), "no reconcile may fail: {warnings:#?}");
-    let account = chart::only(&installed, "ServiceAccount").name().to_string();
-    rbac_is_what_the_manager_uses(&bed, &installed, &account);
+    let manifest = operator.helm(&["get", "manifest", RELEASE, "-n", NAMESPACE]);
+    let release = chart::parse(&manifest);
+    let account = chart::only(&release, "ServiceAccount").name().to_string();
+    rbac_is_what_the_manager_uses(&bed, &release, &account);
 
-    // `helm uninstall wasm-ccm`: the pods stop (cleanly), then the chart's objects go.
+    // The README's `helm uninstall`: the pods stop (cleanly, on SIGTERM) as their Deployment
+    // goes, then the release's objects; the CRD stays.
     for pod in &mut pods {
         let exit = pod.terminate().await;
         assert!(exit.success(), "{} exited with {exit} on SIGTERM", pod.name);
     }
-    chart::delete(&bed.client, &installed).await;
+    operator.helm(&["uninstall", RELEASE, "-n", NAMESPACE]);
+    assert!(
+        cloud_providers
+            .get_opt(RELEASE)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(deployments.get_opt(RELEASE).await.expect("get").is_none());
     // The cloud keeps the load balancer; its Service keeps the finalizer, so deleting it
     // leaves it terminating until a manager runs again.
     bed.services()
@@ -248,9 +308,9 @@ fn blob_downloads(registry: &Registry) -> usize {
         .count()
 }
 
-/// The Deployment as rendered.
-fn workload(objects: &[Rendered]) -> serde_json::Value {
-    chart::only(objects, "Deployment").object.clone()
+/// simcloud's cloud config for this test's cloud.
+fn chart_cloud_config(bed: &Testbed) -> String {
+    String::from_utf8(bed.cloud.simcloud_config()).expect("JSON is UTF-8")
 }
 
 /// Three nodes join and get routes; one shuts down, one goes away; two LoadBalancer
