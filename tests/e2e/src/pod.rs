@@ -1,5 +1,6 @@
-//! The chart's pod without a kubelet: the rendered container's arguments run as the
-//! `wasm-ccm` binary, as the pod's ServiceAccount, with its volumes as directories.
+//! The chart's pod without a kubelet: the container of a Deployment or DaemonSet, as the
+//! cluster stores it, run as the `wasm-ccm` binary with its arguments, as the pod's
+//! ServiceAccount, with its volumes as directories.
 //!
 //! What a kubelet would do, done by hand:
 //! - an `emptyDir` is a fresh directory, a `secret` volume the Secret's items written as files
@@ -25,7 +26,7 @@ use serde_json::Value;
 
 use crate::https;
 
-/// The manager started as one replica of the rendered Deployment or DaemonSet.
+/// The manager started as one pod of a Deployment or DaemonSet.
 pub struct Pod {
     pub name: String,
     child: Child,

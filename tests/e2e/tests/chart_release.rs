@@ -16,7 +16,7 @@ use std::time::Duration;
 use cloud_sim::InstanceStatus;
 use e2e::TOKEN;
 use e2e::chart::{self, Grant, NAMESPACE, Operator, Rendered};
-use e2e::cloud_provider::active_reference;
+use e2e::cloud_provider::{active_reference, simcloud_config};
 use e2e::pod::Pod;
 use e2e::registry::{Credentials, Registry, RegistryOptions};
 use e2e::testbed::{Testbed, eventually, has_taint, is_uninitialized};
@@ -97,7 +97,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         &user,
         &password,
     ]);
-    let cloud_json = operator.file("cloud.json", &chart_cloud_config(&bed));
+    let cloud_json = operator.file("cloud.json", &simcloud_config(&bed));
     let from_file = format!("--from-file=cloud.json={}", cloud_json.display());
     operator.kubectl(&[
         "-n",
@@ -308,16 +308,13 @@ fn blob_downloads(registry: &Registry) -> usize {
         .count()
 }
 
-/// simcloud's cloud config for this test's cloud.
-fn chart_cloud_config(bed: &Testbed) -> String {
-    String::from_utf8(bed.cloud.simcloud_config()).expect("JSON is UTF-8")
-}
-
 /// Three nodes join and get routes; one shuts down, one goes away; two LoadBalancer
-/// Services get their load balancers. Every controller reads and writes what it does on a real cluster.
+/// Services get their load balancers. Every controller reads and writes what it does on a
+/// real cluster.
 async fn live_a_little(bed: &Testbed) {
     let nodes: Api<Node> = Api::all(bed.client.clone());
-    // Each of the manager's node writes retries a conflict by reading the node again.
+    // The first node update meets a conflict, so the node is read again (as the lifecycle
+    // controller's taint patch is, below).
     bed.emulator.faults().conflict_next_updates("nodes", 1);
     let mut ids = BTreeMap::new();
     for (index, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate() {
