@@ -4,7 +4,9 @@
 //! 1. **grant**: scheme, host and port must match an allow-list entry (deny by default);
 //! 2. **address**: when a new connection is opened (step 5), the name is resolved here and
 //!    internal addresses (private, loopback, link-local, cloud metadata) are refused unless
-//!    the entry names that very address;
+//!    the entry names that very address; answers are cached for their TTL, bounded, per gate
+//!    ([`dns`]), and the check runs on every new connection whether the answer was cached
+//!    or not;
 //! 3. **budget**: a per-destination token bucket; an exhausted budget answers a synthetic
 //!    `429` with `Retry-After`, which the guest SDK turns into `retry-after`;
 //! 4. **credentials**: headers bound to the destination are added from the host's secrets;
@@ -19,10 +21,12 @@
 
 mod audit;
 mod credentials;
+mod dns;
 mod policy;
 mod pool;
 mod transport;
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +40,7 @@ use wasmtime_wasi_http::{
 
 pub use audit::{Audit, AuditLogLimits, AuditRecord};
 pub use credentials::{CredentialError, CredentialRule, SecretSource, SharedSecret};
+pub use dns::{DNS_CACHE_ANSWERS, DNS_MAX_POSITIVE_TTL};
 pub use policy::{HostPattern, MethodPolicy, PatternError};
 pub use pool::{Connections, PoolLimits};
 pub use transport::Limits;
@@ -87,6 +92,9 @@ pub struct EgressConfig {
     /// Certificates trusted as TLS roots besides the Mozilla set (a private cloud's CA; a
     /// test server's self-signed certificate).
     pub extra_roots: Vec<CertificateDer<'static>>,
+    /// The DNS server asked instead of those in `/etc/resolv.conf` (a test's own server);
+    /// the hosts file still answers first. Library only: the manager has no flag for it.
+    pub name_server: Option<SocketAddr>,
 }
 
 impl Default for EgressConfig {
@@ -105,17 +113,21 @@ impl Default for EgressConfig {
             pool: PoolLimits::default(),
             audit_log: AuditLogLimits::default(),
             extra_roots: Vec::new(),
+            name_server: None,
         }
     }
 }
 
-/// The shared gate: policy, budgets, TLS and audit of one manager.
+/// The shared gate: policy, budgets, TLS, DNS cache and audit. Each provider version (and
+/// each change of egress settings) gets a new gate, so a swap starts with an empty DNS cache.
 #[derive(Debug)]
 pub struct EgressGate {
     config: EgressConfig,
     forbidden: Arc<Vec<HeaderName>>,
     budgets: Budgets,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    /// Resolves the names of new connections; its answer cache lives as long as the gate.
+    resolver: Arc<dns::Resolver>,
     audit: Audit,
     /// The pool of requests sent from the host side ([`EgressGate::send`]).
     host_connections: Arc<Connections>,
@@ -150,16 +162,19 @@ impl EgressGate {
         forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
         forbidden.dedup();
         let tls = transport::tls_config(&config.extra_roots);
+        let resolver = Arc::new(dns::Resolver::new(config.name_server));
         Arc::new(EgressGate {
             budgets: Budgets::new(config.budget),
             forbidden: Arc::new(forbidden),
             host_connections: Arc::new(Connections::new(
                 &config.allow,
                 &tls,
+                &resolver,
                 config.limits,
                 config.pool,
             )),
             tls,
+            resolver,
             audit: Audit::new(metrics, config.audit_log),
             credential_values: Mutex::new(vec![None; config.credentials.len()]),
             config,
@@ -177,6 +192,7 @@ impl EgressGate {
         Arc::new(Connections::new(
             &self.config.allow,
             &self.tls,
+            &self.resolver,
             self.config.limits,
             self.config.pool,
         ))

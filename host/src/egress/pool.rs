@@ -3,10 +3,11 @@
 //! requests and calls of that version only.
 //!
 //! hyper-util's pooled client does the pooling; the gate's [`GateConnector`] opens every new
-//! connection, so each one still passes the address check (resolved here, internal addresses
-//! refused unless the grant names them), the connect timeout, TLS with the Mozilla roots,
-//! and the per-version bound on open connections. A swap to a new provider version gets a new
-//! [`Connections`]; dropping the old one closes its idle connections.
+//! connection, so each one still passes the address check (resolved here, from the gate's
+//! DNS cache while an answer is fresh, internal addresses refused unless the grant names
+//! them), the connect timeout, TLS with the Mozilla roots, and the per-version bound on open
+//! connections. A swap to a new provider version gets a new [`Connections`]; dropping the
+//! old one closes its idle connections.
 
 use std::fmt;
 use std::future::Future;
@@ -23,6 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls;
 use wasmtime_wasi_http::{Error, WasiBody};
 
+use super::dns::Resolver;
 use super::policy::{Destination, HostPattern};
 use super::transport::{self, ConnectRefusal, Limits};
 
@@ -69,10 +71,12 @@ impl fmt::Debug for Connections {
 }
 
 impl Connections {
-    /// An empty pool for the grants `allow`, with its own TLS session cache.
+    /// An empty pool for the grants `allow`, with its own TLS session cache, resolving
+    /// names with the gate's `resolver`.
     pub(super) fn new(
         allow: &[HostPattern],
         tls: &rustls::ClientConfig,
+        resolver: &Arc<Resolver>,
         limits: Limits,
         pool: PoolLimits,
     ) -> Self {
@@ -89,6 +93,7 @@ impl Connections {
                 let connector = GateConnector {
                     grant: grant.clone(),
                     tls: tls.clone(),
+                    resolver: resolver.clone(),
                     limits,
                     permits: permits.clone(),
                     max_connections: pool.max_connections.max(1),
@@ -150,12 +155,14 @@ impl ConnectionUses {
     }
 }
 
-/// Opens the connections of one grant: address check, connect timeout, TLS, and a permit
-/// from the version's connection bound that lives as long as the connection.
+/// Opens the connections of one grant: address check (on the gate's possibly cached DNS
+/// answer), connect timeout, TLS, and a permit from the version's connection bound that
+/// lives as long as the connection.
 #[derive(Clone)]
 pub(super) struct GateConnector {
     grant: HostPattern,
     tls: Arc<rustls::ClientConfig>,
+    resolver: Arc<Resolver>,
     limits: Limits,
     permits: Arc<Semaphore>,
     max_connections: usize,
@@ -199,7 +206,8 @@ impl GateConnector {
                 ));
             }
         };
-        let addresses = transport::resolve_allowed(&dest, &self.grant, &self.limits).await?;
+        let addresses =
+            transport::resolve_allowed(&dest, &self.grant, &self.limits, &self.resolver).await?;
         let opened = transport::connect(&dest, &addresses, &self.tls, &self.limits).await?;
         Ok(PooledStream {
             io: TokioIo::new(opened.stream),
@@ -433,7 +441,13 @@ mod tests {
         pool: PoolLimits,
     ) -> Arc<Connections> {
         let allow = [server.url.parse().unwrap()];
-        Arc::new(Connections::new(&allow, tls, gate.config.limits, pool))
+        Arc::new(Connections::new(
+            &allow,
+            tls,
+            &gate.resolver,
+            gate.config.limits,
+            pool,
+        ))
     }
 
     fn gate(servers: &[&Server], pool: PoolLimits) -> Arc<EgressGate> {

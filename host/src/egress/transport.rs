@@ -3,7 +3,9 @@
 //! timeout and size cap of the response. [`super::pool`] keeps the connections.
 //!
 //! Resolution happens here, not in the OS's connect, so the address checked is the address
-//! connected to: a granted name that resolves inward is refused at connect time.
+//! connected to: a granted name that resolves inward is refused at connect time. The answer
+//! may come from the gate's DNS cache ([`super::dns`]); the check runs on it for every new
+//! connection all the same, so a cached answer that now points inward is refused.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -21,6 +23,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use wasmtime_wasi_http::{Error, WasiBody};
 
+use super::dns::Resolver;
 use super::policy::{Destination, HostPattern, Scheme, internal_address_reason};
 
 /// Timeouts and limits of one request.
@@ -82,37 +85,28 @@ pub fn tls_config(extra_roots: &[CertificateDer<'static>]) -> Arc<rustls::Client
     }
 }
 
-/// The addresses of `dest` a request may connect to under `grant`.
+/// The addresses of `dest` a request may connect to under `grant`: `resolver`'s answer
+/// (cached or not, within the connect timeout) without the internal addresses the grant
+/// does not name. Runs for every new connection, so a cached answer is checked again each
+/// time it is used.
 pub async fn resolve_allowed(
     dest: &Destination,
     grant: &HostPattern,
     limits: &Limits,
+    resolver: &Resolver,
 ) -> Result<Vec<SocketAddr>, ConnectRefusal> {
-    let addresses: Vec<SocketAddr> = match dest.host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, dest.port)],
-        Err(_) => {
-            let lookup = tokio::net::lookup_host((dest.host.as_str(), dest.port));
-            match tokio::time::timeout(limits.connect_timeout, lookup).await {
-                Err(_) => {
-                    return Err(ConnectRefusal::Failed(
-                        Error::DnsTimeout,
-                        "DNS lookup timed out".into(),
-                    ));
-                }
-                Ok(Err(err)) => {
-                    let error = Error::DnsError {
-                        rcode: Some(err.to_string()),
-                        info_code: None,
-                    };
-                    return Err(ConnectRefusal::Failed(
-                        error,
-                        format!("DNS lookup failed: {err}"),
-                    ));
-                }
-                Ok(Ok(found)) => found.collect(),
+    let lookup = resolver.lookup(&dest.host);
+    let addresses: Vec<SocketAddr> =
+        match tokio::time::timeout(limits.connect_timeout, lookup).await {
+            Err(_) => {
+                let message = format!("DNS lookup of {} timed out", dest.host);
+                return Err(ConnectRefusal::Failed(Error::DnsTimeout, message));
             }
-        }
-    };
+            Ok(found) => found?
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, dest.port))
+                .collect(),
+        };
     let mut refused = None;
     let allowed: Vec<SocketAddr> = addresses
         .into_iter()
@@ -129,7 +123,7 @@ pub async fn resolve_allowed(
         (true, Some((address, reason))) => Err(ConnectRefusal::Internal { address, reason }),
         (true, None) => Err(ConnectRefusal::Failed(
             Error::DestinationNotFound,
-            "the name has no addresses".into(),
+            format!("{} has no addresses", dest.host),
         )),
         (false, _) => Ok(allowed),
     }

@@ -170,6 +170,7 @@ impl EgressFlags {
                 ..AuditLogLimits::default()
             },
             extra_roots: Vec::new(),
+            name_server: None,
         }
     }
 

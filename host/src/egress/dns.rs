@@ -1,0 +1,229 @@
+//! Name resolution for the gate's new connections: one resolver per gate, so per provider
+//! version (a swap starts with an empty cache), that keeps answers for their TTL within
+//! bounds.
+//!
+//! The cache only saves round trips to the name server: the address check runs on every new
+//! connection, on the answer as cached ([`super::transport::resolve_allowed`]), so a name
+//! whose cached answer points inward is refused when the next connection is made.
+//!
+//! Answers are cached per query name and record type ([`DNS_CACHE_ANSWERS`] at most), a
+//! positive one for its TTL but never longer than [`DNS_MAX_POSITIVE_TTL`]; a negative one
+//! (`NXDOMAIN`, or no record of the type) as hickory-resolver's defaults have it: for the
+//! zone's SOA negative TTL, at most a day, and not at all without an SOA. The name servers,
+//! search domains and options come from `/etc/resolv.conf`, names in the hosts file
+//! (read when the gate is built) are answered from it, and `localhost` always resolves to
+//! loopback.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::{
+    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolverConfig,
+};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::{DnsError, NetError};
+use hickory_resolver::proto::op::ResponseCode;
+use wasmtime_wasi_http::Error;
+
+use super::transport::ConnectRefusal;
+
+/// Most DNS answers one gate keeps: one per query name and record type, so a name's A and
+/// AAAA answers take two and 2048 hold at least 1024 names; the least used go first.
+pub const DNS_CACHE_ANSWERS: u64 = 2048;
+
+/// Longest a positive answer is kept, whatever its TTL: a cloud endpoint that moves is
+/// followed within this time even when its records say a day.
+pub const DNS_MAX_POSITIVE_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// The DNS resolver of one gate, with its answer cache.
+pub struct Resolver {
+    inner: TokioResolver,
+    /// Why the system configuration could not be read, for the message of every failed
+    /// lookup (the resolver then knows no name server; the hosts file still answers).
+    config_problem: Option<String>,
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver")
+            .field("config_problem", &self.config_problem)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resolver {
+    /// A resolver with an empty cache asking `name_server` (UDP, TCP for long answers), or the
+    /// name servers of `/etc/resolv.conf` when it is `None`.
+    pub fn new(name_server: Option<SocketAddr>) -> Self {
+        let provider = TokioRuntimeProvider::default();
+        let (mut builder, config_problem) = match name_server {
+            Some(address) => {
+                let connections = [ConnectionConfig::udp(), ConnectionConfig::tcp()]
+                    .map(|mut connection| {
+                        connection.port = address.port();
+                        connection
+                    })
+                    .to_vec();
+                let server = NameServerConfig::new(address.ip(), true, connections);
+                let config = ResolverConfig::from_name_servers(vec![server]);
+                (TokioResolver::builder_with_config(config, provider), None)
+            }
+            None => match TokioResolver::builder(provider.clone()) {
+                Ok(builder) => (builder, None),
+                Err(err) => {
+                    let problem = format!("/etc/resolv.conf could not be used: {err}");
+                    tracing::warn!("egress DNS: {problem}; only the hosts file answers");
+                    let config = ResolverConfig::from_name_servers(Vec::new());
+                    let builder = TokioResolver::builder_with_config(config, provider);
+                    (builder, Some(problem))
+                }
+            },
+        };
+        let options = builder.options_mut();
+        options.cache_size = DNS_CACHE_ANSWERS;
+        options.positive_max_ttl = Some(DNS_MAX_POSITIVE_TTL);
+        // Both families are asked; IPv4 first, because connections are tried in order
+        // without happy eyeballs, and most clusters reach clouds over IPv4.
+        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        let inner = match builder.build() {
+            Ok(inner) => inner,
+            // Without TLS or DNSSEC features, building only assembles parts; never panic.
+            Err(err) => unreachable!("a plain UDP/TCP resolver failed to build: {err}"),
+        };
+        Resolver {
+            inner,
+            config_problem,
+        }
+    }
+
+    /// The addresses of `host`, from the cache while its answer is fresh. An IP literal, or
+    /// a name the system resolver reads as an IPv4 address (`2852039166`, `0xa9fea9fe`), is
+    /// that address, without a query.
+    pub async fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, ConnectRefusal> {
+        if let Some(ip) = host
+            .parse()
+            .ok()
+            .or_else(|| numeric_ipv4(host).map(IpAddr::V4))
+        {
+            return Ok(vec![ip]);
+        }
+        match self.inner.lookup_ip(host).await {
+            Ok(found) => Ok(found.iter().collect()),
+            Err(err) => Err(self.failed(host, err)),
+        }
+    }
+
+    /// The refusal of a failed lookup of `host`, with the guest-visible code a failed
+    /// system lookup had: a DNS error (its `rcode` the name server's answer, e.g.
+    /// `NXDOMAIN`, where there is one), or a DNS timeout.
+    fn failed(&self, host: &str, err: NetError) -> ConnectRefusal {
+        let dns_error = |rcode: String| Error::DnsError {
+            rcode: Some(rcode),
+            info_code: None,
+        };
+        // The IANA mnemonic: `NXDOMAIN`, `SERVFAIL`, `NOERROR`.
+        let mnemonic = |code: ResponseCode| format!("{code:?}").to_uppercase();
+        let (code, message) = match &err {
+            NetError::Timeout => (Error::DnsTimeout, format!("DNS lookup of {host} timed out")),
+            NetError::Dns(DnsError::NoRecordsFound(none))
+                if none.response_code == ResponseCode::NXDomain =>
+            {
+                let message = format!("{host} does not exist (the name server answered NXDOMAIN)");
+                (dns_error(mnemonic(none.response_code)), message)
+            }
+            NetError::Dns(DnsError::NoRecordsFound(none)) => {
+                let message = format!("{host} has no A or AAAA record");
+                (dns_error(mnemonic(none.response_code)), message)
+            }
+            NetError::Dns(DnsError::ResponseCode(code)) => {
+                let rcode = mnemonic(*code);
+                let message =
+                    format!("DNS lookup of {host} failed: the name server answered {rcode}");
+                (dns_error(rcode), message)
+            }
+            other => {
+                let message = format!("DNS lookup of {host} failed: {other}");
+                (dns_error(other.to_string()), message)
+            }
+        };
+        match &self.config_problem {
+            Some(problem) => ConnectRefusal::Failed(code, format!("{message} ({problem})")),
+            None => ConnectRefusal::Failed(code, message),
+        }
+    }
+}
+
+/// `host` as the system resolver's `inet_aton` reads it: one to four dot-separated numbers,
+/// each decimal, octal (leading `0`) or hex (`0x`), the last filling the remaining bytes.
+/// Such a name never reached DNS before the gate cached answers, and must not now.
+fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<u32> = host
+        .split('.')
+        .map(|part| {
+            let (digits, radix) = match part.strip_prefix("0x").or(part.strip_prefix("0X")) {
+                Some(hex) => (hex, 16),
+                None if part.len() > 1 && part.starts_with('0') => (&part[1..], 8),
+                None => (part, 10),
+            };
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+                return None;
+            }
+            u32::from_str_radix(digits, radix).ok()
+        })
+        .collect::<Option<_>>()?;
+    let (last, leading) = parts.split_last()?;
+    if leading.len() > 3 || leading.iter().any(|&part| part > 255) {
+        return None;
+    }
+    let last_bits = 32 - 8 * leading.len() as u32;
+    if last_bits < 32 && *last >> last_bits != 0 {
+        return None;
+    }
+    let high = leading
+        .iter()
+        .enumerate()
+        .fold(0u32, |address, (index, &part)| {
+            address | part << (24 - 8 * index as u32)
+        });
+    Some(Ipv4Addr::from(high | last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_system_resolver_reads_as_ipv4_addresses_are_addresses() {
+        let metadata = Some(Ipv4Addr::new(169, 254, 169, 254));
+        for name in [
+            "2852039166",
+            "0xa9fea9fe",
+            "0XA9FEA9FE",
+            "169.254.43518",
+            "169.16689662",
+            "0251.0376.0251.0376",
+            "169.254.169.254",
+        ] {
+            assert_eq!(numeric_ipv4(name), metadata, "{name}");
+        }
+        assert_eq!(numeric_ipv4("127.1"), Some(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(numeric_ipv4("0"), Some(Ipv4Addr::UNSPECIFIED));
+        for name in [
+            "api.example.com",
+            "1.2.3.4.5",
+            "256.1.1.1",
+            "1.2.3.256",
+            "1.2.65536",
+            "4294967296",
+            "08",
+            "0x",
+            "1..2",
+            "",
+            "1e3",
+            "+1",
+        ] {
+            assert_eq!(numeric_ipv4(name), None, "{name}");
+        }
+    }
+}
