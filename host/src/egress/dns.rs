@@ -8,8 +8,8 @@
 //!
 //! Answers are cached per query name and record type ([`DNS_CACHE_ANSWERS`] at most), a
 //! positive one for its TTL but never longer than [`DNS_MAX_POSITIVE_TTL`]; a negative one
-//! (`NXDOMAIN`, or no record of the type) as hickory-resolver's defaults have it: for the
-//! zone's SOA negative TTL, at most a day, and not at all without an SOA. The name servers,
+//! (`NXDOMAIN`, or no record of the type) for the zone's SOA negative TTL but never longer
+//! than [`DNS_MAX_NEGATIVE_TTL`], and not at all without an SOA. The name servers,
 //! search domains and options come from `/etc/resolv.conf`, names in the hosts file
 //! (read when the gate is built) are answered from it, and `localhost` always resolves to
 //! loopback.
@@ -35,6 +35,10 @@ pub const DNS_CACHE_ANSWERS: u64 = 2048;
 /// Longest a positive answer is kept, whatever its TTL: a cloud endpoint that moves is
 /// followed within this time even when its records say a day.
 pub const DNS_MAX_POSITIVE_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// Longest a negative answer is kept, whatever the zone's SOA says (up to a day is common):
+/// a cloud endpoint created just after a failed lookup is reachable within this time.
+pub const DNS_MAX_NEGATIVE_TTL: Duration = Duration::from_secs(60);
 
 /// The DNS resolver of one gate, with its answer cache.
 pub struct Resolver {
@@ -83,6 +87,7 @@ impl Resolver {
         let options = builder.options_mut();
         options.cache_size = DNS_CACHE_ANSWERS;
         options.positive_max_ttl = Some(DNS_MAX_POSITIVE_TTL);
+        options.negative_max_ttl = Some(DNS_MAX_NEGATIVE_TTL);
         // Both families are asked; IPv4 first, because connections are tried in order
         // without happy eyeballs, and most clusters reach clouds over IPv4.
         options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
