@@ -386,8 +386,16 @@ impl Attempt {
         };
         // A new connection spends up to the connect timeout (address check, TCP, TLS) before
         // the request is sent; a pooled one goes straight to the first-byte wait.
-        let wait = limits.connect_timeout + limits.first_byte_timeout;
-        let response = match tokio::time::timeout(wait, client.request(request)).await {
+        let deadline =
+            tokio::time::Instant::now() + limits.connect_timeout + limits.first_byte_timeout;
+        let (replay, request) = pool::Replay::watch(request);
+        let mut sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+        if let Ok(Err(error)) = &sent
+            && let Some(again) = replay.again(error)
+        {
+            sent = tokio::time::timeout_at(deadline, client.request(again)).await;
+        }
+        let response = match sent {
             Err(_) => {
                 let message = "no response before the first-byte timeout".to_string();
                 return Err(self.failed(Error::ConnectionReadTimeout, message));

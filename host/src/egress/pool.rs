@@ -7,18 +7,21 @@
 //! DNS cache while an answer is fresh, internal addresses refused unless the grant names
 //! them), the connect timeout, TLS with the Mozilla roots, and the per-version bound on open
 //! connections. A swap to a new provider version gets a new [`Connections`]; dropping the
-//! old one closes its idle connections.
+//! old one closes its idle connections. A replayable request whose reused connection closed
+//! unanswered is sent once more ([`Replay`]); nothing else is ever sent twice.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use hyper_util::client::legacy::Client;
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::{Client, Error as LegacyError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls;
@@ -152,6 +155,119 @@ impl ConnectionUses {
     /// Count one more response; whether the connection had carried one before.
     pub(super) fn reused(&self) -> bool {
         self.0.fetch_add(1, Ordering::Relaxed) > 0
+    }
+
+    /// Whether the connection has carried a response.
+    fn carried_any(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// What sending a request again takes, kept for a request that may be sent twice: a
+/// replayable one (GET, HEAD, OPTIONS or TRACE, as Go's transport has it) whose body turned
+/// out empty. Such a request is sent again, once, when the reused connection it went out on
+/// closed before any answer: the server may have closed that idle connection just as the
+/// request was written. Nothing else is ever sent twice. (A request never written because its
+/// connection had just closed is retried by hyper-util itself, whatever its method.)
+pub(super) struct Replay {
+    again: Option<http::request::Parts>,
+    body: Arc<BodyWatch>,
+}
+
+/// What a request's body turned out to be, as it was sent.
+#[derive(Debug, Default)]
+struct BodyWatch {
+    data: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl Replay {
+    /// `request`, with its body watched, and what sending it again would take.
+    pub(super) fn watch(request: http::Request<WasiBody>) -> (Replay, http::Request<WasiBody>) {
+        let (parts, body) = request.into_parts();
+        let replayable = [
+            http::Method::GET,
+            http::Method::HEAD,
+            http::Method::OPTIONS,
+            http::Method::TRACE,
+        ]
+        .contains(&parts.method);
+        let mut again = http::Request::new(());
+        *again.method_mut() = parts.method.clone();
+        *again.uri_mut() = parts.uri.clone();
+        *again.version_mut() = parts.version;
+        *again.headers_mut() = parts.headers.clone();
+        let watch = Arc::new(BodyWatch::default());
+        let body = Watched {
+            body,
+            watch: watch.clone(),
+        }
+        .boxed_unsync();
+        let replay = Replay {
+            again: replayable.then(|| again.into_parts().0),
+            body: watch,
+        };
+        (replay, http::Request::from_parts(parts, body))
+    }
+
+    /// The request to send again after `error`, if it may be: replayable, its body ended
+    /// with no data, and its connection had carried an answer before and closed before
+    /// answering this one.
+    pub(super) fn again(self, error: &LegacyError) -> Option<http::Request<WasiBody>> {
+        let parts = self.again?;
+        let empty =
+            self.body.ended.load(Ordering::SeqCst) && !self.body.data.load(Ordering::SeqCst);
+        let mut extras = http::Extensions::new();
+        if let Some(connected) = error.connect_info() {
+            connected.get_extras(&mut extras);
+        }
+        let reused = extras
+            .get::<ConnectionUses>()
+            .is_some_and(ConnectionUses::carried_any);
+        let unanswered = std::error::Error::source(error)
+            .and_then(|cause| cause.downcast_ref::<hyper::Error>())
+            .is_some_and(hyper::Error::is_incomplete_message);
+        (empty && reused && unanswered)
+            .then(|| http::Request::from_parts(parts, super::transport::full_body(Bytes::new())))
+    }
+}
+
+/// A request body that tells its [`BodyWatch`] whether it carried data and ended.
+struct Watched {
+    body: WasiBody,
+    watch: Arc<BodyWatch>,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.watch.ended.store(true, Ordering::SeqCst),
+            Poll::Ready(Some(Ok(frame))) if frame.data_ref().is_some_and(|d| !d.is_empty()) => {
+                self.watch.data.store(true, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // hyper sends a body known to be over without polling it.
+        let ended = self.body.is_end_stream();
+        if ended {
+            self.watch.ended.store(true, Ordering::SeqCst);
+        }
+        ended
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -554,6 +670,109 @@ mod tests {
         }
         assert_eq!(server.opened.load(Ordering::SeqCst), 3);
         assert_eq!(reuse(&gate.audit().recent()), [false, false, false]);
+    }
+
+    /// A server that answers the first request of each connection, then reads the second
+    /// and closes the connection without answering it, as a server closing an idle
+    /// connection just as a request arrives. Counts connections and requests read.
+    async fn server_dropping_second_requests() -> (Server, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (opened, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (counted_open, counted_requests) = (opened.clone(), requests.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted_open.fetch_add(1, Ordering::SeqCst);
+                let requests = counted_requests.clone();
+                tokio::spawn(async move {
+                    let mut pending = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    for answered in [true, false] {
+                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                        pending.drain(..end + 4);
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        if answered {
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            socket.write_all(answer).await.unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let server = Server {
+            url,
+            opened,
+            closed,
+        };
+        (server, requests)
+    }
+
+    /// One request by a call of the version owning `connections`, with `method`.
+    async fn send(
+        gate: &Arc<EgressGate>,
+        connections: &Arc<Connections>,
+        method: http::Method,
+        url: &str,
+    ) -> Result<(http::StatusCode, bytes::Bytes), String> {
+        let caller = Arc::new(Caller {
+            provider: "pooled".into(),
+            version: "sha256:0123456789ab".into(),
+        });
+        let request = http::Request::builder()
+            .method(method)
+            .uri(url)
+            .body(bytes::Bytes::new())
+            .unwrap();
+        send_through(gate.hooks(caller, connections.clone()), request).await
+    }
+
+    #[tokio::test]
+    async fn a_replayable_request_whose_reused_connection_closed_unanswered_is_sent_again() {
+        let (server, requests) = server_dropping_second_requests().await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let version = gate.connections();
+        for _ in 0..2 {
+            let (status, body) = send(&gate, &version, http::Method::GET, &server.url)
+                .await
+                .expect("a GET is answered, sent again if need be");
+            assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            3,
+            "the second GET went out twice"
+        );
+        let records = gate.audit().recent();
+        assert_eq!(records.len(), 2, "one audit record per request");
+        assert_eq!(reuse(&records), [false, false]);
+    }
+
+    #[tokio::test]
+    async fn a_post_whose_reused_connection_closed_unanswered_is_never_sent_again() {
+        let (server, requests) = server_dropping_second_requests().await;
+        let gate = gate(&[&server], PoolLimits::default());
+        let version = gate.connections();
+        send(&gate, &version, http::Method::POST, &server.url)
+            .await
+            .expect("the first POST is answered");
+        let failed = send(&gate, &version, http::Method::POST, &server.url).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "the POST went out once");
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        let record = gate.audit().recent().pop().unwrap();
+        assert!(
+            record
+                .denied
+                .is_some_and(|d| d.contains("incomplete") || d.contains("closed"))
+        );
     }
 
     #[tokio::test]
