@@ -444,6 +444,27 @@ mod tests {
         }
     }
 
+    /// The answer the test servers give.
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    /// Read up to the end of the next request's head (a body-less request) from `socket`,
+    /// keeping what came after it in `pending`; false when the client closed first.
+    async fn read_request_head<S: AsyncRead + Unpin>(
+        socket: &mut S,
+        pending: &mut Vec<u8>,
+    ) -> bool {
+        let mut chunk = [0u8; 4096];
+        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        pending.drain(..end + 4);
+        true
+    }
+
     /// Answer `ok` to each request on `socket` until the client closes it, or `close_after`
     /// the first answer.
     async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
@@ -451,18 +472,11 @@ mod tests {
         close_after: Option<Duration>,
     ) {
         let mut pending = Vec::new();
-        let mut chunk = [0u8; 4096];
         loop {
-            while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => pending.extend_from_slice(&chunk[..n]),
-                }
+            if !read_request_head(socket, &mut pending).await {
+                return;
             }
-            let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-            pending.drain(..end + 4);
-            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-            if socket.write_all(answer).await.is_err() || socket.flush().await.is_err() {
+            if socket.write_all(OK).await.is_err() || socket.flush().await.is_err() {
                 return;
             }
             if let Some(after) = close_after {
@@ -687,20 +701,13 @@ mod tests {
                 let requests = counted_requests.clone();
                 tokio::spawn(async move {
                     let mut pending = Vec::new();
-                    let mut chunk = [0u8; 4096];
                     for answered in [true, false] {
-                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => pending.extend_from_slice(&chunk[..n]),
-                            }
+                        if !read_request_head(&mut socket, &mut pending).await {
+                            return;
                         }
-                        let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                        pending.drain(..end + 4);
                         requests.fetch_add(1, Ordering::SeqCst);
                         if answered {
-                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            socket.write_all(answer).await.unwrap();
+                            socket.write_all(OK).await.unwrap();
                         }
                     }
                 });
