@@ -77,11 +77,22 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     .await;
     let operator = Operator::new(&bed.kubeconfig());
 
-    // The README's install section: the token's Secret, then the release. Its values also
-    // name a registry pull secret and a cloud config, made here as an operator would.
+    // The README's install section: the token's Secret, the cloud config (from a file
+    // elsewhere than the working directory, hence `KEY=PATH`), the registry's pull secret,
+    // then the release.
     let token = format!("--from-literal=token={TOKEN}");
     operator.kubectl(&[
         "-n", NAMESPACE, "create", "secret", "generic", "simcloud", &token,
+    ]);
+    let cloud_json = operator.file("cloud.json", &simcloud_config(&bed));
+    let from_file = format!("--from-file=cloud.json={}", cloud_json.display());
+    operator.kubectl(&[
+        "-n",
+        NAMESPACE,
+        "create",
+        "configmap",
+        "simcloud-config",
+        &from_file,
     ]);
     let server = format!("--docker-server={}", registry.addr());
     let user = format!("--docker-username={REGISTRY_USER}");
@@ -96,16 +107,6 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         &server,
         &user,
         &password,
-    ]);
-    let cloud_json = operator.file("cloud.json", &simcloud_config(&bed));
-    let from_file = format!("--from-file=cloud.json={}", cloud_json.display());
-    operator.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "create",
-        "configmap",
-        "simcloud-config",
-        &from_file,
     ]);
     let simcloud = operator.file("simcloud.yaml", &install_values(&registry, &bed));
     let test = operator.file("test.yaml", &test_values(&registry));
