@@ -20,3 +20,5 @@ pub mod egress;
 pub mod metrics;
 /// Token buckets keyed by name, for the egress gate and the manager's API client.
 pub mod rate;
+/// Text cut to a byte budget at a character boundary.
+pub mod text;

@@ -60,15 +60,6 @@ const MAX_DENIALS_KEPT: usize = 16;
 /// Longest request text a kept refusal holds.
 const MAX_DENIAL_TEXT: usize = 512;
 
-/// `text` cut to at most `max` bytes, at a character boundary.
-fn truncated(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// Headers a provider may never set, whatever the credential rules.
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
 
@@ -486,7 +477,7 @@ impl Attempt {
         // its first refusals only; every one is still audited and counted.
         if denials.len() < MAX_DENIALS_KEPT {
             let request = format!("{} {}{}", self.method, self.host, self.path);
-            let request = truncated(&request, MAX_DENIAL_TEXT);
+            let request = crate::text::cut(&request, MAX_DENIAL_TEXT);
             tracing::warn!(
                 provider = %self.caller.provider,
                 version = %self.caller.version,

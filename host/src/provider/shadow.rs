@@ -18,6 +18,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::{Provider, ProviderError};
 use crate::contract::Function;
+use crate::text::ellipsized;
 
 /// The most divergences kept, with their diffs (the rest are counted).
 pub const MAX_DIVERGENCES: usize = 5;
@@ -166,16 +167,16 @@ fn diff<T: Serialize>(
             outcome(theirs)
         ),
     };
-    truncate(text, MAX_DIFF)
+    ellipsized(text, MAX_DIFF)
 }
 
 fn outcome<T: Serialize>(result: &Result<T, ProviderError>) -> String {
     match result {
-        Ok(value) => truncate(
+        Ok(value) => ellipsized(
             serde_json::to_string(value).unwrap_or_default(),
             MAX_DIFF / 3,
         ),
-        Err(error) => truncate(format!("{}: {}", error.outcome(), error.kind), MAX_DIFF / 3),
+        Err(error) => ellipsized(format!("{}: {}", error.outcome(), error.kind), MAX_DIFF / 3),
     }
 }
 
@@ -220,7 +221,7 @@ fn differing_fields(ours: &Value, theirs: &Value, path: &mut String, out: &mut V
         _ => {
             let show = |value: &Value| match value {
                 Value::Null => "absent".to_string(),
-                value => truncate(value.to_string(), 120),
+                value => ellipsized(value.to_string(), 120),
             };
             let name = if path.is_empty() { "answer" } else { path };
             out.push(format!(
@@ -230,18 +231,6 @@ fn differing_fields(ours: &Value, theirs: &Value, path: &mut String, out: &mut V
             ));
         }
     }
-}
-
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max.saturating_sub(3);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("...");
-    }
-    text
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use super::bindings::wasm_ccm::provider::types;
 use super::{CallLimits, CallState};
 use crate::egress::Caller;
 use crate::metrics::{LimitLabels, Metrics, ProviderLabels};
+use crate::text::cut;
 pub use cache::{CacheLimits, ProviderCache};
 use cache::{ENTRY_OVERHEAD, Refusal};
 use logs::{CallLog, SANDBOX_TARGET};
@@ -59,7 +60,7 @@ impl Host for CallState {
         if !enabled(level) {
             return;
         }
-        let message = truncate(&message, MAX_LOG_LINE);
+        let message = cut(&message, MAX_LOG_LINE);
         if !self.host.log.admit(message.len(), &self.env.logs) {
             return;
         }
@@ -164,7 +165,7 @@ fn log_output(
         .lines()
         .filter(|l| !l.trim().is_empty())
     {
-        let line = truncate(line, MAX_LOG_LINE);
+        let line = cut(line, MAX_LOG_LINE);
         if log.admit(line.len(), bucket) {
             tracing::info!(
                 target: PROVIDER_TARGET,
@@ -225,7 +226,7 @@ fn refusal_reason(refusal: Refusal, key: &str, value_len: usize, limits: &CacheL
 
 fn warn_refused(caller: &Caller, key: &str, why: &str, refusals: u64) {
     let (provider, version) = (&caller.provider, &caller.version);
-    let shown = truncate(key, KEY_SHOWN);
+    let shown = cut(key, KEY_SHOWN);
     let ellipsis = if shown.len() < key.len() { "…" } else { "" };
     tracing::warn!(
         target: SANDBOX_TARGET,
@@ -236,26 +237,4 @@ fn warn_refused(caller: &Caller, key: &str, why: &str, refusals: u64) {
          {refusals} value(s) refused since the last warning (at most one a minute; see \
          wasm_ccm_provider_cache_refused_total)"
     );
-}
-
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncation_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("hello", 10), "hello");
-    }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::time::Instant;
+use wasm_ccm_host::text::ellipsized;
 
 /// Publishes the events of one controller, as the component upstream names.
 #[derive(Clone)]
@@ -89,9 +90,9 @@ impl EventSink {
                 type_,
                 reason: reason.to_string(),
                 // The API server rejects notes over 1 KiB.
-                note: Some(truncate(note, 1024)),
+                note: Some(ellipsized(note, 1024)),
                 // The API server rejects actions over 128 bytes.
-                action: truncate(action, 128),
+                action: ellipsized(action, 128),
                 secondary: None,
             };
             if let Err(error) = recorder.publish(&event, &regarding).await {
@@ -181,18 +182,6 @@ impl EventBudget {
             }
         }
     }
-}
-
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max - 3;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("...");
-    }
-    text
 }
 
 #[cfg(test)]
