@@ -170,8 +170,8 @@ impl ConnectionUses {
 /// request was written. Nothing else is ever sent twice. (A request never written because its
 /// connection had just closed is retried by hyper-util itself, whatever its method.)
 pub(super) struct Replay {
-    again: Option<http::request::Parts>,
-    body: Arc<BodyWatch>,
+    /// For a replayable request: its head, and what its body turned out to be.
+    again: Option<(http::request::Parts, Arc<BodyWatch>)>,
 }
 
 /// What a request's body turned out to be, as it was sent.
@@ -182,21 +182,25 @@ struct BodyWatch {
 }
 
 impl Replay {
-    /// `request`, with its body watched, and what sending it again would take.
+    /// `request`, with its body watched if it is replayable, and what sending it again would
+    /// take. Any other request goes as it is.
     pub(super) fn watch(request: http::Request<WasiBody>) -> (Replay, http::Request<WasiBody>) {
-        let (parts, body) = request.into_parts();
         let replayable = [
             http::Method::GET,
             http::Method::HEAD,
             http::Method::OPTIONS,
             http::Method::TRACE,
         ]
-        .contains(&parts.method);
-        let mut again = http::Request::new(());
-        *again.method_mut() = parts.method.clone();
-        *again.uri_mut() = parts.uri.clone();
-        *again.version_mut() = parts.version;
-        *again.headers_mut() = parts.headers.clone();
+        .contains(request.method());
+        if !replayable {
+            return (Replay { again: None }, request);
+        }
+        let (parts, body) = request.into_parts();
+        let mut head = http::Request::new(());
+        *head.method_mut() = parts.method.clone();
+        *head.uri_mut() = parts.uri.clone();
+        *head.version_mut() = parts.version;
+        *head.headers_mut() = parts.headers.clone();
         let watch = Arc::new(BodyWatch::default());
         let body = Watched {
             body,
@@ -204,8 +208,7 @@ impl Replay {
         }
         .boxed_unsync();
         let replay = Replay {
-            again: replayable.then(|| again.into_parts().0),
-            body: watch,
+            again: Some((head.into_parts().0, watch)),
         };
         (replay, http::Request::from_parts(parts, body))
     }
@@ -214,9 +217,8 @@ impl Replay {
     /// with no data, and its connection had carried an answer before and closed before
     /// answering this one.
     pub(super) fn again(self, error: &LegacyError) -> Option<http::Request<WasiBody>> {
-        let parts = self.again?;
-        let empty =
-            self.body.ended.load(Ordering::SeqCst) && !self.body.data.load(Ordering::SeqCst);
+        let (parts, body) = self.again?;
+        let empty = body.ended.load(Ordering::SeqCst) && !body.data.load(Ordering::SeqCst);
         let mut extras = http::Extensions::new();
         if let Some(connected) = error.connect_info() {
             connected.get_extras(&mut extras);
@@ -409,7 +411,7 @@ mod tests {
     use tokio_rustls::rustls::HandshakeKind;
 
     use super::*;
-    use crate::egress::{AuditRecord, Caller, EgressConfig, EgressGate, send_through};
+    use crate::egress::{AuditRecord, Caller, EgressConfig, EgressGate, RateBudget, send_through};
     use crate::metrics::Metrics;
 
     /// A keep-alive HTTP/1.1 server on loopback that counts the connections it accepted and
@@ -743,23 +745,37 @@ mod tests {
     #[tokio::test]
     async fn a_replayable_request_whose_reused_connection_closed_unanswered_is_sent_again() {
         let (server, requests) = server_dropping_second_requests().await;
-        let gate = gate(&[&server], PoolLimits::default());
+        let mut config = EgressConfig {
+            allow: vec![server.url.parse().unwrap()],
+            budget: RateBudget {
+                per_second: 0.001,
+                burst: 3,
+            },
+            ..EgressConfig::default()
+        };
+        config.limits.connect_timeout = Duration::from_millis(300);
+        let gate = EgressGate::new(config, Arc::new(Metrics::default()));
         let version = gate.connections();
-        for _ in 0..2 {
+        for _ in 0..3 {
             let (status, body) = send(&gate, &version, http::Method::GET, &server.url)
                 .await
                 .expect("a GET is answered, sent again if need be");
             assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
         }
-        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(server.opened.load(Ordering::SeqCst), 3);
         assert_eq!(
             requests.load(Ordering::SeqCst),
-            3,
-            "the second GET went out twice"
+            5,
+            "the second and third GETs went out twice"
         );
         let records = gate.audit().recent();
-        assert_eq!(records.len(), 2, "one audit record per request");
-        assert_eq!(reuse(&records), [false, false]);
+        assert_eq!(records.len(), 3, "one audit record per request");
+        assert_eq!(reuse(&records), [false, false, false]);
+        // Three requests took the three tokens; their second sending took none.
+        let (status, _) = send(&gate, &version, http::Method::GET, &server.url)
+            .await
+            .unwrap();
+        assert_eq!(status.as_u16(), 429);
     }
 
     #[tokio::test]
