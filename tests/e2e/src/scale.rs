@@ -43,6 +43,38 @@ pub struct Settings {
     pub target: Target,
 }
 
+impl Settings {
+    /// The settings `make bench-scale` reads from the environment (`var` looks one up):
+    /// `SCALE_NODES`, `SCALE_SERVICES` and `SCALE_LATENCY_MS` (5000, 1000 and 10 when unset),
+    /// and for a remote run `SCALE_KUBECONFIG` with `SCALE_CLOUD_URL` and `SCALE_CLOUD_TOKEN`.
+    /// Err says which variable is wrong or missing.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let number = |name: &str, default: u64| match var(name) {
+            None => Ok(default),
+            Some(text) => text
+                .parse()
+                .map_err(|_| format!("{name}={text:?} is not a whole number")),
+        };
+        let target = match (var("SCALE_KUBECONFIG"), var("SCALE_CLOUD_URL")) {
+            (None, None) => Target::InProcess,
+            (Some(kubeconfig), Some(cloud_url)) => Target::Remote {
+                kubeconfig: kubeconfig.into(),
+                cloud_url,
+                cloud_token: var("SCALE_CLOUD_TOKEN").ok_or(
+                    "SCALE_CLOUD_TOKEN: the token the cloud simulator was started with is missing",
+                )?,
+            },
+            _ => return Err("set both SCALE_KUBECONFIG and SCALE_CLOUD_URL, or neither".into()),
+        };
+        Ok(Settings {
+            nodes: number("SCALE_NODES", 5000)? as usize,
+            services: number("SCALE_SERVICES", 1000)? as usize,
+            latency_ms: number("SCALE_LATENCY_MS", 10)?,
+            target,
+        })
+    }
+}
+
 /// Where a run happens.
 pub enum Target {
     /// The API emulator and the cloud simulator in this process.

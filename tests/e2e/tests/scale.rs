@@ -1,8 +1,10 @@
 //! The scale benchmark's remote mode, as the README tells someone with a real cluster to run
 //! it: the cluster reached only through a kubeconfig file and the cloud simulator only through
-//! its URL and token (here both happen to run in this process). A small run reports its three
-//! phases and leaves the cluster and the cloud as it found them.
+//! its URL and token (here both happen to run in this process), set through the variables the
+//! README names. A small run reports its three phases and leaves the cluster and the cloud
+//! as it found them; a wrong or missing variable is named.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cloud_sim::{CloudSim, SimOptions};
@@ -32,17 +34,19 @@ async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_
     .await
     .expect("cloud-sim starts");
 
-    let report = scale::run(Settings {
-        nodes: 20,
-        services: 3,
-        latency_ms: 1,
-        target: Target::Remote {
-            kubeconfig,
-            cloud_url: cloud.url(),
-            cloud_token: "bench-token".into(),
-        },
-    })
-    .await;
+    // The variables the README tells a reader with a cluster to set.
+    let variables = BTreeMap::from([
+        ("SCALE_KUBECONFIG", kubeconfig.display().to_string()),
+        ("SCALE_CLOUD_URL", cloud.url()),
+        ("SCALE_CLOUD_TOKEN", "bench-token".to_string()),
+        ("SCALE_NODES", "20".into()),
+        ("SCALE_SERVICES", "3".into()),
+        ("SCALE_LATENCY_MS", "1".into()),
+    ]);
+    let settings = Settings::from_vars(|name| variables.get(name).cloned())
+        .expect("the README's variables are understood");
+    assert!(matches!(settings.target, Target::Remote { .. }));
+    let report = scale::run(settings).await;
 
     let table = report.to_string();
     assert!(
@@ -88,4 +92,32 @@ async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_
             .is_none()
     );
     assert!(cloud.state().load_balancers().is_empty());
+}
+
+#[test]
+fn scale_bench_variables_are_checked_naming_the_wrong_one() {
+    let from = |pairs: &[(&str, &str)]| {
+        let pairs: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_vars(|name| pairs.get(name).cloned())
+    };
+    let local = from(&[]).expect("no variables: the defaults, in process");
+    assert_eq!(
+        (local.nodes, local.services, local.latency_ms),
+        (5000, 1000, 10)
+    );
+    assert!(matches!(local.target, Target::InProcess));
+    let half = from(&[("SCALE_KUBECONFIG", "/kc")]).err().unwrap();
+    assert!(
+        half.contains("SCALE_KUBECONFIG and SCALE_CLOUD_URL"),
+        "{half}"
+    );
+    let tokenless = from(&[("SCALE_KUBECONFIG", "/kc"), ("SCALE_CLOUD_URL", "http://c")])
+        .err()
+        .unwrap();
+    assert!(tokenless.starts_with("SCALE_CLOUD_TOKEN"), "{tokenless}");
+    let bad = from(&[("SCALE_NODES", "lots")]).err().unwrap();
+    assert!(bad.contains("SCALE_NODES=\"lots\""), "{bad}");
 }
