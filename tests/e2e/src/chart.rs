@@ -315,22 +315,24 @@ impl Operator {
         path
     }
 
-    /// Run `helm ARGS`: what it printed, or a panic with its output.
+    /// Run `helm ARGS` in the repository (so `charts/wasm-ccm` is the chart): what it
+    /// printed, or a panic with its output.
     pub fn helm(&self, args: &[&str]) -> String {
-        self.run(helm(), args)
+        self.run(helm(), &repo(), args)
     }
 
-    /// Run `kubectl ARGS` (`$KUBECTL`, else `kubectl` on the `PATH`).
+    /// Run `kubectl ARGS` (`$KUBECTL`, else `kubectl` on the `PATH`) in this operator's
+    /// directory, where [`Operator::file`] puts files.
     pub fn kubectl(&self, args: &[&str]) -> String {
         let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
-        self.run(PathBuf::from(kubectl), args)
+        self.run(PathBuf::from(kubectl), self.home.path(), args)
     }
 
-    fn run(&self, program: PathBuf, args: &[&str]) -> String {
+    fn run(&self, program: PathBuf, directory: &Path, args: &[&str]) -> String {
         let home = self.home.path();
         let output = Command::new(&program)
             .args(args)
-            .current_dir(repo())
+            .current_dir(directory)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HELM_CACHE_HOME", home.join("helm-cache"))
             .env("HELM_CONFIG_HOME", home.join("helm-config"))

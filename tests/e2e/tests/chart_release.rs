@@ -77,22 +77,20 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     .await;
     let operator = Operator::new(&bed.kubeconfig());
 
-    // The README's install section: the token's Secret, the cloud config (from a file
-    // elsewhere than the working directory, hence `KEY=PATH`), the registry's pull secret,
-    // then the release.
+    // The README's install section: the token's Secret, the cloud config, the registry's pull
+    // secret, then the release.
     let token = format!("--from-literal=token={TOKEN}");
     operator.kubectl(&[
         "-n", NAMESPACE, "create", "secret", "generic", "simcloud", &token,
     ]);
-    let cloud_json = operator.file("cloud.json", &simcloud_config(&bed));
-    let from_file = format!("--from-file=cloud.json={}", cloud_json.display());
+    operator.file("cloud.json", &simcloud_config(&bed));
     operator.kubectl(&[
         "-n",
         NAMESPACE,
         "create",
         "configmap",
         "simcloud-config",
-        &from_file,
+        "--from-file=cloud.json",
     ]);
     let server = format!("--docker-server={}", registry.addr());
     let user = format!("--docker-username={REGISTRY_USER}");
