@@ -20,7 +20,10 @@
 //! success. A `retry-after` (a load balancer still provisioning, a throttled cloud) is not a
 //! failure until it has lasted [`RETRY_AFTER_GRACE`]: until then it writes nothing (no
 //! warning, no condition, no repeated `EnsuringLoadBalancer`), so a Service that waits out
-//! its provisioning costs fewer API writes than upstream's. Calls for one Service never
+//! its provisioning costs fewer API writes than upstream's. `EnsuringLoadBalancer` is
+//! announced only for a load balancer that takes a while ([`ENSURING_NOTICE`]), so one made
+//! within seconds costs three writes (finalizer, `EnsuredLoadBalancer`, status) where
+//! upstream's design costs four (six with a `retry-after`). Calls for one Service never
 //! overlap.
 //!
 //! This module owns the controller and the sync of one Service; [`predicates`] decides which
@@ -80,15 +83,35 @@ struct Memory {
     nodes: HashMap<Key, NodeSet>,
     /// One lock per Service so its cloud calls never overlap.
     locks: HashMap<Key, Arc<tokio::sync::Mutex<()>>>,
-    /// Since when each Service's syncs have ended in `retry-after` (its load balancer still
-    /// provisioning, or the cloud throttling), until one ends otherwise.
-    retrying_since: HashMap<Key, Instant>,
+    /// The Services whose syncs end in `retry-after` (a load balancer still provisioning, or
+    /// the cloud throttling), until one ends otherwise.
+    retrying: HashMap<Key, Wait>,
+}
+
+/// A Service waiting out `retry-after` answers.
+struct Wait {
+    /// Since when (the start of the first attempt that ended so).
+    since: Instant,
+    /// Whether `EnsuringLoadBalancer` was emitted for it.
+    announced: bool,
 }
 
 /// How long a Service may wait out `retry-after` answers before the wait is reported as a
 /// failure (event and condition). Shorter waits are what provisioning a load balancer takes
-/// and write nothing: the Service shows `EnsuringLoadBalancer`, then its ingress.
+/// and write nothing: the Service shows `EnsuringLoadBalancer` (if it lasts [`ENSURING_NOTICE`]),
+/// then its ingress.
 const RETRY_AFTER_GRACE: Duration = Duration::from_secs(120);
+
+/// How long an ensure may run before the Service gets `EnsuringLoadBalancer`. A load
+/// balancer made within it shows only `EnsuredLoadBalancer`: one write fewer than
+/// upstream's, and nothing a user watching events would miss.
+const ENSURING_NOTICE: Duration = Duration::from_secs(5);
+
+/// Whether an attempt to ensure begun at `since` and not done before `until` lasts long
+/// enough to be announced with `EnsuringLoadBalancer`.
+fn outlasts_notice(since: Instant, until: Instant) -> bool {
+    until.saturating_duration_since(since) >= ENSURING_NOTICE
+}
 
 /// Whether a sync failing with `retry_after` (or another error, `None`) after retrying
 /// since `since` is reported as a failure.
@@ -215,7 +238,7 @@ async fn worker(controller: Arc<ServiceController>) {
         };
         match result {
             Ok(()) => {
-                controller.memory().retrying_since.remove(key);
+                controller.memory().retrying.remove(key);
                 controller.queue.forget(key);
             }
             Err(failure) => {
@@ -224,9 +247,18 @@ async fn worker(controller: Arc<ServiceController>) {
                 let since = {
                     let mut memory = controller.memory();
                     match delay {
-                        Some(_) => *memory.retrying_since.entry(key.clone()).or_insert(now),
+                        Some(_) => {
+                            memory
+                                .retrying
+                                .entry(key.clone())
+                                .or_insert(Wait {
+                                    since: now,
+                                    announced: false,
+                                })
+                                .since
+                        }
                         None => {
-                            memory.retrying_since.remove(key);
+                            memory.retrying.remove(key);
                             now
                         }
                     }
@@ -286,7 +318,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         memory.services.remove(key);
         memory.nodes.remove(key);
         memory.locks.remove(key);
-        memory.retrying_since.remove(key);
+        memory.retrying.remove(key);
         return Ok(());
     };
     if let Some(cached) = cached.filter(|c| c.metadata.uid != service.metadata.uid) {
@@ -388,14 +420,6 @@ async fn sync_load_balancer(
         }
         LbStatus::default()
     } else {
-        // Once per attempt to ensure, not again for each retry-after of that attempt.
-        if !controller.memory().retrying_since.contains_key(&key) {
-            controller.events.normal(
-                reference.clone(),
-                "EnsuringLoadBalancer",
-                "Ensuring load balancer".into(),
-            );
-        }
         add_finalizer(context, service).await?;
         let (targets, views) = controller.targets().current();
         if views.is_empty() {
@@ -406,10 +430,40 @@ async fn sync_load_balancer(
             );
         }
         controller.memory().nodes.insert(key.clone(), targets);
-        match provider
-            .ensure_load_balancer(controller.cluster(), &view, &views)
-            .await
-        {
+        // `EnsuringLoadBalancer` once per attempt, and only for a load balancer not made at
+        // once: announced when the attempt has run `ENSURING_NOTICE`, or when a `retry-after`
+        // will carry it past that; a quick one shows only `EnsuredLoadBalancer`.
+        let started = Instant::now();
+        let (since, mut announced) = controller
+            .memory()
+            .retrying
+            .get(&key)
+            .map_or((started, false), |wait| (wait.since, wait.announced));
+        let announce = |announced: &mut bool| {
+            if !std::mem::replace(announced, true) {
+                controller.events.normal(
+                    reference.clone(),
+                    "EnsuringLoadBalancer",
+                    "Ensuring load balancer".into(),
+                );
+                let mut memory = controller.memory();
+                let wait = memory.retrying.entry(key.clone()).or_insert(Wait {
+                    since,
+                    announced: false,
+                });
+                wait.announced = true;
+            }
+        };
+        let ensure = provider.ensure_load_balancer(controller.cluster(), &view, &views);
+        tokio::pin!(ensure);
+        let outcome = tokio::select! {
+            outcome = &mut ensure => outcome,
+            () = tokio::time::sleep_until((since + ENSURING_NOTICE).into()), if !announced => {
+                announce(&mut announced);
+                ensure.await
+            }
+        };
+        match outcome {
             Ok(status) => {
                 controller.events.normal(
                     reference,
@@ -419,7 +473,14 @@ async fn sync_load_balancer(
                 status
             }
             Err(error) if error.is_implemented_elsewhere() => return Ok(()),
-            Err(error) => return Err(error.into()),
+            Err(error) => {
+                if let Some(delay) = error.retry_after()
+                    && outlasts_notice(since, Instant::now() + delay)
+                {
+                    announce(&mut announced);
+                }
+                return Err(error.into());
+            }
         }
     };
     patch_status(context, service, &new_status).await
@@ -617,5 +678,17 @@ mod tests {
         assert!(!reported(retry, since, since + Duration::from_secs(10)));
         assert!(reported(retry, since, since + RETRY_AFTER_GRACE));
         assert!(reported(None, since, since), "other failures at once");
+    }
+
+    #[test]
+    fn ensuring_is_announced_only_for_a_load_balancer_that_takes_a_while() {
+        let since = Instant::now();
+        assert!(!outlasts_notice(since, since + Duration::from_secs(2)));
+        assert!(outlasts_notice(since, since + ENSURING_NOTICE));
+        // A retry-after that ends past the notice is announced when it is answered.
+        assert!(outlasts_notice(
+            since,
+            since + Duration::from_secs(1) + Duration::from_secs(4)
+        ));
     }
 }
