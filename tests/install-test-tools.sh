@@ -2,15 +2,19 @@
 # Installs the programs the registry tests run besides cargo, so `make test` works on a fresh
 # Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
 # `htpasswd` from `apache2-utils` (its basic-auth users), `umoci` and `skopeo` (the container
-# image's build and push), `npm` (for tests/install-chart-tools.sh) and ORAS's Python SDK in a
-# venv (an independent OCI client). Each step is skipped when what it installs is already
-# there.
+# image's build and push), `npm` (for tests/install-chart-tools.sh), ORAS's Python SDK in a
+# venv (an independent OCI client) and moto's server in another (an independent AWS
+# implementation for the SigV4 and AWS tests). Each step is skipped when what it installs is
+# already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Keep in step with `ORAS_VENV` in tests/e2e/src/registry.rs.
 ORAS_VERSION=0.2.43
 ORAS_VENV=target/test-tools/oras-venv
+# Keep in step with `MOTO_VENV` in tests/e2e/src/moto.rs.
+MOTO_VERSION=5.2.1
+MOTO_VENV=target/test-tools/moto-venv
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -56,4 +60,13 @@ installed=$("$ORAS_VENV/bin/python" -c \
     'import importlib.metadata as m; print(m.version("oras"))' 2>/dev/null || true)
 if [ "$installed" != "$ORAS_VERSION" ]; then
     "$ORAS_VENV/bin/python" -m pip install -q --disable-pip-version-check "oras==$ORAS_VERSION"
+fi
+
+if [ ! -x "$MOTO_VENV/bin/python" ]; then
+    python3 -m venv "$MOTO_VENV"
+fi
+installed=$("$MOTO_VENV/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null || true)
+if [ "$installed" != "$MOTO_VERSION" ]; then
+    "$MOTO_VENV/bin/python" -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 fi

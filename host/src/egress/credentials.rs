@@ -1,8 +1,8 @@
 //! Credential injection: rules that bind a host pattern to a header whose value the host
 //! reads (from an environment variable, a file, or a Secret the manager watches) and adds
-//! to requests bound for that host. The value is read when a request is sent, so a rotated
-//! file or Secret takes effect at once, and it is never shown to the provider, logged, or
-//! printed by `Debug`.
+//! to requests bound for that host, or to AWS keys the host signs those requests with
+//! ([`SigV4`]). The value is read when a request is sent, so a rotated file or Secret takes
+//! effect at once, and it is never shown to the provider, logged, or printed by `Debug`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use http::HeaderName;
 
 use super::policy::{Destination, HostPattern};
+use super::sigv4::{SIGNING_HEADERS, SigV4};
 
 /// Where a secret value comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -106,19 +107,38 @@ enum Format {
     Raw,
 }
 
-/// One credential rule: for requests to `target`, set `header` from `source`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One credential rule: for requests to `target`, set a header from a secret, or sign them.
+#[derive(Debug, Clone)]
 pub struct CredentialRule {
     target: HostPattern,
-    header: HeaderName,
-    format: Format,
-    source: SecretSource,
+    form: Form,
+}
+
+/// What a rule does to a request.
+#[derive(Debug, Clone)]
+enum Form {
+    /// Set `header` from `source`.
+    Header {
+        header: HeaderName,
+        format: Format,
+        source: SecretSource,
+    },
+    /// Sign it for AWS.
+    SigV4(SigV4),
+}
+
+/// What a rule does to a request, for the gate.
+pub(super) enum Applied<'a> {
+    /// Sets this header.
+    Header(&'a HeaderName),
+    /// Signs the request.
+    SigV4(&'a SigV4),
 }
 
 /// Why a credential rule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR)"
+    "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH, HOSTPATTERN=header:NAME:env:VAR or HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE][,sts=URL] with KEYS env, dir:PATH or web-identity)"
 )]
 pub struct CredentialError {
     /// The rule as given, e.g. to `--credential`.
@@ -141,6 +161,13 @@ impl FromStr for CredentialRule {
         let target: HostPattern = target
             .parse()
             .map_err(|err: super::PatternError| fail(err.to_string()))?;
+        if let Some(sigv4) = spec.strip_prefix("aws-sigv4:") {
+            let sigv4 = SigV4::parse(sigv4, &target).map_err(fail)?;
+            return Ok(CredentialRule {
+                target,
+                form: Form::SigV4(sigv4),
+            });
+        }
         let (header, format, source) = if let Some(source) = spec.strip_prefix("bearer:") {
             (http::header::AUTHORIZATION, Format::Bearer, source)
         } else if let Some(rest) = spec.strip_prefix("header:") {
@@ -151,7 +178,9 @@ impl FromStr for CredentialRule {
                 .map_err(|_| fail(format!("{name:?} is not a valid header name")))?;
             (header, Format::Raw, source)
         } else {
-            return Err(fail("value must start with bearer: or header:".into()));
+            return Err(fail(
+                "value must start with bearer:, header: or aws-sigv4:".into(),
+            ));
         };
         let source = if let Some(var) = source.strip_prefix("env:") {
             if var.is_empty() {
@@ -168,9 +197,11 @@ impl FromStr for CredentialRule {
         };
         Ok(CredentialRule {
             target,
-            header,
-            format,
-            source,
+            form: Form::Header {
+                header,
+                format,
+                source,
+            },
         })
     }
 }
@@ -185,16 +216,34 @@ impl CredentialRule {
         };
         CredentialRule {
             target,
-            header,
-            format,
-            source,
+            form: Form::Header {
+                header,
+                format,
+                source,
+            },
         }
+    }
+
+    /// Sign requests to hosts matching `target` with `sigv4`; refused when `target` is not
+    /// an AWS endpoint name and `sigv4` does not state its region and services.
+    pub fn aws_sigv4(target: HostPattern, sigv4: SigV4) -> Result<Self, String> {
+        sigv4.check_target(&target)?;
+        Ok(CredentialRule {
+            target,
+            form: Form::SigV4(sigv4),
+        })
     }
 
     /// Whether the value lives in memory ([`SecretSource::Shared`]), so reading it costs
     /// nothing and it need not be kept between requests.
     pub fn is_in_memory(&self) -> bool {
-        matches!(self.source, SecretSource::Shared(_))
+        matches!(
+            self.form,
+            Form::Header {
+                source: SecretSource::Shared(_),
+                ..
+            }
+        )
     }
 
     /// Whether requests to `dest` get this credential.
@@ -202,27 +251,44 @@ impl CredentialRule {
         self.target.matches(dest)
     }
 
-    /// The header this rule sets; providers may not set it themselves.
-    pub fn header(&self) -> &HeaderName {
-        &self.header
+    /// The headers this rule sets; providers may not set them themselves.
+    pub fn headers(&self) -> Vec<HeaderName> {
+        match &self.form {
+            Form::Header { header, .. } => vec![header.clone()],
+            Form::SigV4(_) => SIGNING_HEADERS.map(HeaderName::from_static).to_vec(),
+        }
+    }
+
+    /// What the rule does to a request.
+    pub(super) fn applied(&self) -> Applied<'_> {
+        match &self.form {
+            Form::Header { header, .. } => Applied::Header(header),
+            Form::SigV4(sigv4) => Applied::SigV4(sigv4),
+        }
     }
 
     /// Check now that the secret can be read, so a bad rule fails at start-up.
     pub fn check(&self) -> Result<(), String> {
-        self.source.read().map(drop)
+        match &self.form {
+            Form::Header { source, .. } => source.read().map(drop),
+            Form::SigV4(sigv4) => sigv4.keys().check(),
+        }
     }
 
-    /// The header value to send, read from the source now.
-    pub fn header_value(&self) -> Result<http::HeaderValue, String> {
-        let secret = self.source.read()?;
-        let value = match self.format {
+    /// The header value to send, read from the source now; `None` for a signing rule.
+    pub fn header_value(&self) -> Result<Option<http::HeaderValue>, String> {
+        let Form::Header { format, source, .. } = &self.form else {
+            return Ok(None);
+        };
+        let secret = source.read()?;
+        let value = match format {
             Format::Bearer => format!("Bearer {secret}"),
             Format::Raw => secret,
         };
         let mut value = http::HeaderValue::from_str(&value)
-            .map_err(|_| format!("{:?} holds characters not allowed in a header", self.source))?;
+            .map_err(|_| format!("{source:?} holds characters not allowed in a header"))?;
         value.set_sensitive(true);
-        Ok(value)
+        Ok(Some(value))
     }
 }
 
@@ -230,20 +296,37 @@ impl CredentialRule {
 mod tests {
     use super::*;
 
+    fn source(rule: &CredentialRule) -> &SecretSource {
+        match &rule.form {
+            Form::Header { source, .. } => source,
+            Form::SigV4(_) => panic!("not a header rule"),
+        }
+    }
+
+    fn value(rule: &CredentialRule) -> http::HeaderValue {
+        rule.header_value().unwrap().expect("a header rule")
+    }
+
     #[test]
     fn parses_the_three_forms() {
         let bearer: CredentialRule = "https://api.example.com=bearer:env:TOKEN".parse().unwrap();
-        assert_eq!(bearer.header(), http::header::AUTHORIZATION);
-        assert_eq!(bearer.source, SecretSource::Env("TOKEN".into()));
+        assert_eq!(bearer.headers(), [http::header::AUTHORIZATION]);
+        assert_eq!(source(&bearer), &SecretSource::Env("TOKEN".into()));
         let file: CredentialRule = "https://*.example.com=bearer:file:/run/secret"
             .parse()
             .unwrap();
-        assert_eq!(file.source, SecretSource::File("/run/secret".into()));
+        assert_eq!(source(&file), &SecretSource::File("/run/secret".into()));
         let header: CredentialRule = "http://127.0.0.1:80=header:X-Auth-Token:env:T"
             .parse()
             .unwrap();
-        assert_eq!(header.header().as_str(), "x-auth-token");
-        assert_eq!(header.format, Format::Raw);
+        assert_eq!(header.headers()[0].as_str(), "x-auth-token");
+        assert!(matches!(
+            header.form,
+            Form::Header {
+                format: Format::Raw,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -251,7 +334,10 @@ mod tests {
         for (rule, problem) in [
             ("https://api.example.com", "missing '='"),
             ("api.example.com=bearer:env:T", "missing scheme"),
-            ("https://a.example.com=basic:env:T", "bearer: or header:"),
+            (
+                "https://a.example.com=basic:env:T",
+                "bearer:, header: or aws-sigv4:",
+            ),
             (
                 "https://a.example.com=bearer:vault:T",
                 "env:VAR or file:PATH",
@@ -275,10 +361,10 @@ mod tests {
         let rule: CredentialRule = format!("https://a.example.com=bearer:file:{}", path.display())
             .parse()
             .unwrap();
-        assert_eq!(rule.header_value().unwrap(), "Bearer first");
+        assert_eq!(value(&rule), "Bearer first");
         std::fs::write(&path, "second").unwrap();
-        assert_eq!(rule.header_value().unwrap(), "Bearer second");
-        assert!(rule.header_value().unwrap().is_sensitive());
+        assert_eq!(value(&rule), "Bearer second");
+        assert!(value(&rule).is_sensitive());
         std::fs::remove_file(&path).unwrap();
         assert!(rule.check().unwrap_err().contains("cannot read"));
     }
@@ -292,6 +378,6 @@ mod tests {
             .parse()
             .unwrap();
         assert!(!format!("{rule:?}").contains("s3cr3t"));
-        assert!(!format!("{:?}", rule.header_value().unwrap()).contains("s3cr3t"));
+        assert!(!format!("{:?}", value(&rule)).contains("s3cr3t"));
     }
 }

@@ -9,9 +9,11 @@
 //!    or not;
 //! 3. **budget**: a per-destination token bucket; an exhausted budget answers a synthetic
 //!    `429` with `Retry-After`, which the guest SDK turns into `retry-after`;
-//! 4. **credentials**: headers bound to the destination are added from the host's secrets;
-//!    providers can neither read nor set them (`authorization`, `proxy-authorization`,
-//!    `cookie` and every injected header are forbidden to guests);
+//! 4. **credentials**: headers bound to the destination are added from the host's secrets,
+//!    or the request is signed for AWS ([`sigv4`]: its body buffered, bounded, and signed
+//!    last, so what is signed is what is sent); providers can neither read nor set them
+//!    (`authorization`, `proxy-authorization`, `cookie`, every injected header and, with a
+//!    signing rule, the SigV4 headers are forbidden to guests);
 //! 5. **transport**: a pooled keep-alive connection for this provider version, destination
 //!    and grant, or a new one, which repeats the address check at connect time
 //!    ([`Connections`]); connect and first-byte timeouts, a between-bytes timeout and a
@@ -24,12 +26,14 @@ mod credentials;
 mod dns;
 mod policy;
 mod pool;
+mod sigv4;
 mod transport;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::HeaderName;
 use http_body_util::BodyExt;
 use tokio_rustls::rustls::pki_types::CertificateDer;
@@ -43,11 +47,13 @@ pub use credentials::{CredentialError, CredentialRule, SecretSource, SharedSecre
 pub use dns::{DNS_CACHE_ANSWERS, DNS_MAX_POSITIVE_TTL};
 pub use policy::{HostPattern, MethodPolicy, PatternError};
 pub use pool::{Connections, PoolLimits};
+pub use sigv4::{AwsKeys, MAX_SIGNED_BODY, SigV4, WebIdentityConfig};
 pub use transport::Limits;
 
 use crate::metrics::Metrics;
 use crate::rate::Budgets;
 pub use crate::rate::RateBudget;
+use credentials::Applied;
 use policy::Destination;
 use transport::ConnectRefusal;
 
@@ -150,7 +156,7 @@ impl EgressGate {
     pub fn new(config: EgressConfig, metrics: Arc<Metrics>) -> Arc<Self> {
         let mut forbidden: Vec<HeaderName> = DEFAULT_FORBIDDEN_HEADERS.to_vec();
         forbidden.extend(CREDENTIAL_HEADERS.map(HeaderName::from_static));
-        forbidden.extend(config.credentials.iter().map(|rule| rule.header().clone()));
+        forbidden.extend(config.credentials.iter().flat_map(CredentialRule::headers));
         forbidden.dedup();
         let tls = transport::tls_config(&config.extra_roots);
         let resolver = Arc::new(dns::Resolver::new(config.name_server));
@@ -217,8 +223,9 @@ impl EgressGate {
     }
 
     /// The header value of credential rule `index`, read from its source at most once per
-    /// [`CREDENTIAL_REFRESH`] (an in-memory value, on every request).
-    fn credential_value(&self, index: usize) -> Result<http::HeaderValue, String> {
+    /// [`CREDENTIAL_REFRESH`] (an in-memory value, on every request); `None` for a signing
+    /// rule.
+    fn credential_value(&self, index: usize) -> Result<Option<http::HeaderValue>, String> {
         let rule = &self.config.credentials[index];
         if rule.is_in_memory() {
             return rule.header_value();
@@ -230,11 +237,13 @@ impl EgressGate {
         if let Some(Some((read_at, value))) = values.get(index)
             && read_at.elapsed() < CREDENTIAL_REFRESH
         {
-            return Ok(value.clone());
+            return Ok(Some(value.clone()));
         }
-        let value = self.config.credentials[index].header_value()?;
+        let Some(value) = rule.header_value()? else {
+            return Ok(None);
+        };
         values[index] = Some((Instant::now(), value.clone()));
-        Ok(value)
+        Ok(Some(value))
     }
 
     fn granted_list(&self) -> String {
@@ -319,6 +328,16 @@ impl WasiHttpHooks for GateHooks {
     }
 }
 
+/// The gate's pooled HTTP client of one grant.
+type PooledClient = hyper_util::client::legacy::Client<pool::GateConnector, WasiBody>;
+
+/// A signed request's answer: as it comes, or read whole by the gate (to see whether AWS
+/// refused the keys).
+enum Signed {
+    Sent(http::Response<hyper::body::Incoming>),
+    Read(http::response::Parts, Bytes),
+}
+
 /// One request on its way through the gate.
 struct Attempt {
     gate: Arc<EgressGate>,
@@ -360,14 +379,23 @@ impl Attempt {
         // `Host` from the URI for HTTP/1.1, and HTTP/2 carries it as `:authority` alone,
         // so a `Host` naming another virtual host never reaches the server.
         headers.remove(http::header::HOST);
+        let mut signing = None;
         for (index, rule) in gate.config.credentials.iter().enumerate() {
             if !rule.applies_to(&dest) {
                 continue;
             }
-            match gate.credential_value(index) {
-                Ok(value) => {
-                    headers.insert(rule.header().clone(), value);
+            let header = match rule.applied() {
+                Applied::SigV4(sigv4) => {
+                    signing.get_or_insert(sigv4);
+                    continue;
                 }
+                Applied::Header(header) => header,
+            };
+            match gate.credential_value(index) {
+                Ok(Some(value)) => {
+                    headers.insert(header.clone(), value);
+                }
+                Ok(None) => {}
                 Err(err) => return Err(self.deny(format!("credential unavailable: {err}"))),
             }
         }
@@ -375,6 +403,41 @@ impl Attempt {
         let Some(client) = connections.client(grant) else {
             return Err(self.failed(Error::ConfigurationError, "no pool for the grant".into()));
         };
+        let response = match signing {
+            None => self.exchange(client, request).await?,
+            Some(sigv4) => match self.signed(client, sigv4, &dest, request).await? {
+                Signed::Sent(response) => response,
+                Signed::Read(head, body) => return Ok(self.answer_read(head, body)),
+            },
+        };
+        let connection: transport::ConnectionTask = Box::new(async { Ok(()) });
+        let status = response.status().as_u16();
+        self.check_declared_length(response.headers())?;
+        let record = self.record(Some(status), None);
+        let audit = gate.audit.clone();
+        let started = self.started;
+        let response = response.map(move |body| {
+            transport::CappedBody::new(body, &limits, move |bytes, failure| {
+                audit.record(AuditRecord {
+                    response_bytes: bytes,
+                    denied: failure.map(|f| format!("failed: {f}")),
+                    latency: started.elapsed(),
+                    ..record
+                })
+            })
+            .boxed_unsync()
+        });
+        Ok((response, connection))
+    }
+
+    /// Send `request` on the pooled `client` within the connect and first-byte timeouts,
+    /// once more if it is replayable and its reused connection closed unanswered.
+    async fn exchange(
+        &mut self,
+        client: &PooledClient,
+        request: http::Request<WasiBody>,
+    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
+        let limits = self.gate.config.limits;
         // A new connection spends up to the connect timeout (address check, TCP, TLS) before
         // the request is sent; a pooled one goes straight to the first-byte wait.
         let deadline =
@@ -398,31 +461,150 @@ impl Attempt {
             .extensions()
             .get::<pool::ConnectionUses>()
             .is_some_and(pool::ConnectionUses::reused);
-        let connection: transport::ConnectionTask = Box::new(async { Ok(()) });
-        let status = response.status().as_u16();
-        if let Some(length) = response.headers().get(http::header::CONTENT_LENGTH)
-            && let Some(length) = length.to_str().ok().and_then(|l| l.parse::<u64>().ok())
-            && length > limits.max_response_bytes
-        {
-            let cap = limits.max_response_bytes;
-            let message = format!("response of {length} bytes exceeds the {cap}-byte cap");
-            return Err(self.failed(Error::HttpResponseBodySize(Some(length)), message));
+        Ok(response)
+    }
+
+    /// Buffer the body of `request`, sign it for AWS with `sigv4` and send it. Temporary keys
+    /// that AWS refuses (400, 401 or 403 with a code that says so) are refreshed and the
+    /// request, already buffered, signed and sent once more: still one audit record and one
+    /// rate token. Any other answer goes to the guest as it came.
+    async fn signed(
+        &mut self,
+        client: &PooledClient,
+        sigv4: &SigV4,
+        dest: &Destination,
+        request: http::Request<WasiBody>,
+    ) -> Result<Signed, Error> {
+        let (mut head, body) = request.into_parts();
+        for name in sigv4::SIGNING_HEADERS {
+            head.headers.remove(name);
         }
-        let record = self.record(Some(status), None);
-        let audit = gate.audit.clone();
-        let started = self.started;
-        let response = response.map(move |body| {
-            transport::CappedBody::new(body, &limits, move |bytes, failure| {
-                audit.record(AuditRecord {
-                    response_bytes: bytes,
-                    denied: failure.map(|f| format!("failed: {f}")),
-                    latency: started.elapsed(),
-                    ..record
-                })
-            })
-            .boxed_unsync()
+        let body = match http_body_util::Limited::new(body, MAX_SIGNED_BODY)
+            .collect()
+            .await
+        {
+            Ok(body) => body.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return Err(self.deny(format!(
+                    "the request body is over the {MAX_SIGNED_BODY}-byte bound of signed requests (it is buffered to be signed)"
+                )));
+            }
+            Err(error) => {
+                let message = format!("reading the request body failed: {error}");
+                return Err(self.failed(Error::HttpProtocolError, message));
+            }
+        };
+        let scope = sigv4
+            .scope(dest, &head, &body)
+            .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+        let keys = sigv4
+            .keys()
+            .current()
+            .await
+            .map_err(|error| self.deny(format!("credential unavailable: {error}")))?;
+        let response = self
+            .send_signed(client, &head, &body, &scope, &keys)
+            .await?;
+        if !sigv4.keys().refreshable() || !matches!(response.status().as_u16(), 400 | 401 | 403) {
+            return Ok(Signed::Sent(response));
+        }
+        let (answer, answer_body) = self.read_answer(response).await?;
+        let Some(code) = sigv4::refused_keys(&answer_body) else {
+            return Ok(Signed::Read(answer, answer_body));
+        };
+        let refreshed = match sigv4.keys().after_refusal(&keys).await {
+            Some(Ok(refreshed)) => refreshed,
+            Some(Err(error)) => {
+                tracing::warn!(
+                    provider = %self.caller.provider,
+                    version = %self.caller.version,
+                    "AWS answered {code} to {} {}{}; refreshing the keys failed: {error}",
+                    self.method, self.host, self.path
+                );
+                return Ok(Signed::Read(answer, answer_body));
+            }
+            None => return Ok(Signed::Read(answer, answer_body)),
+        };
+        tracing::info!(
+            provider = %self.caller.provider,
+            version = %self.caller.version,
+            "AWS answered {code} to {} {}{}: sending it once more with refreshed keys",
+            self.method, self.host, self.path
+        );
+        let response = self
+            .send_signed(client, &head, &body, &scope, &refreshed)
+            .await?;
+        Ok(Signed::Sent(response))
+    }
+
+    /// Sign a copy of `head` with `body` for `scope` and send it.
+    async fn send_signed(
+        &mut self,
+        client: &PooledClient,
+        head: &http::request::Parts,
+        body: &Bytes,
+        scope: &sigv4::Scope,
+        keys: &sigv4::Keys,
+    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
+        let mut copy = http::Request::new(());
+        *copy.method_mut() = head.method.clone();
+        *copy.uri_mut() = head.uri.clone();
+        *copy.version_mut() = head.version;
+        *copy.headers_mut() = head.headers.clone();
+        let (mut parts, ()) = copy.into_parts();
+        SigV4::sign(&mut parts, body, scope, keys)
+            .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+        let request = http::Request::from_parts(parts, transport::full_body(body.clone()));
+        self.exchange(client, request).await
+    }
+
+    /// The whole of `response`, within the response cap and the between-bytes timeout.
+    async fn read_answer(
+        &self,
+        response: http::Response<hyper::body::Incoming>,
+    ) -> Result<(http::response::Parts, Bytes), Error> {
+        let limits = self.gate.config.limits;
+        let (head, body) = response.into_parts();
+        self.check_declared_length(&head.headers)?;
+        match transport::CappedBody::new(body, &limits, |_, _| {})
+            .collect()
+            .await
+        {
+            Ok(body) => Ok((head, body.to_bytes())),
+            Err(error) => {
+                let message = format!("reading the response failed: {error}");
+                Err(self.failed(transport::same_code(&error), message))
+            }
+        }
+    }
+
+    /// Refuse a response whose declared length is over the response cap, before reading it.
+    fn check_declared_length(&self, headers: &http::HeaderMap) -> Result<(), Error> {
+        let cap = self.gate.config.limits.max_response_bytes;
+        let declared = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+        match declared.filter(|length| *length > cap) {
+            Some(length) => {
+                let message = format!("response of {length} bytes exceeds the {cap}-byte cap");
+                Err(self.failed(Error::HttpResponseBodySize(Some(length)), message))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A response the gate read whole, handed to the guest and audited now.
+    fn answer_read(
+        &self,
+        head: http::response::Parts,
+        body: Bytes,
+    ) -> (http::Response<WasiBody>, transport::ConnectionTask) {
+        self.gate.audit.record(AuditRecord {
+            response_bytes: body.len() as u64,
+            ..self.record(Some(head.status.as_u16()), None)
         });
-        Ok((response, connection))
+        let response = http::Response::from_parts(head, transport::full_body(body));
+        (response, Box::new(async { Ok(()) }))
     }
 
     fn record(&self, status: Option<u16>, denied: Option<String>) -> AuditRecord {

@@ -162,6 +162,14 @@ impl HostPattern {
     pub fn names_address(&self, ip: IpAddr) -> bool {
         matches!(self.host, HostMatch::Address(own) if own == canonical(ip))
     }
+
+    /// The DNS name the pattern matches, or the domain under its `*.`; `None` for an address.
+    pub(super) fn dns_name(&self) -> Option<&str> {
+        match &self.host {
+            HostMatch::Name(name) | HostMatch::Subdomains(name) => Some(name),
+            HostMatch::Address(_) => None,
+        }
+    }
 }
 
 impl Destination {

@@ -2,10 +2,10 @@
 //! bearer token in a file, providers loaded from the guests built from source, the
 //! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
 //! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
-//! independent client of it ([`registry`]), a `CloudProvider` resource for the testbed
-//! ([`cloud_provider`]), the Helm chart rendered by `helm template` ([`chart`]), and its pod
-//! run as the `wasm-ccm` binary without a kubelet ([`pod`]), and the scale benchmark
-//! ([`scale`]).
+//! independent client of it ([`registry`]), moto as an independent AWS implementation
+//! ([`moto`]), a `CloudProvider` resource for the testbed ([`cloud_provider`]), the Helm chart
+//! rendered by `helm template` ([`chart`]), and its pod run as the `wasm-ccm` binary without
+//! a kubelet ([`pod`]), and the scale benchmark ([`scale`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,7 @@ use wasm_ccm_host::source::Artifact;
 pub mod chart;
 pub mod cloud_provider;
 pub mod https;
+pub mod moto;
 pub mod pod;
 pub mod registry;
 pub mod scale;

@@ -14,6 +14,7 @@
 //! | `alloc` | keeps 1 MiB buffers, touching every page, until allocation fails (trap) | — |
 //! | `trap` | `panic!("hostile guest panics on purpose")` | — |
 //! | `fetch:URL` | `GET URL` with the SDK | `{"status","headers":[[name,value]…],"body"}` or `{"error","kind"}` |
+//! | `request:JSON` | the request `{"method","url","headers":[[name,value]…],"body"}` (or `"body_bytes": N`) with the SDK | the fetch report; with a forbidden header also `"raw"`, as `set-auth`'s, for each header named |
 //! | `set-auth:URL` | `GET URL` setting `Authorization: Bearer stolen` with the SDK, then raw `wasi:http` header attempts | `{"sdk": <fetch report>, "raw": [{"header","via","result"}…]}` |
 //! | `snoop:URL` | reads everything a guest might see | `{"env","args","fs","config","cache_secret","fetch"}` |
 //! | `huge:URL` | `GET URL` with the SDK (expects a huge body) | `{"status","bytes"}` or `{"error","kind"}` |
@@ -99,6 +100,7 @@ fn run(command: &str) -> Result<Value, Error> {
         "alloc" => exhaust::hoard(),
         "trap" => panic!("hostile guest panics on purpose"),
         "fetch" => Ok(net::fetch(arg)),
+        "request" => Ok(net::request(arg)),
         "set-auth" => Ok(net::set_auth(arg)),
         "snoop" => Ok(snoop::snoop(arg)),
         "huge" => Ok(net::huge(arg)),

@@ -1,5 +1,6 @@
-//! Outgoing HTTP: plain fetches, huge responses, and attempts to set the credential headers
-//! the host keeps for itself, through the SDK and through raw `wasi:http` fields.
+//! Outgoing HTTP: plain fetches, requests of any method, headers and body, huge responses,
+//! and attempts to set the credential headers the host keeps for itself, through the SDK and
+//! through raw `wasi:http` fields.
 
 use serde_json::{Value, json};
 use wasip2::http::types::{Fields, HeaderError, Method};
@@ -34,6 +35,43 @@ pub fn fetch(url: &str) -> Value {
     outcome(http::get(url), response_report)
 }
 
+/// The request `arg` describes, as JSON: `{"method", "url", "headers": [[name, value]…],
+/// "body"}`, or `"body_bytes": N` for a body of N `a`s. The fetch report, and with a
+/// forbidden header, `"raw"`: the raw `wasi:http` attempts to set each header named.
+pub fn request(arg: &str) -> Value {
+    let Ok(spec) = serde_json::from_str::<Value>(arg) else {
+        return json!({"error": format!("not JSON: {arg}"), "kind": "invalid-url"});
+    };
+    let method = match spec["method"].as_str().unwrap_or("GET") {
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        _ => Method::Get,
+    };
+    let mut request = Request::new(method, spec["url"].as_str().unwrap_or_default());
+    let headers: Vec<(String, String)> =
+        serde_json::from_value(spec["headers"].clone()).unwrap_or_default();
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    let body = match spec["body_bytes"].as_u64() {
+        Some(length) => vec![b'a'; usize::try_from(length).unwrap_or(0)],
+        None => spec["body"]
+            .as_str()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec(),
+    };
+    let sent = request.body(body).send();
+    let forbidden = matches!(sent, Err(HttpError::ForbiddenHeader(_)));
+    let mut report = outcome(sent, response_report);
+    if forbidden {
+        let names: Vec<&str> = headers.iter().map(|(name, _)| name.as_str()).collect();
+        report["raw"] = raw_attempts(&names).into();
+    }
+    report
+}
+
 /// `GET URL` N times (`arg` is `N:URL`), then an error: with refused requests, the host
 /// reports the call as `egress-denied`.
 pub fn fetch_many(arg: &str) -> Error {
@@ -59,7 +97,7 @@ pub fn set_auth(url: &str) -> Value {
     let sdk = Request::new(Method::Get, url)
         .header("Authorization", "Bearer stolen")
         .send();
-    json!({"sdk": outcome(sdk, response_report), "raw": raw_attempts()})
+    json!({"sdk": outcome(sdk, response_report), "raw": raw_attempts(&CREDENTIAL_HEADERS)})
 }
 
 /// The report of `result`: `ok` turned into JSON, or `{"error","kind"}`.
@@ -90,9 +128,9 @@ fn kind(err: &HttpError) -> &'static str {
     }
 }
 
-/// Every credential header through `Fields::from_list`, `Fields::append` and `Fields::set`.
-fn raw_attempts() -> Vec<Value> {
-    CREDENTIAL_HEADERS
+/// Each of `names` through `Fields::from_list`, `Fields::append` and `Fields::set`.
+fn raw_attempts(names: &[&str]) -> Vec<Value> {
+    names
         .iter()
         .flat_map(|name| {
             [

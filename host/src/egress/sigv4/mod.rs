@@ -1,0 +1,677 @@
+//! AWS Signature Version 4 in the egress gate: a credential rule that signs a request instead
+//! of adding a header, so a provider calls EC2, ELB or STS without ever holding the keys, the
+//! session token or the signature.
+//!
+//! This module owns what is signed and for which scope: the region and service a request may
+//! be signed for (from the AWS endpoint name, `ec2.us-east-1.amazonaws.com`; for a custom
+//! endpoint, stated by the rule and, with several services, told apart by the request's
+//! `Version`), the headers guests may not set, the bound on the body buffered to be signed,
+//! and the AWS error codes that mean the keys were refused. [`keys`] owns where the keys come
+//! from and when they are refreshed. Signing itself is the `aws-sigv4` crate's.
+
+mod keys;
+
+use std::fmt;
+use std::time::SystemTime;
+
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::sign::v4;
+use http::{HeaderName, HeaderValue};
+
+pub(super) use keys::Keys;
+pub use keys::{AwsKeys, WebIdentityConfig};
+
+use super::policy::{Destination, HostPattern};
+
+/// Largest body of a signed request, in bytes: the body is buffered to be hashed into the
+/// signature, and a larger one is refused.
+pub const MAX_SIGNED_BODY: usize = 1024 * 1024;
+
+/// The headers that carry a signature. The gate sets them; guests may not.
+pub(super) const SIGNING_HEADERS: [&str; 4] = [
+    "authorization",
+    "x-amz-date",
+    "x-amz-security-token",
+    "x-amz-content-sha256",
+];
+
+/// The Query API versions the gate knows, and the service each belongs to.
+const API_VERSIONS: [(&str, &str); 3] = [
+    ("2016-11-15", "ec2"),
+    ("2015-12-01", "elasticloadbalancing"),
+    ("2011-06-15", "sts"),
+];
+
+/// AWS error codes that say the keys were refused: expired or unknown temporary keys, or a
+/// signature made with keys AWS no longer takes. Temporary keys are refreshed on them.
+const REFUSED_KEYS: [&str; 4] = [
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "AuthFailure",
+    "SignatureDoesNotMatch",
+];
+
+/// A SigV4 signing rule: the keys, and the region and services it may sign for.
+#[derive(Clone)]
+pub struct SigV4 {
+    /// The one region it signs for; any region of an AWS endpoint name when `None`.
+    region: Option<String>,
+    /// The services it signs for; any service of an AWS endpoint name when empty.
+    services: Vec<String>,
+    keys: AwsKeys,
+}
+
+impl fmt::Debug for SigV4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SigV4")
+            .field("region", &self.region)
+            .field("services", &self.services)
+            .field("keys", &self.keys)
+            .finish()
+    }
+}
+
+/// The region and service one request is signed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Scope {
+    pub region: String,
+    pub service: String,
+}
+
+impl SigV4 {
+    /// A rule signing with `keys` for `region` (any region of an AWS endpoint name when
+    /// `None`) and `services` (any service of an AWS endpoint name when empty).
+    pub fn new(
+        region: Option<String>,
+        services: Vec<String>,
+        keys: AwsKeys,
+    ) -> Result<SigV4, String> {
+        if let Some(region) = &region
+            && !is_region(region)
+        {
+            return Err(format!(
+                "{region:?} is not an AWS region name (e.g. us-east-1)"
+            ));
+        }
+        for (index, service) in services.iter().enumerate() {
+            let valid = !service.is_empty()
+                && service
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !valid {
+                return Err(format!(
+                    "{service:?} is not an AWS service signing name (e.g. ec2, elasticloadbalancing, sts)"
+                ));
+            }
+            if services[..index].contains(service) {
+                return Err(format!("service {service} is named twice"));
+            }
+        }
+        Ok(SigV4 {
+            region,
+            services,
+            keys,
+        })
+    }
+
+    /// The rule of `--credential HOSTPATTERN=aws-sigv4:TEXT` for `target`: `TEXT` is the keys
+    /// (`env`, `dir:PATH` or `web-identity`), then `,region=REGION`, `,services=A+B` and, with
+    /// web identity, `,sts=URL`.
+    pub(super) fn parse(text: &str, target: &HostPattern) -> Result<SigV4, String> {
+        let mut options = text.split(',');
+        let keys = options.next().unwrap_or_default();
+        let (mut region, mut services, mut sts) = (None, Vec::new(), None);
+        for option in options {
+            let Some((name, value)) = option.split_once('=') else {
+                return Err(format!(
+                    "{option:?} is not region=REGION, services=SERVICE+… or sts=URL"
+                ));
+            };
+            match name {
+                "region" => region = Some(value.to_string()),
+                "services" => services = value.split('+').map(String::from).collect(),
+                "sts" => sts = Some(value),
+                _ => {
+                    return Err(format!(
+                        "unknown option {name}= (expected region=, services= or sts=)"
+                    ));
+                }
+            }
+        }
+        let keys = match keys {
+            "env" => AwsKeys::from_env(),
+            "web-identity" => {
+                let config = WebIdentityConfig::from_env(sts, region.as_deref(), target)?;
+                AwsKeys::web_identity(config)
+            }
+            _ => match keys.strip_prefix("dir:") {
+                Some("") => return Err("dir: needs a directory".into()),
+                Some(dir) => AwsKeys::from_dir(dir.as_ref()),
+                None => {
+                    return Err(format!(
+                        "the keys {keys:?} must be env, dir:PATH or web-identity"
+                    ));
+                }
+            },
+        };
+        if sts.is_some() && !keys.refreshable() {
+            return Err("sts= goes with web-identity only".into());
+        }
+        let sigv4 = SigV4::new(region, services, keys)?;
+        sigv4.check_target(target)?;
+        Ok(sigv4)
+    }
+
+    /// Whether requests to `target` can be signed: a pattern that is not an AWS endpoint
+    /// name (an address, a VPC endpoint's own name, a test server) needs the region and
+    /// services stated.
+    pub fn check_target(&self, target: &HostPattern) -> Result<(), String> {
+        let aws = target.dns_name().is_some_and(is_aws_domain);
+        if !aws && (self.region.is_none() || self.services.is_empty()) {
+            return Err(format!(
+                "{target} is not an AWS endpoint name (SERVICE.REGION.amazonaws.com), so the rule must state the region and the services to sign for"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the keys come from.
+    pub fn keys(&self) -> &AwsKeys {
+        &self.keys
+    }
+
+    /// The region and service to sign a request to `dest` for, or why it may not be signed.
+    ///
+    /// An AWS endpoint name gives both, and they must be among those the rule names, if it
+    /// names any. Any other name gets the rule's region and one of its services: the only
+    /// one, or the one the request's `Version` (query or form) belongs to. A request whose
+    /// `Version` belongs to a service the rule does not name is refused.
+    pub(super) fn scope(
+        &self,
+        dest: &Destination,
+        parts: &http::request::Parts,
+        body: &[u8],
+    ) -> Result<Scope, String> {
+        let host = &dest.host;
+        if let Some((service, region)) = aws_endpoint(host) {
+            if let Some(granted) = &self.region
+                && granted != region
+            {
+                return Err(format!(
+                    "region {region} of {host} is not granted: the rule signs for {granted} only"
+                ));
+            }
+            if !self.services.is_empty() && !self.services.iter().any(|s| s == service) {
+                return Err(format!(
+                    "service {service} of {host} is not granted (granted: {})",
+                    self.services.join(", ")
+                ));
+            }
+            return Ok(Scope {
+                region: region.to_string(),
+                service: service.to_string(),
+            });
+        }
+        let Some(region) = self.region.clone().filter(|_| !self.services.is_empty()) else {
+            return Err(format!(
+                "cannot tell the region and service of {host} from its name; the rule must state them"
+            ));
+        };
+        let service = self.service_for(dest, parts, body)?;
+        Ok(Scope { region, service })
+    }
+
+    /// The granted service a request to a custom endpoint is for.
+    fn service_for(
+        &self,
+        dest: &Destination,
+        parts: &http::request::Parts,
+        body: &[u8],
+    ) -> Result<String, String> {
+        let granted = self.services.join(", ");
+        let mut inferred: Option<&str> = None;
+        for version in versions(parts, body) {
+            match API_VERSIONS.iter().find(|(known, _)| *known == version) {
+                Some((_, service)) => {
+                    if let Some(other) = inferred.filter(|other| other != service) {
+                        return Err(format!(
+                            "the request names API versions of two services, {other} and {service}"
+                        ));
+                    }
+                    inferred = Some(service);
+                }
+                None if self.services.len() > 1 => {
+                    return Err(format!(
+                        "API version {version} is not one the gate knows ({}); with several services granted for {dest} ({granted}), it must tell which service the request is for",
+                        known_versions()
+                    ));
+                }
+                None => {}
+            }
+        }
+        match inferred {
+            Some(service) if self.services.iter().any(|s| s == service) => Ok(service.into()),
+            Some(service) => Err(format!(
+                "service {service} (from the request's Version) is not granted for {dest} (granted: {granted})"
+            )),
+            None if self.services.len() == 1 => Ok(self.services[0].clone()),
+            None => Err(format!(
+                "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({granted}); the gate knows {}",
+                known_versions()
+            )),
+        }
+    }
+
+    /// Sign the request `parts` with `body` for `scope` with `keys`: adds `authorization`,
+    /// `x-amz-date` and, with temporary keys, `x-amz-security-token`. Signed: method, URL,
+    /// `host`, `content-type`, every `x-amz-*` header and the SHA-256 of `body`.
+    pub(super) fn sign(
+        parts: &mut http::request::Parts,
+        body: &[u8],
+        scope: &Scope,
+        keys: &Keys,
+    ) -> Result<(), String> {
+        let identity = keys.credentials().clone().into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&scope.region)
+            .name(&scope.service)
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|error| format!("cannot sign: {error}"))?
+            .into();
+        let uri = parts.uri.to_string();
+        let signed_headers = parts.headers.iter().filter_map(|(name, value)| {
+            let name = name.as_str();
+            let signed = name == "content-type" || name.starts_with("x-amz-");
+            signed.then(|| value.to_str().ok().map(|value| (name, value)))?
+        });
+        let request = SignableRequest::new(
+            parts.method.as_str(),
+            uri.as_str(),
+            signed_headers,
+            SignableBody::Bytes(body),
+        )
+        .map_err(|error| format!("cannot sign {uri}: {error}"))?;
+        let (instructions, _) = aws_sigv4::http_request::sign(request, &params)
+            .map_err(|error| format!("cannot sign {uri}: {error}"))?
+            .into_parts();
+        let (headers, _) = instructions.into_parts();
+        for header in headers {
+            let mut value = HeaderValue::from_str(header.value()).map_err(|_| {
+                format!(
+                    "the {} header of the signature is not a valid header value",
+                    header.name()
+                )
+            })?;
+            value.set_sensitive(true);
+            parts
+                .headers
+                .insert(HeaderName::from_static(header.name()), value);
+        }
+        Ok(())
+    }
+}
+
+/// The code of an AWS error answer that says the keys were refused, if `body` is one.
+pub(super) fn refused_keys(body: &[u8]) -> Option<&'static str> {
+    let code = xml_text(std::str::from_utf8(body).ok()?, "Code")?;
+    REFUSED_KEYS.into_iter().find(|refused| *refused == code)
+}
+
+/// The text of the first `<tag>` element of an AWS XML answer (their values here, keys,
+/// tokens, codes and dates, hold no markup).
+pub(super) fn xml_text<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+    let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
+    let length = xml[start..].find(&format!("</{tag}>"))?;
+    Some(xml[start..start + length].trim())
+}
+
+/// The `Version` parameters of a request: its query's, and its form body's.
+fn versions(parts: &http::request::Parts, body: &[u8]) -> Vec<String> {
+    let query = parts.uri.query().unwrap_or_default().as_bytes();
+    let form = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+    let body = if form { body } else { &[] };
+    form_urlencoded::parse(query)
+        .chain(form_urlencoded::parse(body))
+        .filter(|(name, _)| name == "Version")
+        .map(|(_, value)| value.into_owned())
+        .collect()
+}
+
+fn known_versions() -> String {
+    let known: Vec<String> = API_VERSIONS
+        .iter()
+        .map(|(version, service)| format!("{service} {version}"))
+        .collect();
+    known.join(", ")
+}
+
+/// Whether `name` is in AWS's domains, `amazonaws.com` or `amazonaws.com.cn`.
+fn is_aws_domain(name: &str) -> bool {
+    ["amazonaws.com", "amazonaws.com.cn"]
+        .iter()
+        .any(|domain| name == *domain || name.ends_with(&format!(".{domain}")))
+}
+
+/// `(service, region)` of an AWS endpoint name: `SERVICE.REGION.amazonaws.com`,
+/// `SERVICE.REGION.amazonaws.com.cn`, `SERVICE-fips.REGION.amazonaws.com`, or a global
+/// `SERVICE.amazonaws.com` (us-east-1).
+pub(super) fn aws_endpoint(host: &str) -> Option<(&str, &str)> {
+    let (rest, global) = match host.strip_suffix(".amazonaws.com") {
+        Some(rest) => (rest, true),
+        None => (host.strip_suffix(".amazonaws.com.cn")?, false),
+    };
+    let (service, region) = match rest.split_once('.') {
+        None if global => (rest, "us-east-1"),
+        Some((service, region)) if is_region(region) => (service, region),
+        _ => return None,
+    };
+    let service = service.strip_suffix("-fips").unwrap_or(service);
+    let valid = !service.is_empty()
+        && service
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    valid.then_some((service, region))
+}
+
+/// Whether `text` reads as an AWS region name: `us-east-1`, `cn-north-1`, `us-gov-west-1`.
+fn is_region(text: &str) -> bool {
+    let mut labels = text.split('-');
+    let first = labels.next().unwrap_or_default();
+    let rest: Vec<&str> = labels.collect();
+    let letters = |label: &str| !label.is_empty() && label.chars().all(|c| c.is_ascii_lowercase());
+    letters(first)
+        && rest.len() >= 2
+        && rest[..rest.len() - 1].iter().all(|label| letters(label))
+        && rest
+            .last()
+            .is_some_and(|last| !last.is_empty() && last.chars().all(|c| c.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str, target: &str) -> Result<SigV4, String> {
+        SigV4::parse(text, &target.parse().unwrap())
+    }
+
+    fn request(uri: &str, content_type: Option<&str>) -> http::request::Parts {
+        let mut builder = http::Request::post(uri);
+        if let Some(content_type) = content_type {
+            builder = builder.header(http::header::CONTENT_TYPE, content_type);
+        }
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    fn scope(rule: &SigV4, uri: &str, form: &str) -> Result<Scope, String> {
+        let parts = request(uri, Some("application/x-www-form-urlencoded"));
+        let dest = Destination::from_uri(&parts.uri).unwrap();
+        rule.scope(&dest, &parts, form.as_bytes())
+    }
+
+    fn scoped(region: &str, service: &str) -> Result<Scope, String> {
+        Ok(Scope {
+            region: region.into(),
+            service: service.into(),
+        })
+    }
+
+    #[test]
+    fn aws_endpoint_names_give_service_and_region() {
+        for (host, expected) in [
+            ("ec2.us-east-1.amazonaws.com", Some(("ec2", "us-east-1"))),
+            (
+                "elasticloadbalancing.eu-west-3.amazonaws.com",
+                Some(("elasticloadbalancing", "eu-west-3")),
+            ),
+            (
+                "sts.us-gov-west-1.amazonaws.com",
+                Some(("sts", "us-gov-west-1")),
+            ),
+            (
+                "ec2.cn-north-1.amazonaws.com.cn",
+                Some(("ec2", "cn-north-1")),
+            ),
+            (
+                "ec2-fips.us-east-2.amazonaws.com",
+                Some(("ec2", "us-east-2")),
+            ),
+            ("sts.amazonaws.com", Some(("sts", "us-east-1"))),
+            ("vpce-1a2b.ec2.us-east-1.vpce.amazonaws.com", None),
+            ("ec2.not-a-region.amazonaws.com", None),
+            ("ec2.us-east-1.amazonaws.com.evil.test", None),
+            ("api.example.com", None),
+        ] {
+            assert_eq!(aws_endpoint(host), expected, "{host}");
+        }
+    }
+
+    #[test]
+    fn parses_keys_region_services_and_sts() {
+        let custom = rule(
+            "dir:/run/aws,region=us-east-1,services=ec2+elasticloadbalancing+sts",
+            "http://127.0.0.1:5000",
+        )
+        .unwrap();
+        assert_eq!(custom.region.as_deref(), Some("us-east-1"));
+        assert_eq!(custom.services, ["ec2", "elasticloadbalancing", "sts"]);
+        assert!(!custom.keys.refreshable());
+        let aws = rule("env", "https://*.us-east-1.amazonaws.com").unwrap();
+        assert_eq!((aws.region, aws.services.len()), (None, 0));
+    }
+
+    #[test]
+    fn bad_rules_name_the_problem() {
+        for (text, target, problem) in [
+            (
+                "vault",
+                "https://ec2.us-east-1.amazonaws.com",
+                "must be env, dir:PATH or web-identity",
+            ),
+            (
+                "dir:",
+                "https://ec2.us-east-1.amazonaws.com",
+                "dir: needs a directory",
+            ),
+            (
+                "env,zone=a",
+                "https://ec2.us-east-1.amazonaws.com",
+                "unknown option zone=",
+            ),
+            (
+                "env,region",
+                "https://ec2.us-east-1.amazonaws.com",
+                "is not region=REGION",
+            ),
+            (
+                "env,region=Mars",
+                "https://ec2.us-east-1.amazonaws.com",
+                "not an AWS region name",
+            ),
+            (
+                "env,services=EC2",
+                "https://ec2.us-east-1.amazonaws.com",
+                "not an AWS service signing name",
+            ),
+            (
+                "env,services=ec2+ec2",
+                "https://*.amazonaws.com",
+                "ec2 is named twice",
+            ),
+            (
+                "env,sts=http://127.0.0.1:1",
+                "https://*.amazonaws.com",
+                "sts= goes with web-identity only",
+            ),
+            (
+                "env",
+                "http://127.0.0.1:5000",
+                "must state the region and the services",
+            ),
+            (
+                "env,region=us-east-1",
+                "https://api.example.com",
+                "must state the region and the services",
+            ),
+            (
+                "env,services=ec2",
+                "http://127.0.0.1:5000",
+                "must state the region and the services",
+            ),
+        ] {
+            let error = rule(text, target).unwrap_err();
+            assert!(error.contains(problem), "{text} for {target}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_aws_name_is_signed_for_its_own_scope_within_the_rule() {
+        let any = rule("env", "https://*.amazonaws.com").unwrap();
+        assert_eq!(
+            scope(
+                &any,
+                "https://elasticloadbalancing.eu-west-1.amazonaws.com/",
+                ""
+            ),
+            scoped("eu-west-1", "elasticloadbalancing")
+        );
+        let narrow = rule(
+            "env,region=us-east-1,services=ec2+sts",
+            "https://*.amazonaws.com",
+        )
+        .unwrap();
+        assert_eq!(
+            scope(&narrow, "https://ec2.us-east-1.amazonaws.com/", ""),
+            scoped("us-east-1", "ec2")
+        );
+        let region = scope(&narrow, "https://ec2.eu-west-1.amazonaws.com/", "").unwrap_err();
+        assert!(
+            region.contains("region eu-west-1 of ec2.eu-west-1.amazonaws.com is not granted"),
+            "{region}"
+        );
+        let service = scope(&narrow, "https://iam.us-east-1.amazonaws.com/", "").unwrap_err();
+        assert!(
+            service.contains(
+                "service iam of iam.us-east-1.amazonaws.com is not granted (granted: ec2, sts)"
+            ),
+            "{service}"
+        );
+        let vpce = scope(&any, "https://vpce-1.ec2.us-east-1.vpce.amazonaws.com/", "").unwrap_err();
+        assert!(
+            vpce.contains("cannot tell the region and service"),
+            "{vpce}"
+        );
+    }
+
+    #[test]
+    fn a_custom_endpoint_is_signed_for_the_service_its_version_names() {
+        let moto = rule(
+            "env,region=us-east-1,services=ec2+elasticloadbalancing",
+            "http://127.0.0.1:5000",
+        )
+        .unwrap();
+        let url = "http://127.0.0.1:5000/";
+        let ec2 = "Action=DescribeVpcs&Version=2016-11-15";
+        let elb = "Action=DescribeLoadBalancers&Version=2015-12-01";
+        assert_eq!(scope(&moto, url, ec2), scoped("us-east-1", "ec2"));
+        assert_eq!(
+            scope(&moto, url, elb),
+            scoped("us-east-1", "elasticloadbalancing")
+        );
+        let query = "http://127.0.0.1:5000/?Action=DescribeVpcs&Version=2016-11-15";
+        assert_eq!(scope(&moto, query, ""), scoped("us-east-1", "ec2"));
+        for (form, problem) in [
+            (
+                "Action=GetCallerIdentity&Version=2011-06-15",
+                "service sts (from the request's Version) is not granted for http://127.0.0.1:5000 (granted: ec2, elasticloadbalancing)",
+            ),
+            ("Action=DescribeVpcs", "it has no Version parameter"),
+            (
+                "Action=ListUsers&Version=2010-05-08",
+                "API version 2010-05-08 is not one the gate knows",
+            ),
+            (
+                "Version=2016-11-15&Version=2015-12-01",
+                "names API versions of two services, ec2 and elasticloadbalancing",
+            ),
+        ] {
+            let error = scope(&moto, url, form).unwrap_err();
+            assert!(error.contains(problem), "{form}: {error}");
+        }
+        // A form's Version counts only in a form.
+        let parts = request(url, Some("application/json"));
+        let dest = Destination::from_uri(&parts.uri).unwrap();
+        let json = moto.scope(&dest, &parts, ec2.as_bytes()).unwrap_err();
+        assert!(json.contains("no Version parameter"), "{json}");
+
+        let only_ec2 = rule("env,region=us-east-1,services=ec2", "http://127.0.0.1:5000").unwrap();
+        assert_eq!(
+            scope(&only_ec2, url, "Action=X"),
+            scoped("us-east-1", "ec2")
+        );
+        let sts = scope(
+            &only_ec2,
+            url,
+            "Action=GetCallerIdentity&Version=2011-06-15",
+        );
+        assert!(sts.unwrap_err().contains("service sts"));
+    }
+
+    #[test]
+    fn the_signature_covers_host_date_token_and_the_amz_headers_only() {
+        let keys = Keys::for_test("AKIDEXAMPLE", "secret", Some("the-session-token"));
+        let mut parts = http::Request::post("https://ec2.us-east-1.amazonaws.com/")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .header("x-amz-target", "Service.Op")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let scope = Scope {
+            region: "us-east-1".into(),
+            service: "ec2".into(),
+        };
+        SigV4::sign(&mut parts, b"Action=DescribeVpcs", &scope, &keys).unwrap();
+        let authorization = parts.headers["authorization"].to_str().unwrap();
+        assert!(
+            authorization.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+            "{authorization}"
+        );
+        assert!(
+            authorization.contains("/us-east-1/ec2/aws4_request"),
+            "{authorization}"
+        );
+        assert!(
+            authorization.contains(
+                "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token;x-amz-target,"
+            ),
+            "{authorization}"
+        );
+        assert_eq!(parts.headers["x-amz-security-token"], "the-session-token");
+        assert!(parts.headers["authorization"].is_sensitive());
+        assert!(parts.headers["x-amz-security-token"].is_sensitive());
+    }
+
+    #[test]
+    fn refusals_of_the_keys_are_told_from_other_errors() {
+        let ec2 = "<Response><Errors><Error><Code>AuthFailure</Code><Message>AWS was not able to validate the provided access credentials</Message></Error></Errors></Response>";
+        let elb = "<ErrorResponse><Error><Type>Sender</Type><Code>ExpiredToken</Code><Message>The security token included in the request is expired</Message></Error></ErrorResponse>";
+        let denied = "<Response><Errors><Error><Code>UnauthorizedOperation</Code></Error></Errors></Response>";
+        assert_eq!(refused_keys(ec2.as_bytes()), Some("AuthFailure"));
+        assert_eq!(refused_keys(elb.as_bytes()), Some("ExpiredToken"));
+        assert_eq!(refused_keys(denied.as_bytes()), None);
+        assert_eq!(refused_keys(b"not xml"), None);
+    }
+}

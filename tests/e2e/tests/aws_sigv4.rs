@@ -1,0 +1,456 @@
+//! SigV4 signing in the egress gate, against moto with signature checking on: requests a
+//! guest (tests/guests/hostile) makes are signed by the host with keys the guest never sees;
+//! moto recomputes every signature, so a request it accepts was signed as sent. Keys from a
+//! directory and from STS web identity (refreshed once when AWS refuses them, however many
+//! requests were refused); what a guest may not do (set the signing headers, reach a service
+//! or region the rule does not name, send a body over the bound) is refused from the guest.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use e2e::moto::{Front, Moto, REGION, ROLE_ARN, Seen, form_body};
+use e2e::{load, sandbox};
+use serde_json::{Value, json};
+use wasm_ccm_host::contract::Node;
+use wasm_ccm_host::egress::{
+    AwsKeys, CredentialRule, EgressConfig, HostPattern, MAX_SIGNED_BODY, SigV4, WebIdentityConfig,
+};
+use wasm_ccm_host::provider::Provider;
+use wasm_ccm_host::rate::RateBudget;
+use wasm_ccm_host::sandbox::SandboxConfig;
+
+const DESCRIBE_VPCS: &str = "Action=DescribeVpcs&Version=2016-11-15";
+const DESCRIBE_LOAD_BALANCERS: &str = "Action=DescribeLoadBalancers&Version=2015-12-01";
+
+async fn hostile(egress: EgressConfig) -> Provider {
+    load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::HOSTILE,
+        egress,
+        None,
+    )
+    .await
+    .expect("hostile guest loads")
+}
+
+/// The report of hostile's `request:` command for `spec`.
+async fn request(provider: &Provider, spec: &Value) -> Value {
+    let node = Node {
+        name: format!("request:{spec}"),
+        ..Node::default()
+    };
+    let metadata = provider
+        .instance_metadata(&node)
+        .await
+        .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let (_, report) = metadata
+        .additional_labels
+        .iter()
+        .find(|(key, _)| key == "report")
+        .expect("hostile guest reports");
+    serde_json::from_str(report).expect("report is JSON")
+}
+
+/// A Query API form POST to `url`.
+fn form(url: &str, body: &str) -> Value {
+    json!({
+        "method": "POST",
+        "url": format!("{url}/"),
+        "headers": [["content-type", "application/x-www-form-urlencoded; charset=utf-8"]],
+        "body": body,
+    })
+}
+
+/// A directory holding `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, as a mounted Secret.
+fn keys_dir(access_key_id: &str, secret_access_key: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), access_key_id).unwrap();
+    std::fs::write(dir.path().join("AWS_SECRET_ACCESS_KEY"), secret_access_key).unwrap();
+    dir
+}
+
+/// Egress reaching `url` only, signed by the `--credential` rule `rule` (after `URL=`).
+fn flag_egress(url: &str, rule: &str) -> EgressConfig {
+    EgressConfig {
+        allow: vec![url.parse().unwrap()],
+        credentials: vec![format!("{url}={rule}").parse().unwrap()],
+        ..EgressConfig::default()
+    }
+}
+
+/// Egress reaching `url` only, signed for EC2 and ELBv2 with `keys`.
+fn egress(url: &str, keys: AwsKeys) -> EgressConfig {
+    let services = vec!["ec2".into(), "elasticloadbalancing".into()];
+    let sigv4 = SigV4::new(Some(REGION.into()), services, keys).unwrap();
+    let target: HostPattern = url.parse().unwrap();
+    EgressConfig {
+        allow: vec![target.clone()],
+        credentials: vec![CredentialRule::aws_sigv4(target, sigv4).unwrap()],
+        ..EgressConfig::default()
+    }
+}
+
+/// A front that forwards everything to moto as it came.
+async fn passing(moto: &Moto) -> Front {
+    moto.front(Arc::new(|_| None)).await
+}
+
+fn status(report: &Value) -> u64 {
+    report["status"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no answer: {report}"))
+}
+
+#[tokio::test]
+async fn signed_ec2_and_elbv2_queries_pass_motos_signature_check_and_the_guest_sees_no_key() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let rule = format!(
+        "aws-sigv4:dir:{},region={REGION},services=ec2+elasticloadbalancing",
+        dir.path().display()
+    );
+    let provider = hostile(flag_egress(front.url(), &rule)).await;
+
+    let vpcs = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&vpcs), 200, "{vpcs}\n{}", moto.log());
+    assert!(
+        vpcs["body"].as_str().unwrap().contains("<vpcSet>"),
+        "{vpcs}"
+    );
+    let balancers = request(&provider, &form(front.url(), DESCRIBE_LOAD_BALANCERS)).await;
+    assert_eq!(status(&balancers), 200, "{balancers}");
+    assert!(
+        balancers["body"]
+            .as_str()
+            .unwrap()
+            .contains("DescribeLoadBalancersResponse"),
+        "{balancers}"
+    );
+
+    let seen = front.seen();
+    assert_eq!(seen.len(), 2);
+    let authorization = seen[0].headers["authorization"].to_str().unwrap();
+    assert!(
+        authorization.contains(&format!("/{REGION}/ec2/aws4_request")),
+        "{authorization}"
+    );
+    assert!(
+        seen[1].headers["authorization"]
+            .to_str()
+            .unwrap()
+            .contains(&format!("/{REGION}/elasticloadbalancing/aws4_request"))
+    );
+    assert!(authorization.contains("SignedHeaders=content-type;host;x-amz-date,"));
+    // The guest got moto's answers; neither the key, the secret nor the signature is in
+    // them, nor in the audit trail or the gate's Debug output.
+    let signature = authorization.split("Signature=").nth(1).unwrap();
+    let everything = format!(
+        "{vpcs}{balancers}{:?}{:?}",
+        provider.egress().audit().recent(),
+        provider.egress()
+    );
+    for secret in [moto.secret_access_key.as_str(), signature] {
+        assert!(!everything.contains(secret), "{secret} leaked");
+    }
+    assert!(!vpcs.to_string().contains(&moto.access_key_id));
+}
+
+#[tokio::test]
+async fn moto_refuses_a_body_changed_after_signing_so_the_signed_body_is_the_one_sent() {
+    let moto = Moto::start().await;
+    let tamper = Arc::new(AtomicBool::new(false));
+    let tampering = tamper.clone();
+    let front = moto
+        .front(Arc::new(move |seen: &mut Seen| {
+            if tampering.load(Ordering::SeqCst) {
+                seen.body = String::from_utf8_lossy(&seen.body)
+                    .replace("vpc-", "vpc-0")
+                    .into_bytes()
+                    .into();
+            }
+            None
+        }))
+        .await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let provider = hostile(egress(front.url(), AwsKeys::from_dir(dir.path()))).await;
+    let filtered = form_body(&[
+        ("Action", "DescribeVpcs"),
+        ("Version", "2016-11-15"),
+        ("Filter.1.Name", "vpc-id"),
+        ("Filter.1.Value.1", "vpc-12345678"),
+    ]);
+    let sent = request(&provider, &form(front.url(), &filtered)).await;
+    assert_eq!(status(&sent), 200, "{sent}");
+    assert!(
+        sent["body"].as_str().unwrap().contains("<vpcSet/>"),
+        "{sent}"
+    );
+
+    tamper.store(true, Ordering::SeqCst);
+    let tampered = request(&provider, &form(front.url(), &filtered)).await;
+    assert_eq!(status(&tampered), 401, "{tampered}");
+    assert!(
+        tampered["body"].as_str().unwrap().contains("AuthFailure"),
+        "{tampered}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_secret_is_refused_by_moto_and_its_answer_reaches_the_guest_plainly() {
+    let moto = Moto::start().await;
+    let dir = keys_dir(&moto.access_key_id, "not-the-secret");
+    let provider = hostile(egress(moto.url(), AwsKeys::from_dir(dir.path()))).await;
+    let ec2 = request(&provider, &form(moto.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&ec2), 401, "{ec2}");
+    assert!(
+        ec2["body"]
+            .as_str()
+            .unwrap()
+            .contains("<Code>AuthFailure</Code>")
+    );
+    let elb = request(&provider, &form(moto.url(), DESCRIBE_LOAD_BALANCERS)).await;
+    assert_eq!(status(&elb), 403, "{elb}");
+    assert!(
+        elb["body"]
+            .as_str()
+            .unwrap()
+            .contains("<Code>SignatureDoesNotMatch</Code>")
+    );
+    // Static keys are not refreshed: each request went out once, audited with its answer.
+    let statuses: Vec<Option<u16>> = provider
+        .egress()
+        .audit()
+        .recent()
+        .iter()
+        .map(|record| record.status)
+        .collect();
+    assert_eq!(statuses, [Some(401), Some(403)]);
+}
+
+/// A web identity whose token is in `token_file`, exchanged at `sts`.
+fn web_identity(sts: &Front, token_file: &std::path::Path) -> AwsKeys {
+    let config = WebIdentityConfig::new(
+        ROLE_ARN.into(),
+        token_file.into(),
+        "wasm-ccm-test".into(),
+        sts.url().into(),
+    )
+    .unwrap();
+    AwsKeys::web_identity(config)
+}
+
+/// The exchanges an STS front saw, by the web identity token each carried.
+fn exchanged_tokens(sts: &Front) -> Vec<String> {
+    sts.seen()
+        .iter()
+        .map(|seen| {
+            let form = String::from_utf8_lossy(&seen.body).to_string();
+            assert!(form.contains("Action=AssumeRoleWithWebIdentity"), "{form}");
+            form.split('&')
+                .find_map(|pair| pair.strip_prefix("WebIdentityToken="))
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn web_identity_keys_from_motos_sts_sign_requests_with_their_session_token() {
+    let moto = Moto::start().await;
+    let sts = moto.unsigned_sts().await;
+    let front = passing(&moto).await;
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "token-one\n").unwrap();
+    let provider = hostile(egress(front.url(), web_identity(&sts, token.path()))).await;
+    for body in [DESCRIBE_VPCS, DESCRIBE_LOAD_BALANCERS] {
+        let answer = request(&provider, &form(front.url(), body)).await;
+        assert_eq!(status(&answer), 200, "{answer}\n{}", moto.log());
+    }
+    assert_eq!(exchanged_tokens(&sts), ["token-one"], "one exchange");
+    for seen in front.seen() {
+        assert!(
+            seen.access_key_id().unwrap().starts_with("ASIA"),
+            "{seen:?}"
+        );
+        assert!(seen.headers.contains_key("x-amz-security-token"));
+        let authorization = seen.headers["authorization"].to_str().unwrap();
+        assert!(
+            authorization.contains(";x-amz-security-token,"),
+            "{authorization}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_keys_are_refreshed_once_for_all_requests_refused_and_each_is_sent_again_once() {
+    let moto = Moto::start().await;
+    let sts = moto.unsigned_sts().await;
+    // Once told to, the front answers for AWS that the first keys it saw have expired.
+    let expire = Arc::new(AtomicBool::new(false));
+    let first_key = Arc::new(std::sync::Mutex::new(None::<String>));
+    let (expiring, first) = (expire.clone(), first_key.clone());
+    let front = moto
+        .front(Arc::new(move |seen: &mut Seen| {
+            let key = seen.access_key_id().map(String::from);
+            let first = first.lock().unwrap().get_or_insert(key.clone()?).clone();
+            (expiring.load(Ordering::SeqCst) && key == Some(first)).then(|| {
+                (400, "<ErrorResponse><Error><Type>Sender</Type><Code>ExpiredToken</Code><Message>The security token included in the request is expired</Message></Error></ErrorResponse>".to_string())
+            })
+        }))
+        .await;
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "token-one").unwrap();
+    let mut config = egress(front.url(), web_identity(&sts, token.path()));
+    // Nine requests take the nine tokens of the budget; sending again takes none.
+    config.budget = RateBudget {
+        per_second: 0.001,
+        burst: 9,
+    };
+    let provider = Arc::new(hostile(config).await);
+    let ok = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&ok), 200, "{ok}");
+
+    // The kubelet rotated the token; then AWS refuses the keys of the first.
+    std::fs::write(token.path(), "token-two").unwrap();
+    expire.store(true, Ordering::SeqCst);
+    let concurrent: Vec<_> = (0..8)
+        .map(|_| {
+            let (provider, url) = (provider.clone(), front.url().to_string());
+            tokio::spawn(async move { request(&provider, &form(&url, DESCRIBE_VPCS)).await })
+        })
+        .collect();
+    for answer in concurrent {
+        let answer = answer.await.unwrap();
+        assert_eq!(status(&answer), 200, "{answer}\n{}", moto.log());
+    }
+    assert_eq!(
+        exchanged_tokens(&sts),
+        ["token-one", "token-two"],
+        "one refresh for eight refused requests, with the token file read again"
+    );
+    let keys: Vec<String> = front
+        .seen()
+        .iter()
+        .map(|seen| seen.access_key_id().unwrap().to_string())
+        .collect();
+    let first = first_key.lock().unwrap().clone().unwrap();
+    assert_eq!(keys.iter().filter(|key| **key == first).count(), 9);
+    assert_eq!(
+        keys.len(),
+        17,
+        "each refused request was sent once more: {keys:?}"
+    );
+    let records = provider.egress().audit().recent();
+    assert_eq!(records.len(), 9, "one audit record per request");
+    assert!(records.iter().all(|record| record.status == Some(200)));
+    let limited = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&limited), 429, "{limited}");
+}
+
+#[tokio::test]
+async fn a_guest_cannot_set_the_signing_headers() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let provider = hostile(egress(front.url(), AwsKeys::from_dir(dir.path()))).await;
+    for header in [
+        "authorization",
+        "X-Amz-Date",
+        "x-amz-security-token",
+        "x-amz-content-sha256",
+    ] {
+        let mut spec = form(front.url(), DESCRIBE_VPCS);
+        spec["headers"] = json!([[header, "chosen-by-the-guest"]]);
+        let report = request(&provider, &spec).await;
+        assert_eq!(report["kind"], "forbidden-header", "{header}: {report}");
+        let raw = report["raw"].as_array().unwrap();
+        assert_eq!(raw.len(), 3);
+        for attempt in raw {
+            assert_eq!(attempt["result"], "forbidden", "{attempt}");
+        }
+    }
+    assert!(front.seen().is_empty(), "nothing went out");
+}
+
+#[tokio::test]
+async fn a_service_or_region_the_rule_does_not_name_is_refused_by_name() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let aws: HostPattern = "https://*.amazonaws.com".parse().unwrap();
+    let ec2_only = SigV4::new(
+        Some(REGION.into()),
+        vec!["ec2".into()],
+        AwsKeys::from_dir(dir.path()),
+    )
+    .unwrap();
+    let config = EgressConfig {
+        allow: vec![front.url().parse().unwrap(), aws.clone()],
+        credentials: vec![
+            CredentialRule::aws_sigv4(front.url().parse().unwrap(), ec2_only.clone()).unwrap(),
+            CredentialRule::aws_sigv4(aws, ec2_only).unwrap(),
+        ],
+        ..EgressConfig::default()
+    };
+    let provider = hostile(config).await;
+    let granted = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&granted), 200, "{granted}");
+    for (url, body, reason) in [
+        (
+            front.url().to_string(),
+            DESCRIBE_LOAD_BALANCERS,
+            format!(
+                "not signed: service elasticloadbalancing (from the request's Version) is not granted for {} (granted: ec2)",
+                front.url()
+            ),
+        ),
+        (
+            front.url().to_string(),
+            "Action=GetCallerIdentity&Version=2011-06-15",
+            "not signed: service sts (from the request's Version) is not granted".to_string(),
+        ),
+        (
+            "https://ec2.eu-west-1.amazonaws.com".to_string(),
+            DESCRIBE_VPCS,
+            "not signed: region eu-west-1 of ec2.eu-west-1.amazonaws.com is not granted: the rule signs for us-east-1 only".to_string(),
+        ),
+        (
+            "https://elasticloadbalancing.us-east-1.amazonaws.com".to_string(),
+            DESCRIBE_LOAD_BALANCERS,
+            "not signed: service elasticloadbalancing of elasticloadbalancing.us-east-1.amazonaws.com is not granted (granted: ec2)".to_string(),
+        ),
+    ] {
+        let refused = request(&provider, &form(&url, body)).await;
+        assert_eq!(refused["kind"], "denied", "{url} {body}: {refused}");
+        let record = provider.egress().audit().recent().pop().unwrap();
+        let denied = record.denied.unwrap();
+        assert!(denied.starts_with(&reason), "{denied}");
+    }
+    assert_eq!(front.seen().len(), 1, "only the granted request went out");
+}
+
+#[tokio::test]
+async fn a_body_over_the_signing_bound_is_refused_and_the_guest_carries_on() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let provider = hostile(egress(front.url(), AwsKeys::from_dir(dir.path()))).await;
+    let spec = json!({
+        "method": "POST",
+        "url": format!("{}/", front.url()),
+        "body_bytes": MAX_SIGNED_BODY + 1,
+    });
+    let refused = request(&provider, &spec).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    let record = provider.egress().audit().recent().pop().unwrap();
+    assert_eq!(
+        record.denied.as_deref(),
+        Some(
+            "the request body is over the 1048576-byte bound of signed requests (it is buffered to be signed)"
+        )
+    );
+    assert!(front.seen().is_empty());
+    let next = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&next), 200, "{next}");
+}
