@@ -94,7 +94,9 @@ pub struct EgressFlags {
     pub allow: Vec<HostPattern>,
 
     /// Inject a credential into requests to a host: HOSTPATTERN=bearer:env:VAR,
-    /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH). Repeatable.
+    /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH); or sign
+    /// them for AWS: HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE]
+    /// [,sts=URL], KEYS env, dir:PATH or web-identity. Repeatable.
     #[arg(long = "credential", value_name = "RULE")]
     pub credentials: Vec<CredentialFlag>,
 
@@ -580,6 +582,50 @@ mod tests {
         };
         assert!(json);
         assert_eq!(sandbox.memory_limit, 2 << 20);
+    }
+
+    #[test]
+    fn aws_sigv4_rules_parse_and_bad_ones_name_the_flag_and_the_problem() {
+        let flags = run(&[
+            "--credential=https://*.amazonaws.com=aws-sigv4:env",
+            "--credential=http://127.0.0.1:5000=aws-sigv4:dir:/run/aws,region=us-east-1,services=ec2+elasticloadbalancing",
+        ]);
+        assert_eq!(flags.egress.config().credentials.len(), 2);
+        for (rule, problem) in [
+            (
+                "http://127.0.0.1:5000=aws-sigv4:env",
+                "must state the region and the services",
+            ),
+            (
+                "https://*.amazonaws.com=aws-sigv4:keychain",
+                "must be env, dir:PATH or web-identity",
+            ),
+            (
+                "https://*.amazonaws.com=aws-sigv4:env,regoin=us-east-1",
+                "unknown option regoin=",
+            ),
+        ] {
+            let error = Cli::try_parse_from(["wasm-ccm", "--credential", rule])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--credential"), "{error}");
+            assert!(error.contains(rule), "{error}");
+            assert!(error.contains(problem), "{rule}: {error}");
+        }
+        let missing = "https://*.amazonaws.com=aws-sigv4:dir:/nonexistent/wasm-ccm/aws";
+        let error = run(&["--credential", missing])
+            .egress
+            .check_credentials()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("--credential {missing}: ")),
+            "{error}"
+        );
+        assert!(
+            error.contains("cannot read /nonexistent/wasm-ccm/aws/AWS_ACCESS_KEY_ID"),
+            "{error}"
+        );
     }
 
     #[test]

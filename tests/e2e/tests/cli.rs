@@ -68,6 +68,18 @@ where
         .env_remove("RUST_LOG")
         .env_remove("SIM_TOKEN")
         .env_remove("WASM_CCM_TEST_UNSET_TOKEN");
+    for aws in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+    ] {
+        command.env_remove(aws);
+    }
     for (name, value) in env {
         command.env(name, value);
     }
@@ -563,9 +575,136 @@ fn a_bad_allow_pattern_is_refused() {
 #[test]
 fn a_bad_credential_rule_is_refused() {
     call_simcloud(node1_args(), &["--credential", "https://x=basic:env:T"])
-        .assert_usage_error(&["https://x=basic:env:T", "bearer: or header:"]);
+        .assert_usage_error(&["https://x=basic:env:T", "bearer:, header: or aws-sigv4:"]);
     call_simcloud(node1_args(), &["--credential", "https://x"])
         .assert_usage_error(&["missing '='"]);
+}
+
+#[test]
+fn a_bad_aws_sigv4_rule_is_refused_naming_the_problem() {
+    for (rule, problem) in [
+        (
+            "http://127.0.0.1:5000=aws-sigv4:env",
+            "http://127.0.0.1:5000 is not an AWS endpoint name (SERVICE.REGION.amazonaws.com), so the rule must state the region and the services to sign for",
+        ),
+        (
+            "https://*.amazonaws.com=aws-sigv4:env,region=us-east-1,services=EC2",
+            "\"EC2\" is not an AWS service signing name",
+        ),
+        (
+            "https://*.amazonaws.com=aws-sigv4:env,sts=https://sts.example.com",
+            "sts= goes with web-identity only",
+        ),
+        (
+            "https://*.amazonaws.com=aws-sigv4:web-identity",
+            "web identity needs AWS_ROLE_ARN set in the environment",
+        ),
+    ] {
+        call_simcloud(node1_args(), &["--credential", rule]).assert_usage_error(&[
+            "--credential",
+            rule,
+            problem,
+        ]);
+    }
+    let token = tempfile::NamedTempFile::new().expect("token file");
+    let web_identity = [
+        ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ccm"),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", &path(&token)),
+    ];
+    let rule = "https://*.amazonaws.com=aws-sigv4:web-identity";
+    wasm_ccm(
+        call_args(
+            guest_builds::SIMCLOUD,
+            "instance-metadata",
+            node1_args(),
+            &["--credential", rule],
+        ),
+        &web_identity,
+    )
+    .assert_usage_error(&[
+        "--credential",
+        "web identity needs the STS region: state the region, the STS endpoint, or set AWS_REGION",
+    ]);
+    std::fs::remove_file(token.path()).expect("remove the token file");
+    let rule = "https://*.amazonaws.com=aws-sigv4:web-identity,region=us-east-1";
+    wasm_ccm(
+        call_args(
+            guest_builds::SIMCLOUD,
+            "instance-metadata",
+            node1_args(),
+            &["--credential", rule],
+        ),
+        &web_identity,
+    )
+    .assert_usage_error(&[
+        &format!("--credential {rule}: cannot read the web identity token file"),
+        &path(&token),
+    ]);
+}
+
+/// `provider call hostile instance-metadata` making a signed `DescribeVpcs` to moto through
+/// the `--credential` rule `rule` (after `URL=`), with `env`; the guest's report.
+async fn call_moto_signed(moto_url: &str, rule: &str, env: Vec<(&'static str, String)>) -> Run {
+    let request = serde_json::json!({
+        "method": "POST",
+        "url": format!("{moto_url}/"),
+        "headers": [["content-type", "application/x-www-form-urlencoded"]],
+        "body": "Action=DescribeVpcs&Version=2016-11-15",
+    });
+    let args = serde_json::json!({"node": {"name": format!("request:{request}")}}).to_string();
+    let credential = format!("{moto_url}={rule}");
+    let extra = ["--allow", moto_url, "--credential", &credential, "--audit"];
+    wasm_ccm_async(
+        call_args(guest_builds::HOSTILE, "instance-metadata", &args, &extra),
+        env,
+    )
+    .await
+}
+
+/// The status of the guest's request, from the metadata `provider call` printed.
+fn reported_status(run: &Run) -> u64 {
+    assert!(run.succeeded(), "{run:#?}");
+    let metadata: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON metadata");
+    let labels = metadata["additionalLabels"].as_array().expect("labels");
+    let report = labels
+        .iter()
+        .find(|pair| pair[0] == "report")
+        .and_then(|pair| pair[1].as_str())
+        .expect("a report");
+    let report: serde_json::Value = serde_json::from_str(report).expect("JSON report");
+    report["status"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_signs_for_moto_with_keys_from_the_environment_or_a_web_identity() {
+    let moto = e2e::moto::Moto::start().await;
+    let keys = vec![
+        ("AWS_ACCESS_KEY_ID", moto.access_key_id.clone()),
+        ("AWS_SECRET_ACCESS_KEY", moto.secret_access_key.clone()),
+    ];
+    let rule = "aws-sigv4:env,region=us-east-1,services=ec2";
+    let run = call_moto_signed(moto.url(), rule, keys).await;
+    assert_eq!(reported_status(&run), 200, "{run:#?}\n{}", moto.log());
+    assert!(!run.stdout.contains(&moto.secret_access_key));
+    assert!(!run.stderr.contains(&moto.secret_access_key));
+
+    let sts = moto.unsigned_sts().await;
+    let token = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(token.path(), "a-projected-token").expect("write the token");
+    let identity = vec![
+        ("AWS_ROLE_ARN", e2e::moto::ROLE_ARN.to_string()),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", path(&token)),
+    ];
+    let rule = format!(
+        "aws-sigv4:web-identity,region=us-east-1,services=ec2,sts={}",
+        sts.url()
+    );
+    let run = call_moto_signed(moto.url(), &rule, identity).await;
+    assert_eq!(reported_status(&run), 200, "{run:#?}\n{}", moto.log());
+    assert_eq!(sts.seen().len(), 1, "one exchange");
+    assert!(!run.stderr.contains("a-projected-token"));
 }
 
 #[test]
