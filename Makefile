@@ -33,4 +33,4 @@ fmt:
 
 lint: setup
 	$(CARGO) clippy --locked --all-targets
-	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p hostile -p overreach -p rollout
+	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p hostile -p overreach -p rollout -p legacy

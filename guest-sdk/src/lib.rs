@@ -19,8 +19,9 @@
 //! Every call runs under a memory cap and a deadline; a panic ends only that call.
 //!
 //! Name the node labels and annotations you read in [`Capabilities::node_metadata`]: every
-//! call then carries only those, and a load-balancer call with thousands of nodes costs a
-//! fraction of what it costs with every label of every node.
+//! call then carries only those. Load-balancer calls hand you their nodes as [`Nodes`],
+//! which the host lends: read only the field you need ([`Nodes::provider_ids`], say), and a
+//! call with thousands of nodes copies only that.
 //!
 //! # Example
 //!
@@ -94,13 +95,14 @@ pub mod config;
 mod error;
 pub mod http;
 pub mod log;
+mod nodes;
 mod traits;
 
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "cloud-provider",
+        world: "cloud-provider-node-sets",
         pub_export_macro: true,
         export_macro_name: "__export_cloud_provider",
         default_bindings_module: "::wasm_ccm_sdk::bindings",
@@ -112,11 +114,18 @@ pub mod bindings {
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
+/// The nodes the host lent a call, for [`export_provider!`].
+#[doc(hidden)]
+pub fn __lent(set: &bindings::wasm_ccm::provider::node_sets::NodeSet) -> Nodes<'_> {
+    Nodes::lent(set)
+}
+
 pub use bindings::wasm_ccm::provider::types::{
     AddressKind, Capabilities, InstanceMetadata, IpFamily, IpMode, LbIngress, LbStatus, Node,
     NodeAddress, NodeMetadataKeys, PortStatus, Protocol, ProviderError as Error, Retry, Route,
     Service, ServicePort,
 };
+pub use nodes::Nodes;
 pub use traits::{Instances, LoadBalancers, Provider, Routes, default_load_balancer_name};
 
 /// Export `$provider` as the component's implementation of the contract.
@@ -170,7 +179,7 @@ macro_rules! export_provider {
                     <$provider as $crate::LoadBalancers>::ensure_load_balancer(
                         cluster_name,
                         svc,
-                        nodes,
+                        nodes.into(),
                     )
                 }
                 fn update_load_balancer(
@@ -181,7 +190,7 @@ macro_rules! export_provider {
                     <$provider as $crate::LoadBalancers>::update_load_balancer(
                         cluster_name,
                         svc,
-                        nodes,
+                        nodes.into(),
                     )
                 }
                 fn ensure_load_balancer_deleted(
@@ -191,6 +200,31 @@ macro_rules! export_provider {
                     <$provider as $crate::LoadBalancers>::ensure_load_balancer_deleted(
                         cluster_name,
                         svc,
+                    )
+                }
+            }
+
+            impl contract::load_balancer_node_sets::Guest for Exports {
+                fn ensure_load_balancer(
+                    cluster_name: String,
+                    svc: t::Service,
+                    nodes: &$crate::bindings::wasm_ccm::provider::node_sets::NodeSet,
+                ) -> Result<t::LbStatus, t::ProviderError> {
+                    <$provider as $crate::LoadBalancers>::ensure_load_balancer(
+                        cluster_name,
+                        svc,
+                        $crate::__lent(nodes),
+                    )
+                }
+                fn update_load_balancer(
+                    cluster_name: String,
+                    svc: t::Service,
+                    nodes: &$crate::bindings::wasm_ccm::provider::node_sets::NodeSet,
+                ) -> Result<(), t::ProviderError> {
+                    <$provider as $crate::LoadBalancers>::update_load_balancer(
+                        cluster_name,
+                        svc,
+                        $crate::__lent(nodes),
                     )
                 }
             }

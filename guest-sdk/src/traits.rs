@@ -1,7 +1,7 @@
 //! The contract as Rust traits: one per exported WIT interface, with defaults that answer
 //! `not-implemented`, so a provider implements only what its cloud supports.
 
-use crate::{Capabilities, Error, InstanceMetadata, LbStatus, Node, Route, Service};
+use crate::{Capabilities, Error, InstanceMetadata, LbStatus, Node, Nodes, Route, Service};
 
 /// Set-up: validate the cloud configuration and say what the provider supports.
 pub trait Provider {
@@ -48,12 +48,13 @@ pub trait LoadBalancers {
         default_load_balancer_name(&svc)
     }
 
-    /// Create or update the load balancer of `svc` for `nodes`. While the cloud is still
-    /// provisioning it, answer [`Error::retry_after`] rather than an error.
+    /// Create or update the load balancer of `svc` for `nodes` (read only what you need of
+    /// them). While the cloud is still provisioning it, answer [`Error::retry_after`]
+    /// rather than an error.
     fn ensure_load_balancer(
         cluster_name: String,
         svc: Service,
-        nodes: Vec<Node>,
+        nodes: Nodes<'_>,
     ) -> Result<LbStatus, Error> {
         let _ = (cluster_name, svc, nodes);
         Err(Error::NotImplemented)
@@ -63,7 +64,7 @@ pub trait LoadBalancers {
     fn update_load_balancer(
         cluster_name: String,
         svc: Service,
-        nodes: Vec<Node>,
+        nodes: Nodes<'_>,
     ) -> Result<(), Error> {
         let _ = (cluster_name, svc, nodes);
         Err(Error::NotImplemented)

@@ -24,6 +24,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("hostile", "GUEST_HOSTILE"),
     ("overreach", "GUEST_OVERREACH"),
     ("rollout", "GUEST_ROLLOUT"),
+    ("legacy", "GUEST_LEGACY"),
 ];
 
 /// The variable simcloud reads its build stamp from (`option_env!`).

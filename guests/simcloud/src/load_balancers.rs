@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use wasm_ccm_sdk::{
-    Error, IpMode, LbIngress, LbStatus, Node, PortStatus, Service, ServicePort, cache,
+    Error, IpMode, LbIngress, LbStatus, Nodes, PortStatus, Service, ServicePort, cache,
     default_load_balancer_name,
 };
 
@@ -37,7 +37,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
     fn ensure_load_balancer(
         cluster_name: String,
         svc: Service,
-        nodes: Vec<Node>,
+        nodes: Nodes<'_>,
     ) -> Result<LbStatus, Error> {
         let config = Config::load()?;
         let api = Api::new(&config);
@@ -64,7 +64,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
     fn update_load_balancer(
         cluster_name: String,
         svc: Service,
-        nodes: Vec<Node>,
+        nodes: Nodes<'_>,
     ) -> Result<(), Error> {
         let api = Api::load()?;
         let lb = existing(&api, &cluster_name, &svc)?;
@@ -143,7 +143,7 @@ fn update(api: &Api, lb: &LoadBalancer, spec: &LbSpec) -> Result<LoadBalancer, E
 }
 
 /// What the load balancer of `svc` should look like for `nodes`.
-fn desired(svc: &Service, nodes: &[Node], proxy_protocol: bool) -> Result<LbSpec, Error> {
+fn desired(svc: &Service, nodes: &Nodes<'_>, proxy_protocol: bool) -> Result<LbSpec, Error> {
     Ok(LbSpec {
         listeners: svc.ports.iter().map(listener).collect::<Result<_, _>>()?,
         targets: target_ids(nodes),
@@ -206,19 +206,28 @@ fn unless_stale<T>(write: Result<T, Error>) -> Result<T, Error> {
 }
 
 /// The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
-/// provider ID are skipped.
-fn target_ids(nodes: &[Node]) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::with_capacity(nodes.len());
-    let mut seen = HashSet::with_capacity(nodes.len());
-    for node in nodes {
-        match node.provider_id.as_deref().and_then(instance_id_of) {
+/// provider ID are skipped. Only the provider IDs are read (and the names, to report a
+/// skipped node).
+fn target_ids(nodes: &Nodes<'_>) -> Vec<String> {
+    let provider_ids = nodes.provider_ids();
+    let mut ids: Vec<String> = Vec::with_capacity(provider_ids.len());
+    let mut seen = HashSet::with_capacity(provider_ids.len());
+    let mut skipped = Vec::new();
+    for (index, provider_id) in provider_ids.iter().enumerate() {
+        match provider_id.as_deref().and_then(instance_id_of) {
             Some(id) if !seen.insert(id) => {}
             Some(id) => ids.push(id.to_string()),
-            None => wasm_ccm_sdk::info!(
+            None => skipped.push(index),
+        }
+    }
+    if !skipped.is_empty() {
+        let names = nodes.names();
+        for index in skipped {
+            wasm_ccm_sdk::info!(
                 "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",
-                node.name,
-                node.provider_id
-            ),
+                names[index],
+                provider_ids[index]
+            );
         }
     }
     ids

@@ -467,26 +467,37 @@ impl Provider {
         settled(mirror, answer)
     }
 
-    /// Create or update the load balancer of `svc` for `nodes`.
+    /// Create or update the load balancer of `svc` for `nodes`. A provider that reads
+    /// nodes through a `node-set` is lent `nodes` without a copy; any other gets them as a
+    /// list.
     pub async fn ensure_load_balancer(
         &self,
         cluster: &str,
         svc: &Service,
-        nodes: &[Node],
+        nodes: &Arc<[Node]>,
     ) -> Result<LbStatus, ProviderError> {
-        self.call(Function::EnsureLoadBalancer, (cluster, svc, nodes))
-            .await
+        let function = Function::EnsureLoadBalancer;
+        if self.guest.image().reads_node_sets() {
+            self.call(function, (cluster, svc, nodes)).await
+        } else {
+            self.call(function, (cluster, svc, &nodes[..])).await
+        }
     }
 
-    /// Point the load balancer of `svc` at `nodes`.
+    /// Point the load balancer of `svc` at `nodes` (lent or listed as for
+    /// [`Provider::ensure_load_balancer`]).
     pub async fn update_load_balancer(
         &self,
         cluster: &str,
         svc: &Service,
-        nodes: &[Node],
+        nodes: &Arc<[Node]>,
     ) -> Result<(), ProviderError> {
-        self.call(Function::UpdateLoadBalancer, (cluster, svc, nodes))
-            .await
+        let function = Function::UpdateLoadBalancer;
+        if self.guest.image().reads_node_sets() {
+            self.call(function, (cluster, svc, nodes)).await
+        } else {
+            self.call(function, (cluster, svc, &nodes[..])).await
+        }
     }
 
     /// Delete the load balancer of `svc`; `Ok` if already gone.

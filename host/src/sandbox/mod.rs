@@ -11,7 +11,9 @@
 //! - a cap on what its answer makes the host hold (`max_result_bytes`);
 //! - no preopened files, no environment, no arguments, no stdin, no sockets; stdout and
 //!   stderr are captured (bounded) and logged tagged with provider and version;
-//! - `wasi:http` through the egress gate only, and the contract's `host` interface.
+//! - `wasi:http` through the egress gate only, and the contract's `host` interface;
+//! - for a provider that reads load-balancer nodes itself, the call's nodes as a
+//!   `node-set` ([`node_sets`]).
 //!
 //! Calls in flight are bounded by `max_concurrent_calls`; a call passing a node list counts
 //! once more per 384 KiB of node data it passes, so `max_concurrent_calls` also bounds the
@@ -25,6 +27,7 @@
 mod bindings;
 mod compile_cache;
 mod host;
+mod node_sets;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -47,9 +50,10 @@ use crate::contract::{self as c, CloudError};
 use crate::egress::{Caller, Connections, Denial, EgressGate, GateHooks};
 use crate::metrics::{CompileLabels, Metrics};
 pub use bindings::{Answer, Args};
-use bindings::{CloudProvider, Exports, exported};
+use bindings::{CloudProviderNodeSets, Exports, exported};
 pub use compile_cache::Origin;
 pub use host::{CacheLimits, LogLimits, ProviderCache, ProviderLogs};
+pub use node_sets::NodeSet;
 
 /// Bytes of node data (as [`bindings::guest_bytes`] estimates it) per extra unit of
 /// `--max-concurrent-calls` a call passing a node list takes. While it runs, such a call
@@ -404,7 +408,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    CloudProvider::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+    CloudProviderNodeSets::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
     Ok(linker)
 }
 
@@ -450,6 +454,12 @@ impl Image {
     /// The per-call limits of the sandbox it was loaded into, for its [`GuestEnv`].
     pub fn call_limits(&self) -> CallLimits {
         self.sandbox.config.call_limits()
+    }
+
+    /// Whether the provider reads load-balancer nodes through a `node-set` (it exports
+    /// `load-balancer-node-sets`) rather than taking them as a `list<node>`.
+    pub fn reads_node_sets(&self) -> bool {
+        self.exports.reads_node_sets()
     }
 
     /// This image with the environment its calls see.
@@ -720,10 +730,18 @@ impl Guest {
             .map_err(|_| CallFailure::Instantiate {
                 message: "the sandbox is shutting down".into(),
             })?;
-        let params = args.lower(keys);
         let mut store = self.new_store();
+        let export =
+            args.export(&self.image.exports, function)
+                .ok_or_else(|| CallFailure::Instantiate {
+                    message: format!("the component has no node-set form of `{function}`"),
+                })?;
+        let params = args
+            .lower(keys, &mut store.data_mut().table)
+            .map_err(|err| CallFailure::Instantiate {
+                message: format!("cannot lend the arguments: {err:#}"),
+            })?;
         let mut instantiated = false;
-        let export = self.image.exports.get(function);
         let run = async {
             let instance = self.image.pre.instantiate_async(&mut store).await?;
             instantiated = true;

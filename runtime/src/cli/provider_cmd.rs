@@ -488,8 +488,8 @@ impl CallRequest {
         })
     }
 
-    fn nodes(&self) -> Vec<Node> {
-        self.arg("nodes")
+    fn nodes(&self) -> Arc<[Node]> {
+        self.arg::<Vec<Node>>("nodes").into()
     }
 }
 

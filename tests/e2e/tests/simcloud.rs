@@ -2,6 +2,7 @@
 //! every contract function, called through the typed facade a controller uses, checked both by
 //! what the facade returns and by what the simulator saw and holds afterwards.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_sim::{
@@ -137,7 +138,10 @@ fn assert_plain_error(error: &ProviderError) {
 /// Ensure until the load balancer is active (at most a few attempts).
 async fn ensure_active(p: &Provider, svc: &Service, nodes: &[Node]) -> LbStatus {
     for _ in 0..10 {
-        match p.ensure_load_balancer(CLUSTER, svc, nodes).await {
+        match p
+            .ensure_load_balancer(CLUSTER, svc, &Arc::from(nodes))
+            .await
+        {
             Ok(status) => return status,
             Err(error) if error.retry_after().is_some() => tokio::time::sleep(PROVISIONED).await,
             Err(error) => panic!("ensure-load-balancer failed: {error}"),
@@ -460,12 +464,12 @@ async fn every_request_carries_the_token_and_no_result_contains_it() {
     seen.push(format!("{:?}", p.get_load_balancer(CLUSTER, &svc).await));
     seen.push(format!(
         "{:?}",
-        p.ensure_load_balancer(CLUSTER, &svc, std::slice::from_ref(&node))
+        p.ensure_load_balancer(CLUSTER, &svc, &Arc::from([node.clone()]))
             .await
     ));
     seen.push(format!(
         "{:?}",
-        p.update_load_balancer(CLUSTER, &svc, &[]).await
+        p.update_load_balancer(CLUSTER, &svc, &Arc::from([])).await
     ));
     seen.push(format!("{:?}", p.list_routes(CLUSTER).await));
     seen.push(format!(
@@ -571,12 +575,12 @@ async fn ensure_load_balancer_provisions_then_reports_an_active_status() {
     let p = simcloud(&cloud).await;
     let svc = web_service();
     // A node without a provider ID (not initialised yet) cannot be a target.
-    let nodes = vec![node_of(&i1), node_of(&i2), node_named("node-3")];
+    let nodes = [node_of(&i1), node_of(&i2), node_named("node-3")];
 
     assert_eq!(p.get_load_balancer(CLUSTER, &svc).await.unwrap(), None);
 
     let first = p
-        .ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .ensure_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
         .await
         .unwrap_err();
     assert_eq!(first.retry_after(), Some(Duration::from_secs(2)), "{first}");
@@ -608,7 +612,10 @@ async fn ensure_load_balancer_provisions_then_reports_an_active_status() {
     }
 
     tokio::time::sleep(PROVISIONED).await;
-    let status = p.ensure_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    let status = p
+        .ensure_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
+        .await
+        .unwrap();
     let lb = cloud.sim.state().load_balancers().remove(0);
     assert_eq!(lb.status, LoadBalancerStatus::Active);
     let ip = lb.ip.clone().expect("an active load balancer has an IP");
@@ -645,7 +652,9 @@ async fn ensure_load_balancer_provisions_then_reports_an_active_status() {
     // Ensure is idempotent: nothing changed, so nothing is written.
     cloud.sim.state().clear_requests();
     assert_eq!(
-        p.ensure_load_balancer(CLUSTER, &svc, &nodes).await.unwrap(),
+        p.ensure_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
+            .await
+            .unwrap(),
         status
     );
     assert!(writes(&cloud).is_empty(), "{:?}", writes(&cloud));
@@ -664,7 +673,7 @@ async fn update_load_balancer_changes_only_the_targets() {
     let before = cloud.sim.state().load_balancers().remove(0);
 
     cloud.sim.state().clear_requests();
-    p.update_load_balancer(CLUSTER, &svc, &[node_of(&i2), node_of(&i3)])
+    p.update_load_balancer(CLUSTER, &svc, &Arc::from([node_of(&i2), node_of(&i3)]))
         .await
         .unwrap();
     let after = cloud.sim.state().load_balancers().remove(0);
@@ -680,7 +689,7 @@ async fn update_load_balancer_changes_only_the_targets() {
 
     // The same nodes in another order: nothing to do.
     cloud.sim.state().clear_requests();
-    p.update_load_balancer(CLUSTER, &svc, &[node_of(&i3), node_of(&i2)])
+    p.update_load_balancer(CLUSTER, &svc, &Arc::from([node_of(&i3), node_of(&i2)]))
         .await
         .unwrap();
     assert!(writes(&cloud).is_empty(), "{:?}", writes(&cloud));
@@ -725,7 +734,9 @@ async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
     let svc = web_service();
     ensure_active(&p, &svc, &nodes[..3000]).await;
     assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 3000);
-    p.update_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    p.update_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
+        .await
+        .unwrap();
     assert_eq!(cloud.sim.state().load_balancers()[0].targets.len(), 6000);
 }
 
@@ -744,13 +755,17 @@ async fn a_node_whose_instance_is_gone_is_left_out_not_failing_the_load_balancer
     assert!(cloud.sim.state().delete_instance(&i2.id));
     let i3 = add_instance(&cloud, "node-3", 13);
     let nodes = [node_of(&i1), node_of(&i2), node_of(&i3)];
-    p.update_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    p.update_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
+        .await
+        .unwrap();
     let lb = cloud.sim.state().load_balancers().remove(0);
     assert_eq!(lb.targets, vec![i1.id.clone(), i3.id.clone()]);
 
     // Ensuring with the same nodes finds nothing to change.
     cloud.sim.state().clear_requests();
-    p.ensure_load_balancer(CLUSTER, &svc, &nodes).await.unwrap();
+    p.ensure_load_balancer(CLUSTER, &svc, &Arc::from(&nodes[..]))
+        .await
+        .unwrap();
     assert!(writes(&cloud).is_empty(), "{:?}", writes(&cloud));
 
     // A new Service created while the stale Node exists gets only the live instances.
@@ -760,7 +775,7 @@ async fn a_node_whose_instance_is_gone_is_left_out_not_failing_the_load_balancer
         ..web_service()
     };
     let provisioning = p
-        .ensure_load_balancer(CLUSTER, &other, &nodes)
+        .ensure_load_balancer(CLUSTER, &other, &Arc::from(&nodes[..]))
         .await
         .unwrap_err();
     assert!(provisioning.retry_after().is_some(), "{provisioning}");
@@ -780,7 +795,7 @@ async fn update_load_balancer_of_a_missing_load_balancer_is_not_found() {
     let i1 = add_instance(&cloud, "node-1", 11);
     let p = simcloud(&cloud).await;
     let error = p
-        .update_load_balancer(CLUSTER, &web_service(), &[node_of(&i1)])
+        .update_load_balancer(CLUSTER, &web_service(), &Arc::from([node_of(&i1)]))
         .await
         .unwrap_err();
     assert!(error.is_not_found(), "{error}");
@@ -807,7 +822,7 @@ async fn ensure_load_balancer_with_changed_ports_updates_it_in_place() {
     };
     cloud.sim.state().clear_requests();
     let status = p
-        .ensure_load_balancer(CLUSTER, &changed, &nodes)
+        .ensure_load_balancer(CLUSTER, &changed, &Arc::from(&nodes[..]))
         .await
         .unwrap();
     assert_eq!(
@@ -883,7 +898,7 @@ async fn ensure_load_balancer_deleted_is_ok_after_an_out_of_band_delete() {
     let p = simcloud(&cloud).await;
     let svc = web_service();
     let provisioning = p
-        .ensure_load_balancer(CLUSTER, &svc, &[node_of(&i1)])
+        .ensure_load_balancer(CLUSTER, &svc, &Arc::from([node_of(&i1)]))
         .await
         .unwrap_err();
     assert!(provisioning.retry_after().is_some(), "{provisioning}");
@@ -897,7 +912,7 @@ async fn ensure_load_balancer_deleted_is_ok_after_an_out_of_band_delete() {
     assert_eq!(p.get_load_balancer(CLUSTER, &svc).await.unwrap(), None);
     // Ensuring again recreates it.
     let again = p
-        .ensure_load_balancer(CLUSTER, &svc, &[node_of(&i1)])
+        .ensure_load_balancer(CLUSTER, &svc, &Arc::from([node_of(&i1)]))
         .await
         .unwrap_err();
     assert!(again.retry_after().is_some(), "{again}");
@@ -932,7 +947,7 @@ async fn a_service_port_without_a_node_port_is_an_error_naming_the_port() {
         ..web_service()
     };
     let error = p
-        .ensure_load_balancer(CLUSTER, &svc, &[node_of(&i1)])
+        .ensure_load_balancer(CLUSTER, &svc, &Arc::from([node_of(&i1)]))
         .await
         .unwrap_err();
     assert_plain_error(&error);

@@ -26,6 +26,10 @@ pub const OVERREACH: &str = env!("GUEST_OVERREACH");
 /// cloud config makes `init` fail or every Nth call trap (refused rollouts, rollbacks).
 pub const ROLLOUT: &str = env!("GUEST_ROLLOUT");
 
+/// `tests/guests/legacy`: a provider built for the contract without node sets (bare
+/// wit-bindgen), which gets load-balancer nodes as a `list<node>` and reports what arrived.
+pub const LEGACY: &str = env!("GUEST_LEGACY");
+
 /// The bytes of the component at `path`.
 pub fn read(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|err| panic!("cannot read guest component {path}: {err}"))

@@ -126,7 +126,7 @@ async fn simcloud_v2_labels_nodes_and_names_ingress_but_adopts_v1_load_balancers
         provider_id: Some(format!("simcloud://{}", instance.id)),
         ..node("node-1")
     };
-    let nodes = std::slice::from_ref(&target);
+    let nodes = &Arc::from([target]);
     // Provisioning is immediate, but the first answer still reports it.
     let _ = v1.ensure_load_balancer(CLUSTER, &svc, nodes).await;
     let by_v1 = v1

@@ -32,7 +32,7 @@ pub struct Targets {
     /// The provider's view of each target node, by node name.
     views: BTreeMap<String, contract::Node>,
     /// The last answer of [`Targets::current`], until a target's view changes.
-    current: Option<(NodeSet, Arc<Vec<contract::Node>>)>,
+    current: Option<(NodeSet, Arc<[contract::Node]>)>,
 }
 
 impl Targets {
@@ -73,7 +73,7 @@ impl Targets {
     /// The targets in name order, and their [`NodeSet`]. Built once after a change and
     /// shared by every sync until the next: a thousand Services syncing at once hold one
     /// copy of 5,000 nodes, not one each.
-    pub fn current(&mut self) -> (NodeSet, Arc<Vec<contract::Node>>) {
+    pub fn current(&mut self) -> (NodeSet, Arc<[contract::Node]>) {
         let views = &self.views;
         self.current
             .get_or_insert_with(|| {
@@ -81,8 +81,7 @@ impl Targets {
                 for (name, view) in views {
                     (name, &view.provider_id).hash(&mut hasher);
                 }
-                let nodes = views.values().cloned().collect();
-                (NodeSet(hasher.finish()), Arc::new(nodes))
+                (NodeSet(hasher.finish()), views.values().cloned().collect())
             })
             .clone()
     }

@@ -118,7 +118,7 @@ async fn update_hosts(
     controller: &ServiceController,
     service: &Arc<Service>,
     wanted: NodeSet,
-    views: &[contract::Node],
+    views: &Arc<[contract::Node]>,
 ) {
     let context = &controller.context;
     let key = key_of(service);

@@ -28,6 +28,16 @@
 //! | `answer:N` | answers with a report of N bytes (to push the host's result cap) | `"aaa…"` |
 //! | `metadata` | the node's labels and annotations as the guest received them | `{"labels","annotations"}` |
 //!
+//! `update-load-balancer(svc, nodes)` runs the node-set command named by `svc.name`:
+//!
+//! | command | behaviour | answer |
+//! |---|---|---|
+//! | `read-nodes:FIELD` | reads `names`, `provider-ids` or `all` (whole nodes) of the set once | `other({"read", "provider_ids"?, "labels"?})` |
+//! | `reread-nodes` | reads every node whole, again and again, forever | — |
+//! | `hoard-nodes` | reads every node whole again and again, keeping each copy | — |
+//!
+//! Any other Service name answers `not-implemented`.
+//!
 //! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
 //! node metadata keys; without one it declares none (and so sees every label).
 //!
@@ -38,11 +48,12 @@
 mod exhaust;
 mod host;
 mod net;
+mod nodes;
 mod snoop;
 
 use serde_json::Value;
 use wasm_ccm_sdk::{
-    Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys, export_provider,
+    Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys, Nodes, Service, export_provider,
 };
 
 /// A node label that names the command instead of the node's name, so nodes of a real
@@ -86,7 +97,15 @@ impl wasm_ccm_sdk::Instances for Hostile {
     }
 }
 
-impl wasm_ccm_sdk::LoadBalancers for Hostile {}
+impl wasm_ccm_sdk::LoadBalancers for Hostile {
+    fn update_load_balancer(
+        _cluster_name: String,
+        svc: Service,
+        nodes: Nodes<'_>,
+    ) -> Result<(), Error> {
+        nodes::run(&svc.name, &nodes)
+    }
+}
 
 impl wasm_ccm_sdk::Routes for Hostile {}
 

@@ -43,7 +43,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use wasm_ccm_sdk::{
     Capabilities, Error, InstanceMetadata, IpMode, LbIngress, LbStatus, Node, NodeMetadataKeys,
-    PortStatus, Route, Service, cache, export_provider,
+    Nodes, PortStatus, Route, Service, cache, export_provider,
 };
 
 /// Host-cache key of the call count, and how long it lives (the host's maximum).
@@ -153,7 +153,7 @@ impl wasm_ccm_sdk::LoadBalancers for Rollout {
     fn ensure_load_balancer(
         _cluster_name: String,
         svc: Service,
-        _nodes: Vec<Node>,
+        _nodes: Nodes<'_>,
     ) -> Result<LbStatus, Error> {
         call();
         let ports = svc
@@ -178,7 +178,7 @@ impl wasm_ccm_sdk::LoadBalancers for Rollout {
     fn update_load_balancer(
         _cluster_name: String,
         _svc: Service,
-        _nodes: Vec<Node>,
+        _nodes: Nodes<'_>,
     ) -> Result<(), Error> {
         call();
         Ok(())
