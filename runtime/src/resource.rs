@@ -23,8 +23,8 @@
 //! ```
 //!
 //! The API server checks what a schema can say (enums, bounds, patterns, and with CEL rules
-//! that `cloudConfig` names exactly one source and that `headerName` goes with `type:
-//! Header`). The manager still parses every string (references, host patterns, durations,
+//! that `cloudConfig` names exactly one source, that `headerName` goes with `type: Header`
+//! and `aws` with `type: AwsSigV4`). The manager still parses every string (references, host patterns, durations,
 //! sizes) into typed settings before using a spec, as it does flags (`crate::rollout::spec`),
 //! and reports what it refuses in the `Progressing` condition: an API server without CEL, or
 //! an object written before a rule existed, must not get past it.
@@ -257,20 +257,25 @@ pub struct EgressSpec {
     pub audit_log_burst: Option<i32>,
 }
 
-/// A credential the host adds to requests bound for matching hosts, read from a Secret key.
+/// A credential the host adds to requests bound for matching hosts, read from a Secret key;
+/// or the AWS keys the host signs those requests with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.headerName) == (has(self.type) && self.type == 'Header')").message("headerName is required with type Header, and only with it"))]
+#[x_kube(validation = Rule::new("has(self.aws) == (has(self.type) && self.type == 'AwsSigV4')").message("aws is required with type AwsSigV4, and only with it"))]
+#[x_kube(validation = Rule::new("has(self.secretKeyRef) != (has(self.type) && self.type == 'AwsSigV4')").message("secretKeyRef is required, except with type AwsSigV4 (whose keys are in aws)"))]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialSpec {
     /// The host pattern whose requests carry the credential, as in `egress.allowedHosts`.
     #[schemars(regex(pattern = HOST_PATTERN))]
     pub host: String,
 
-    /// The Secret key holding the credential's value.
-    pub secret_key_ref: KeyRef,
+    /// The Secret key holding the credential's value (not with type AwsSigV4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
 
-    /// How the value is sent: Bearer (`Authorization: Bearer <value>`, the default) or Header
-    /// (`<headerName>: <value>`).
+    /// How the value is sent: Bearer (`Authorization: Bearer <value>`, the default), Header
+    /// (`<headerName>: <value>`), or AwsSigV4 (the request is signed with the keys `aws`
+    /// names).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<CredentialType>,
 
@@ -278,6 +283,10 @@ pub struct CredentialSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = HEADER_NAME), length(max = 256))]
     pub header_name: Option<String>,
+
+    /// The keys and scope of AWS signing, with type AwsSigV4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsSigningSpec>,
 }
 
 /// How a credential is sent (the forms of --credential).
@@ -288,6 +297,56 @@ pub enum CredentialType {
     Bearer,
     /// `<headerName>: <value>`.
     Header,
+    /// AWS Signature Version 4 (`aws-sigv4:` of --credential).
+    AwsSigV4,
+}
+
+/// AWS signing: the keys (from Secret keys, or temporary keys for the manager's web
+/// identity) and, for an endpoint that is not an AWS endpoint name, the region and services.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.webIdentity) ? !(has(self.accessKeyIdRef) || has(self.secretAccessKeyRef) || has(self.sessionTokenRef)) : (has(self.accessKeyIdRef) && has(self.secretAccessKeyRef))").message("set accessKeyIdRef and secretAccessKeyRef (and sessionTokenRef for temporary keys), or webIdentity"))]
+#[serde(rename_all = "camelCase")]
+pub struct AwsSigningSpec {
+    /// The one region requests are signed for. Required for an endpoint that is not an AWS
+    /// endpoint name (SERVICE.REGION.amazonaws.com); for one that is, it limits the regions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z]+(-[a-z]+)+-[0-9]+$"))]
+    pub region: Option<String>,
+
+    /// The services requests are signed for (e.g. ec2, elasticloadbalancing, sts). Required
+    /// for an endpoint that is not an AWS endpoint name, where a request's Version tells them
+    /// apart; for one that is, it limits the services.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^[a-z0-9-]+$")))]
+    pub services: Vec<String>,
+
+    /// The Secret key holding the access key id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id_ref: Option<KeyRef>,
+
+    /// The Secret key holding the secret access key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key_ref: Option<KeyRef>,
+
+    /// The Secret key holding the session token of temporary keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_token_ref: Option<KeyRef>,
+
+    /// Temporary keys from STS AssumeRoleWithWebIdentity for the manager's web identity
+    /// (IRSA: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE of its environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_identity: Option<WebIdentitySpec>,
+}
+
+/// Where a web identity's token is exchanged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebIdentitySpec {
+    /// The STS endpoint; by default the regional one of `region`, of the host's AWS
+    /// endpoint name, or of AWS_REGION.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://[^/?#]+(/.*)?$"))]
+    pub sts_endpoint: Option<String>,
 }
 
 /// What one provider call may use. Each field defaults to its flag's default.

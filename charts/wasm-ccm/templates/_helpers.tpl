@@ -61,7 +61,15 @@ let the manager read exactly these.
 {{- $release := .Release.Namespace -}}
 {{- $refs := list -}}
 {{- range .Values.provider.credentials -}}
+{{- if .secretKeyRef -}}
 {{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}
+{{- end -}}
+{{- $aws := .aws | default dict -}}
+{{- range $field := list "accessKeyIdRef" "secretAccessKeyRef" "sessionTokenRef" -}}
+{{- with get $aws $field -}}
+{{- $refs = append $refs (dict "kind" "secrets" "ref" .) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- with .Values.provider.cloudConfig -}}
 {{- if .secretKeyRef -}}

@@ -1000,7 +1000,19 @@ fn referenced(references: &References, spec: &CloudProviderSpec) -> Vec<ObjectKe
         }
     }
     for credential in &spec.credentials {
-        keys.push(references.key(Kind::Secret, &credential.secret_key_ref));
+        let aws = credential.aws.iter().flat_map(|aws| {
+            [
+                &aws.access_key_id_ref,
+                &aws.secret_access_key_ref,
+                &aws.session_token_ref,
+            ]
+        });
+        for key in std::iter::once(&credential.secret_key_ref)
+            .chain(aws)
+            .flatten()
+        {
+            keys.push(references.key(Kind::Secret, key));
+        }
     }
     keys.dedup();
     keys

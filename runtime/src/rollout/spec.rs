@@ -21,10 +21,13 @@ use http::HeaderName;
 use super::references::References;
 use crate::cli::{parse_duration, parse_duration_or_zero, parse_size};
 use crate::resource::{
-    CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType, EgressSpec, HttpMethod,
-    LimitsSpec, RolloutStrategy,
+    AwsSigningSpec, CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType,
+    EgressSpec, HttpMethod, LimitsSpec, RolloutStrategy,
 };
-use wasm_ccm_host::egress::{CredentialRule, EgressConfig, HostPattern, RateBudget, SecretSource};
+use wasm_ccm_host::egress::{
+    AwsKeys, CredentialRule, EgressConfig, HostPattern, RateBudget, SecretSource, SigV4,
+    WebIdentityConfig,
+};
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::ProviderRef;
 
@@ -321,8 +324,31 @@ fn credential_rule(
 ) -> Result<CredentialRule, SpecError> {
     let field = format!("spec.credentials[{index}]");
     let target = host_pattern(format!("{field}.host"), &spec.host)?;
-    let header = match (spec.kind.unwrap_or_default(), &spec.header_name) {
-        (CredentialType::Bearer, None) => None,
+    let kind = spec.kind.unwrap_or_default();
+    if kind == CredentialType::AwsSigV4 {
+        if spec.secret_key_ref.is_some() || spec.header_name.is_some() {
+            let which = if spec.secret_key_ref.is_some() {
+                "secretKeyRef"
+            } else {
+                "headerName"
+            };
+            return Err(refuse(format!("{field}.{which}"))(
+                "not with type AwsSigV4: its keys are in aws".into(),
+            ));
+        }
+        let Some(aws) = &spec.aws else {
+            return Err(refuse(format!("{field}.aws"))(
+                "required with type AwsSigV4".into(),
+            ));
+        };
+        return aws_rule(&field, target, aws, references);
+    }
+    if spec.aws.is_some() {
+        return Err(refuse(format!("{field}.aws"))(
+            "only allowed with type AwsSigV4".into(),
+        ));
+    }
+    let header = match (kind, &spec.header_name) {
         (CredentialType::Header, Some(name)) => {
             Some(HeaderName::try_from(name.as_str()).map_err(|_| {
                 refuse(format!("{field}.headerName"))(format!(
@@ -330,7 +356,7 @@ fn credential_rule(
                 ))
             })?)
         }
-        (CredentialType::Bearer, Some(_)) => {
+        (_, Some(_)) => {
             return Err(refuse(format!("{field}.headerName"))(
                 "only allowed with type Header".into(),
             ));
@@ -340,13 +366,61 @@ fn credential_rule(
                 "required with type Header".into(),
             ));
         }
+        (_, None) => None,
     };
-    let secret = references.shared_secret(&spec.secret_key_ref);
+    let Some(key) = &spec.secret_key_ref else {
+        return Err(refuse(format!("{field}.secretKeyRef"))(
+            "required with type Bearer or Header".into(),
+        ));
+    };
+    let secret = references.shared_secret(key);
     Ok(CredentialRule::new(
         target,
         header,
         SecretSource::Shared(secret),
     ))
+}
+
+/// The signing rule of `spec.credentials[i]` (`field`) with type AwsSigV4.
+fn aws_rule(
+    field: &str,
+    target: HostPattern,
+    aws: &AwsSigningSpec,
+    references: &References,
+) -> Result<CredentialRule, SpecError> {
+    let field = format!("{field}.aws");
+    let secret = |key: &Option<_>| {
+        key.as_ref()
+            .map(|key| SecretSource::Shared(references.shared_secret(key)))
+    };
+    let keys = match (
+        &aws.web_identity,
+        secret(&aws.access_key_id_ref),
+        secret(&aws.secret_access_key_ref),
+    ) {
+        (Some(identity), None, None) if aws.session_token_ref.is_none() => {
+            let config = WebIdentityConfig::from_env(
+                identity.sts_endpoint.as_deref(),
+                aws.region.as_deref(),
+                &target,
+            )
+            .map_err(refuse(format!("{field}.webIdentity")))?;
+            AwsKeys::web_identity(config)
+        }
+        (None, Some(access_key_id), Some(secret_access_key)) => AwsKeys::from_sources(
+            access_key_id,
+            secret_access_key,
+            secret(&aws.session_token_ref),
+        ),
+        _ => {
+            return Err(refuse(field)(
+                "set accessKeyIdRef and secretAccessKeyRef (and sessionTokenRef for temporary keys), or webIdentity".into(),
+            ));
+        }
+    };
+    let sigv4 = SigV4::new(aws.region.clone(), aws.services.clone(), keys)
+        .map_err(refuse(field.clone()))?;
+    CredentialRule::aws_sigv4(target, sigv4).map_err(refuse(field))
 }
 
 fn limits(spec: Option<&LimitsSpec>, defaults: &SandboxConfig) -> Result<SandboxConfig, SpecError> {
@@ -480,4 +554,233 @@ fn positive(value: f64, field: &str) -> Result<f64, SpecError> {
 
 fn count(value: i32, field: &str) -> Result<u32, SpecError> {
     u32::try_from(value).map_err(|_| refuse(field)(format!("{value} is negative")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+    use kube_emulator::{Emulator, EmulatorOptions};
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use wasm_ccm_host::egress::{Caller, EgressGate};
+    use wasm_ccm_host::metrics::Metrics;
+
+    use super::*;
+
+    /// A spec granting `url` and signing its requests with the `aws` of `credential`.
+    fn spec_with(url: &str, credential: Value) -> CloudProviderSpec {
+        serde_json::from_value(json!({
+            "provider": "file:///provider.wasm",
+            "name": "aws",
+            "egress": {"allowedHosts": [url]},
+            "credentials": [credential],
+        }))
+        .expect("a spec")
+    }
+
+    fn defaults() -> Defaults {
+        Defaults {
+            egress: EgressConfig::default(),
+            sandbox: SandboxConfig::default(),
+        }
+    }
+
+    async fn emulator() -> (Emulator, kube::Client) {
+        let emulator = Emulator::start("127.0.0.1:0".parse().unwrap(), EmulatorOptions::default())
+            .await
+            .expect("emulator starts");
+        let config =
+            kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default())
+                .await
+                .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        (emulator, client)
+    }
+
+    async fn aws_secret(client: &kube::Client, key_id: &str) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "aws"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": key_id,
+                "AWS_SECRET_ACCESS_KEY": "the-secret",
+                "AWS_SESSION_TOKEN": "the-session-token",
+            },
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), "kube-system")
+            .patch(
+                "aws",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A server answering 200 to every request, keeping each request's head.
+    async fn capture() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut request = vec![0u8; 65536];
+                    let read = socket.read(&mut request).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&request[..read]).to_lowercase();
+                    kept.lock().unwrap().push(head);
+                    let answer =
+                        "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (url, heads)
+    }
+
+    #[tokio::test]
+    async fn an_aws_credential_signs_with_the_keys_of_its_secret_and_follows_their_rotation() {
+        let (_emulator, client) = emulator().await;
+        aws_secret(&client, "AKIDFIRST").await;
+        let (url, heads) = capture().await;
+        let key = |key: &str| json!({"name": "aws", "key": key});
+        let spec = spec_with(
+            &url,
+            json!({
+                "host": url,
+                "type": "AwsSigV4",
+                "aws": {
+                    "region": "us-east-1",
+                    "services": ["ec2"],
+                    "accessKeyIdRef": key("AWS_ACCESS_KEY_ID"),
+                    "secretAccessKeyRef": key("AWS_SECRET_ACCESS_KEY"),
+                    "sessionTokenRef": key("AWS_SESSION_TOKEN"),
+                },
+            }),
+        );
+        let references = References::new(client.clone(), "kube-system".into());
+        references.watch(&super::super::referenced(&references, &spec));
+        while !references.all_read() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let desired = parse(&spec, &defaults(), &references).expect("the spec parses");
+        assert!(references.credential_problems().is_empty());
+        let gate = EgressGate::new(desired.egress, Arc::new(Metrics::default()));
+        let caller = Arc::new(Caller {
+            provider: "aws".into(),
+            version: "sha256:0123456789ab".into(),
+        });
+        let describe = || {
+            http::Request::post(format!("{url}/"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(bytes::Bytes::from_static(
+                    b"Action=DescribeVpcs&Version=2016-11-15",
+                ))
+                .unwrap()
+        };
+        let (status, _) = gate.send(caller.clone(), describe()).await.unwrap();
+        assert_eq!(status, 200);
+        let head = heads.lock().unwrap()[0].clone();
+        assert!(
+            head.contains("credential=akidfirst/") && head.contains("/us-east-1/ec2/aws4_request"),
+            "{head}"
+        );
+        assert!(
+            head.contains("x-amz-security-token: the-session-token"),
+            "{head}"
+        );
+
+        // A rotated Secret signs the next request.
+        aws_secret(&client, "AKIDSECOND").await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            gate.send(caller.clone(), describe()).await.unwrap();
+            let last = heads.lock().unwrap().last().cloned().unwrap();
+            if last.contains("credential=akidsecond/") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{last}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_aws_credential_is_refused_naming_the_field() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let references = References::new(client, "kube-system".into());
+        let key = |key: &str| json!({"name": "aws", "key": key});
+        let keys = json!({
+            "accessKeyIdRef": key("AWS_ACCESS_KEY_ID"),
+            "secretAccessKeyRef": key("AWS_SECRET_ACCESS_KEY"),
+        });
+        let with = |extra: Value| {
+            let mut aws = keys.clone();
+            aws.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            aws
+        };
+        let moto = "http://127.0.0.1:5000";
+        for (credential, field, problem) in [
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": keys}),
+                "spec.credentials[0].aws",
+                "is not an AWS endpoint name (SERVICE.REGION.amazonaws.com), so the rule must state the region and the services",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4"}),
+                "spec.credentials[0].aws",
+                "required with type AwsSigV4",
+            ),
+            (
+                json!({"host": moto, "aws": keys, "secretKeyRef": key("token")}),
+                "spec.credentials[0].aws",
+                "only allowed with type AwsSigV4",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": keys, "secretKeyRef": key("token")}),
+                "spec.credentials[0].secretKeyRef",
+                "not with type AwsSigV4",
+            ),
+            (
+                json!({"host": moto, "type": "Bearer"}),
+                "spec.credentials[0].secretKeyRef",
+                "required with type Bearer or Header",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": {"region": "us-east-1", "services": ["ec2"], "accessKeyIdRef": key("AWS_ACCESS_KEY_ID")}}),
+                "spec.credentials[0].aws",
+                "set accessKeyIdRef and secretAccessKeyRef (and sessionTokenRef for temporary keys), or webIdentity",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": with(json!({"region": "us-east-1", "services": ["ec2"], "webIdentity": {}}))}),
+                "spec.credentials[0].aws",
+                "set accessKeyIdRef and secretAccessKeyRef",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": with(json!({"region": "us-east-1", "services": ["ec2", "ec2"]}))}),
+                "spec.credentials[0].aws",
+                "service ec2 is named twice",
+            ),
+            (
+                json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "sts.example.com"}}}),
+                "spec.credentials[0].aws.webIdentity",
+                "web identity needs AWS_ROLE_ARN set in the environment",
+            ),
+        ] {
+            let spec = spec_with(moto, credential.clone());
+            let error = parse(&spec, &defaults(), &references).unwrap_err();
+            assert_eq!(error.field, field, "{credential}: {error}");
+            assert!(error.problem.contains(problem), "{credential}: {error}");
+        }
+    }
 }

@@ -69,8 +69,8 @@ registry:
     ]
 }
 
-/// Credentials in the release namespace and in another one, and a cloud config from a
-/// ConfigMap.
+/// Credentials in the release namespace and in another one (AWS signing keys among them),
+/// and a cloud config from a ConfigMap.
 const CREDENTIALS: &str = "
 provider:
   ref: oci://registry.example.com/acme/simcloud@sha256:4f1c2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7
@@ -85,6 +85,16 @@ provider:
       secretKeyRef: {name: storage, key: key, namespace: storage-system}
       type: Header
       headerName: X-Storage-Key
+    - host: 'https://*.amazonaws.com'
+      type: AwsSigV4
+      aws:
+        region: us-east-1
+        accessKeyIdRef: {name: aws, key: AWS_ACCESS_KEY_ID}
+        secretAccessKeyRef: {name: aws, key: AWS_SECRET_ACCESS_KEY}
+        sessionTokenRef: {name: aws-session, key: token, namespace: storage-system}
+    - host: http://127.0.0.1:5000
+      type: AwsSigV4
+      aws: {region: us-east-1, services: [ec2, sts], webIdentity: {}}
 ";
 
 #[test]
@@ -355,7 +365,7 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
                 NAMESPACE,
                 &json!([
                     {"apiGroups": [""], "resources": ["secrets"],
-                     "resourceNames": ["simcloud-token"], "verbs": ["list", "watch"]},
+                     "resourceNames": ["simcloud-token", "aws"], "verbs": ["list", "watch"]},
                     {"apiGroups": [""], "resources": ["configmaps"],
                      "resourceNames": ["simcloud-config"], "verbs": ["list", "watch"]},
                 ])
@@ -364,7 +374,7 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
                 "storage-system",
                 &json!([
                     {"apiGroups": [""], "resources": ["secrets"],
-                     "resourceNames": ["storage"], "verbs": ["list", "watch"]},
+                     "resourceNames": ["storage", "aws-session"], "verbs": ["list", "watch"]},
                 ])
             ),
         ])
@@ -521,6 +531,18 @@ fn chart_schema_refuses_bad_values_by_name() {
         (
             "provider: {credentials: [{host: 'https://a.example', secretKeyRef: {name: s, key: k}, type: Basic}]}",
             "/provider/credentials/0/type",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://ec2.us-east-1.amazonaws.com', type: AwsSigV4}]}",
+            "/provider/credentials/0",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://ec2.us-east-1.amazonaws.com', type: AwsSigV4, aws: {webIdentity: {}, accessKeyIdRef: {name: s, key: k}}}]}",
+            "/provider/credentials/0/aws",
+        ),
+        (
+            "provider: {credentials: [{host: 'https://ec2.us-east-1.amazonaws.com', type: AwsSigV4, aws: {webIdentity: {}, region: Mars}}]}",
+            "/provider/credentials/0/aws/region",
         ),
     ];
     for (bad, path) in cases {

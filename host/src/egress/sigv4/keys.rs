@@ -38,7 +38,9 @@ impl fmt::Debug for AwsKeys {
             AwsKeys::Static(keys) => write!(
                 f,
                 "access key id {:?}, secret {:?}, session token {:?}",
-                keys.access_key_id, keys.secret_access_key, keys.session_token
+                keys.access_key_id,
+                keys.secret_access_key,
+                keys.session_token.as_ref().map(|(source, _)| source)
             ),
             AwsKeys::WebIdentity(identity) => write!(
                 f,
@@ -66,8 +68,8 @@ impl Keys {
 }
 
 impl AwsKeys {
-    /// Keys read from `access_key_id`, `secret_access_key` and, if it has a value,
-    /// `session_token`.
+    /// Keys read from `access_key_id`, `secret_access_key` and `session_token` (temporary
+    /// keys), each required.
     pub fn from_sources(
         access_key_id: SecretSource,
         secret_access_key: SecretSource,
@@ -76,7 +78,21 @@ impl AwsKeys {
         AwsKeys::Static(Arc::new(StaticKeys {
             access_key_id,
             secret_access_key,
-            session_token,
+            session_token: session_token.map(|token| (token, true)),
+            read: Mutex::new(None),
+        }))
+    }
+
+    /// Keys with a session token only when `session_token` has a value.
+    fn with_optional_token(
+        access_key_id: SecretSource,
+        secret_access_key: SecretSource,
+        session_token: SecretSource,
+    ) -> AwsKeys {
+        AwsKeys::Static(Arc::new(StaticKeys {
+            access_key_id,
+            secret_access_key,
+            session_token: Some((session_token, false)),
             read: Mutex::new(None),
         }))
     }
@@ -85,10 +101,10 @@ impl AwsKeys {
     /// manager's environment.
     pub fn from_env() -> AwsKeys {
         let env = |name: &str| SecretSource::Env(name.into());
-        AwsKeys::from_sources(
+        AwsKeys::with_optional_token(
             env("AWS_ACCESS_KEY_ID"),
             env("AWS_SECRET_ACCESS_KEY"),
-            Some(env("AWS_SESSION_TOKEN")),
+            env("AWS_SESSION_TOKEN"),
         )
     }
 
@@ -96,10 +112,10 @@ impl AwsKeys {
     /// present) of `dir`: a Secret with those keys mounted as a volume.
     pub fn from_dir(dir: &Path) -> AwsKeys {
         let file = |name: &str| SecretSource::File(dir.join(name));
-        AwsKeys::from_sources(
+        AwsKeys::with_optional_token(
             file("AWS_ACCESS_KEY_ID"),
             file("AWS_SECRET_ACCESS_KEY"),
-            Some(file("AWS_SESSION_TOKEN")),
+            file("AWS_SESSION_TOKEN"),
         )
     }
 
@@ -156,7 +172,8 @@ impl AwsKeys {
 pub struct StaticKeys {
     access_key_id: SecretSource,
     secret_access_key: SecretSource,
-    session_token: Option<SecretSource>,
+    /// The session token's source, and whether it must have a value.
+    session_token: Option<(SecretSource, bool)>,
     read: Mutex<Option<(Instant, Credentials)>>,
 }
 
@@ -164,7 +181,7 @@ impl StaticKeys {
     fn current(&self) -> Result<Keys, String> {
         let in_memory = [&self.access_key_id, &self.secret_access_key]
             .into_iter()
-            .chain(&self.session_token)
+            .chain(self.session_token.as_ref().map(|(source, _)| source))
             .all(|source| matches!(source, SecretSource::Shared(_)));
         let credentials = if in_memory {
             self.read()?
@@ -190,10 +207,11 @@ impl StaticKeys {
     fn read(&self) -> Result<Credentials, String> {
         let access_key_id = header_safe(&self.access_key_id, self.access_key_id.read()?)?;
         let secret_access_key = self.secret_access_key.read()?;
-        // An unset token (no variable, no file, no Secret key) means long-term keys.
+        // An optional token that is not there (no variable, no file) means long-term keys.
         let session_token = match &self.session_token {
-            Some(source) => match source.read() {
+            Some((source, required)) => match source.read() {
                 Ok(token) => Some(header_safe(source, token)?),
+                Err(problem) if *required => return Err(problem),
                 Err(_) => None,
             },
             None => None,
