@@ -31,7 +31,8 @@ pub enum SecretSource {
 pub struct SharedSecret {
     /// What it is, for errors and `Debug`: e.g. `Secret kube-system/simcloud key token`.
     name: Arc<str>,
-    value: Arc<RwLock<Result<String, String>>>,
+    /// How many times it was set, and the value.
+    value: Arc<RwLock<(u64, Result<String, String>)>>,
 }
 
 impl SharedSecret {
@@ -40,17 +41,28 @@ impl SharedSecret {
     pub fn new(name: impl Into<Arc<str>>, missing: String) -> SharedSecret {
         SharedSecret {
             name: name.into(),
-            value: Arc::new(RwLock::new(Err(missing))),
+            value: Arc::new(RwLock::new((0, Err(missing)))),
         }
     }
 
     /// The value now, or why there is none (e.g. `Secret kube-system/simcloud not found`).
     pub fn set(&self, value: Result<String, String>) {
-        *self.value.write().unwrap_or_else(|p| p.into_inner()) = value;
+        let mut current = self.value.write().unwrap_or_else(|p| p.into_inner());
+        *current = (current.0 + 1, value);
     }
 
     fn get(&self) -> Result<String, String> {
-        self.value.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.value
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
+
+    /// How many times the value was set: what was derived from it is current while this
+    /// stays the same.
+    pub(super) fn generation(&self) -> u64 {
+        self.value.read().unwrap_or_else(|p| p.into_inner()).0
     }
 }
 

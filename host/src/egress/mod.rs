@@ -502,10 +502,17 @@ impl Attempt {
             .current()
             .await
             .map_err(|error| self.deny(format!("credential unavailable: {error}")))?;
+        if !sigv4.keys().refreshable() {
+            // Sent once: signed as it is, with no copy kept.
+            SigV4::sign(&mut head, &body, &scope, &keys)
+                .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+            let request = http::Request::from_parts(head, transport::full_body(body));
+            return Ok(Signed::Sent(self.exchange(client, request).await?));
+        }
         let response = self
             .send_signed(client, &head, &body, &scope, &keys)
             .await?;
-        if !sigv4.keys().refreshable() || !matches!(response.status().as_u16(), 400 | 401 | 403) {
+        if !matches!(response.status().as_u16(), 400 | 401 | 403) {
             return Ok(Signed::Sent(response));
         }
         let (answer, answer_body) = self.read_answer(response).await?;

@@ -168,34 +168,60 @@ impl AwsKeys {
     }
 }
 
-/// Static keys and the last time they were read.
+/// Static keys and when they were last read.
 pub struct StaticKeys {
     access_key_id: SecretSource,
     secret_access_key: SecretSource,
     /// The session token's source, and whether it must have a value.
     session_token: Option<(SecretSource, bool)>,
-    read: Mutex<Option<(Instant, Credentials)>>,
+    read: Mutex<Option<(Read, Credentials)>>,
+}
+
+/// When static keys were read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// At this instant, from the environment or files: they are read again a second later.
+    At(Instant),
+    /// From watched Secret keys, as set this many times: read again once one is set anew.
+    Set([u64; 3]),
 }
 
 impl StaticKeys {
     fn current(&self) -> Result<Keys, String> {
-        let in_memory = [&self.access_key_id, &self.secret_access_key]
+        let sources = [&self.access_key_id, &self.secret_access_key]
             .into_iter()
-            .chain(self.session_token.as_ref().map(|(source, _)| source))
-            .all(|source| matches!(source, SecretSource::Shared(_)));
-        let credentials = if in_memory {
-            self.read()?
-        } else {
-            let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
-            match &*read {
-                Some((at, credentials)) if at.elapsed() < super::super::CREDENTIAL_REFRESH => {
-                    credentials.clone()
-                }
-                _ => {
-                    let credentials = self.read()?;
-                    *read = Some((Instant::now(), credentials.clone()));
-                    credentials
-                }
+            .chain(self.session_token.as_ref().map(|(source, _)| source));
+        let mut set = [0; 3];
+        let mut in_memory = true;
+        for (generation, source) in set.iter_mut().zip(sources) {
+            match source {
+                SecretSource::Shared(secret) => *generation = secret.generation(),
+                _ => in_memory = false,
+            }
+        }
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let current = match &*read {
+            Some((Read::Set(seen), credentials)) if in_memory && *seen == set => {
+                Some(credentials.clone())
+            }
+            Some((Read::At(at), credentials))
+                if !in_memory && at.elapsed() < super::super::CREDENTIAL_REFRESH =>
+            {
+                Some(credentials.clone())
+            }
+            _ => None,
+        };
+        let credentials = match current {
+            Some(credentials) => credentials,
+            None => {
+                let credentials = self.read()?;
+                let when = if in_memory {
+                    Read::Set(set)
+                } else {
+                    Read::At(Instant::now())
+                };
+                *read = Some((when, credentials.clone()));
+                credentials
             }
         };
         Ok(Keys {

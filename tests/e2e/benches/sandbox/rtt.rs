@@ -1,6 +1,8 @@
 //! Egress at a 10 ms round trip: a TLS server on loopback behind a relay that holds every
 //! chunk 5 ms in each direction, so each round trip costs what it costs to a nearby cloud
-//! region, and handshakes and connection reuse show as they would there.
+//! region, and handshakes and connection reuse show as they would there. And what SigV4
+//! signing costs: the same form POST to that server on loopback, without the relay, signed
+//! and not.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +17,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::{self, HandshakeKind};
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{EgressConfig, PoolLimits, RateBudget};
+use wasm_ccm_host::egress::{
+    AwsKeys, Caller, CredentialRule, EgressConfig, EgressGate, HostPattern, PoolLimits, RateBudget,
+    SecretSource, SharedSecret, SigV4,
+};
+use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::SandboxConfig;
 
 use super::{Stats, stats};
@@ -27,8 +33,13 @@ const REQUESTS: usize = 100;
 const ROUNDS: usize = 7;
 /// Delay of every chunk in each direction.
 const ONE_WAY: Duration = Duration::from_millis(5);
+/// Requests of each way in the signing comparison.
+const SIGNING_REQUESTS: usize = 5_000;
+/// The form the signing comparison posts: an EC2 query's size.
+const FORM: &str = "Action=DescribeInstances&Version=2016-11-15&InstanceId.1=i-0123456789abcdef0";
 
-/// One row: 100 sequential requests made one way, with the handshakes the server saw.
+/// One row of the table: requests made one way (at 10 ms RTT, with the handshakes the server
+/// saw; or on loopback, signed or not).
 pub struct Row {
     pub name: String,
     pub stats: Stats,
@@ -201,9 +212,20 @@ impl Native {
 /// One way of making [`REQUESTS`] sequential requests.
 type Run = Box<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = ()>>>>;
 
-/// Measure each way of making 100 sequential requests to the TLS server at 10 ms RTT.
+/// Measure each way of making 100 sequential requests to the TLS server at 10 ms RTT, then
+/// a form POST to it on loopback signed and not.
 pub async fn measure() -> Vec<Row> {
     let (server, cert, handshakes) = tls_server().await;
+    let mut rows = at_round_trip(server, &cert, &handshakes).await;
+    rows.extend(signing(server, &cert).await);
+    rows
+}
+
+async fn at_round_trip(
+    server: std::net::SocketAddr,
+    cert: &CertificateDer<'static>,
+    handshakes: &Handshakes,
+) -> Vec<Row> {
     let relay = slow_relay(server).await;
     let url = format!("https://{relay}/v1/instances/i-1");
 
@@ -334,13 +356,138 @@ pub async fn measure() -> Vec<Row> {
         .collect()
 }
 
+/// A form POST to the TLS server on loopback over pooled connections, unsigned and signed
+/// (SigV4, keys in memory as a watched Secret's are): through the egress gate from the host
+/// side, and made by a sandboxed provider.
+async fn signing(server: std::net::SocketAddr, cert: &CertificateDer<'static>) -> Vec<Row> {
+    let url = format!("https://{server}");
+    let target: HostPattern = url.parse().expect("grant");
+    let unsigned = EgressConfig {
+        allow: vec![target.clone()],
+        budget: RateBudget {
+            per_second: 1e6,
+            burst: 1_000_000,
+        },
+        extra_roots: vec![cert.clone()],
+        ..EgressConfig::default()
+    };
+    let secret = |name: &str, value: &str| {
+        let secret = SharedSecret::new(format!("Secret bench/aws key {name}"), String::new());
+        secret.set(Ok(value.to_string()));
+        SecretSource::Shared(secret)
+    };
+    let keys = AwsKeys::from_sources(
+        secret("AWS_ACCESS_KEY_ID", "AKIDBENCHMARK"),
+        secret(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        ),
+        None,
+    );
+    let sigv4 = SigV4::new(Some("us-east-1".into()), vec!["ec2".into()], keys).expect("rule");
+    let signed = EgressConfig {
+        credentials: vec![CredentialRule::aws_sigv4(target, sigv4).expect("rule")],
+        ..unsigned.clone()
+    };
+    let caller = Arc::new(Caller {
+        provider: "bench".into(),
+        version: "host".into(),
+    });
+    let host_side = |config: EgressConfig| -> Run {
+        let (gate, caller, url) = (
+            EgressGate::new(config, Arc::new(Metrics::default())),
+            caller.clone(),
+            url.clone(),
+        );
+        Box::new(move || {
+            let request = http::Request::post(format!("{url}/"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Bytes::from_static(FORM.as_bytes()))
+                .expect("request");
+            let (gate, caller) = (gate.clone(), caller.clone());
+            Box::pin(async move {
+                let (status, _) = gate.send(caller, request).await.expect("gate sends");
+                assert_eq!(status, 200);
+            })
+        })
+    };
+    let provider = |config: EgressConfig| async {
+        let provider = load(
+            &sandbox(SandboxConfig::default()),
+            guest_builds::HOSTILE,
+            config,
+            None,
+        )
+        .await
+        .expect("hostile loads");
+        let spec = serde_json::json!({
+            "method": "POST",
+            "url": format!("{url}/"),
+            "headers": [["content-type", "application/x-www-form-urlencoded"]],
+            "body": FORM,
+        });
+        let node = Node {
+            name: format!("request:{spec}"),
+            ..Node::default()
+        };
+        let provider = Arc::new(provider);
+        Box::new(move || {
+            let (provider, node) = (provider.clone(), node.clone());
+            Box::pin(async move {
+                let metadata = provider.instance_metadata(&node).await.expect("reports");
+                let report = &metadata.additional_labels[0].1;
+                assert!(report.contains(r#""status":200"#), "{report}");
+            }) as std::pin::Pin<Box<dyn Future<Output = ()>>>
+        }) as Run
+    };
+    let ways: Vec<(&str, Run)> = vec![
+        (
+            "a form POST through the egress gate, host side, unsigned",
+            host_side(unsigned.clone()),
+        ),
+        (
+            "the same POST signed (SigV4) by the gate",
+            host_side(signed.clone()),
+        ),
+        (
+            "a sandboxed provider's form POST (hostile request:), unsigned",
+            provider(unsigned).await,
+        ),
+        (
+            "the same provider's POST signed (SigV4) by the gate",
+            provider(signed).await,
+        ),
+    ];
+    let mut samples: Vec<Vec<Duration>> = ways.iter().map(|_| Vec::new()).collect();
+    for round in 0..SIGNING_REQUESTS + 100 {
+        for step in 0..ways.len() {
+            let index = (round + step) % ways.len();
+            let started = Instant::now();
+            (ways[index].1)().await;
+            if round >= 100 {
+                samples[index].push(started.elapsed());
+            }
+        }
+    }
+    ways.iter()
+        .zip(samples)
+        .map(|((name, _), samples)| Row {
+            name: format!("loopback, pooled TLS: {name}"),
+            stats: stats(samples),
+        })
+        .collect()
+}
+
 /// The goals, from the medians: pooled sandboxed against pooled native, and against the
-/// sandboxed provider's new-connection path.
+/// sandboxed provider's new-connection path; and what signing adds (goal: at most 10%).
 pub fn summary(rows: &[Row]) -> String {
     let median = |i: usize| rows[i].stats.median.as_secs_f64();
     format!(
-        "at 10 ms RTT (medians of 100 requests): pooled sandboxed provider {:+.1}% over the pooled native client; {:.1}x faster than a new connection each",
+        "at 10 ms RTT (medians of 100 requests): pooled sandboxed provider {:+.1}% over the pooled native client; {:.1}x faster than a new connection each\n\
+         SigV4 signing on loopback (medians): {:+.1}% on a request through the gate, host side; {:+.1}% on a sandboxed provider's call making it",
         (median(0) / median(2) - 1.0) * 100.0,
-        median(1) / median(0)
+        median(1) / median(0),
+        (median(5) / median(4) - 1.0) * 100.0,
+        (median(7) / median(6) - 1.0) * 100.0,
     )
 }
