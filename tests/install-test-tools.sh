@@ -53,20 +53,19 @@ if [ ${#packages[@]} -gt 0 ]; then
     apt_install "${packages[@]}"
 fi
 
-if [ ! -x "$ORAS_VENV/bin/python" ]; then
-    python3 -m venv "$ORAS_VENV"
-fi
-installed=$("$ORAS_VENV/bin/python" -c \
-    'import importlib.metadata as m; print(m.version("oras"))' 2>/dev/null || true)
-if [ "$installed" != "$ORAS_VERSION" ]; then
-    "$ORAS_VENV/bin/python" -m pip install -q --disable-pip-version-check "oras==$ORAS_VERSION"
-fi
+# venv_install VENV PACKAGE VERSION REQUIREMENT: PACKAGE at VERSION in the venv VENV,
+# installed as REQUIREMENT (with extras) unless it is there already.
+venv_install() {
+    local venv=$1 package=$2 version=$3 requirement=$4 installed
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    installed=$("$venv/bin/python" -c \
+        "import importlib.metadata as m; print(m.version('$package'))" 2>/dev/null || true)
+    if [ "$installed" != "$version" ]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$requirement==$version"
+    fi
+}
 
-if [ ! -x "$MOTO_VENV/bin/python" ]; then
-    python3 -m venv "$MOTO_VENV"
-fi
-installed=$("$MOTO_VENV/bin/python" -c \
-    'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null || true)
-if [ "$installed" != "$MOTO_VERSION" ]; then
-    "$MOTO_VENV/bin/python" -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION"
-fi
+venv_install "$ORAS_VENV" oras "$ORAS_VERSION" oras
+venv_install "$MOTO_VENV" moto "$MOTO_VERSION" 'moto[server]'

@@ -125,6 +125,25 @@ pub async fn simcloud(cloud: &Cloud) -> Provider {
     .expect("simcloud loads")
 }
 
+/// The JSON report of the hostile guest (`tests/guests/hostile`) for `command`: the node
+/// named `command` is its argument, the `report` label of the metadata its answer.
+pub async fn hostile_report(provider: &Provider, command: &str) -> serde_json::Value {
+    let node = wasm_ccm_host::contract::Node {
+        name: command.to_string(),
+        ..Default::default()
+    };
+    let metadata = provider
+        .instance_metadata(&node)
+        .await
+        .unwrap_or_else(|e| panic!("{command}: {e}"));
+    let (_, report) = metadata
+        .additional_labels
+        .iter()
+        .find(|(key, _)| key == "report")
+        .expect("hostile guest reports");
+    serde_json::from_str(report).expect("report is JSON")
+}
+
 /// The `wasm-ccm` binary under test: `runtime/src/main.rs`, built by the same `cargo test` (or
 /// `cargo bench`) that runs the tests, as this package's `wasm-ccm-under-test` binary, in the
 /// profile of the running test. (Building it with a nested `cargo build -p wasm-ccm` would

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use e2e::moto::{Front, Moto, REGION, ROLE_ARN, Seen, form_body};
 use e2e::{load, sandbox};
 use serde_json::{Value, json};
-use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::{
     AwsKeys, CredentialRule, EgressConfig, HostPattern, MAX_SIGNED_BODY, SigV4, WebIdentityConfig,
 };
@@ -35,20 +34,7 @@ async fn hostile(egress: EgressConfig) -> Provider {
 
 /// The report of hostile's `request:` command for `spec`.
 async fn request(provider: &Provider, spec: &Value) -> Value {
-    let node = Node {
-        name: format!("request:{spec}"),
-        ..Node::default()
-    };
-    let metadata = provider
-        .instance_metadata(&node)
-        .await
-        .unwrap_or_else(|e| panic!("{spec}: {e}"));
-    let (_, report) = metadata
-        .additional_labels
-        .iter()
-        .find(|(key, _)| key == "report")
-        .expect("hostile guest reports");
-    serde_json::from_str(report).expect("report is JSON")
+    e2e::hostile_report(provider, &format!("request:{spec}")).await
 }
 
 /// A Query API form POST to `url`.
@@ -95,6 +81,13 @@ async fn passing(moto: &Moto) -> Front {
     moto.front(Arc::new(|_| None)).await
 }
 
+/// The body of the answer the guest got.
+fn body(report: &Value) -> &str {
+    report["body"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no answer: {report}"))
+}
+
 fn status(report: &Value) -> u64 {
     report["status"]
         .as_u64()
@@ -114,17 +107,11 @@ async fn signed_ec2_and_elbv2_queries_pass_motos_signature_check_and_the_guest_s
 
     let vpcs = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
     assert_eq!(status(&vpcs), 200, "{vpcs}\n{}", moto.log());
-    assert!(
-        vpcs["body"].as_str().unwrap().contains("<vpcSet>"),
-        "{vpcs}"
-    );
+    assert!(body(&vpcs).contains("<vpcSet>"), "{vpcs}");
     let balancers = request(&provider, &form(front.url(), DESCRIBE_LOAD_BALANCERS)).await;
     assert_eq!(status(&balancers), 200, "{balancers}");
     assert!(
-        balancers["body"]
-            .as_str()
-            .unwrap()
-            .contains("DescribeLoadBalancersResponse"),
+        body(&balancers).contains("DescribeLoadBalancersResponse"),
         "{balancers}"
     );
 
@@ -182,18 +169,12 @@ async fn moto_refuses_a_body_changed_after_signing_so_the_signed_body_is_the_one
     ]);
     let sent = request(&provider, &form(front.url(), &filtered)).await;
     assert_eq!(status(&sent), 200, "{sent}");
-    assert!(
-        sent["body"].as_str().unwrap().contains("<vpcSet/>"),
-        "{sent}"
-    );
+    assert!(body(&sent).contains("<vpcSet/>"), "{sent}");
 
     tamper.store(true, Ordering::SeqCst);
     let tampered = request(&provider, &form(front.url(), &filtered)).await;
     assert_eq!(status(&tampered), 401, "{tampered}");
-    assert!(
-        tampered["body"].as_str().unwrap().contains("AuthFailure"),
-        "{tampered}"
-    );
+    assert!(body(&tampered).contains("AuthFailure"), "{tampered}");
 }
 
 #[tokio::test]
@@ -203,20 +184,10 @@ async fn a_wrong_secret_is_refused_by_moto_and_its_answer_reaches_the_guest_plai
     let provider = hostile(egress(moto.url(), AwsKeys::from_dir(dir.path()))).await;
     let ec2 = request(&provider, &form(moto.url(), DESCRIBE_VPCS)).await;
     assert_eq!(status(&ec2), 401, "{ec2}");
-    assert!(
-        ec2["body"]
-            .as_str()
-            .unwrap()
-            .contains("<Code>AuthFailure</Code>")
-    );
+    assert!(body(&ec2).contains("<Code>AuthFailure</Code>"));
     let elb = request(&provider, &form(moto.url(), DESCRIBE_LOAD_BALANCERS)).await;
     assert_eq!(status(&elb), 403, "{elb}");
-    assert!(
-        elb["body"]
-            .as_str()
-            .unwrap()
-            .contains("<Code>SignatureDoesNotMatch</Code>")
-    );
+    assert!(body(&elb).contains("<Code>SignatureDoesNotMatch</Code>"));
     // Static keys are not refreshed: each request went out once, audited with its answer.
     let statuses: Vec<Option<u16>> = provider
         .egress()

@@ -393,6 +393,41 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
     }
 }
 
+/// IRSA: the role annotation on the manager's ServiceAccount, and an AWS credential from its
+/// web identity in the CloudProvider.
+#[test]
+fn chart_irsa_annotates_the_service_account_and_signs_with_the_web_identity() {
+    let values = "
+serviceAccount:
+  annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::123456789012:role/wasm-ccm'}
+provider:
+  allowedHosts: ['https://*.amazonaws.com']
+  credentials:
+    - host: 'https://*.amazonaws.com'
+      type: AwsSigV4
+      aws: {region: us-east-1, webIdentity: {}}
+";
+    let objects = chart::render_files("irsa", &[PROVIDER, values]).expect("renders");
+    let account = only(&objects, "ServiceAccount");
+    assert_eq!(
+        account.object["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/wasm-ccm"
+    );
+    let provider = only(&objects, "CloudProvider");
+    assert_eq!(
+        provider.object["spec"]["credentials"],
+        json!([{"host": "https://*.amazonaws.com", "type": "AwsSigV4",
+                "aws": {"region": "us-east-1", "webIdentity": {}}}])
+    );
+    assert!(all(&objects, "Role").iter().all(|role| {
+        role.object["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|rule| rule["resources"] != json!(["secrets"]))
+    }));
+}
+
 /// Every provider value lands in the CloudProvider's spec, as the manager reads it; none
 /// lands in the pod template, so changing them restarts nothing.
 #[test]

@@ -611,32 +611,22 @@ fn a_bad_aws_sigv4_rule_is_refused_naming_the_problem() {
         ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ccm"),
         ("AWS_WEB_IDENTITY_TOKEN_FILE", &path(&token)),
     ];
-    let rule = "https://*.amazonaws.com=aws-sigv4:web-identity";
-    wasm_ccm(
-        call_args(
+    let with_identity = |rule: &str| {
+        let args = call_args(
             guest_builds::SIMCLOUD,
             "instance-metadata",
             node1_args(),
             &["--credential", rule],
-        ),
-        &web_identity,
-    )
-    .assert_usage_error(&[
+        );
+        wasm_ccm(args, &web_identity)
+    };
+    with_identity("https://*.amazonaws.com=aws-sigv4:web-identity").assert_usage_error(&[
         "--credential",
         "web identity needs the STS region: state the region, the STS endpoint, or set AWS_REGION",
     ]);
     std::fs::remove_file(token.path()).expect("remove the token file");
     let rule = "https://*.amazonaws.com=aws-sigv4:web-identity,region=us-east-1";
-    wasm_ccm(
-        call_args(
-            guest_builds::SIMCLOUD,
-            "instance-metadata",
-            node1_args(),
-            &["--credential", rule],
-        ),
-        &web_identity,
-    )
-    .assert_usage_error(&[
+    with_identity(rule).assert_usage_error(&[
         &format!("--credential {rule}: cannot read the web identity token file"),
         &path(&token),
     ]);

@@ -33,16 +33,7 @@ async fn hostile(config: SandboxConfig, egress: EgressConfig) -> Provider {
 
 /// The JSON report a hostile command returns in its `report` label.
 async fn report(provider: &Provider, cmd: &str) -> Value {
-    let metadata = provider
-        .instance_metadata(&command(cmd))
-        .await
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    let (_, report) = metadata
-        .additional_labels
-        .iter()
-        .find(|(key, _)| key == "report")
-        .expect("hostile guest reports");
-    serde_json::from_str(report).expect("report is JSON")
+    e2e::hostile_report(provider, cmd).await
 }
 
 fn sandbox_failure(error: ProviderError) -> CallFailure {

@@ -287,7 +287,17 @@ impl WebIdentityConfig {
         region: Option<&str>,
         target: &HostPattern,
     ) -> Result<WebIdentityConfig, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        WebIdentityConfig::from_vars(|name| std::env::var(name).ok(), sts, region, target)
+    }
+
+    /// [`WebIdentityConfig::from_env`] with the environment's variables from `var`.
+    fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+        sts: Option<&str>,
+        region: Option<&str>,
+        target: &HostPattern,
+    ) -> Result<WebIdentityConfig, String> {
+        let var = |name: &str| var(name).filter(|value| !value.is_empty());
         let missing = |name: &str| format!("web identity needs {name} set in the environment");
         let role_arn = var("AWS_ROLE_ARN").ok_or_else(|| missing("AWS_ROLE_ARN"))?;
         let token_file = var("AWS_WEB_IDENTITY_TOKEN_FILE")
@@ -775,6 +785,58 @@ mod tests {
     }
 
     #[test]
+    fn the_sts_endpoint_is_stated_or_the_regional_one_of_the_rule_the_name_or_the_environment() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, value)| value.to_string())
+            }
+        };
+        const IRSA: [(&str, &str); 2] = [
+            ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ccm"),
+            (
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "/var/run/secrets/eks.amazonaws.com/token",
+            ),
+        ];
+        let any: HostPattern = "https://*.amazonaws.com".parse().unwrap();
+        let ec2: HostPattern = "https://ec2.eu-west-3.amazonaws.com".parse().unwrap();
+        let endpoint = |vars, sts, region, target| {
+            WebIdentityConfig::from_vars(env(vars), sts, region, target)
+                .map(|config| config.sts_endpoint)
+        };
+        let stated = endpoint(&IRSA, Some("http://127.0.0.1:5000"), None, &any);
+        assert_eq!(stated.unwrap(), "http://127.0.0.1:5000");
+        let region = endpoint(&IRSA, None, Some("us-west-2"), &ec2);
+        assert_eq!(region.unwrap(), "https://sts.us-west-2.amazonaws.com");
+        let named = endpoint(&IRSA, None, None, &ec2);
+        assert_eq!(named.unwrap(), "https://sts.eu-west-3.amazonaws.com");
+        const REGIONAL: [(&str, &str); 4] = [
+            IRSA[0],
+            IRSA[1],
+            ("AWS_DEFAULT_REGION", "ap-south-1"),
+            ("AWS_REGION", "cn-north-1"),
+        ];
+        let from_env = endpoint(&REGIONAL, None, None, &any);
+        assert_eq!(from_env.unwrap(), "https://sts.cn-north-1.amazonaws.com.cn");
+        const DEFAULT_REGION: [(&str, &str); 3] =
+            [IRSA[0], IRSA[1], ("AWS_DEFAULT_REGION", "ap-south-1")];
+        let default = endpoint(&DEFAULT_REGION, None, None, &any);
+        assert_eq!(default.unwrap(), "https://sts.ap-south-1.amazonaws.com");
+        let none = endpoint(&IRSA, None, None, &any).unwrap_err();
+        assert!(none.contains("needs the STS region"), "{none}");
+
+        let config = WebIdentityConfig::from_vars(env(&IRSA), None, None, &ec2).unwrap();
+        assert_eq!(config.session_name, "wasm-ccm");
+        assert_eq!(config.role_arn, IRSA[0].1);
+        let missing = WebIdentityConfig::from_vars(env(&IRSA[1..]), None, None, &ec2);
+        assert!(missing.unwrap_err().contains("needs AWS_ROLE_ARN set"));
+        let bad = endpoint(&IRSA, Some("sts.example.com"), None, &any).unwrap_err();
+        assert!(bad.contains("is not a URL"), "{bad}");
+    }
+
+    #[test]
     fn static_keys_come_from_a_directory_with_an_optional_token() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKIDEXAMPLE\n").unwrap();
@@ -788,6 +850,14 @@ mod tests {
         assert_eq!(long_term.credentials.secret_access_key(), "the-secret");
         assert_eq!(long_term.credentials.session_token(), None);
         assert!(!format!("{keys:?}").contains("the-secret"), "{keys:?}");
+
+        // A rotated file is read again (at most a second later).
+        std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKIDROTATED").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while key_id(&read.current().unwrap()) != "AKIDROTATED" {
+            assert!(Instant::now() < deadline, "the rotated key is never read");
+            std::thread::sleep(Duration::from_millis(50));
+        }
 
         std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKID\nEXAMPLE").unwrap();
         let keys = AwsKeys::from_dir(dir.path());

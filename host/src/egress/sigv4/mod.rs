@@ -671,6 +671,11 @@ mod tests {
         let denied = "<Response><Errors><Error><Code>UnauthorizedOperation</Code></Error></Errors></Response>";
         assert_eq!(refused_keys(ec2.as_bytes()), Some("AuthFailure"));
         assert_eq!(refused_keys(elb.as_bytes()), Some("ExpiredToken"));
+        for code in ["InvalidClientTokenId", "SignatureDoesNotMatch"] {
+            let answer =
+                format!("<ErrorResponse><Error><Code>{code}</Code></Error></ErrorResponse>");
+            assert_eq!(refused_keys(answer.as_bytes()), Some(code));
+        }
         assert_eq!(refused_keys(denied.as_bytes()), None);
         assert_eq!(refused_keys(b"not xml"), None);
     }
