@@ -7,9 +7,10 @@ CARGO ?= cargo
 
 .PHONY: setup demo test bench bench-scale fmt lint
 
-# The wasm target, and what the registry tests run (docker-registry, htpasswd, ORAS's
-# Python SDK in target/test-tools): see tests/install-test-tools.sh. What the chart tests run
-# (helm, kubernetes-validate, in target/test-tools): see tests/install-chart-tools.sh.
+# The wasm target, and what the registry and AWS tests run (docker-registry, htpasswd, ORAS's
+# Python SDK and moto's server in target/test-tools): see tests/install-test-tools.sh. What
+# the chart tests run (helm, kubernetes-validate, in target/test-tools): see
+# tests/install-chart-tools.sh.
 setup:
 	rustup target add wasm32-wasip2
 	bash tests/install-test-tools.sh
