@@ -7,6 +7,9 @@
 //! that changed or vanished while the watch was down are reported like any other change.
 //! As with client-go's relist, every listed object already cached comes as an update,
 //! changed or not; handlers compare old and new.
+//!
+//! Each object is held once: the changes a subscriber receives share the cache's copy, and
+//! objects are cached without `metadata.managedFields`, which nothing here reads.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -175,8 +178,8 @@ struct Feed<K: Resource<DynamicType = ()> + Clone + 'static> {
     changes: broadcast::Sender<Change<K>>,
     synced: watch::Sender<bool>,
     announcing: Arc<Mutex<()>>,
-    /// The objects of a relist in progress.
-    relist: Option<Vec<Arc<K>>>,
+    /// The objects of a relist in progress, in the order listed.
+    relist: Option<Vec<ObjectRef<K>>>,
 }
 
 impl<K> Feed<K>
@@ -184,8 +187,11 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     async fn run(mut self, api: kube::Api<K>) {
+        // No controller reads `managedFields`; on a real API server they are a good part of
+        // every Node (each writer's field set), so the cache does without them.
         let mut events = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(|object| object.meta_mut().managed_fields = None)
             .boxed();
         while let Some(event) = events.next().await {
             match event {
@@ -204,7 +210,7 @@ where
             watcher::Event::Init => self.relist = Some(Vec::new()),
             watcher::Event::InitApply(object) => {
                 if let Some(relist) = self.relist.as_mut() {
-                    relist.push(Arc::new(object.clone()));
+                    relist.push(ObjectRef::from_obj(object));
                 }
             }
             watcher::Event::InitDone => {
@@ -222,9 +228,13 @@ where
                 return;
             }
             watcher::Event::Apply(object) => {
-                let old = self.store.get(&ObjectRef::from_obj(object));
+                let reference = ObjectRef::from_obj(object);
+                let old = self.store.get(&reference);
                 self.writer.apply_watcher_event(&event);
-                let new = Arc::new(object.clone());
+                // The cache's own copy: a change holds no second one.
+                let Some(new) = self.store.get(&reference) else {
+                    return;
+                };
                 let change = match old {
                     Some(old) => Change::Updated { old, new },
                     None => Change::Added(new),
@@ -243,8 +253,12 @@ where
 
     /// Report what a relist changed against the cache as it was before.
     fn announce_relist(&mut self, mut before: HashMap<ObjectRef<K>, Arc<K>>) {
-        for new in self.relist.take().unwrap_or_default() {
-            let change = match before.remove(&ObjectRef::from_obj(&new)) {
+        for reference in self.relist.take().unwrap_or_default() {
+            // The cache's own copy, as the relist just stored it.
+            let Some(new) = self.store.get(&reference) else {
+                continue;
+            };
+            let change = match before.remove(&reference) {
                 None => Change::Added(new),
                 Some(old) => Change::Updated { old, new },
             };

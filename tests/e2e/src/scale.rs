@@ -477,7 +477,7 @@ pub async fn run(settings: Settings) -> Report {
             "--kube-api-qps=1000".into(),
             "--kube-api-burst=2000".into(),
             "--concurrent-node-syncs=32".into(),
-            "--concurrent-service-syncs=16".into(),
+            "--concurrent-service-syncs=10".into(),
             "--egress-rate=100000".into(),
             "--egress-burst=100000".into(),
             "--max-concurrent-calls=32".into(),
