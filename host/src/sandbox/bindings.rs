@@ -314,18 +314,33 @@ pub trait Args: Send + Sync {
     }
 }
 
-impl Args for (Option<&[u8]>,) {
-    type Lowered<'a>
-        = (Option<&'a [u8]>,)
-    where
-        Self: 'a;
-    fn lower<'a>(
-        &'a self,
-        _: Option<&'a c::NodeMetadataKeys>,
-        _: &mut ResourceTable,
-    ) -> wasmtime::Result<Self::Lowered<'a>> {
-        Ok((self.0,))
-    }
+/// `Args` for argument tuples that carry no nodes: `$lower` lowers `$this` as it is.
+macro_rules! plain_args {
+    ($($args:ty => $lowered:ty = |$this:ident| $lower:expr;)*) => {$(
+        impl<'x> Args for $args {
+            type Lowered<'a>
+                = $lowered
+            where
+                Self: 'a;
+            fn lower<'a>(
+                &'a self,
+                _: Option<&'a c::NodeMetadataKeys>,
+                _: &mut ResourceTable,
+            ) -> wasmtime::Result<Self::Lowered<'a>> {
+                let $this = self;
+                Ok($lower)
+            }
+        }
+    )*};
+}
+
+plain_args! {
+    (Option<&'x [u8]>,) => (Option<&'a [u8]>,) = |args| (args.0,);
+    (&'x str,) => (&'a str,) = |args| (args.0,);
+    (&'x str, &'x c::Service) => (&'a str, w::Service) = |args| (args.0, args.1.into());
+    (&'x str, &'x c::Route) => (&'a str, w::Route) = |args| (args.0, args.1.into());
+    (&'x str, &'x str, &'x c::Route) => (&'a str, &'a str, w::Route) =
+        |args| (args.0, args.1, args.2.into());
 }
 
 impl Args for (&c::Node,) {
@@ -339,34 +354,6 @@ impl Args for (&c::Node,) {
         _: &mut ResourceTable,
     ) -> wasmtime::Result<Self::Lowered<'a>> {
         Ok((GuestNode::new(self.0, keys),))
-    }
-}
-
-impl Args for (&str,) {
-    type Lowered<'a>
-        = (&'a str,)
-    where
-        Self: 'a;
-    fn lower<'a>(
-        &'a self,
-        _: Option<&'a c::NodeMetadataKeys>,
-        _: &mut ResourceTable,
-    ) -> wasmtime::Result<Self::Lowered<'a>> {
-        Ok((self.0,))
-    }
-}
-
-impl<'x> Args for (&'x str, &'x c::Service) {
-    type Lowered<'a>
-        = (&'a str, w::Service)
-    where
-        Self: 'a;
-    fn lower<'a>(
-        &'a self,
-        _: Option<&'a c::NodeMetadataKeys>,
-        _: &mut ResourceTable,
-    ) -> wasmtime::Result<Self::Lowered<'a>> {
-        Ok((self.0, self.1.into()))
     }
 }
 
@@ -413,34 +400,6 @@ impl<'x> Args for (&'x str, &'x c::Service, &'x Arc<[c::Node]>) {
         function: c::Function,
     ) -> Option<&'e ComponentExportIndex> {
         exports.node_set_form(function)
-    }
-}
-
-impl<'x> Args for (&'x str, &'x c::Route) {
-    type Lowered<'a>
-        = (&'a str, w::Route)
-    where
-        Self: 'a;
-    fn lower<'a>(
-        &'a self,
-        _: Option<&'a c::NodeMetadataKeys>,
-        _: &mut ResourceTable,
-    ) -> wasmtime::Result<Self::Lowered<'a>> {
-        Ok((self.0, self.1.into()))
-    }
-}
-
-impl<'x> Args for (&'x str, &'x str, &'x c::Route) {
-    type Lowered<'a>
-        = (&'a str, &'a str, w::Route)
-    where
-        Self: 'a;
-    fn lower<'a>(
-        &'a self,
-        _: Option<&'a c::NodeMetadataKeys>,
-        _: &mut ResourceTable,
-    ) -> wasmtime::Result<Self::Lowered<'a>> {
-        Ok((self.0, self.1, self.2.into()))
     }
 }
 
