@@ -165,7 +165,7 @@ impl Request {
         }
     }
 
-    /// Add a header.
+    /// Add a header. Requests accept `application/json` unless they set `accept` here.
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.to_string(), value.to_string()));
         self
@@ -196,7 +196,15 @@ impl Request {
         };
         let target = Target::parse(&self.url)?;
 
-        let mut entries = vec![("accept".to_string(), b"application/json".to_vec())];
+        // `accept: application/json` unless the request names what it accepts (an XML API).
+        let accepts = self
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("accept"));
+        let mut entries = Vec::with_capacity(self.headers.len() + 1);
+        if !accepts {
+            entries.push(("accept".to_string(), b"application/json".to_vec()));
+        }
         entries.extend(
             self.headers
                 .iter()

@@ -21,6 +21,7 @@ use std::process::Command;
 /// Guest packages and the env var that carries each one's path.
 const GUESTS: &[(&str, &str)] = &[
     ("simcloud", "GUEST_SIMCLOUD"),
+    ("aws", "GUEST_AWS"),
     ("hostile", "GUEST_HOSTILE"),
     ("overreach", "GUEST_OVERREACH"),
     ("rollout", "GUEST_ROLLOUT"),

@@ -16,6 +16,9 @@ pub const SIMCLOUD_V2: &str = env!("GUEST_SIMCLOUD_V2");
 /// The build stamp of [`SIMCLOUD_V2`]: `v2`.
 pub const SIMCLOUD_V2_BUILD: &str = env!("GUEST_SIMCLOUD_V2_BUILD");
 
+/// `guests/aws`: the provider for Amazon Web Services (EC2, ELBv2), signed by the host.
+pub const AWS: &str = env!("GUEST_AWS");
+
 /// `tests/guests/hostile`: a provider that misbehaves on purpose.
 pub const HOSTILE: &str = env!("GUEST_HOSTILE");
 

@@ -1,0 +1,199 @@
+//! The cloud configuration (`--cloud-config`, JSON): the region, the cluster's ID (its
+//! `kubernetes.io/cluster/<id>` tag) and optional endpoints per service. Parsed and validated
+//! by `init`, re-read by every call; every error names the field.
+
+use serde::Deserialize;
+use wasm_ccm_sdk::Error;
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The region every call goes to, e.g. `us-east-1`.
+    pub region: String,
+    /// The cluster ID: resources tagged `kubernetes.io/cluster/<cluster_id>` belong to it.
+    pub cluster_id: String,
+    /// EC2's endpoint, without a trailing slash.
+    pub ec2_endpoint: String,
+    /// ELBv2's endpoint, without a trailing slash.
+    pub elbv2_endpoint: String,
+}
+
+/// The configuration as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    region: Option<String>,
+    cluster_id: Option<String>,
+    #[serde(default)]
+    endpoints: RawEndpoints,
+}
+
+/// `endpoints`: where to send each service's requests instead of its regional endpoint (a
+/// VPC endpoint, a test server).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEndpoints {
+    ec2: Option<String>,
+    elasticloadbalancing: Option<String>,
+}
+
+impl Config {
+    /// The configuration given to this provider version.
+    pub fn load() -> Result<Config, Error> {
+        Config::parse(wasm_ccm_sdk::config::raw())
+    }
+
+    /// Parse and validate configuration bytes; no configuration at all lacks `region`.
+    pub fn parse(bytes: Option<Vec<u8>>) -> Result<Config, Error> {
+        let raw: RawConfig = bytes
+            .map(|bytes| {
+                serde_json::from_slice(&bytes)
+                    .map_err(|err| invalid(format_args!("not valid JSON for this provider: {err}")))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let region = required(raw.region, "region")?;
+        if !is_name(&region) {
+            return Err(invalid(format_args!(
+                "\"region\" must be a region name such as us-east-1, got {region:?}"
+            )));
+        }
+        let cluster_id = required(raw.cluster_id, "cluster_id")?;
+        if cluster_id.contains(['/', '=', ',']) || cluster_id.len() > 100 {
+            return Err(invalid(format_args!(
+                "\"cluster_id\" must be a tag-key suffix without '/', '=' or ',' (at most 100 \
+                 characters), got {cluster_id:?}"
+            )));
+        }
+        let endpoint = |given: Option<String>, field: &str, service: &str| match given {
+            Some(url) => validated_url(&url, field),
+            None => Ok(regional_endpoint(service, &region)),
+        };
+        Ok(Config {
+            ec2_endpoint: endpoint(raw.endpoints.ec2, "endpoints.ec2", "ec2")?,
+            elbv2_endpoint: endpoint(
+                raw.endpoints.elasticloadbalancing,
+                "endpoints.elasticloadbalancing",
+                "elasticloadbalancing",
+            )?,
+            region,
+            cluster_id,
+        })
+    }
+
+    /// `kubernetes.io/cluster/<cluster_id>`, the tag that marks the cluster's resources.
+    pub fn cluster_tag(&self) -> String {
+        format!("{CLUSTER_TAG_PREFIX}{}", self.cluster_id)
+    }
+}
+
+/// The prefix of every cluster's ownership tag.
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+
+fn invalid(detail: std::fmt::Arguments<'_>) -> Error {
+    Error::other(format!("aws cloud config: {detail}"))
+}
+
+fn required(value: Option<String>, field: &str) -> Result<String, Error> {
+    value.filter(|value| !value.is_empty()).ok_or_else(|| {
+        invalid(format_args!(
+            "\"{field}\" is required (set it in the file given as --cloud-config)"
+        ))
+    })
+}
+
+/// Lowercase letters, digits and dashes: region names and resource IDs.
+fn is_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// `https://SERVICE.REGION.amazonaws.com`, `.amazonaws.com.cn` in the China regions.
+fn regional_endpoint(service: &str, region: &str) -> String {
+    let suffix = if region.starts_with("cn-") {
+        "amazonaws.com.cn"
+    } else {
+        "amazonaws.com"
+    };
+    format!("https://{service}.{region}.{suffix}")
+}
+
+/// `url` without trailing slashes if it is an absolute `http(s)://host[:port]` URL.
+fn validated_url(url: &str, field: &str) -> Result<String, Error> {
+    let fail = || {
+        invalid(format_args!(
+            "\"{field}\" must be an http:// or https:// URL without path or query, got {url:?}"
+        ))
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(fail)?;
+    let rest = rest.trim_end_matches('/');
+    let http = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    if !http || rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err(fail());
+    }
+    Ok(format!("{scheme}://{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Config, String> {
+        Config::parse(Some(json.as_bytes().to_vec())).map_err(|err| match err {
+            Error::Other(message) => message,
+            other => panic!("unexpected {other:?}"),
+        })
+    }
+
+    #[test]
+    fn endpoints_default_to_the_regional_ones() {
+        let config = parse(r#"{"region":"cn-north-1","cluster_id":"c1"}"#).unwrap();
+        assert_eq!(
+            config.ec2_endpoint,
+            "https://ec2.cn-north-1.amazonaws.com.cn"
+        );
+        assert_eq!(
+            config.elbv2_endpoint,
+            "https://elasticloadbalancing.cn-north-1.amazonaws.com.cn"
+        );
+        assert_eq!(config.cluster_tag(), "kubernetes.io/cluster/c1");
+    }
+
+    #[test]
+    fn given_endpoints_are_used_as_written() {
+        let config = parse(
+            r#"{"region":"us-east-1","cluster_id":"c1","endpoints":{"ec2":"http://127.0.0.1:5000/","elasticloadbalancing":"http://127.0.0.1:5000"}}"#,
+        )
+        .unwrap();
+        assert_eq!(config.ec2_endpoint, "http://127.0.0.1:5000");
+        assert_eq!(config.elbv2_endpoint, "http://127.0.0.1:5000");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        for (json, field) in [
+            ("{}", "\"region\" is required"),
+            (r#"{"region":"us-east-1"}"#, "\"cluster_id\" is required"),
+            (r#"{"region":"US East","cluster_id":"c"}"#, "\"region\""),
+            (
+                r#"{"region":"us-east-1","cluster_id":"a/b"}"#,
+                "\"cluster_id\"",
+            ),
+            (
+                r#"{"region":"us-east-1","cluster_id":"c","endpoints":{"ec2":"ftp://x"}}"#,
+                "\"endpoints.ec2\"",
+            ),
+            (
+                r#"{"region":"us-east-1","cluster_id":"c","endpoints":{"s3":"http://x"}}"#,
+                "unknown field `s3`",
+            ),
+        ] {
+            let message = parse(json).unwrap_err();
+            assert!(message.contains(field), "{json}: {message}");
+            assert!(message.starts_with("aws cloud config: "), "{message}");
+        }
+        assert!(Config::parse(None).is_err());
+    }
+}

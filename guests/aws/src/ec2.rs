@@ -1,0 +1,208 @@
+//! EC2 as typed calls: instances, availability zones, route tables, subnets and security
+//! groups, read from the XML answers into the little this provider keeps of them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::query::{Aws, AwsError, Query, Service};
+use crate::xml::{Element, tags};
+
+/// The instance states a node can still be behind (all but `terminated`).
+pub const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// An instance, as much as this provider reads of it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    /// `pending`, `running`, `shutting-down`, `terminated`, `stopping` or `stopped`; empty
+    /// when AWS gave none.
+    pub state: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub vpc_id: String,
+    /// The primary private IPv4 address.
+    pub private_ip: String,
+    pub public_ip: String,
+    pub private_dns: String,
+    pub public_dns: String,
+    /// The private IPv4 addresses of its in-use network interfaces, by device index.
+    pub interface_ips: Vec<String>,
+    /// The IDs of its security groups.
+    pub security_groups: Vec<String>,
+    /// Whether it carries the cluster's tag.
+    pub in_cluster: bool,
+}
+
+impl Instance {
+    /// Read an `instancesSet` item; `cluster_tag` decides [`Instance::in_cluster`].
+    fn read(item: roxmltree::Node<'_, '_>, cluster_tag: &str) -> Instance {
+        let mut interfaces: Vec<(u32, Vec<String>)> = item
+            .list("networkInterfaceSet")
+            .into_iter()
+            .filter(|eni| eni.text_of("status") == Some("in-use"))
+            .map(|eni| {
+                let index = eni
+                    .child("attachment")
+                    .and_then(|attachment| attachment.text_of("deviceIndex"))
+                    .and_then(|index| index.parse().ok())
+                    .unwrap_or(u32::MAX);
+                let ips = eni
+                    .list("privateIpAddressesSet")
+                    .iter()
+                    .filter_map(|ip| ip.text_of("privateIpAddress"))
+                    .map(str::to_string)
+                    .collect();
+                (index, ips)
+            })
+            .collect();
+        interfaces.sort_by_key(|(index, _)| *index);
+        Instance {
+            id: item.string("instanceId"),
+            state: item
+                .child("instanceState")
+                .map(|state| state.string("name"))
+                .unwrap_or_default(),
+            instance_type: item.string("instanceType"),
+            zone: item
+                .child("placement")
+                .map(|placement| placement.string("availabilityZone"))
+                .unwrap_or_default(),
+            vpc_id: item.string("vpcId"),
+            private_ip: item.string("privateIpAddress"),
+            public_ip: item.string("ipAddress"),
+            private_dns: item.string("privateDnsName"),
+            public_dns: item.string("dnsName"),
+            interface_ips: interfaces.into_iter().flat_map(|(_, ips)| ips).collect(),
+            security_groups: item
+                .list("groupSet")
+                .iter()
+                .map(|group| group.string("groupId"))
+                .collect(),
+            in_cluster: tags(&item, "tagSet")
+                .iter()
+                .any(|(key, _)| key == cluster_tag),
+        }
+    }
+}
+
+/// The instances of a `DescribeInstances` answer page.
+fn instances_of(root: roxmltree::Node<'_, '_>, cluster_tag: &str) -> Vec<Instance> {
+    root.list("reservationSet")
+        .into_iter()
+        .flat_map(|reservation| reservation.list("instancesSet"))
+        .map(|item| Instance::read(item, cluster_tag))
+        .collect()
+}
+
+/// `DescribeInstances` with `query`'s filters or IDs, every page.
+pub fn describe_instances(
+    aws: &Aws,
+    query: Query,
+    cluster_tag: &str,
+) -> Result<Vec<Instance>, AwsError> {
+    let mut instances = Vec::new();
+    aws.pages(Service::Ec2, query, |root| {
+        instances.extend(instances_of(root, cluster_tag));
+        Ok(())
+    })?;
+    Ok(instances)
+}
+
+/// `DescribeAvailabilityZones`: (zone name, zone ID) of the region's zones.
+pub fn zone_ids(aws: &Aws) -> Result<Vec<(String, String)>, AwsError> {
+    let query = Query::new("DescribeAvailabilityZones");
+    let body = aws.call(Service::Ec2, &query)?;
+    let document = crate::query::parse(query.action(), &body)?;
+    Ok(document
+        .root_element()
+        .list("availabilityZoneInfo")
+        .iter()
+        .map(|zone| (zone.string("zoneName"), zone.string("zoneId")))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An instance as real EC2 describes it (trimmed): two network interfaces listed out of
+    /// device order, one of them detaching.
+    const DESCRIBE_INSTANCES: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>8f7724cf-496f-496e-8fe3-example</requestId>
+    <reservationSet>
+        <item>
+            <reservationId>r-1234567890abcdef0</reservationId>
+            <instancesSet>
+                <item>
+                    <instanceId>i-1234567890abcdef0</instanceId>
+                    <imageId>ami-bff32ccc</imageId>
+                    <instanceState><code>16</code><name>running</name></instanceState>
+                    <privateDnsName>ip-192-168-1-88.eu-west-1.compute.internal</privateDnsName>
+                    <dnsName>ec2-54-194-252-215.eu-west-1.compute.amazonaws.com</dnsName>
+                    <instanceType>t2.micro</instanceType>
+                    <placement><availabilityZone>eu-west-1c</availabilityZone><tenancy>default</tenancy></placement>
+                    <subnetId>subnet-56f5f633</subnetId>
+                    <vpcId>vpc-11112222</vpcId>
+                    <privateIpAddress>192.168.1.88</privateIpAddress>
+                    <ipAddress>54.194.252.215</ipAddress>
+                    <sourceDestCheck>true</sourceDestCheck>
+                    <groupSet><item><groupId>sg-e4076980</groupId><groupName>SecurityGroup1</groupName></item></groupSet>
+                    <networkInterfaceSet>
+                        <item>
+                            <networkInterfaceId>eni-2</networkInterfaceId>
+                            <status>in-use</status>
+                            <attachment><attachmentId>eni-attach-2</attachmentId><deviceIndex>1</deviceIndex><status>attached</status></attachment>
+                            <privateIpAddressesSet><item><privateIpAddress>192.168.2.10</privateIpAddress><primary>true</primary></item></privateIpAddressesSet>
+                        </item>
+                        <item>
+                            <networkInterfaceId>eni-3</networkInterfaceId>
+                            <status>detaching</status>
+                            <attachment><attachmentId>eni-attach-3</attachmentId><deviceIndex>2</deviceIndex><status>detaching</status></attachment>
+                            <privateIpAddressesSet><item><privateIpAddress>192.168.3.10</privateIpAddress><primary>true</primary></item></privateIpAddressesSet>
+                        </item>
+                        <item>
+                            <networkInterfaceId>eni-1</networkInterfaceId>
+                            <status>in-use</status>
+                            <attachment><attachmentId>eni-attach-1</attachmentId><deviceIndex>0</deviceIndex><status>attached</status></attachment>
+                            <privateIpAddressesSet>
+                                <item><privateIpAddress>192.168.1.88</privateIpAddress><primary>true</primary></item>
+                                <item><privateIpAddress>192.168.1.89</privateIpAddress><primary>false</primary></item>
+                            </privateIpAddressesSet>
+                        </item>
+                    </networkInterfaceSet>
+                    <tagSet><item><key>kubernetes.io/cluster/c1</key><value>owned</value></item></tagSet>
+                </item>
+            </instancesSet>
+        </item>
+    </reservationSet>
+</DescribeInstancesResponse>"#;
+
+    #[test]
+    fn an_instance_is_read_with_its_interfaces_in_device_order() {
+        let document = roxmltree::Document::parse(DESCRIBE_INSTANCES).unwrap();
+        let instances = instances_of(document.root_element(), "kubernetes.io/cluster/c1");
+        assert_eq!(
+            instances,
+            [Instance {
+                id: "i-1234567890abcdef0".into(),
+                state: "running".into(),
+                instance_type: "t2.micro".into(),
+                zone: "eu-west-1c".into(),
+                vpc_id: "vpc-11112222".into(),
+                private_ip: "192.168.1.88".into(),
+                public_ip: "54.194.252.215".into(),
+                private_dns: "ip-192-168-1-88.eu-west-1.compute.internal".into(),
+                public_dns: "ec2-54-194-252-215.eu-west-1.compute.amazonaws.com".into(),
+                interface_ips: vec![
+                    "192.168.1.88".into(),
+                    "192.168.1.89".into(),
+                    "192.168.2.10".into()
+                ],
+                security_groups: vec!["sg-e4076980".into()],
+                in_cluster: true,
+            }]
+        );
+        let other = instances_of(document.root_element(), "kubernetes.io/cluster/c2");
+        assert!(!other[0].in_cluster);
+    }
+}

@@ -1,0 +1,76 @@
+//! `aws`: the wasm-ccm provider for Amazon Web Services (EC2 instances, VPC routes), after
+//! `kubernetes/cloud-provider-aws`. This file owns the provider's identity (`init` and its
+//! capabilities) and the component export; each contract interface lives in its own module.
+//!
+//! The provider holds no AWS keys. It sends Query API requests (form `POST`s) to the
+//! endpoints of its configuration; the host's egress gate signs them (SigV4) with keys the
+//! provider never sees.
+//!
+//! # Cloud config
+//!
+//! `--cloud-config` is JSON:
+//!
+//! ```json
+//! {"region": "us-east-1", "cluster_id": "prod",
+//!  "endpoints": {"ec2": "https://vpce-….ec2.us-east-1.vpce.amazonaws.com",
+//!                "elasticloadbalancing": "https://…"}}
+//! ```
+//!
+//! - `region` (required): the region every request goes to.
+//! - `cluster_id` (required): the cluster's resources carry the tag
+//!   `kubernetes.io/cluster/<cluster_id>`.
+//! - `endpoints`: where each service's requests go instead of `https://SERVICE.REGION.amazonaws.com`
+//!   (`.amazonaws.com.cn` in `cn-` regions): a VPC endpoint, a test server.
+//!
+//! Unknown fields are refused; every error names the field.
+
+mod config;
+mod ec2;
+mod instances;
+mod query;
+mod xml;
+
+use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
+
+use crate::config::Config;
+use crate::query::Aws;
+
+/// The provider: every contract interface is implemented on this type.
+struct AwsProvider;
+
+/// This provider version's configuration and a client for its endpoints.
+fn load() -> Result<(Config, Aws), Error> {
+    let config = Config::load()?;
+    let aws = Aws::new(&config);
+    Ok((config, aws))
+}
+
+impl wasm_ccm_sdk::Provider for AwsProvider {
+    fn init(config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
+        let config = Config::parse(config)?;
+        wasm_ccm_sdk::info!(
+            "aws provider for cluster {} in {} (EC2 at {}, ELBv2 at {})",
+            config.cluster_id,
+            config.region,
+            config.ec2_endpoint,
+            config.elbv2_endpoint
+        );
+        Ok(Capabilities {
+            name: "aws".into(),
+            instances: true,
+            load_balancer: false,
+            routes: false,
+            has_cluster_id: true,
+            // Nodes are found by provider ID and name: no label or annotation is read.
+            node_metadata: Some(NodeMetadataKeys {
+                labels: vec![],
+                annotations: vec![],
+            }),
+        })
+    }
+}
+
+impl wasm_ccm_sdk::LoadBalancers for AwsProvider {}
+impl wasm_ccm_sdk::Routes for AwsProvider {}
+
+export_provider!(AwsProvider);

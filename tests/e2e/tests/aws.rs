@@ -1,0 +1,532 @@
+//! The AWS provider (`guests/aws`, the real component) against moto with signature checking
+//! on: every request it makes is signed by the host's egress gate with the seeded user's
+//! keys, and moto recomputes every signature. The VPC, subnets and instances are seeded
+//! through moto's own EC2 API; each test checks what the provider answers and what moto
+//! holds afterwards. Where moto differs from AWS, the guest's unit tests read recorded AWS
+//! answers instead.
+
+use std::sync::{Arc, Mutex};
+
+use e2e::moto::{Front, Moto, REGION, Seen};
+use e2e::{load, sandbox};
+use serde_json::json;
+use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress};
+use wasm_ccm_host::egress::{AwsKeys, CredentialRule, EgressConfig, HostPattern, SigV4};
+use wasm_ccm_host::provider::{Provider, ProviderError};
+use wasm_ccm_host::sandbox::SandboxConfig;
+
+const CLUSTER_ID: &str = "c1";
+const CLUSTER_TAG: &str = "kubernetes.io/cluster/c1";
+const ZONE: &str = "us-east-1a";
+
+// ---- moto's side ----------------------------------------------------------------------------
+
+/// The first `<tag>…</tag>` of `xml`.
+fn field(xml: &str, tag: &str) -> String {
+    fields(xml, tag)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no <{tag}> in {xml}"))
+}
+
+/// Every `<tag>…</tag>` of `xml`, in order.
+fn fields(xml: &str, tag: &str) -> Vec<String> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    xml.split(&open)
+        .skip(1)
+        .filter_map(|rest| rest.split_once(&close).map(|(text, _)| text.to_string()))
+        .collect()
+}
+
+/// A VPC with one subnet in [`ZONE`], seeded in moto.
+struct Network {
+    subnet: String,
+}
+
+async fn ec2(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
+    let form = [&[("Action", action), ("Version", "2016-11-15")][..], params].concat();
+    moto.unchecked("ec2", &form).await
+}
+
+async fn network(moto: &Moto) -> Network {
+    let vpc = field(
+        &ec2(moto, "CreateVpc", &[("CidrBlock", "10.0.0.0/16")]).await,
+        "vpcId",
+    );
+    let subnet = field(
+        &ec2(
+            moto,
+            "CreateSubnet",
+            &[
+                ("VpcId", &vpc),
+                ("CidrBlock", "10.0.1.0/24"),
+                ("AvailabilityZone", ZONE),
+            ],
+        )
+        .await,
+        "subnetId",
+    );
+    Network { subnet }
+}
+
+/// An instance in `network`'s subnet, with the cluster tag when `in_cluster`.
+async fn run_instance(moto: &Moto, network: &Network, in_cluster: bool) -> Instance {
+    let mut params = vec![
+        ("ImageId", "ami-12c6146b"),
+        ("MinCount", "1"),
+        ("MaxCount", "1"),
+        ("InstanceType", "m5.large"),
+        ("SubnetId", network.subnet.as_str()),
+    ];
+    if in_cluster {
+        params.extend([
+            ("TagSpecification.1.ResourceType", "instance"),
+            ("TagSpecification.1.Tag.1.Key", CLUSTER_TAG),
+            ("TagSpecification.1.Tag.1.Value", "owned"),
+        ]);
+    }
+    let id = field(&ec2(moto, "RunInstances", &params).await, "instanceId");
+    describe(moto, &id).await
+}
+
+/// An instance as moto describes it.
+struct Instance {
+    id: String,
+    private_dns: String,
+    private_ip: String,
+    public_ip: Option<String>,
+    public_dns: Option<String>,
+}
+
+async fn describe(moto: &Moto, id: &str) -> Instance {
+    let xml = ec2(moto, "DescribeInstances", &[("InstanceId.1", id)]).await;
+    let optional = |tag| {
+        fields(&xml, tag)
+            .into_iter()
+            .next()
+            .filter(|v| !v.is_empty())
+    };
+    Instance {
+        id: id.to_string(),
+        private_dns: field(&xml, "privateDnsName"),
+        private_ip: field(&xml, "privateIpAddress"),
+        public_ip: optional("ipAddress"),
+        public_dns: optional("dnsName"),
+    }
+}
+
+/// The zone ID moto gives [`ZONE`].
+async fn zone_id(moto: &Moto) -> String {
+    let xml = ec2(moto, "DescribeAvailabilityZones", &[("ZoneName.1", ZONE)]).await;
+    field(&xml, "zoneId")
+}
+
+// ---- the provider's side --------------------------------------------------------------------
+
+/// Egress reaching `url` only, signed for EC2 and ELBv2 with the seeded user's keys.
+fn egress(url: &str, keys: &tempfile::TempDir) -> EgressConfig {
+    let services = vec!["ec2".into(), "elasticloadbalancing".into()];
+    let sigv4 = SigV4::new(
+        Some(REGION.into()),
+        services,
+        AwsKeys::from_dir(keys.path()),
+    )
+    .unwrap();
+    let target: HostPattern = url.parse().unwrap();
+    EgressConfig {
+        allow: vec![target.clone()],
+        credentials: vec![CredentialRule::aws_sigv4(target, sigv4).unwrap()],
+        ..EgressConfig::default()
+    }
+}
+
+/// A directory holding the seeded user's keys, as a mounted Secret.
+fn keys(moto: &Moto) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), &moto.access_key_id).unwrap();
+    std::fs::write(
+        dir.path().join("AWS_SECRET_ACCESS_KEY"),
+        &moto.secret_access_key,
+    )
+    .unwrap();
+    dir
+}
+
+/// The cloud config pointing both services at `url`.
+fn config(url: &str) -> serde_json::Value {
+    json!({
+        "region": REGION,
+        "cluster_id": CLUSTER_ID,
+        "endpoints": {"ec2": url, "elasticloadbalancing": url},
+    })
+}
+
+/// The aws provider reaching moto at `url` (moto itself or a front), signed by the host.
+struct Aws {
+    provider: Provider,
+    _keys: tempfile::TempDir,
+}
+
+async fn aws_at(moto: &Moto, url: &str, config: serde_json::Value) -> Aws {
+    let keys = keys(moto);
+    let provider = load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::AWS,
+        egress(url, &keys),
+        Some(config.to_string().into_bytes()),
+    )
+    .await
+    .expect("the aws provider loads");
+    Aws {
+        provider,
+        _keys: keys,
+    }
+}
+
+/// A node the kubelet registered, not yet initialised.
+fn node_named(name: &str) -> Node {
+    Node {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        ..Node::default()
+    }
+}
+
+/// An initialised node of `instance`.
+fn node_of(instance: &Instance) -> Node {
+    Node {
+        provider_id: Some(format!("aws:///{ZONE}/{}", instance.id)),
+        ..node_named(&instance.private_dns)
+    }
+}
+
+/// `error` is a plain error whose message contains `text`.
+fn assert_plain(error: &ProviderError, text: &str) {
+    assert_eq!(error.outcome(), "error", "{error}");
+    assert!(error.to_string().contains(text), "{error}");
+}
+
+/// A front that records every request and forwards it, and the actions it saw.
+async fn recording(moto: &Moto) -> Front {
+    moto.front(Arc::new(|_| None)).await
+}
+
+/// The `Action` of each request `front` saw.
+fn actions(front: &Front) -> Vec<String> {
+    front.seen().iter().map(action).collect()
+}
+
+fn action(seen: &Seen) -> String {
+    let body = String::from_utf8_lossy(&seen.body);
+    body.split('&')
+        .find_map(|pair| pair.strip_prefix("Action="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+// ---- InstancesV2 ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_node_is_initialised_from_its_ec2_instance_found_by_private_dns_name() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let instance = run_instance(&moto, &network, true).await;
+    let zone_id = zone_id(&moto).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+
+    let node = node_named(&instance.private_dns);
+    let metadata = aws.provider.instance_metadata(&node).await.unwrap();
+    assert_eq!(
+        metadata.provider_id,
+        format!("aws:///{ZONE}/{}", instance.id)
+    );
+    assert_eq!(metadata.instance_type, "m5.large");
+    assert_eq!(metadata.zone, ZONE);
+    assert_eq!(metadata.region, REGION);
+    assert_eq!(
+        metadata.additional_labels,
+        [("topology.k8s.aws/zone-id".to_string(), zone_id)]
+    );
+    let mut expected = vec![NodeAddress {
+        kind: AddressKind::InternalIP,
+        address: instance.private_ip.clone(),
+    }];
+    expected.extend(instance.public_ip.iter().map(|ip| NodeAddress {
+        kind: AddressKind::ExternalIP,
+        address: ip.clone(),
+    }));
+    for kind in [AddressKind::InternalDNS, AddressKind::Hostname] {
+        expected.push(NodeAddress {
+            kind,
+            address: instance.private_dns.clone(),
+        });
+    }
+    expected.extend(instance.public_dns.iter().map(|dns| NodeAddress {
+        kind: AddressKind::ExternalDNS,
+        address: dns.clone(),
+    }));
+    assert_eq!(metadata.node_addresses, expected);
+
+    // Initialised, the node is found by its provider ID; a node named after its instance
+    // ID is found by it.
+    assert!(
+        aws.provider
+            .instance_exists(&node_of(&instance))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !aws.provider
+            .instance_shutdown(&node_of(&instance))
+            .await
+            .unwrap()
+    );
+    let by_id = aws
+        .provider
+        .instance_metadata(&node_named(&format!("{}.ec2.internal", instance.id)))
+        .await
+        .unwrap();
+    assert_eq!(by_id.provider_id, metadata.provider_id);
+}
+
+#[tokio::test]
+async fn an_instance_without_the_cluster_tag_is_not_found_by_name() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let outsider = run_instance(&moto, &network, false).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+
+    let error = aws
+        .provider
+        .instance_metadata(&node_named(&outsider.private_dns))
+        .await
+        .unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+    assert!(
+        !aws.provider
+            .instance_exists(&node_named(&outsider.private_dns))
+            .await
+            .unwrap()
+    );
+    // By provider ID, the tag does not matter (upstream's by-ID lookup does not check it).
+    assert!(
+        aws.provider
+            .instance_exists(&node_of(&outsider))
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn stopped_instances_exist_shut_down_and_terminated_ones_are_gone() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let stopped = run_instance(&moto, &network, true).await;
+    let terminated = run_instance(&moto, &network, true).await;
+    ec2(&moto, "StopInstances", &[("InstanceId.1", &stopped.id)]).await;
+    ec2(
+        &moto,
+        "TerminateInstances",
+        &[("InstanceId.1", &terminated.id)],
+    )
+    .await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+
+    let node = node_of(&stopped);
+    assert!(aws.provider.instance_exists(&node).await.unwrap());
+    assert!(aws.provider.instance_shutdown(&node).await.unwrap());
+    assert_eq!(
+        aws.provider
+            .instance_metadata(&node)
+            .await
+            .unwrap()
+            .provider_id,
+        format!("aws:///{ZONE}/{}", stopped.id)
+    );
+
+    let node = node_of(&terminated);
+    assert!(!aws.provider.instance_exists(&node).await.unwrap());
+    assert!(!aws.provider.instance_shutdown(&node).await.unwrap());
+    let error = aws.provider.instance_metadata(&node).await.unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+    // A terminated instance is not found by name either.
+    let error = aws
+        .provider
+        .instance_metadata(&node_named(&terminated.private_dns))
+        .await
+        .unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+
+    // An ID AWS never knew: moto answers InvalidInstanceID.NotFound.
+    let unknown = Node {
+        provider_id: Some(format!("aws:///{ZONE}/i-0123456789abcdef0")),
+        ..node_named("ghost")
+    };
+    assert!(!aws.provider.instance_exists(&unknown).await.unwrap());
+    let error = aws.provider.instance_shutdown(&unknown).await.unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+    let foreign = Node {
+        provider_id: Some("gce://project/zone/vm".into()),
+        ..node_named("foreign")
+    };
+    let error = aws.provider.instance_exists(&foreign).await.unwrap_err();
+    assert_plain(&error, "not aws:///ZONE/i-");
+}
+
+#[tokio::test]
+async fn the_metadata_of_many_nodes_costs_one_listing_of_the_cluster_and_one_of_the_zones() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(run_instance(&moto, &network, true).await);
+    }
+    let outsider = run_instance(&moto, &network, false).await;
+    let front = recording(&moto).await;
+    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+
+    for instance in &instances {
+        let metadata = aws
+            .provider
+            .instance_metadata(&node_of(instance))
+            .await
+            .unwrap();
+        assert!(metadata.provider_id.ends_with(&instance.id));
+        assert!(
+            aws.provider
+                .instance_exists(&node_of(instance))
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(
+        actions(&front),
+        ["DescribeInstances", "DescribeAvailabilityZones"]
+    );
+    let listing = String::from_utf8_lossy(&front.seen()[0].body).into_owned();
+    assert!(listing.contains("Filter.1.Name=tag-key"), "{listing}");
+
+    // An instance outside the listing is described alone, and then kept too.
+    assert!(
+        aws.provider
+            .instance_exists(&node_of(&outsider))
+            .await
+            .unwrap()
+    );
+    assert!(
+        aws.provider
+            .instance_exists(&node_of(&outsider))
+            .await
+            .unwrap()
+    );
+    let seen = front.seen();
+    assert_eq!(seen.len(), 3, "{:?}", actions(&front));
+    let alone = String::from_utf8_lossy(&seen[2].body).into_owned();
+    assert!(
+        alone.contains(&format!("InstanceId.1={}", outsider.id)),
+        "{alone}"
+    );
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/// A front answering every request with `status` and an AWS error body of `code`, counting
+/// the requests that reached it.
+async fn failing(moto: &Moto, status: u16, body: &'static str) -> (Front, Arc<Mutex<u32>>) {
+    let count = Arc::new(Mutex::new(0));
+    let counted = count.clone();
+    let front = moto
+        .front(Arc::new(move |_| {
+            *counted.lock().unwrap() += 1;
+            Some((status, body.to_string()))
+        }))
+        .await;
+    (front, count)
+}
+
+const THROTTLED: &str = "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>r-1</RequestID></Response>";
+const UNAUTHORIZED: &str = "<Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>You are not authorized to perform this operation.</Message></Error></Errors><RequestID>r-2</RequestID></Response>";
+
+#[tokio::test]
+async fn throttling_becomes_retry_after_and_holds_back_the_next_requests() {
+    let moto = Moto::start().await;
+    let (front, count) = failing(&moto, 503, THROTTLED).await;
+    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+    let node = node_named("ip-10-0-1-9.ec2.internal");
+
+    let first = aws.provider.instance_metadata(&node).await.unwrap_err();
+    assert_eq!(
+        first.retry_after(),
+        Some(std::time::Duration::from_secs(1)),
+        "{first}"
+    );
+    assert!(
+        first.to_string().contains("RequestLimitExceeded"),
+        "{first}"
+    );
+    // While the back-off lasts, no request is sent: the next call waits it out.
+    let second = aws.provider.instance_metadata(&node).await.unwrap_err();
+    assert!(second.retry_after().is_some(), "{second}");
+    assert!(second.to_string().contains("throttling"), "{second}");
+    assert_eq!(*count.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_denied_action_is_a_plain_error_naming_the_code_and_the_permission() {
+    let moto = Moto::start().await;
+    let (front, _) = failing(&moto, 403, UNAUTHORIZED).await;
+    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+    let error = aws
+        .provider
+        .instance_exists(&node_named("ip-10-0-1-9.ec2.internal"))
+        .await
+        .unwrap_err();
+    assert_plain(&error, "UnauthorizedOperation");
+    assert_plain(&error, "ec2:DescribeInstances");
+}
+
+#[tokio::test]
+async fn a_wrong_secret_is_refused_by_moto_and_reported_as_a_credential_error() {
+    let moto = Moto::start().await;
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("AWS_ACCESS_KEY_ID"), &moto.access_key_id).unwrap();
+    std::fs::write(keys.path().join("AWS_SECRET_ACCESS_KEY"), "not-the-secret").unwrap();
+    let provider = load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::AWS,
+        egress(moto.url(), &keys),
+        Some(config(moto.url()).to_string().into_bytes()),
+    )
+    .await
+    .unwrap();
+    let error = provider
+        .instance_exists(&node_named("ip-10-0-1-9.ec2.internal"))
+        .await
+        .unwrap_err();
+    assert_plain(&error, "(AuthFailure)");
+}
+
+#[tokio::test]
+async fn a_bad_cloud_config_is_refused_at_load_naming_the_field() {
+    let moto = Moto::start().await;
+    let keys = keys(&moto);
+    for (config, field) in [
+        (json!({"cluster_id": "c1"}), "\"region\" is required"),
+        (json!({"region": REGION}), "\"cluster_id\" is required"),
+        (
+            json!({"region": REGION, "cluster_id": "c1", "endpoints": {"ec2": "ec2.local"}}),
+            "\"endpoints.ec2\"",
+        ),
+    ] {
+        let error = load(
+            &sandbox(SandboxConfig::default()),
+            guest_builds::AWS,
+            egress(moto.url(), &keys),
+            Some(config.to_string().into_bytes()),
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{config} loaded"));
+        assert!(error.to_string().contains(field), "{config}: {error}");
+    }
+}
