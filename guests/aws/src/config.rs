@@ -1,6 +1,7 @@
 //! The cloud configuration (`--cloud-config`, JSON): the region, the cluster's ID (its
-//! `kubernetes.io/cluster/<id>` tag) and optional endpoints per service. Parsed and validated
-//! by `init`, re-read by every call; every error names the field.
+//! `kubernetes.io/cluster/<id>` tag), the VPC, an optional route table and optional endpoints
+//! per service. Parsed and validated by `init`, re-read by every call; every error names the
+//! field.
 
 use serde::Deserialize;
 use wasm_ccm_sdk::Error;
@@ -12,6 +13,10 @@ pub struct Config {
     pub region: String,
     /// The cluster ID: resources tagged `kubernetes.io/cluster/<cluster_id>` belong to it.
     pub cluster_id: String,
+    /// The cluster's VPC: the tagged route table is looked for in it.
+    pub vpc_id: Option<String>,
+    /// The route table for pod routes; without it, the one table with the cluster tag.
+    pub route_table_id: Option<String>,
     /// EC2's endpoint, without a trailing slash.
     pub ec2_endpoint: String,
     /// ELBv2's endpoint, without a trailing slash.
@@ -24,6 +29,8 @@ pub struct Config {
 struct RawConfig {
     region: Option<String>,
     cluster_id: Option<String>,
+    vpc_id: Option<String>,
+    route_table_id: Option<String>,
     #[serde(default)]
     endpoints: RawEndpoints,
 }
@@ -65,6 +72,8 @@ impl Config {
                  characters), got {cluster_id:?}"
             )));
         }
+        let vpc_id = prefixed(raw.vpc_id, "vpc_id", "vpc-")?;
+        let route_table_id = prefixed(raw.route_table_id, "route_table_id", "rtb-")?;
         let endpoint = |given: Option<String>, field: &str, service: &str| match given {
             Some(url) => validated_url(&url, field),
             None => Ok(regional_endpoint(service, &region)),
@@ -78,6 +87,8 @@ impl Config {
             )?,
             region,
             cluster_id,
+            vpc_id,
+            route_table_id,
         })
     }
 
@@ -100,6 +111,16 @@ fn required(value: Option<String>, field: &str) -> Result<String, Error> {
             "\"{field}\" is required (set it in the file given as --cloud-config)"
         ))
     })
+}
+
+/// `value`, if given, must start with `prefix` (`vpc-`, `rtb-`).
+fn prefixed(value: Option<String>, field: &str, prefix: &str) -> Result<Option<String>, Error> {
+    match value {
+        Some(id) if !id.starts_with(prefix) || !is_name(&id) => Err(invalid(format_args!(
+            "\"{field}\" must be an ID starting with {prefix}, got {id:?}"
+        ))),
+        other => Ok(other),
+    }
 }
 
 /// Lowercase letters, digits and dashes: region names and resource IDs.
@@ -180,6 +201,14 @@ mod tests {
             (
                 r#"{"region":"us-east-1","cluster_id":"a/b"}"#,
                 "\"cluster_id\"",
+            ),
+            (
+                r#"{"region":"us-east-1","cluster_id":"c","vpc_id":"subnet-1"}"#,
+                "\"vpc_id\"",
+            ),
+            (
+                r#"{"region":"us-east-1","cluster_id":"c","route_table_id":"vpc-1"}"#,
+                "\"route_table_id\"",
             ),
             (
                 r#"{"region":"us-east-1","cluster_id":"c","endpoints":{"ec2":"ftp://x"}}"#,

@@ -120,8 +120,56 @@ pub fn zone_ids(aws: &Aws) -> Result<Vec<(String, String)>, AwsError> {
         .collect())
 }
 
+/// A route table and its IPv4 routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteTable {
+    pub id: String,
+    pub routes: Vec<TableRoute>,
+}
+
+/// One IPv4 route of a [`RouteTable`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableRoute {
+    pub destination_cidr: String,
+    /// The instance it sends traffic to, if it targets one.
+    pub instance_id: Option<String>,
+    /// `active` or `blackhole` (its target is gone).
+    pub state: String,
+}
+
+/// The route tables of a `DescribeRouteTables` answer page.
+pub(crate) fn route_tables_of(root: roxmltree::Node<'_, '_>) -> Vec<RouteTable> {
+    root.list("routeTableSet")
+        .iter()
+        .map(|table| RouteTable {
+            id: table.string("routeTableId"),
+            routes: table
+                .list("routeSet")
+                .iter()
+                .filter_map(|route| {
+                    Some(TableRoute {
+                        destination_cidr: route.text_of("destinationCidrBlock")?.to_string(),
+                        instance_id: route.text_of("instanceId").map(str::to_string),
+                        state: route.string("state"),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `DescribeRouteTables` with `query`'s filters or IDs, every page.
+pub fn describe_route_tables(aws: &Aws, query: Query) -> Result<Vec<RouteTable>, AwsError> {
+    let mut tables = Vec::new();
+    aws.pages(Service::Ec2, query, |root| {
+        tables.extend(route_tables_of(root));
+        Ok(())
+    })?;
+    Ok(tables)
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An instance as real EC2 describes it (trimmed): two network interfaces listed out of
@@ -204,5 +252,82 @@ mod tests {
         );
         let other = instances_of(document.root_element(), "kubernetes.io/cluster/c2");
         assert!(!other[0].in_cluster);
+    }
+
+    /// A real `DescribeRouteTables` answer (trimmed): the local route, a pod route to an
+    /// instance, one whose instance is gone (moto never reports `blackhole`), and an IPv6
+    /// route, which has no IPv4 destination.
+    pub const DESCRIBE_ROUTE_TABLES: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeRouteTablesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+   <requestId>6f570b0b-9c18-4b07-befb-0123456789ab</requestId>
+   <routeTableSet>
+      <item>
+         <routeTableId>rtb-0a1b2c3d4e5f60718</routeTableId>
+         <vpcId>vpc-0a1b2c3d</vpcId>
+         <ownerId>123456789012</ownerId>
+         <routeSet>
+            <item>
+               <destinationCidrBlock>10.0.0.0/16</destinationCidrBlock>
+               <gatewayId>local</gatewayId>
+               <state>active</state>
+               <origin>CreateRouteTable</origin>
+            </item>
+            <item>
+               <destinationCidrBlock>10.244.1.0/24</destinationCidrBlock>
+               <instanceId>i-0aaaaaaaaaaaaaaa1</instanceId>
+               <instanceOwnerId>123456789012</instanceOwnerId>
+               <networkInterfaceId>eni-0aaaaaaaaaaaaaaa1</networkInterfaceId>
+               <state>active</state>
+               <origin>CreateRoute</origin>
+            </item>
+            <item>
+               <destinationCidrBlock>10.244.2.0/24</destinationCidrBlock>
+               <instanceId>i-0bbbbbbbbbbbbbbb2</instanceId>
+               <instanceOwnerId>123456789012</instanceOwnerId>
+               <networkInterfaceId>eni-0bbbbbbbbbbbbbbb2</networkInterfaceId>
+               <state>blackhole</state>
+               <origin>CreateRoute</origin>
+            </item>
+            <item>
+               <destinationIpv6CidrBlock>2600:1f18::/56</destinationIpv6CidrBlock>
+               <gatewayId>local</gatewayId>
+               <state>active</state>
+               <origin>CreateRouteTable</origin>
+            </item>
+         </routeSet>
+         <associationSet/>
+         <propagatingVgwSet/>
+         <tagSet>
+            <item><key>kubernetes.io/cluster/c1</key><value>owned</value></item>
+         </tagSet>
+      </item>
+   </routeTableSet>
+</DescribeRouteTablesResponse>"#;
+
+    #[test]
+    fn route_tables_are_read_with_their_ipv4_routes_and_states() {
+        let document = roxmltree::Document::parse(DESCRIBE_ROUTE_TABLES).unwrap();
+        let tables = route_tables_of(document.root_element());
+        assert_eq!(tables.len(), 1);
+        assert_eq!(tables[0].id, "rtb-0a1b2c3d4e5f60718");
+        let routes: Vec<(&str, Option<&str>, &str)> = tables[0]
+            .routes
+            .iter()
+            .map(|r| {
+                (
+                    r.destination_cidr.as_str(),
+                    r.instance_id.as_deref(),
+                    r.state.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                ("10.0.0.0/16", None, "active"),
+                ("10.244.1.0/24", Some("i-0aaaaaaaaaaaaaaa1"), "active"),
+                ("10.244.2.0/24", Some("i-0bbbbbbbbbbbbbbb2"), "blackhole"),
+            ]
+        );
     }
 }

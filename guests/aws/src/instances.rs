@@ -97,13 +97,19 @@ fn find(config: &Config, aws: &Aws, node: &Node) -> Result<Option<Instance>, Err
             })?;
             by_id(config, aws, id)
         }
-        // Upstream: a node named after its instance (`i-…`, maybe with a domain).
-        None if node.name.starts_with("i-") => {
-            let id = node.name.split('.').next().unwrap_or_default();
-            by_id(config, aws, id)
-        }
-        None => by_private_dns_name(config, aws, &node.name),
+        None => by_node_name(config, aws, &node.name),
     }
+}
+
+/// The instance of the node named `name`: upstream's mapping, a name starting `i-` (maybe
+/// with a domain) is the instance's ID, any other the private DNS name of a non-terminated
+/// instance of the cluster.
+pub fn by_node_name(config: &Config, aws: &Aws, name: &str) -> Result<Option<Instance>, Error> {
+    if name.starts_with("i-") {
+        let id = name.split('.').next().unwrap_or_default();
+        return by_id(config, aws, id);
+    }
+    by_private_dns_name(config, aws, name)
 }
 
 /// The instance behind `node`; absence is `not-found`.

@@ -11,7 +11,8 @@
 //! `--cloud-config` is JSON:
 //!
 //! ```json
-//! {"region": "us-east-1", "cluster_id": "prod",
+//! {"region": "us-east-1", "cluster_id": "prod", "vpc_id": "vpc-0abc",
+//!  "route_table_id": "rtb-0abc",
 //!  "endpoints": {"ec2": "https://vpce-….ec2.us-east-1.vpce.amazonaws.com",
 //!                "elasticloadbalancing": "https://…"}}
 //! ```
@@ -19,6 +20,9 @@
 //! - `region` (required): the region every request goes to.
 //! - `cluster_id` (required): the cluster's resources carry the tag
 //!   `kubernetes.io/cluster/<cluster_id>`.
+//! - `vpc_id`: the cluster's VPC.
+//! - `route_table_id`: the route table for pod routes; without it, the one table carrying
+//!   the cluster tag (in `vpc_id`, when set).
 //! - `endpoints`: where each service's requests go instead of `https://SERVICE.REGION.amazonaws.com`
 //!   (`.amazonaws.com.cn` in `cn-` regions): a VPC endpoint, a test server.
 //!
@@ -28,6 +32,7 @@ mod config;
 mod ec2;
 mod instances;
 mod query;
+mod routes;
 mod xml;
 
 use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
@@ -59,7 +64,7 @@ impl wasm_ccm_sdk::Provider for AwsProvider {
             name: "aws".into(),
             instances: true,
             load_balancer: false,
-            routes: false,
+            routes: true,
             has_cluster_id: true,
             // Nodes are found by provider ID and name: no label or annotation is read.
             node_metadata: Some(NodeMetadataKeys {
@@ -71,6 +76,5 @@ impl wasm_ccm_sdk::Provider for AwsProvider {
 }
 
 impl wasm_ccm_sdk::LoadBalancers for AwsProvider {}
-impl wasm_ccm_sdk::Routes for AwsProvider {}
 
 export_provider!(AwsProvider);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
 use serde_json::json;
-use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress};
+use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress, Route};
 use wasm_ccm_host::egress::{AwsKeys, CredentialRule, EgressConfig, HostPattern, SigV4};
 use wasm_ccm_host::provider::{Provider, ProviderError};
 use wasm_ccm_host::sandbox::SandboxConfig;
@@ -40,6 +40,7 @@ fn fields(xml: &str, tag: &str) -> Vec<String> {
 
 /// A VPC with one subnet in [`ZONE`], seeded in moto.
 struct Network {
+    vpc: String,
     subnet: String,
 }
 
@@ -66,7 +67,7 @@ async fn network(moto: &Moto) -> Network {
         .await,
         "subnetId",
     );
-    Network { subnet }
+    Network { vpc, subnet }
 }
 
 /// An instance in `network`'s subnet, with the cluster tag when `in_cluster`.
@@ -115,6 +116,43 @@ async fn describe(moto: &Moto, id: &str) -> Instance {
     }
 }
 
+/// A route table in `network`'s VPC, with the cluster tag when `in_cluster`.
+async fn route_table(moto: &Moto, network: &Network, in_cluster: bool) -> String {
+    let xml = ec2(moto, "CreateRouteTable", &[("VpcId", &network.vpc)]).await;
+    let id = field(&xml, "routeTableId");
+    if in_cluster {
+        let tag = [
+            ("ResourceId.1", id.as_str()),
+            ("Tag.1.Key", CLUSTER_TAG),
+            ("Tag.1.Value", "owned"),
+        ];
+        ec2(moto, "CreateTags", &tag).await;
+    }
+    id
+}
+
+/// The routes of table `id` as moto holds them: (destination, instance, state).
+async fn table_routes(moto: &Moto, id: &str) -> Vec<(String, String, String)> {
+    let xml = ec2(moto, "DescribeRouteTables", &[("RouteTableId.1", id)]).await;
+    let routes = xml
+        .split("<routeSet>")
+        .nth(1)
+        .and_then(|rest| rest.split("</routeSet>").next())
+        .expect("a routeSet");
+    routes
+        .split("<item>")
+        .skip(1)
+        .map(|route| {
+            let text = |tag| fields(route, tag).into_iter().next().unwrap_or_default();
+            (
+                text("destinationCidrBlock"),
+                text("instanceId"),
+                text("state"),
+            )
+        })
+        .collect()
+}
+
 /// The zone ID moto gives [`ZONE`].
 async fn zone_id(moto: &Moto) -> String {
     let xml = ec2(moto, "DescribeAvailabilityZones", &[("ZoneName.1", ZONE)]).await;
@@ -153,10 +191,11 @@ fn keys(moto: &Moto) -> tempfile::TempDir {
 }
 
 /// The cloud config pointing both services at `url`.
-fn config(url: &str) -> serde_json::Value {
+fn config(url: &str, network: &Network) -> serde_json::Value {
     json!({
         "region": REGION,
         "cluster_id": CLUSTER_ID,
+        "vpc_id": network.vpc,
         "endpoints": {"ec2": url, "elasticloadbalancing": url},
     })
 }
@@ -232,7 +271,7 @@ async fn a_node_is_initialised_from_its_ec2_instance_found_by_private_dns_name()
     let network = network(&moto).await;
     let instance = run_instance(&moto, &network, true).await;
     let zone_id = zone_id(&moto).await;
-    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
 
     let node = node_named(&instance.private_dns);
     let metadata = aws.provider.instance_metadata(&node).await.unwrap();
@@ -294,7 +333,7 @@ async fn an_instance_without_the_cluster_tag_is_not_found_by_name() {
     let moto = Moto::start().await;
     let network = network(&moto).await;
     let outsider = run_instance(&moto, &network, false).await;
-    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
 
     let error = aws
         .provider
@@ -330,7 +369,7 @@ async fn stopped_instances_exist_shut_down_and_terminated_ones_are_gone() {
         &[("InstanceId.1", &terminated.id)],
     )
     .await;
-    let aws = aws_at(&moto, moto.url(), config(moto.url())).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
 
     let node = node_of(&stopped);
     assert!(aws.provider.instance_exists(&node).await.unwrap());
@@ -383,7 +422,7 @@ async fn the_metadata_of_many_nodes_costs_one_listing_of_the_cluster_and_one_of_
     }
     let outsider = run_instance(&moto, &network, false).await;
     let front = recording(&moto).await;
-    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+    let aws = aws_at(&moto, front.url(), config(front.url(), &network)).await;
 
     for instance in &instances {
         let metadata = aws
@@ -428,6 +467,174 @@ async fn the_metadata_of_many_nodes_costs_one_listing_of_the_cluster_and_one_of_
     );
 }
 
+// ---- Routes --------------------------------------------------------------------------------
+
+/// A route for the contract: `cidr` via node `target`.
+fn route(target: &str, cidr: &str) -> Route {
+    Route {
+        target_node: target.into(),
+        destination_cidr: cidr.into(),
+        ..Route::default()
+    }
+}
+
+#[tokio::test]
+async fn pod_routes_are_created_listed_and_deleted_in_the_cluster_tagged_table() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let node = run_instance(&moto, &network, true).await;
+    route_table(&moto, &network, false).await;
+    let table = route_table(&moto, &network, true).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
+    let pod_cidr = "10.244.1.0/24";
+
+    let wanted = route(&node.private_dns, pod_cidr);
+    aws.provider
+        .create_route("kubernetes", "uid-1", &wanted)
+        .await
+        .unwrap();
+    let local = (
+        "10.0.0.0/16".to_string(),
+        String::new(),
+        "active".to_string(),
+    );
+    let routed = (pod_cidr.to_string(), node.id.clone(), "active".to_string());
+    assert_eq!(
+        table_routes(&moto, &table).await,
+        [local.clone(), routed.clone()]
+    );
+    let attribute = ec2(
+        &moto,
+        "DescribeInstanceAttribute",
+        &[("InstanceId", &node.id), ("Attribute", "sourceDestCheck")],
+    )
+    .await;
+    assert_eq!(
+        fields(
+            attribute.split("<sourceDestCheck>").nth(1).unwrap(),
+            "value"
+        ),
+        ["false"]
+    );
+
+    let listed = aws.provider.list_routes("kubernetes").await.unwrap();
+    assert_eq!(
+        listed,
+        [Route {
+            name: format!("kubernetes-{pod_cidr}"),
+            ..wanted.clone()
+        }]
+    );
+    // Creating it again changes nothing.
+    aws.provider
+        .create_route("kubernetes", "uid-1", &wanted)
+        .await
+        .unwrap();
+    assert_eq!(table_routes(&moto, &table).await, [local.clone(), routed]);
+
+    aws.provider
+        .delete_route("kubernetes", &listed[0])
+        .await
+        .unwrap();
+    assert_eq!(table_routes(&moto, &table).await, [local]);
+    // Deleting a route that is gone (InvalidRoute.NotFound) is done.
+    aws.provider
+        .delete_route("kubernetes", &listed[0])
+        .await
+        .unwrap();
+    assert!(
+        aws.provider
+            .list_routes("kubernetes")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_cidr_routed_to_another_node_or_to_no_node_is_refused() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let first = run_instance(&moto, &network, true).await;
+    let second = run_instance(&moto, &network, true).await;
+    let table = route_table(&moto, &network, true).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
+
+    let cidr = "10.244.7.0/24";
+    aws.provider
+        .create_route("kubernetes", "uid-1", &route(&first.private_dns, cidr))
+        .await
+        .unwrap();
+    let error = aws
+        .provider
+        .create_route("kubernetes", "uid-2", &route(&second.private_dns, cidr))
+        .await
+        .unwrap_err();
+    assert_plain(&error, &format!("already routes {cidr} to {}", first.id));
+    let error = aws
+        .provider
+        .create_route(
+            "kubernetes",
+            "uid-3",
+            &route("ip-10-9-9-9.ec2.internal", "10.244.8.0/24"),
+        )
+        .await
+        .unwrap_err();
+    assert!(error.is_not_found(), "{error}");
+    let error = aws
+        .provider
+        .create_route(
+            "kubernetes",
+            "uid-1",
+            &route(&first.private_dns, "fd00:10::/64"),
+        )
+        .await
+        .unwrap_err();
+    assert_plain(&error, "IPv6");
+    assert_eq!(table_routes(&moto, &table).await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_route_table_is_the_configured_one_or_the_only_tagged_one() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let node = run_instance(&moto, &network, true).await;
+    let untagged = route_table(&moto, &network, false).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
+    let error = aws.provider.list_routes("kubernetes").await.unwrap_err();
+    assert_plain(
+        &error,
+        &format!("no route table carries the tag {CLUSTER_TAG}"),
+    );
+
+    let first = route_table(&moto, &network, true).await;
+    let second = route_table(&moto, &network, true).await;
+    let error = aws.provider.list_routes("kubernetes").await.unwrap_err();
+    assert_plain(&error, "2 route tables carry the tag");
+    assert_plain(&error, &first);
+    assert_plain(&error, &second);
+
+    let mut configured = config(moto.url(), &network);
+    configured["route_table_id"] = json!(untagged);
+    let aws = aws_at(&moto, moto.url(), configured).await;
+    aws.provider
+        .create_route(
+            "kubernetes",
+            "uid-1",
+            &route(&node.private_dns, "10.244.3.0/24"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(table_routes(&moto, &untagged).await.len(), 2);
+    assert_eq!(table_routes(&moto, &first).await.len(), 1);
+
+    let mut missing = config(moto.url(), &network);
+    missing["route_table_id"] = json!("rtb-0123456789abcdef0");
+    let aws = aws_at(&moto, moto.url(), missing).await;
+    let error = aws.provider.list_routes("kubernetes").await.unwrap_err();
+    assert_plain(&error, "\"route_table_id\" does not exist");
+}
+
 // ---- errors ---------------------------------------------------------------------------------
 
 /// A front answering every request with `status` and an AWS error body of `code`, counting
@@ -450,8 +657,9 @@ const UNAUTHORIZED: &str = "<Response><Errors><Error><Code>UnauthorizedOperation
 #[tokio::test]
 async fn throttling_becomes_retry_after_and_holds_back_the_next_requests() {
     let moto = Moto::start().await;
+    let network = network(&moto).await;
     let (front, count) = failing(&moto, 503, THROTTLED).await;
-    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+    let aws = aws_at(&moto, front.url(), config(front.url(), &network)).await;
     let node = node_named("ip-10-0-1-9.ec2.internal");
 
     let first = aws.provider.instance_metadata(&node).await.unwrap_err();
@@ -474,8 +682,9 @@ async fn throttling_becomes_retry_after_and_holds_back_the_next_requests() {
 #[tokio::test]
 async fn a_denied_action_is_a_plain_error_naming_the_code_and_the_permission() {
     let moto = Moto::start().await;
+    let network = network(&moto).await;
     let (front, _) = failing(&moto, 403, UNAUTHORIZED).await;
-    let aws = aws_at(&moto, front.url(), config(front.url())).await;
+    let aws = aws_at(&moto, front.url(), config(front.url(), &network)).await;
     let error = aws
         .provider
         .instance_exists(&node_named("ip-10-0-1-9.ec2.internal"))
@@ -488,6 +697,7 @@ async fn a_denied_action_is_a_plain_error_naming_the_code_and_the_permission() {
 #[tokio::test]
 async fn a_wrong_secret_is_refused_by_moto_and_reported_as_a_credential_error() {
     let moto = Moto::start().await;
+    let network = network(&moto).await;
     let keys = tempfile::tempdir().unwrap();
     std::fs::write(keys.path().join("AWS_ACCESS_KEY_ID"), &moto.access_key_id).unwrap();
     std::fs::write(keys.path().join("AWS_SECRET_ACCESS_KEY"), "not-the-secret").unwrap();
@@ -495,7 +705,7 @@ async fn a_wrong_secret_is_refused_by_moto_and_reported_as_a_credential_error() 
         &sandbox(SandboxConfig::default()),
         guest_builds::AWS,
         egress(moto.url(), &keys),
-        Some(config(moto.url()).to_string().into_bytes()),
+        Some(config(moto.url(), &network).to_string().into_bytes()),
     )
     .await
     .unwrap();
