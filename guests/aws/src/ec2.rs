@@ -120,11 +120,27 @@ pub fn zone_ids(aws: &Aws) -> Result<Vec<(String, String)>, AwsError> {
         .collect())
 }
 
-/// A route table and its IPv4 routes.
+/// A route table, its IPv4 routes and the subnets it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteTable {
     pub id: String,
     pub routes: Vec<TableRoute>,
+    /// The subnets explicitly associated with it.
+    pub subnets: Vec<String>,
+    /// Whether it is its VPC's main table (serving every subnet without an association).
+    pub main: bool,
+}
+
+impl RouteTable {
+    /// Whether it routes to an internet gateway: its subnets are public.
+    pub fn is_public(&self) -> bool {
+        self.routes.iter().any(|route| {
+            route
+                .gateway_id
+                .as_deref()
+                .is_some_and(|gateway| gateway.starts_with("igw-"))
+        })
+    }
 }
 
 /// One IPv4 route of a [`RouteTable`].
@@ -133,6 +149,8 @@ pub struct TableRoute {
     pub destination_cidr: String,
     /// The instance it sends traffic to, if it targets one.
     pub instance_id: Option<String>,
+    /// The gateway it sends traffic to (`local`, `igw-…`), if it targets one.
+    pub gateway_id: Option<String>,
     /// `active` or `blackhole` (its target is gone).
     pub state: String,
 }
@@ -150,12 +168,162 @@ pub(crate) fn route_tables_of(root: roxmltree::Node<'_, '_>) -> Vec<RouteTable> 
                     Some(TableRoute {
                         destination_cidr: route.text_of("destinationCidrBlock")?.to_string(),
                         instance_id: route.text_of("instanceId").map(str::to_string),
+                        gateway_id: route.text_of("gatewayId").map(str::to_string),
                         state: route.string("state"),
                     })
                 })
                 .collect(),
+            subnets: table
+                .list("associationSet")
+                .iter()
+                .filter_map(|association| association.text_of("subnetId"))
+                .map(str::to_string)
+                .collect(),
+            main: table
+                .list("associationSet")
+                .iter()
+                .any(|association| association.text_of("main") == Some("true")),
         })
         .collect()
+}
+
+/// A subnet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    pub zone: String,
+    pub cidr: String,
+    pub tags: Vec<(String, String)>,
+}
+
+/// `DescribeSubnets` with `query`'s filters or IDs, every page.
+pub fn describe_subnets(aws: &Aws, query: Query) -> Result<Vec<Subnet>, AwsError> {
+    let mut subnets = Vec::new();
+    aws.pages(Service::Ec2, query, |root| {
+        subnets.extend(root.list("subnetSet").iter().map(|subnet| Subnet {
+            id: subnet.string("subnetId"),
+            zone: subnet.string("availabilityZone"),
+            cidr: subnet.string("cidrBlock"),
+            tags: tags(subnet, "tagSet"),
+        }));
+        Ok(())
+    })?;
+    Ok(subnets)
+}
+
+/// One ingress rule of a security group: a protocol, a port range and one source CIDR.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rule {
+    pub protocol: String,
+    pub from_port: i32,
+    pub to_port: i32,
+    pub cidr: String,
+    pub description: String,
+}
+
+/// A security group and its IPv4 ingress rules, one per source CIDR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecurityGroup {
+    pub id: String,
+    pub in_cluster: bool,
+    pub rules: Vec<Rule>,
+}
+
+/// `DescribeSecurityGroups` with `query`'s filters or IDs, every page.
+pub fn describe_security_groups(
+    aws: &Aws,
+    query: Query,
+    cluster_tag: &str,
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    let mut groups = Vec::new();
+    aws.pages(Service::Ec2, query, |root| {
+        groups.extend(root.list("securityGroupInfo").iter().map(|group| {
+            let rules = group
+                .list("ipPermissions")
+                .iter()
+                .flat_map(|permission| {
+                    let number = |name| {
+                        permission
+                            .text_of(name)
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or(-1)
+                    };
+                    let (protocol, from, to) = (
+                        permission.string("ipProtocol"),
+                        number("fromPort"),
+                        number("toPort"),
+                    );
+                    permission
+                        .list("ipRanges")
+                        .iter()
+                        .map(|range| Rule {
+                            protocol: protocol.clone(),
+                            from_port: from,
+                            to_port: to,
+                            cidr: range.string("cidrIp"),
+                            description: range.string("description"),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            SecurityGroup {
+                id: group.string("groupId"),
+                in_cluster: tags(group, "tagSet")
+                    .iter()
+                    .any(|(key, _)| key == cluster_tag),
+                rules,
+            }
+        }));
+        Ok(())
+    })?;
+    Ok(groups)
+}
+
+/// `AuthorizeSecurityGroupIngress` (`grant`) or `RevokeSecurityGroupIngress` of `rules` on
+/// group `id`.
+pub fn change_ingress(aws: &Aws, id: &str, rules: &[Rule], grant: bool) -> Result<(), AwsError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let action = if grant {
+        "AuthorizeSecurityGroupIngress"
+    } else {
+        "RevokeSecurityGroupIngress"
+    };
+    let mut query = Query::new(action).param("GroupId", id);
+    for (index, rule) in rules.iter().enumerate() {
+        let prefix = format!("IpPermissions.{}", index + 1);
+        query = query
+            .param(format!("{prefix}.IpProtocol"), &rule.protocol)
+            .param(format!("{prefix}.FromPort"), rule.from_port.to_string())
+            .param(format!("{prefix}.ToPort"), rule.to_port.to_string())
+            .param(format!("{prefix}.IpRanges.1.CidrIp"), &rule.cidr);
+        if grant {
+            query = query.param(
+                format!("{prefix}.IpRanges.1.Description"),
+                &rule.description,
+            );
+        }
+    }
+    match aws.call(Service::Ec2, &query) {
+        Ok(_) => Ok(()),
+        // One rule already granted (or already revoked: a concurrent change, a retry) fails
+        // the whole request: apply the rules one by one, each such rule being done.
+        Err(err)
+            if matches!(
+                err.code(),
+                Some("InvalidPermission.Duplicate" | "InvalidPermission.NotFound")
+            ) =>
+        {
+            if rules.len() > 1 {
+                for rule in rules {
+                    change_ingress(aws, id, std::slice::from_ref(rule), grant)?;
+                }
+            }
+            Ok(())
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// `DescribeRouteTables` with `query`'s filters or IDs, every page.

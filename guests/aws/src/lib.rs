@@ -1,4 +1,4 @@
-//! `aws`: the wasm-ccm provider for Amazon Web Services (EC2 instances, VPC routes), after
+//! `aws`: the wasm-ccm provider for Amazon Web Services (EC2 instances, network load balancers, VPC routes), after
 //! `kubernetes/cloud-provider-aws`. This file owns the provider's identity (`init` and its
 //! capabilities) and the component export; each contract interface lives in its own module.
 //!
@@ -30,9 +30,14 @@
 
 mod config;
 mod ec2;
+mod elbv2;
 mod instances;
+mod load_balancers;
 mod query;
 mod routes;
+mod security_groups;
+mod spec;
+mod subnets;
 mod xml;
 
 use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
@@ -63,7 +68,7 @@ impl wasm_ccm_sdk::Provider for AwsProvider {
         Ok(Capabilities {
             name: "aws".into(),
             instances: true,
-            load_balancer: false,
+            load_balancer: true,
             routes: true,
             has_cluster_id: true,
             // Nodes are found by provider ID and name: no label or annotation is read.
@@ -74,7 +79,5 @@ impl wasm_ccm_sdk::Provider for AwsProvider {
         })
     }
 }
-
-impl wasm_ccm_sdk::LoadBalancers for AwsProvider {}
 
 export_provider!(AwsProvider);

@@ -97,6 +97,16 @@ impl Query {
         self.list(&format!("{prefix}.Value"), values)
     }
 
+    /// `Tags.member.N.Key/Value` (ELBv2) for `tags`.
+    pub fn tags(mut self, tags: &[(String, String)]) -> Query {
+        for (index, (key, value)) in tags.iter().enumerate() {
+            let prefix = format!("Tags.member.{}", index + 1);
+            self.params.push((format!("{prefix}.Key"), key.clone()));
+            self.params.push((format!("{prefix}.Value"), value.clone()));
+        }
+        self
+    }
+
     pub fn action(&self) -> &'static str {
         self.action
     }

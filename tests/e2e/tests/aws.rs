@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
 use serde_json::json;
-use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress, Route};
+use wasm_ccm_host::contract::{
+    AddressKind, Node, NodeAddress, Protocol, Route, Service, ServicePort,
+};
 use wasm_ccm_host::egress::{AwsKeys, CredentialRule, EgressConfig, HostPattern, SigV4};
 use wasm_ccm_host::provider::{Provider, ProviderError};
 use wasm_ccm_host::sandbox::SandboxConfig;
@@ -633,6 +635,569 @@ async fn the_route_table_is_the_configured_one_or_the_only_tagged_one() {
     let aws = aws_at(&moto, moto.url(), missing).await;
     let error = aws.provider.list_routes("kubernetes").await.unwrap_err();
     assert_plain(&error, "\"route_table_id\" does not exist");
+}
+
+// ---- LoadBalancer --------------------------------------------------------------------------
+
+const NLB: (&str, &str) = ("service.beta.kubernetes.io/aws-load-balancer-type", "nlb");
+/// A Service UID as Kubernetes writes them.
+const SVC_UID: &str = "6c1f3e2a-5b7d-4e8f-9a0b-1c2d3e4f5a6b";
+/// The load balancer's name: upstream's `"a"` + the UID without dashes, cut to 32.
+const LB_NAME: &str = "a6c1f3e2a5b7d4e8f9a0b1c2d3e4f5a6";
+
+/// A network with a second subnet (in us-east-1b), both public (a route to an internet
+/// gateway), and a node security group with the cluster tag holding one unrelated rule.
+struct PublicNetwork {
+    network: Network,
+    second_subnet: String,
+    security_group: String,
+}
+
+async fn public_network(moto: &Moto) -> PublicNetwork {
+    let network = network(moto).await;
+    let second_subnet = field(
+        &ec2(
+            moto,
+            "CreateSubnet",
+            &[
+                ("VpcId", &network.vpc),
+                ("CidrBlock", "10.0.2.0/24"),
+                ("AvailabilityZone", "us-east-1b"),
+            ],
+        )
+        .await,
+        "subnetId",
+    );
+    let igw = field(
+        &ec2(moto, "CreateInternetGateway", &[]).await,
+        "internetGatewayId",
+    );
+    ec2(
+        moto,
+        "AttachInternetGateway",
+        &[("InternetGatewayId", &igw), ("VpcId", &network.vpc)],
+    )
+    .await;
+    let table = field(
+        &ec2(moto, "CreateRouteTable", &[("VpcId", &network.vpc)]).await,
+        "routeTableId",
+    );
+    ec2(
+        moto,
+        "CreateRoute",
+        &[
+            ("RouteTableId", &table),
+            ("DestinationCidrBlock", "0.0.0.0/0"),
+            ("GatewayId", &igw),
+        ],
+    )
+    .await;
+    for subnet in [&network.subnet, &second_subnet] {
+        ec2(
+            moto,
+            "AssociateRouteTable",
+            &[("RouteTableId", &table), ("SubnetId", subnet)],
+        )
+        .await;
+    }
+    let security_group = field(
+        &ec2(
+            moto,
+            "CreateSecurityGroup",
+            &[
+                ("GroupName", "nodes"),
+                ("GroupDescription", "cluster nodes"),
+                ("VpcId", &network.vpc),
+            ],
+        )
+        .await,
+        "groupId",
+    );
+    ec2(
+        moto,
+        "CreateTags",
+        &[
+            ("ResourceId.1", &security_group),
+            ("Tag.1.Key", CLUSTER_TAG),
+            ("Tag.1.Value", "owned"),
+        ],
+    )
+    .await;
+    ec2(
+        moto,
+        "AuthorizeSecurityGroupIngress",
+        &[
+            ("GroupId", &security_group),
+            ("IpPermissions.1.IpProtocol", "tcp"),
+            ("IpPermissions.1.FromPort", "22"),
+            ("IpPermissions.1.ToPort", "22"),
+            ("IpPermissions.1.IpRanges.1.CidrIp", "10.0.0.0/8"),
+            ("IpPermissions.1.IpRanges.1.Description", "ssh"),
+        ],
+    )
+    .await;
+    PublicNetwork {
+        network,
+        second_subnet,
+        security_group,
+    }
+}
+
+/// A cluster instance in the node security group.
+async fn run_node(moto: &Moto, network: &PublicNetwork) -> Instance {
+    let params = [
+        ("ImageId", "ami-12c6146b"),
+        ("MinCount", "1"),
+        ("MaxCount", "1"),
+        ("InstanceType", "m5.large"),
+        ("SubnetId", network.network.subnet.as_str()),
+        ("SecurityGroupId.1", network.security_group.as_str()),
+        ("TagSpecification.1.ResourceType", "instance"),
+        ("TagSpecification.1.Tag.1.Key", CLUSTER_TAG),
+        ("TagSpecification.1.Tag.1.Value", "owned"),
+    ];
+    let id = field(&ec2(moto, "RunInstances", &params).await, "instanceId");
+    describe(moto, &id).await
+}
+
+fn service_port(name: &str, port: i32, node_port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        protocol: Protocol::Tcp,
+        port,
+        node_port: Some(node_port),
+        ..ServicePort::default()
+    }
+}
+
+/// A LoadBalancer Service asking for an NLB, with one port: 80 on node port 30080.
+fn web_service() -> Service {
+    Service {
+        name: "web".into(),
+        namespace: "shop".into(),
+        uid: SVC_UID.into(),
+        service_type: "LoadBalancer".into(),
+        annotations: vec![(NLB.0.into(), NLB.1.into())],
+        ports: vec![service_port("http", 80, 30080)],
+        ..Service::default()
+    }
+}
+
+async fn elb(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
+    let form = [&[("Action", action), ("Version", "2015-12-01")][..], params].concat();
+    moto.unchecked("elasticloadbalancing", &form).await
+}
+
+/// The targets of a group: (instance, port).
+type Targets = Vec<(String, String)>;
+
+/// The load balancer, its listeners, target groups and targets as moto holds them.
+#[derive(Debug, PartialEq)]
+struct Cloud {
+    dns_name: String,
+    scheme: String,
+    subnets: Vec<String>,
+    /// (port, protocol, target group name)
+    listeners: Vec<(String, String, String)>,
+    /// (target group name, node port, sorted (instance, port) targets)
+    groups: Vec<(String, String, Targets)>,
+}
+
+async fn cloud(moto: &Moto) -> Option<Cloud> {
+    let lbs = elb(moto, "DescribeLoadBalancers", &[]).await;
+    let arn = fields(&lbs, "LoadBalancerArn").into_iter().next()?;
+    let listeners_xml = elb(moto, "DescribeListeners", &[("LoadBalancerArn", &arn)]).await;
+    // The groups the listeners forward to (moto does not list a group a listener was
+    // modified to forward to under its load balancer).
+    let mut listened = fields(&listeners_xml, "TargetGroupArn");
+    listened.sort();
+    listened.dedup();
+    let by_arn: Vec<(String, &str)> = listened
+        .iter()
+        .enumerate()
+        .map(|(i, arn)| (format!("TargetGroupArns.member.{}", i + 1), arn.as_str()))
+        .collect();
+    let by_arn: Vec<(&str, &str)> = by_arn.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let groups_xml = if by_arn.is_empty() {
+        String::new()
+    } else {
+        elb(moto, "DescribeTargetGroups", &by_arn).await
+    };
+    let group_arns = fields(&groups_xml, "TargetGroupArn");
+    let group_names = fields(&groups_xml, "TargetGroupName");
+    let mut groups = Vec::new();
+    for ((arn, name), port) in group_arns
+        .iter()
+        .zip(&group_names)
+        .zip(fields(&groups_xml, "Port"))
+    {
+        let health = elb(moto, "DescribeTargetHealth", &[("TargetGroupArn", arn)]).await;
+        let mut targets: Vec<(String, String)> = fields(&health, "Id")
+            .into_iter()
+            .zip(fields(&health, "Port"))
+            .collect();
+        targets.sort();
+        groups.push((name.clone(), port, targets));
+    }
+    groups.sort();
+    let name_of = |arn: &String| {
+        group_arns
+            .iter()
+            .position(|a| a == arn)
+            .map_or_else(|| format!("unattached {arn}"), |i| group_names[i].clone())
+    };
+    let mut listeners: Vec<(String, String, String)> = fields(&listeners_xml, "Port")
+        .into_iter()
+        .zip(fields(&listeners_xml, "Protocol"))
+        .zip(fields(&listeners_xml, "TargetGroupArn").iter().map(name_of))
+        .map(|((port, protocol), group)| (port, protocol, group))
+        .collect();
+    listeners.sort();
+    let mut subnets = fields(&lbs, "SubnetId");
+    subnets.sort();
+    Some(Cloud {
+        dns_name: field(&lbs, "DNSName"),
+        scheme: field(&lbs, "Scheme"),
+        subnets,
+        listeners,
+        groups,
+    })
+}
+
+/// Every target group moto holds, attached or not.
+async fn all_target_groups(moto: &Moto) -> Vec<String> {
+    fields(
+        &elb(moto, "DescribeTargetGroups", &[]).await,
+        "TargetGroupName",
+    )
+}
+
+/// The ingress rules of security group `id`: (protocol, port, cidr, description), sorted.
+async fn ingress_rules(moto: &Moto, id: &str) -> Vec<(String, String, String, String)> {
+    let xml = ec2(moto, "DescribeSecurityGroups", &[("GroupId.1", id)]).await;
+    let ingress = xml
+        .split("<ipPermissions>")
+        .nth(1)
+        .and_then(|rest| rest.split("</ipPermissions>").next())
+        .unwrap_or_default();
+    let mut rules = Vec::new();
+    for permission in ingress.split("<ipProtocol>").skip(1) {
+        let protocol = permission.split('<').next().unwrap_or_default().to_string();
+        let port = fields(permission, "fromPort")
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let ranges = permission
+            .split("<ipRanges>")
+            .nth(1)
+            .and_then(|rest| rest.split("</ipRanges>").next())
+            .unwrap_or_default();
+        for range in ranges.split("<item>").skip(1) {
+            let text = |tag| fields(range, tag).into_iter().next().unwrap_or_default();
+            rules.push((
+                protocol.clone(),
+                port.clone(),
+                text("cidrIp"),
+                text("description"),
+            ));
+        }
+    }
+    rules.sort();
+    rules
+}
+
+fn rule(port: &str, cidr: &str, description: &str) -> (String, String, String, String) {
+    ("tcp".into(), port.into(), cidr.into(), description.into())
+}
+
+/// Ensure, answering the ingress hostname.
+async fn ensure(aws: &Aws, svc: &Service, nodes: &[Node]) -> String {
+    let status = aws
+        .provider
+        .ensure_load_balancer("kubernetes", svc, &Arc::from(nodes))
+        .await
+        .unwrap_or_else(|e| panic!("ensure-load-balancer: {e}"));
+    assert_eq!(status.ingress.len(), 1, "{status:?}");
+    status.ingress[0].hostname.clone().expect("a hostname")
+}
+
+#[tokio::test]
+async fn a_services_nlb_lives_through_port_and_node_changes_and_is_deleted_whole() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let (a, b) = (run_node(&moto, &net).await, run_node(&moto, &net).await);
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let mut svc = web_service();
+    assert_eq!(
+        aws.provider
+            .get_load_balancer("kubernetes", &svc)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Create: one listener and target group, both nodes as targets, the client rule.
+    let hostname = ensure(&aws, &svc, &[node_of(&a), node_of(&b)]).await;
+    let created = cloud(&moto).await.expect("a load balancer");
+    assert_eq!(hostname, created.dns_name);
+    assert_eq!(created.scheme, "internet-facing");
+    let mut subnets = vec![net.network.subnet.clone(), net.second_subnet.clone()];
+    subnets.sort();
+    assert_eq!(created.subnets, subnets);
+    assert_eq!(created.listeners.len(), 1);
+    let group_80 = created.groups[0].0.clone();
+    assert!(group_80.starts_with("k8s-shop-web-"), "{group_80}");
+    let targets = |ids: &[&Instance], port: &str| -> Vec<(String, String)> {
+        let mut targets: Vec<(String, String)> = ids
+            .iter()
+            .map(|i| (i.id.clone(), port.to_string()))
+            .collect();
+        targets.sort();
+        targets
+    };
+    assert_eq!(
+        created.listeners,
+        [("80".into(), "TCP".into(), group_80.clone())]
+    );
+    assert_eq!(
+        created.groups,
+        [(
+            group_80.clone(),
+            "30080".into(),
+            targets(&[&a, &b], "30080")
+        )]
+    );
+    let client = format!("kubernetes.io/rule/nlb/client={LB_NAME}");
+    let ssh = rule("22", "10.0.0.0/8", "ssh");
+    assert_eq!(
+        ingress_rules(&moto, &net.security_group).await,
+        [ssh.clone(), rule("30080", "0.0.0.0/0", &client)]
+    );
+    let tags = elb(
+        &moto,
+        "DescribeTags",
+        &[(
+            "ResourceArns.member.1",
+            &field(
+                &elb(&moto, "DescribeLoadBalancers", &[]).await,
+                "LoadBalancerArn",
+            ),
+        )],
+    )
+    .await;
+    for tag in [CLUSTER_TAG, "kubernetes.io/service-name"] {
+        assert!(fields(&tags, "Key").contains(&tag.to_string()), "{tags}");
+    }
+    assert!(
+        fields(&tags, "Value").contains(&"shop/web".to_string()),
+        "{tags}"
+    );
+    let status = aws
+        .provider
+        .get_load_balancer("kubernetes", &svc)
+        .await
+        .unwrap();
+    assert_eq!(
+        status.unwrap().ingress[0].hostname.as_deref(),
+        Some(hostname.as_str())
+    );
+
+    // Change ports: a second port, and port 80 on another node port (a new group).
+    svc.ports = vec![
+        service_port("http", 80, 30081),
+        service_port("https", 443, 30443),
+    ];
+    ensure(&aws, &svc, &[node_of(&a), node_of(&b)]).await;
+    let changed = cloud(&moto).await.unwrap();
+    assert_eq!(changed.groups.len(), 2, "{changed:?}");
+    let group_for = |node_port: &str| {
+        changed
+            .groups
+            .iter()
+            .find(|g| g.1 == node_port)
+            .unwrap_or_else(|| panic!("no group on {node_port}: {changed:?}"))
+            .clone()
+    };
+    let (new_80, group_443) = (group_for("30081"), group_for("30443"));
+    assert_ne!(new_80.0, group_80);
+    assert_eq!(new_80.2, targets(&[&a, &b], "30081"));
+    assert_eq!(group_443.2, targets(&[&a, &b], "30443"));
+    assert_eq!(
+        changed.listeners,
+        [
+            ("443".into(), "TCP".into(), group_443.0.clone()),
+            ("80".into(), "TCP".into(), new_80.0.clone()),
+        ]
+    );
+    assert!(!all_target_groups(&moto).await.contains(&group_80));
+    assert_eq!(
+        ingress_rules(&moto, &net.security_group).await,
+        [
+            ssh.clone(),
+            rule("30081", "0.0.0.0/0", &client),
+            rule("30443", "0.0.0.0/0", &client)
+        ]
+    );
+
+    // Change nodes: one node left, one added.
+    let c = run_node(&moto, &net).await;
+    aws.provider
+        .update_load_balancer("kubernetes", &svc, &Arc::from([node_of(&b), node_of(&c)]))
+        .await
+        .unwrap();
+    let moved = cloud(&moto).await.unwrap();
+    for group in &moved.groups {
+        assert_eq!(group.2, targets(&[&b, &c], &group.1), "{moved:?}");
+    }
+
+    // Delete: the load balancer, both groups and the rules go; the ssh rule stays.
+    aws.provider
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap();
+    assert_eq!(cloud(&moto).await, None);
+    assert!(all_target_groups(&moto).await.is_empty());
+    assert_eq!(ingress_rules(&moto, &net.security_group).await, [ssh]);
+    assert_eq!(
+        aws.provider
+            .get_load_balancer("kubernetes", &svc)
+            .await
+            .unwrap(),
+        None
+    );
+    // Deleting again is done.
+    aws.provider
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn source_ranges_and_annotations_are_reconciled_and_the_scheme_change_is_reported() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let mut svc = web_service();
+    ensure(&aws, &svc, &[node_of(&a)]).await;
+
+    // Restricted clients: the client rule follows them, and health checks from the load
+    // balancer's subnets get their own rule.
+    svc.load_balancer_source_ranges = vec!["192.0.2.0/24".into()];
+    svc.annotations.push((
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-healthy-threshold".into(),
+        "5".into(),
+    ));
+    ensure(&aws, &svc, &[node_of(&a)]).await;
+    let client = format!("kubernetes.io/rule/nlb/client={LB_NAME}");
+    let health = format!("kubernetes.io/rule/nlb/health={LB_NAME}");
+    assert_eq!(
+        ingress_rules(&moto, &net.security_group).await,
+        [
+            rule("22", "10.0.0.0/8", "ssh"),
+            rule("30080", "10.0.1.0/24", &health),
+            rule("30080", "10.0.2.0/24", &health),
+            rule("30080", "192.0.2.0/24", &client),
+        ]
+    );
+    let groups = elb(&moto, "DescribeTargetGroups", &[]).await;
+    assert_eq!(fields(&groups, "HealthyThresholdCount"), ["5"]);
+
+    // The scheme cannot change on an NLB: reported, naming the annotation.
+    svc.annotations.push((
+        "service.beta.kubernetes.io/aws-load-balancer-internal".into(),
+        "true".into(),
+    ));
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &svc, &Arc::from([node_of(&a)]))
+        .await
+        .unwrap_err();
+    assert_plain(
+        &error,
+        "service.beta.kubernetes.io/aws-load-balancer-internal",
+    );
+    assert_plain(&error, "delete and recreate the Service");
+    assert_eq!(cloud(&moto).await.unwrap().scheme, "internet-facing");
+}
+
+#[tokio::test]
+async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_controller() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let nodes: Arc<[Node]> = Arc::from([node_of(&a)]);
+
+    let classic = Service {
+        annotations: vec![],
+        ..web_service()
+    };
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &classic, &nodes)
+        .await
+        .unwrap_err();
+    assert_plain(
+        &error,
+        "service.beta.kubernetes.io/aws-load-balancer-type is not set",
+    );
+    let external = Service {
+        annotations: vec![(NLB.0.into(), "external".into())],
+        ..web_service()
+    };
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &external, &nodes)
+        .await
+        .unwrap_err();
+    assert!(error.is_implemented_elsewhere(), "{error}");
+    let mut bad = web_service();
+    bad.annotations.push((
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval".into(),
+        "often".into(),
+    ));
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &bad, &nodes)
+        .await
+        .unwrap_err();
+    assert_plain(&error, "aws-load-balancer-healthcheck-interval \"often\"");
+    assert_eq!(cloud(&moto).await, None);
+}
+
+#[tokio::test]
+async fn no_suitable_subnet_is_an_error_saying_which_were_rejected_and_why() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let node = run_instance(&moto, &network, true).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &network)).await;
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &web_service(), &Arc::from([node_of(&node)]))
+        .await
+        .unwrap_err();
+    assert_plain(&error, "could not find any suitable subnets");
+    assert_plain(
+        &error,
+        &format!("{}: not public (route table", network.subnet),
+    );
+    let mut named = web_service();
+    named.annotations.push((
+        "service.beta.kubernetes.io/aws-load-balancer-subnets".into(),
+        format!("{},subnet-0000000000000000f", network.subnet),
+    ));
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &named, &Arc::from([node_of(&node)]))
+        .await
+        .unwrap_err();
+    assert_plain(
+        &error,
+        "aws-load-balancer-subnets names subnets that do not exist",
+    );
+    assert_plain(&error, "subnet-0000000000000000f");
+    assert_eq!(cloud(&moto).await, None);
 }
 
 // ---- errors ---------------------------------------------------------------------------------
