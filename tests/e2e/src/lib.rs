@@ -3,9 +3,10 @@
 //! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
 //! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
 //! independent client of it ([`registry`]), moto as an independent AWS implementation
-//! ([`moto`]), a `CloudProvider` resource for the testbed ([`cloud_provider`]), the Helm chart
-//! rendered by `helm template` ([`chart`]), and its pod run as the `wasm-ccm` binary without
-//! a kubelet ([`pod`]), and the scale benchmark ([`scale`]).
+//! ([`moto`]) and a cluster's AWS side seeded in it ([`aws`]), a `CloudProvider` resource
+//! for the testbed ([`cloud_provider`]), the Helm chart rendered by `helm template`
+//! ([`chart`]), and its pod run as the `wasm-ccm` binary without a kubelet ([`pod`]), and
+//! the scale benchmark ([`scale`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use wasm_ccm_host::provider::{Provider, ProviderLoadError, ProviderSource};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use wasm_ccm_host::source::Artifact;
 
+pub mod aws;
 pub mod chart;
 pub mod cloud_provider;
 pub mod https;

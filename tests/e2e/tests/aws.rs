@@ -7,116 +7,20 @@
 
 use std::sync::{Arc, Mutex};
 
+use e2e::aws::{
+    CLUSTER_TAG, Instance, Network, ZONE, all_target_groups, config, ec2, egress, elb, field,
+    fields, keys, network, nlb, public_network, run_instance, run_node,
+};
 use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
 use serde_json::json;
 use wasm_ccm_host::contract::{
     AddressKind, Node, NodeAddress, Protocol, Route, Service, ServicePort,
 };
-use wasm_ccm_host::egress::{AwsKeys, CredentialRule, EgressConfig, HostPattern, SigV4};
 use wasm_ccm_host::provider::{Provider, ProviderError};
 use wasm_ccm_host::sandbox::SandboxConfig;
 
-const CLUSTER_ID: &str = "c1";
-const CLUSTER_TAG: &str = "kubernetes.io/cluster/c1";
-const ZONE: &str = "us-east-1a";
-
 // ---- moto's side ----------------------------------------------------------------------------
-
-/// The first `<tag>…</tag>` of `xml`.
-fn field(xml: &str, tag: &str) -> String {
-    fields(xml, tag)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("no <{tag}> in {xml}"))
-}
-
-/// Every `<tag>…</tag>` of `xml`, in order.
-fn fields(xml: &str, tag: &str) -> Vec<String> {
-    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-    xml.split(&open)
-        .skip(1)
-        .filter_map(|rest| rest.split_once(&close).map(|(text, _)| text.to_string()))
-        .collect()
-}
-
-/// A VPC with one subnet in [`ZONE`], seeded in moto.
-struct Network {
-    vpc: String,
-    subnet: String,
-}
-
-async fn ec2(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
-    let form = [&[("Action", action), ("Version", "2016-11-15")][..], params].concat();
-    moto.unchecked("ec2", &form).await
-}
-
-async fn network(moto: &Moto) -> Network {
-    let vpc = field(
-        &ec2(moto, "CreateVpc", &[("CidrBlock", "10.0.0.0/16")]).await,
-        "vpcId",
-    );
-    let subnet = field(
-        &ec2(
-            moto,
-            "CreateSubnet",
-            &[
-                ("VpcId", &vpc),
-                ("CidrBlock", "10.0.1.0/24"),
-                ("AvailabilityZone", ZONE),
-            ],
-        )
-        .await,
-        "subnetId",
-    );
-    Network { vpc, subnet }
-}
-
-/// An instance in `network`'s subnet, with the cluster tag when `in_cluster`.
-async fn run_instance(moto: &Moto, network: &Network, in_cluster: bool) -> Instance {
-    let mut params = vec![
-        ("ImageId", "ami-12c6146b"),
-        ("MinCount", "1"),
-        ("MaxCount", "1"),
-        ("InstanceType", "m5.large"),
-        ("SubnetId", network.subnet.as_str()),
-    ];
-    if in_cluster {
-        params.extend([
-            ("TagSpecification.1.ResourceType", "instance"),
-            ("TagSpecification.1.Tag.1.Key", CLUSTER_TAG),
-            ("TagSpecification.1.Tag.1.Value", "owned"),
-        ]);
-    }
-    let id = field(&ec2(moto, "RunInstances", &params).await, "instanceId");
-    describe(moto, &id).await
-}
-
-/// An instance as moto describes it.
-struct Instance {
-    id: String,
-    private_dns: String,
-    private_ip: String,
-    public_ip: Option<String>,
-    public_dns: Option<String>,
-}
-
-async fn describe(moto: &Moto, id: &str) -> Instance {
-    let xml = ec2(moto, "DescribeInstances", &[("InstanceId.1", id)]).await;
-    let optional = |tag| {
-        fields(&xml, tag)
-            .into_iter()
-            .next()
-            .filter(|v| !v.is_empty())
-    };
-    Instance {
-        id: id.to_string(),
-        private_dns: field(&xml, "privateDnsName"),
-        private_ip: field(&xml, "privateIpAddress"),
-        public_ip: optional("ipAddress"),
-        public_dns: optional("dnsName"),
-    }
-}
 
 /// A route table in `network`'s VPC, with the cluster tag when `in_cluster`.
 async fn route_table(moto: &Moto, network: &Network, in_cluster: bool) -> String {
@@ -162,45 +66,6 @@ async fn zone_id(moto: &Moto) -> String {
 }
 
 // ---- the provider's side --------------------------------------------------------------------
-
-/// Egress reaching `url` only, signed for EC2 and ELBv2 with the seeded user's keys.
-fn egress(url: &str, keys: &tempfile::TempDir) -> EgressConfig {
-    let services = vec!["ec2".into(), "elasticloadbalancing".into()];
-    let sigv4 = SigV4::new(
-        Some(REGION.into()),
-        services,
-        AwsKeys::from_dir(keys.path()),
-    )
-    .unwrap();
-    let target: HostPattern = url.parse().unwrap();
-    EgressConfig {
-        allow: vec![target.clone()],
-        credentials: vec![CredentialRule::aws_sigv4(target, sigv4).unwrap()],
-        ..EgressConfig::default()
-    }
-}
-
-/// A directory holding the seeded user's keys, as a mounted Secret.
-fn keys(moto: &Moto) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), &moto.access_key_id).unwrap();
-    std::fs::write(
-        dir.path().join("AWS_SECRET_ACCESS_KEY"),
-        &moto.secret_access_key,
-    )
-    .unwrap();
-    dir
-}
-
-/// The cloud config pointing both services at `url`.
-fn config(url: &str, network: &Network) -> serde_json::Value {
-    json!({
-        "region": REGION,
-        "cluster_id": CLUSTER_ID,
-        "vpc_id": network.vpc,
-        "endpoints": {"ec2": url, "elasticloadbalancing": url},
-    })
-}
 
 /// The aws provider reaching moto at `url` (moto itself or a front), signed by the host.
 struct Aws {
@@ -645,121 +510,6 @@ const SVC_UID: &str = "6c1f3e2a-5b7d-4e8f-9a0b-1c2d3e4f5a6b";
 /// The load balancer's name: upstream's `"a"` + the UID without dashes, cut to 32.
 const LB_NAME: &str = "a6c1f3e2a5b7d4e8f9a0b1c2d3e4f5a6";
 
-/// A network with a second subnet (in us-east-1b), both public (a route to an internet
-/// gateway), and a node security group with the cluster tag holding one unrelated rule.
-struct PublicNetwork {
-    network: Network,
-    second_subnet: String,
-    security_group: String,
-}
-
-async fn public_network(moto: &Moto) -> PublicNetwork {
-    let network = network(moto).await;
-    let second_subnet = field(
-        &ec2(
-            moto,
-            "CreateSubnet",
-            &[
-                ("VpcId", &network.vpc),
-                ("CidrBlock", "10.0.2.0/24"),
-                ("AvailabilityZone", "us-east-1b"),
-            ],
-        )
-        .await,
-        "subnetId",
-    );
-    let igw = field(
-        &ec2(moto, "CreateInternetGateway", &[]).await,
-        "internetGatewayId",
-    );
-    ec2(
-        moto,
-        "AttachInternetGateway",
-        &[("InternetGatewayId", &igw), ("VpcId", &network.vpc)],
-    )
-    .await;
-    let table = field(
-        &ec2(moto, "CreateRouteTable", &[("VpcId", &network.vpc)]).await,
-        "routeTableId",
-    );
-    ec2(
-        moto,
-        "CreateRoute",
-        &[
-            ("RouteTableId", &table),
-            ("DestinationCidrBlock", "0.0.0.0/0"),
-            ("GatewayId", &igw),
-        ],
-    )
-    .await;
-    for subnet in [&network.subnet, &second_subnet] {
-        ec2(
-            moto,
-            "AssociateRouteTable",
-            &[("RouteTableId", &table), ("SubnetId", subnet)],
-        )
-        .await;
-    }
-    let security_group = field(
-        &ec2(
-            moto,
-            "CreateSecurityGroup",
-            &[
-                ("GroupName", "nodes"),
-                ("GroupDescription", "cluster nodes"),
-                ("VpcId", &network.vpc),
-            ],
-        )
-        .await,
-        "groupId",
-    );
-    ec2(
-        moto,
-        "CreateTags",
-        &[
-            ("ResourceId.1", &security_group),
-            ("Tag.1.Key", CLUSTER_TAG),
-            ("Tag.1.Value", "owned"),
-        ],
-    )
-    .await;
-    ec2(
-        moto,
-        "AuthorizeSecurityGroupIngress",
-        &[
-            ("GroupId", &security_group),
-            ("IpPermissions.1.IpProtocol", "tcp"),
-            ("IpPermissions.1.FromPort", "22"),
-            ("IpPermissions.1.ToPort", "22"),
-            ("IpPermissions.1.IpRanges.1.CidrIp", "10.0.0.0/8"),
-            ("IpPermissions.1.IpRanges.1.Description", "ssh"),
-        ],
-    )
-    .await;
-    PublicNetwork {
-        network,
-        second_subnet,
-        security_group,
-    }
-}
-
-/// A cluster instance in the node security group.
-async fn run_node(moto: &Moto, network: &PublicNetwork) -> Instance {
-    let params = [
-        ("ImageId", "ami-12c6146b"),
-        ("MinCount", "1"),
-        ("MaxCount", "1"),
-        ("InstanceType", "m5.large"),
-        ("SubnetId", network.network.subnet.as_str()),
-        ("SecurityGroupId.1", network.security_group.as_str()),
-        ("TagSpecification.1.ResourceType", "instance"),
-        ("TagSpecification.1.Tag.1.Key", CLUSTER_TAG),
-        ("TagSpecification.1.Tag.1.Value", "owned"),
-    ];
-    let id = field(&ec2(moto, "RunInstances", &params).await, "instanceId");
-    describe(moto, &id).await
-}
-
 fn service_port(name: &str, port: i32, node_port: i32) -> ServicePort {
     ServicePort {
         name: Some(name.into()),
@@ -781,95 +531,6 @@ fn web_service() -> Service {
         ports: vec![service_port("http", 80, 30080)],
         ..Service::default()
     }
-}
-
-async fn elb(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
-    let form = [&[("Action", action), ("Version", "2015-12-01")][..], params].concat();
-    moto.unchecked("elasticloadbalancing", &form).await
-}
-
-/// The targets of a group: (instance, port).
-type Targets = Vec<(String, String)>;
-
-/// The load balancer, its listeners, target groups and targets as moto holds them.
-#[derive(Debug, PartialEq)]
-struct Cloud {
-    dns_name: String,
-    scheme: String,
-    subnets: Vec<String>,
-    /// (port, protocol, target group name)
-    listeners: Vec<(String, String, String)>,
-    /// (target group name, node port, sorted (instance, port) targets)
-    groups: Vec<(String, String, Targets)>,
-}
-
-async fn cloud(moto: &Moto) -> Option<Cloud> {
-    let lbs = elb(moto, "DescribeLoadBalancers", &[]).await;
-    let arn = fields(&lbs, "LoadBalancerArn").into_iter().next()?;
-    let listeners_xml = elb(moto, "DescribeListeners", &[("LoadBalancerArn", &arn)]).await;
-    // The groups the listeners forward to (moto does not list a group a listener was
-    // modified to forward to under its load balancer).
-    let mut listened = fields(&listeners_xml, "TargetGroupArn");
-    listened.sort();
-    listened.dedup();
-    let by_arn: Vec<(String, &str)> = listened
-        .iter()
-        .enumerate()
-        .map(|(i, arn)| (format!("TargetGroupArns.member.{}", i + 1), arn.as_str()))
-        .collect();
-    let by_arn: Vec<(&str, &str)> = by_arn.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    let groups_xml = if by_arn.is_empty() {
-        String::new()
-    } else {
-        elb(moto, "DescribeTargetGroups", &by_arn).await
-    };
-    let group_arns = fields(&groups_xml, "TargetGroupArn");
-    let group_names = fields(&groups_xml, "TargetGroupName");
-    let mut groups = Vec::new();
-    for ((arn, name), port) in group_arns
-        .iter()
-        .zip(&group_names)
-        .zip(fields(&groups_xml, "Port"))
-    {
-        let health = elb(moto, "DescribeTargetHealth", &[("TargetGroupArn", arn)]).await;
-        let mut targets: Vec<(String, String)> = fields(&health, "Id")
-            .into_iter()
-            .zip(fields(&health, "Port"))
-            .collect();
-        targets.sort();
-        groups.push((name.clone(), port, targets));
-    }
-    groups.sort();
-    let name_of = |arn: &String| {
-        group_arns
-            .iter()
-            .position(|a| a == arn)
-            .map_or_else(|| format!("unattached {arn}"), |i| group_names[i].clone())
-    };
-    let mut listeners: Vec<(String, String, String)> = fields(&listeners_xml, "Port")
-        .into_iter()
-        .zip(fields(&listeners_xml, "Protocol"))
-        .zip(fields(&listeners_xml, "TargetGroupArn").iter().map(name_of))
-        .map(|((port, protocol), group)| (port, protocol, group))
-        .collect();
-    listeners.sort();
-    let mut subnets = fields(&lbs, "SubnetId");
-    subnets.sort();
-    Some(Cloud {
-        dns_name: field(&lbs, "DNSName"),
-        scheme: field(&lbs, "Scheme"),
-        subnets,
-        listeners,
-        groups,
-    })
-}
-
-/// Every target group moto holds, attached or not.
-async fn all_target_groups(moto: &Moto) -> Vec<String> {
-    fields(
-        &elb(moto, "DescribeTargetGroups", &[]).await,
-        "TargetGroupName",
-    )
 }
 
 /// The ingress rules of security group `id`: (protocol, port, cidr, description), sorted.
@@ -938,7 +599,7 @@ async fn a_services_nlb_lives_through_port_and_node_changes_and_is_deleted_whole
 
     // Create: one listener and target group, both nodes as targets, the client rule.
     let hostname = ensure(&aws, &svc, &[node_of(&a), node_of(&b)]).await;
-    let created = cloud(&moto).await.expect("a load balancer");
+    let created = nlb(&moto).await.expect("a load balancer");
     assert_eq!(hostname, created.dns_name);
     assert_eq!(created.scheme, "internet-facing");
     let mut subnets = vec![net.network.subnet.clone(), net.second_subnet.clone()];
@@ -1008,7 +669,7 @@ async fn a_services_nlb_lives_through_port_and_node_changes_and_is_deleted_whole
         service_port("https", 443, 30443),
     ];
     ensure(&aws, &svc, &[node_of(&a), node_of(&b)]).await;
-    let changed = cloud(&moto).await.unwrap();
+    let changed = nlb(&moto).await.unwrap();
     assert_eq!(changed.groups.len(), 2, "{changed:?}");
     let group_for = |node_port: &str| {
         changed
@@ -1045,7 +706,7 @@ async fn a_services_nlb_lives_through_port_and_node_changes_and_is_deleted_whole
         .update_load_balancer("kubernetes", &svc, &Arc::from([node_of(&b), node_of(&c)]))
         .await
         .unwrap();
-    let moved = cloud(&moto).await.unwrap();
+    let moved = nlb(&moto).await.unwrap();
     for group in &moved.groups {
         assert_eq!(group.2, targets(&[&b, &c], &group.1), "{moved:?}");
     }
@@ -1055,7 +716,7 @@ async fn a_services_nlb_lives_through_port_and_node_changes_and_is_deleted_whole
         .ensure_load_balancer_deleted("kubernetes", &svc)
         .await
         .unwrap();
-    assert_eq!(cloud(&moto).await, None);
+    assert_eq!(nlb(&moto).await, None);
     assert!(all_target_groups(&moto).await.is_empty());
     assert_eq!(ingress_rules(&moto, &net.security_group).await, [ssh]);
     assert_eq!(
@@ -1118,7 +779,7 @@ async fn source_ranges_and_annotations_are_reconciled_and_the_scheme_change_is_r
         "service.beta.kubernetes.io/aws-load-balancer-internal",
     );
     assert_plain(&error, "delete and recreate the Service");
-    assert_eq!(cloud(&moto).await.unwrap().scheme, "internet-facing");
+    assert_eq!(nlb(&moto).await.unwrap().scheme, "internet-facing");
 }
 
 #[tokio::test]
@@ -1163,7 +824,7 @@ async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_co
         .await
         .unwrap_err();
     assert_plain(&error, "aws-load-balancer-healthcheck-interval \"often\"");
-    assert_eq!(cloud(&moto).await, None);
+    assert_eq!(nlb(&moto).await, None);
 }
 
 #[tokio::test]
@@ -1197,7 +858,7 @@ async fn no_suitable_subnet_is_an_error_saying_which_were_rejected_and_why() {
         "aws-load-balancer-subnets names subnets that do not exist",
     );
     assert_plain(&error, "subnet-0000000000000000f");
-    assert_eq!(cloud(&moto).await, None);
+    assert_eq!(nlb(&moto).await, None);
 }
 
 // ---- errors ---------------------------------------------------------------------------------
