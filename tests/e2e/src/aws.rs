@@ -126,6 +126,12 @@ pub async fn describe(moto: &Moto, id: &str) -> Instance {
     }
 }
 
+/// The zone ID moto gives [`ZONE`] (the `topology.k8s.aws/zone-id` label).
+pub async fn zone_id(moto: &Moto) -> String {
+    let xml = ec2(moto, "DescribeAvailabilityZones", &[("ZoneName.1", ZONE)]).await;
+    field(&xml, "zoneId")
+}
+
 /// Egress reaching `url` only, signed for EC2 and ELBv2 with the seeded user's keys.
 pub fn egress(url: &str, keys: &tempfile::TempDir) -> EgressConfig {
     let services = vec!["ec2".into(), "elasticloadbalancing".into()];

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use cloud_sim::NewInstance;
 use k8s_openapi::api::core::v1::{
-    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Service, ServicePort, ServiceSpec,
-    Taint,
+    LoadBalancerIngress, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Service,
+    ServicePort, ServiceSpec, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -154,10 +154,16 @@ impl Testbed {
     /// The component at `wasm`, reporting `name`, with this testbed's cloud config, as flags
     /// name it.
     pub fn provider(&self, wasm: &str, name: &str) -> ProviderMode {
+        Testbed::provider_configured(wasm, name, self.cloud_config())
+    }
+
+    /// The component at `wasm`, reporting `name`, with the cloud config file at
+    /// `cloud_config`, as flags name it: a provider for another cloud than the simulator.
+    pub fn provider_configured(wasm: &str, name: &str, cloud_config: PathBuf) -> ProviderMode {
         ProviderMode::Flags(ProviderSettings {
             reference: ProviderRef::File(wasm.into()),
             name: name.into(),
-            cloud_config: Some(self.cloud_config()),
+            cloud_config: Some(cloud_config),
             allow_untagged_cloud: false,
         })
     }
@@ -363,6 +369,16 @@ pub fn has_taint(node: &Node, key: &str) -> bool {
 
 /// The first ingress IP in a Service's load-balancer status.
 pub fn ingress_ip(service: &Service) -> Option<String> {
+    first_ingress(service)?.ip.clone()
+}
+
+/// The first ingress hostname in a Service's load-balancer status (a cloud whose load
+/// balancers are reached by name, as AWS's).
+pub fn ingress_hostname(service: &Service) -> Option<String> {
+    first_ingress(service)?.hostname.clone()
+}
+
+fn first_ingress(service: &Service) -> Option<&LoadBalancerIngress> {
     service
         .status
         .as_ref()?
@@ -370,9 +386,7 @@ pub fn ingress_ip(service: &Service) -> Option<String> {
         .as_ref()?
         .ingress
         .as_ref()?
-        .first()?
-        .ip
-        .clone()
+        .first()
 }
 
 /// A `wasm-ccm` process serving on `addr`; killed when dropped.

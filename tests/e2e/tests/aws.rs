@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use e2e::aws::{
     CLUSTER_TAG, Instance, Network, ZONE, all_target_groups, config, ec2, egress, elb, field,
-    fields, keys, network, nlb, public_network, run_instance, run_node,
+    fields, keys, network, nlb, public_network, run_instance, run_node, zone_id,
 };
 use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
@@ -57,12 +57,6 @@ async fn table_routes(moto: &Moto, id: &str) -> Vec<(String, String, String)> {
             )
         })
         .collect()
-}
-
-/// The zone ID moto gives [`ZONE`].
-async fn zone_id(moto: &Moto) -> String {
-    let xml = ec2(moto, "DescribeAvailabilityZones", &[("ZoneName.1", ZONE)]).await;
-    field(&xml, "zoneId")
 }
 
 // ---- the provider's side --------------------------------------------------------------------
