@@ -1,7 +1,8 @@
 //! moto (PyPI `moto[server]`, pinned in `tests/install-test-tools.sh`) as an independent AWS
 //! implementation: one `moto_server` on 127.0.0.1 serving EC2, ELBv2 and STS with signature
 //! checking on, seeded with an IAM user whose key may use `ec2:*`, `elasticloadbalancing:*`
-//! and `sts:*`, and a role a web identity may assume with the same rights; and [`Front`], a
+//! and `sts:*`, and a role a web identity may assume with the same rights (more users, each
+//! with its own policy, from [`Moto::user`]); and [`Front`], a
 //! server in front of it that sees every request and may answer for moto (an injected AWS
 //! error) or change what it forwards (a tampered body).
 //!
@@ -189,36 +190,10 @@ impl Moto {
 
     /// The IAM user `wasm-ccm` with a key and the policy, and the role `wasm-ccm` with it.
     async fn seed(&mut self) {
+        let (access_key_id, secret_access_key) = self.user("wasm-ccm", POLICY).await;
+        self.access_key_id = access_key_id;
+        self.secret_access_key = secret_access_key;
         let iam = |action: &'static str| [("Action", action), ("Version", "2010-05-08")];
-        self.unchecked(
-            "iam",
-            &[&iam("CreateUser")[..], &[("UserName", "wasm-ccm")]].concat(),
-        )
-        .await;
-        let key = self
-            .unchecked(
-                "iam",
-                &[&iam("CreateAccessKey")[..], &[("UserName", "wasm-ccm")]].concat(),
-            )
-            .await;
-        let field = |tag: &str| {
-            let start = key.find(&format!("<{tag}>")).expect(tag) + tag.len() + 2;
-            let end = key[start..].find('<').expect(tag) + start;
-            key[start..end].to_string()
-        };
-        self.access_key_id = field("AccessKeyId");
-        self.secret_access_key = field("SecretAccessKey");
-        let policy = [("PolicyName", "wasm-ccm"), ("PolicyDocument", POLICY)];
-        self.unchecked(
-            "iam",
-            &[
-                &iam("PutUserPolicy")[..],
-                &[("UserName", "wasm-ccm")],
-                &policy,
-            ]
-            .concat(),
-        )
-        .await;
         let role = [("RoleName", "wasm-ccm")];
         self.unchecked(
             "iam",
@@ -230,8 +205,30 @@ impl Moto {
             .concat(),
         )
         .await;
+        let policy = [("PolicyName", "wasm-ccm"), ("PolicyDocument", POLICY)];
         self.unchecked("iam", &[&iam("PutRolePolicy")[..], &role, &policy].concat())
             .await;
+    }
+
+    /// A new IAM user `name` allowed what `policy` (an IAM policy document) allows: its
+    /// access key id and secret key. moto checks every signed request against it.
+    pub async fn user(&self, name: &str, policy: &str) -> (String, String) {
+        let iam = |action: &'static str| [("Action", action), ("Version", "2010-05-08")];
+        let user = [("UserName", name)];
+        self.unchecked("iam", &[&iam("CreateUser")[..], &user].concat())
+            .await;
+        let key = self
+            .unchecked("iam", &[&iam("CreateAccessKey")[..], &user].concat())
+            .await;
+        let field = |tag: &str| {
+            let start = key.find(&format!("<{tag}>")).expect(tag) + tag.len() + 2;
+            let end = key[start..].find('<').expect(tag) + start;
+            key[start..end].to_string()
+        };
+        let policy = [("PolicyName", name), ("PolicyDocument", policy)];
+        self.unchecked("iam", &[&iam("PutUserPolicy")[..], &user, &policy].concat())
+            .await;
+        (field("AccessKeyId"), field("SecretAccessKey"))
     }
 
     async fn post(

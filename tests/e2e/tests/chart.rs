@@ -53,6 +53,7 @@ registry:
             ),
         ),
         ("credentials", CREDENTIALS.to_string()),
+        ("aws", chart::readme_values_file("aws.yaml")),
         (
             "shadow",
             format!(
@@ -393,29 +394,42 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
     }
 }
 
-/// IRSA: the role annotation on the manager's ServiceAccount, and an AWS credential from its
-/// web identity in the CloudProvider.
+/// The README's AWS values (IRSA): the role annotation on the manager's ServiceAccount, named
+/// as the role's trust policy says, and a CloudProvider running the aws provider with its
+/// cloud config, reaching EC2 and ELBv2 only and signing with the web identity's keys (no
+/// Secret to read).
 #[test]
-fn chart_irsa_annotates_the_service_account_and_signs_with_the_web_identity() {
-    let values = "
-serviceAccount:
-  annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::123456789012:role/wasm-ccm'}
-provider:
-  allowedHosts: ['https://*.amazonaws.com']
-  credentials:
-    - host: 'https://*.amazonaws.com'
-      type: AwsSigV4
-      aws: {region: us-east-1, webIdentity: {}}
-";
-    let objects = chart::render_files("irsa", &[PROVIDER, values]).expect("renders");
+fn chart_readme_aws_values_annotate_the_service_account_and_sign_with_the_web_identity() {
+    let objects =
+        chart::render("wasm-ccm", &chart::readme_values_file("aws.yaml")).expect("renders");
     let account = only(&objects, "ServiceAccount");
+    assert_eq!(account.name(), "wasm-ccm");
+    assert_eq!(account.namespace(), Some(NAMESPACE));
     assert_eq!(
         account.object["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
         "arn:aws:iam::123456789012:role/wasm-ccm"
     );
-    let provider = only(&objects, "CloudProvider");
+    let spec = &only(&objects, "CloudProvider").object["spec"];
+    assert_eq!(spec["name"], "aws");
+    let cloud_config: Value = serde_json::from_str(
+        spec["cloudConfig"]["inline"]
+            .as_str()
+            .expect("an inline cloud config"),
+    )
+    .expect("the cloud config is JSON");
     assert_eq!(
-        provider.object["spec"]["credentials"],
+        cloud_config,
+        json!({"region": "us-east-1", "cluster_id": "prod", "vpc_id": "vpc-0abc1234"})
+    );
+    assert_eq!(
+        spec["egress"]["allowedHosts"],
+        json!([
+            "https://ec2.us-east-1.amazonaws.com",
+            "https://elasticloadbalancing.us-east-1.amazonaws.com"
+        ])
+    );
+    assert_eq!(
+        spec["credentials"],
         json!([{"host": "https://*.amazonaws.com", "type": "AwsSigV4",
                 "aws": {"region": "us-east-1", "webIdentity": {}}}])
     );
@@ -426,6 +440,20 @@ provider:
             .iter()
             .all(|rule| rule["resources"] != json!(["secrets"]))
     }));
+    assert!(args(&objects).contains(&"--cluster-cidr=10.244.0.0/16".to_string()));
+
+    // Without pod routes, as the README says for the VPC CNI or an overlay.
+    let values = chart::readme_values_file("aws.yaml")
+        .replace("clusterCIDR: 10.244.0.0/16", "controllers: ['*', '-route']");
+    let args = args(&chart::render("wasm-ccm", &values).expect("renders"));
+    assert!(
+        args.contains(&"--controllers=*,-route".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--cluster-cidr")),
+        "{args:?}"
+    );
 }
 
 /// Every provider value lands in the CloudProvider's spec, as the manager reads it; none

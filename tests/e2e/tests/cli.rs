@@ -3,11 +3,15 @@
 //!
 //! The simulator runs in this process; the CLI runs as a child process.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cloud_sim::{Instance, NewInstance};
+use e2e::aws::{ZONE, all_target_groups, config, nlb, public_network, run_node, zone_id};
+use e2e::moto::Moto;
 use e2e::{Cloud, TOKEN, wasm_ccm_binary};
 use sha2::{Digest, Sha256};
 
@@ -695,6 +699,224 @@ async fn call_signs_for_moto_with_keys_from_the_environment_or_a_web_identity() 
     assert_eq!(reported_status(&run), 200, "{run:#?}\n{}", moto.log());
     assert_eq!(sts.seen().len(), 1, "one exchange");
     assert!(!run.stderr.contains("a-projected-token"));
+}
+
+// ---- provider call: the AWS provider ---------------------------------------------------------
+
+/// The IAM policy the README's "Deploying on AWS" gives the provider's role.
+fn readme_iam_policy() -> serde_json::Value {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let block = readme
+        .split_once("### IAM policy")
+        .and_then(|(_, section)| section.split_once("```json\n"))
+        .and_then(|(_, block)| block.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("the README's IAM policy section shows a json block");
+    serde_json::from_str(block).expect("the README's IAM policy is JSON")
+}
+
+/// The actions the AWS provider's code sends: each `Query::new("Action")`, and the two
+/// actions of each `Query::new(action)` (`let action = if … { "A" } else { "B" };`). Test
+/// modules are left out.
+fn actions_the_aws_provider_sends() -> BTreeSet<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guests/aws/src");
+    let mut actions = BTreeSet::new();
+    for entry in std::fs::read_dir(&src).expect("guests/aws/src") {
+        let text = std::fs::read_to_string(entry.expect("a file").path()).expect("source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for call in code.split("Query::new(").skip(1) {
+            if let Some(rest) = call.strip_prefix('"') {
+                actions.insert(rest.split('"').next().unwrap_or_default().to_string());
+            } else {
+                assert!(
+                    call.starts_with("action)"),
+                    "an action named otherwise: {call:.60}"
+                );
+                let choice = code
+                    .split_once("let action = if")
+                    .and_then(|(_, rest)| rest.split_once(';'))
+                    .map(|(choice, _)| choice)
+                    .expect("the choice of action");
+                actions.extend(choice.split('"').skip(1).step_by(2).map(str::to_string));
+            }
+        }
+    }
+    actions
+}
+
+/// The README's IAM policy allows every action the provider sends and no other (the test
+/// below runs `provider call` under it), and `AddTags` only as AWS checks it for a resource
+/// created with tags.
+#[test]
+fn the_readmes_iam_policy_allows_exactly_the_actions_the_aws_provider_sends() {
+    let policy = readme_iam_policy();
+    let allowed: BTreeSet<String> = policy["Statement"][0]["Action"]
+        .as_array()
+        .expect("the first statement lists actions")
+        .iter()
+        .map(|action| {
+            let action = action.as_str().expect("an action");
+            let (service, name) = action.split_once(':').expect("service:Action");
+            assert!(
+                ["ec2", "elasticloadbalancing"].contains(&service),
+                "{action}"
+            );
+            name.to_string()
+        })
+        .collect();
+    assert_eq!(allowed, actions_the_aws_provider_sends());
+    let tagging = &policy["Statement"][1];
+    assert_eq!(tagging["Action"], "elasticloadbalancing:AddTags");
+    assert_eq!(
+        tagging["Condition"]["StringEquals"]["elasticloadbalancing:CreateAction"],
+        serde_json::json!(["CreateLoadBalancer", "CreateTargetGroup", "CreateListener"])
+    );
+    assert_eq!(policy["Statement"].as_array().map(Vec::len), Some(2));
+}
+
+/// `policy` without `action` in its first statement.
+fn without(policy: &serde_json::Value, action: &str) -> serde_json::Value {
+    let mut policy = policy.clone();
+    let actions = policy["Statement"][0]["Action"]
+        .as_array_mut()
+        .expect("a list of actions");
+    let before = actions.len();
+    actions.retain(|a| a != action);
+    assert_eq!(actions.len(), before - 1, "{action} is in the policy");
+    policy
+}
+
+/// `wasm-ccm provider call aws.wasm FUNCTION --args ARGS --config cloud.json --allow MOTO
+/// --credential MOTO=aws-sigv4:env,…`, the README's command with moto as the endpoint, signed
+/// with `keys` (access key id, secret key) from the environment.
+async fn call_aws(
+    moto: &Moto,
+    config: &tempfile::NamedTempFile,
+    keys: &(String, String),
+    function: &str,
+    args: serde_json::Value,
+) -> Run {
+    let url = moto.url();
+    let credential =
+        format!("{url}=aws-sigv4:env,region=us-east-1,services=ec2+elasticloadbalancing");
+    let extra = [
+        "--config",
+        &path(config),
+        "--allow",
+        url,
+        "--credential",
+        &credential,
+    ];
+    let args = call_args(guest_builds::AWS, function, &args.to_string(), &extra);
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID", keys.0.clone()),
+        ("AWS_SECRET_ACCESS_KEY", keys.1.clone()),
+    ];
+    let run = wasm_ccm_async(args, env).await;
+    assert!(!run.stdout.contains(&keys.1), "secret on stdout");
+    assert!(!run.stderr.contains(&keys.1), "secret on stderr");
+    run
+}
+
+/// What `provider call` printed, as JSON.
+fn printed(run: &Run) -> serde_json::Value {
+    assert!(run.succeeded(), "{run:#?}");
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|err| panic!("stdout is JSON: {err}: {run:#?}"))
+}
+
+/// The README's `provider call` of the AWS provider, against moto with signature checking on
+/// and the provider's keys limited to the README's IAM policy: a node's metadata from its EC2
+/// instance (found by private DNS name), a Service's NLB made and deleted. The same policy
+/// without `CreateLoadBalancer` is refused by moto, so the policy moto checked is the one
+/// that let the calls through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_runs_the_aws_provider_against_moto_within_the_readmes_iam_policy() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let instance = run_node(&moto, &net).await;
+    let zone_id = zone_id(&moto).await;
+    let policy = readme_iam_policy();
+    let keys = moto.user("ccm", &policy.to_string()).await;
+    let cloud_json = tempfile::NamedTempFile::new().expect("cloud.json");
+    std::fs::write(
+        cloud_json.path(),
+        config(moto.url(), &net.network).to_string(),
+    )
+    .expect("write cloud.json");
+
+    let node = serde_json::json!({"node": {"name": instance.private_dns}});
+    let metadata = printed(&call_aws(&moto, &cloud_json, &keys, "instance-metadata", node).await);
+    let provider_id = format!("aws:///{ZONE}/{}", instance.id);
+    assert_eq!(metadata["providerID"], provider_id);
+    assert_eq!(metadata["instanceType"], "m5.large");
+    assert_eq!(metadata["zone"], ZONE);
+    assert_eq!(metadata["region"], "us-east-1");
+    assert_eq!(
+        metadata["nodeAddresses"][0],
+        serde_json::json!({"type": "InternalIP", "address": instance.private_ip})
+    );
+    assert_eq!(
+        metadata["additionalLabels"],
+        serde_json::json!([["topology.k8s.aws/zone-id", zone_id]])
+    );
+
+    let svc = serde_json::json!({
+        "name": "web", "namespace": "shop", "uid": "6c1f3e2a-5b7d-4e8f-9a0b-1c2d3e4f5a6b",
+        "annotations": [["service.beta.kubernetes.io/aws-load-balancer-type", "nlb"]],
+        "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}]
+    });
+    let nodes = serde_json::json!([{"name": instance.private_dns, "providerID": provider_id}]);
+    let ensure = serde_json::json!({"cluster-name": "kubernetes", "svc": svc, "nodes": nodes});
+    let status = printed(
+        &call_aws(
+            &moto,
+            &cloud_json,
+            &keys,
+            "ensure-load-balancer",
+            ensure.clone(),
+        )
+        .await,
+    );
+    let made = nlb(&moto).await.expect("moto holds the NLB");
+    assert_eq!(
+        status["ingress"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+    assert_eq!(status["ingress"][0]["hostname"], made.dns_name);
+    assert_eq!(made.listeners.len(), 1, "{made:?}");
+    assert_eq!(
+        made.groups[0].2,
+        [(instance.id.clone(), "30080".to_string())]
+    );
+
+    let delete = serde_json::json!({"cluster-name": "kubernetes", "svc": svc});
+    let deleted = call_aws(
+        &moto,
+        &cloud_json,
+        &keys,
+        "ensure-load-balancer-deleted",
+        delete,
+    )
+    .await;
+    assert!(deleted.succeeded(), "{deleted:#?}");
+    assert_eq!(nlb(&moto).await, None);
+    assert!(all_target_groups(&moto).await.is_empty());
+
+    let narrower = without(&policy, "elasticloadbalancing:CreateLoadBalancer");
+    let keys = moto.user("ccm-narrower", &narrower.to_string()).await;
+    let refused = call_aws(&moto, &cloud_json, &keys, "ensure-load-balancer", ensure).await;
+    refused.assert_failed_cleanly();
+    assert!(
+        refused
+            .stderr
+            .contains("must allow elasticloadbalancing:CreateLoadBalancer"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(nlb(&moto).await, None);
 }
 
 #[test]
