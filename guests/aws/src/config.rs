@@ -1,6 +1,6 @@
 //! The cloud configuration (`--cloud-config`, JSON): the region, the cluster's ID (its
-//! `kubernetes.io/cluster/<id>` tag), the VPC, an optional route table and optional endpoints
-//! per service. Parsed and validated by `init`, re-read by every call; every error names the
+//! `kubernetes.io/cluster/<id>` tag), the VPC, an optional route table, optional endpoints
+//! per service and the node label keys Services may choose targets by. Parsed and validated by `init`, re-read by every call; every error names the
 //! field.
 
 use serde::Deserialize;
@@ -21,7 +21,13 @@ pub struct Config {
     pub ec2_endpoint: String,
     /// ELBv2's endpoint, without a trailing slash.
     pub elbv2_endpoint: String,
+    /// The node label keys a Service's `target-node-labels` may name: the labels `init`
+    /// declares in `node-metadata`, so the host passes them (and no other).
+    pub target_node_label_keys: Vec<String>,
 }
+
+/// The field listing the node label keys `target-node-labels` may name.
+pub const TARGET_NODE_LABEL_KEYS: &str = "target_node_label_keys";
 
 /// The configuration as written.
 #[derive(Deserialize, Default)]
@@ -33,6 +39,8 @@ struct RawConfig {
     route_table_id: Option<String>,
     #[serde(default)]
     endpoints: RawEndpoints,
+    /// Read as any JSON value so a wrong type gets an error naming the field.
+    target_node_label_keys: Option<serde_json::Value>,
 }
 
 /// `endpoints`: where to send each service's requests instead of its regional endpoint (a
@@ -78,6 +86,7 @@ impl Config {
             Some(url) => validated_url(&url, field),
             None => Ok(regional_endpoint(service, &region)),
         };
+        let target_node_label_keys = label_keys(raw.target_node_label_keys)?;
         Ok(Config {
             ec2_endpoint: endpoint(raw.endpoints.ec2, "endpoints.ec2", "ec2")?,
             elbv2_endpoint: endpoint(
@@ -89,6 +98,7 @@ impl Config {
             cluster_id,
             vpc_id,
             route_table_id,
+            target_node_label_keys,
         })
     }
 
@@ -121,6 +131,63 @@ fn prefixed(value: Option<String>, field: &str, prefix: &str) -> Result<Option<S
         ))),
         other => Ok(other),
     }
+}
+
+/// `target_node_label_keys`: a list of distinct Kubernetes label keys, if given.
+fn label_keys(value: Option<serde_json::Value>) -> Result<Vec<String>, Error> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let fail = |detail: &str| {
+        invalid(format_args!(
+            "\"{TARGET_NODE_LABEL_KEYS}\" must be a list of node label keys such as \
+             [\"node-role.example.com/lb\"]: {detail}"
+        ))
+    };
+    let serde_json::Value::Array(items) = value else {
+        return Err(fail(&format!("got {value}")));
+    };
+    let mut keys: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let serde_json::Value::String(key) = item else {
+            return Err(fail(&format!("{item} is not a string")));
+        };
+        if !is_label_key(&key) {
+            return Err(fail(&format!("{key:?} is not a label key")));
+        }
+        if keys.contains(&key) {
+            return Err(fail(&format!("{key:?} is listed twice")));
+        }
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name of at most
+/// 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
+fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|prefix| {
+        prefix.len() <= 253
+            && prefix.split('.').all(|part| {
+                !part.is_empty()
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    });
+    let name_ok = (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    prefix_ok && name_ok
 }
 
 /// Lowercase letters, digits and dashes: region names and resource IDs.
@@ -224,5 +291,40 @@ mod tests {
             assert!(message.starts_with("aws cloud config: "), "{message}");
         }
         assert!(Config::parse(None).is_err());
+    }
+
+    #[test]
+    fn target_node_label_keys_are_a_list_of_distinct_label_keys() {
+        let config = parse(
+            r#"{"region":"us-east-1","cluster_id":"c","target_node_label_keys":["node-role.example.com/lb","tier"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config.target_node_label_keys,
+            ["node-role.example.com/lb", "tier"]
+        );
+        let none = parse(r#"{"region":"us-east-1","cluster_id":"c"}"#).unwrap();
+        assert!(none.target_node_label_keys.is_empty());
+        for (keys, detail) in [
+            (r#""tier""#, "got \"tier\""),
+            (r#"{"tier":true}"#, "got {\"tier\":true}"),
+            ("[1]", "1 is not a string"),
+            (r#"["a b"]"#, "\"a b\" is not a label key"),
+            (r#"["Example.com/lb"]"#, "is not a label key"),
+            (r#"["example.com/"]"#, "is not a label key"),
+            (r#"["/lb"]"#, "is not a label key"),
+            (r#"["tier-"]"#, "is not a label key"),
+            (r#"["tier","tier"]"#, "\"tier\" is listed twice"),
+        ] {
+            let json = format!(
+                r#"{{"region":"us-east-1","cluster_id":"c","target_node_label_keys":{keys}}}"#
+            );
+            let message = parse(&json).unwrap_err();
+            assert!(
+                message.starts_with("aws cloud config: \"target_node_label_keys\" must be a list"),
+                "{json}: {message}"
+            );
+            assert!(message.contains(detail), "{json}: {message}");
+        }
     }
 }

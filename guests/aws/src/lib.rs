@@ -13,6 +13,7 @@
 //! ```json
 //! {"region": "us-east-1", "cluster_id": "prod", "vpc_id": "vpc-0abc",
 //!  "route_table_id": "rtb-0abc",
+//!  "target_node_label_keys": ["node-role.example.com/lb"],
 //!  "endpoints": {"ec2": "https://vpce-….ec2.us-east-1.vpce.amazonaws.com",
 //!                "elasticloadbalancing": "https://…"}}
 //! ```
@@ -25,6 +26,11 @@
 //!   the cluster tag (in `vpc_id`, when set).
 //! - `endpoints`: where each service's requests go instead of `https://SERVICE.REGION.amazonaws.com`
 //!   (`.amazonaws.com.cn` in `cn-` regions): a VPC endpoint, a test server.
+//! - `target_node_label_keys`: the node label keys a Service's
+//!   `service.beta.kubernetes.io/aws-load-balancer-target-node-labels` may name. `init`
+//!   declares them in `capabilities.node-metadata`, so the host passes these labels and no
+//!   other (none without the field: the cheapest calls); a Service naming another key is
+//!   refused, naming this field.
 //!
 //! Unknown fields are refused; every error names the field.
 
@@ -71,9 +77,10 @@ impl wasm_ccm_sdk::Provider for AwsProvider {
             load_balancer: true,
             routes: true,
             has_cluster_id: true,
-            // Nodes are found by provider ID and name: no label or annotation is read.
+            // Nodes are found by provider ID and name; only the labels Services may choose
+            // their targets by are read, and no annotation.
             node_metadata: Some(NodeMetadataKeys {
-                labels: vec![],
+                labels: config.target_node_label_keys,
                 annotations: vec![],
             }),
         })

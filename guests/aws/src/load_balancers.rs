@@ -16,6 +16,10 @@
 //!   replaced. The scheme and the subnets cannot change on an NLB: an edit of
 //!   `…-internal` or `…-subnets` is reported as an error naming the annotation (after
 //!   everything else is reconciled) until the Service is recreated.
+//! - **Targets.** Every node with an instance, or with
+//!   `service.beta.kubernetes.io/aws-load-balancer-target-node-labels` only the nodes with
+//!   those labels (whole nodes are read then; otherwise only provider IDs), re-chosen on
+//!   each ensure and update, so an edit of the annotation or of a node's labels moves them.
 //! - **Deletion** removes the load balancer, its target groups (attached, or made for the
 //!   Service's ports and left unattached by a failed ensure) and its security-group rules,
 //!   and nothing else.
@@ -32,7 +36,10 @@ use crate::elbv2::{self, LoadBalancer, TargetGroup};
 use crate::instances::{by_id, instance_id_of, list_cluster};
 use crate::query::{Aws, Query};
 use crate::security_groups::{self, Access};
-use crate::spec::{self, CROSS_ZONE_ATTRIBUTE, INTERNAL, PortMapping, SUBNETS, Selection, Spec};
+use crate::spec::{
+    self, CROSS_ZONE_ATTRIBUTE, INTERNAL, NodeSelector, PortMapping, SUBNETS, Selection, Spec,
+    TARGET_NODE_LABELS,
+};
 use crate::subnets;
 
 /// How long the host waits before asking again about a load balancer in a state that is
@@ -114,7 +121,7 @@ fn ensure(svc: &Service, nodes: &Nodes<'_>) -> Result<LbStatus, Error> {
     }
     let (config, aws) = crate::load()?;
     let spec = spec::spec(&config, svc)?;
-    let instances = targets(&config, &aws, nodes)?;
+    let instances = targets(&config, &aws, nodes, spec.target_nodes.as_ref())?;
     let mut unchangeable = Vec::new();
     let (lb, subnet_cidrs) = match elbv2::load_balancer(&aws, &spec.name)? {
         None => {
@@ -226,11 +233,34 @@ fn vpc(config: &Config, instances: &[Instance]) -> Result<String, Error> {
     }
 }
 
-/// The instances behind `nodes` that still exist. A Node can outlive its instance until
-/// the lifecycle controller deletes it; it must not fail the load balancer. Only provider
-/// IDs are read; instances come from the host cache (one listing of the cluster for all).
-fn targets(config: &Config, aws: &Aws, nodes: &Nodes<'_>) -> Result<Vec<Instance>, Error> {
-    let provider_ids = nodes.provider_ids();
+/// The instances behind `nodes` (those `selector` matches, when the Service has one) that
+/// still exist. A Node can outlive its instance until the lifecycle controller deletes it;
+/// it must not fail the load balancer. Without a selector only provider IDs are read, with
+/// one whole nodes (their declared labels); instances come from the host cache (one
+/// listing of the cluster for all).
+fn targets(
+    config: &Config,
+    aws: &Aws,
+    nodes: &Nodes<'_>,
+    selector: Option<&NodeSelector>,
+) -> Result<Vec<Instance>, Error> {
+    let (provider_ids, names): (Vec<Option<String>>, Option<Vec<String>>) = match selector {
+        None => (nodes.provider_ids(), None),
+        Some(selector) => {
+            let all = nodes.all();
+            let total = all.len();
+            let (ids, names): (Vec<_>, Vec<_>) = all
+                .into_iter()
+                .filter(|node| selector.matches(&node.labels))
+                .map(|node| (node.provider_id, node.name))
+                .unzip();
+            wasm_ccm_sdk::info!(
+                "{} of {total} nodes have the labels of {TARGET_NODE_LABELS}",
+                ids.len()
+            );
+            (ids, Some(names))
+        }
+    };
     let mut seen = BTreeSet::new();
     let mut instances = Vec::new();
     let mut skipped = Vec::new();
@@ -248,7 +278,7 @@ fn targets(config: &Config, aws: &Aws, nodes: &Nodes<'_>) -> Result<Vec<Instance
         }
     }
     if !skipped.is_empty() {
-        let names = nodes.names();
+        let names = names.unwrap_or_else(|| nodes.names());
         for index in skipped {
             wasm_ccm_sdk::info!(
                 "node {} is not a load-balancer target: provider ID {:?} is not aws:///ZONE/i-…",

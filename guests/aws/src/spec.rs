@@ -7,7 +7,7 @@
 
 use wasm_ccm_sdk::{Error, Protocol, Service, default_load_balancer_name};
 
-use crate::config::Config;
+use crate::config::{Config, TARGET_NODE_LABEL_KEYS};
 
 /// The prefix of every annotation this provider reads.
 const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
@@ -17,9 +17,10 @@ pub const SUBNETS: &str = "service.beta.kubernetes.io/aws-load-balancer-subnets"
 const CROSS_ZONE: &str =
     "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled";
 const EXTRA_TAGS: &str = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+pub const TARGET_NODE_LABELS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
 /// Annotations upstream reads that this provider does not support yet: refused, not ignored.
-const NOT_YET: [&str; 7] = [
-    "target-node-labels",
+const NOT_YET: [&str; 6] = [
     "ssl-cert",
     "ssl-ports",
     "eip-allocations",
@@ -73,6 +74,26 @@ pub struct Spec {
     pub mappings: Vec<PortMapping>,
     /// Client CIDRs allowed to the node ports.
     pub source_ranges: Vec<String>,
+    /// The labels a node needs to be a target (`target-node-labels`); `None`: every node.
+    pub target_nodes: Option<NodeSelector>,
+}
+
+/// `target-node-labels` (`k=v,k2`), as upstream's `filterTargetNodes`: a node is a target
+/// when it has every label, with the value where one is given (`k` and `k=` ask for the
+/// label with any value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSelector(Vec<(String, Option<String>)>);
+
+impl NodeSelector {
+    /// Whether a node with `labels` is a target.
+    pub fn matches(&self, labels: &[(String, String)]) -> bool {
+        self.0.iter().all(|(key, wanted)| {
+            labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .is_some_and(|(_, value)| wanted.as_ref().is_none_or(|wanted| wanted == value))
+        })
+    }
 }
 
 /// Whether this provider balances the Service.
@@ -195,7 +216,50 @@ pub fn spec(config: &Config, svc: &Service) -> Result<Spec, Error> {
         tags: tags(config, svc),
         mappings,
         source_ranges,
+        target_nodes: target_nodes(config, svc)?,
     })
+}
+
+/// The Service's `target-node-labels`: `None` without the annotation or with no entry in it
+/// (every node, as upstream). Each key must be one of the configured
+/// `target_node_label_keys`, the only labels the host passes this provider; an entry
+/// without a key, with two `=`, or a key given twice is refused (upstream drops or mangles
+/// them silently).
+fn target_nodes(config: &Config, svc: &Service) -> Result<Option<NodeSelector>, Error> {
+    let Some(value) = annotation(svc, TARGET_NODE_LABELS) else {
+        return Ok(None);
+    };
+    let mut wanted: Vec<(String, Option<String>)> = Vec::new();
+    for entry in list(value) {
+        let (key, value) = match entry.split_once('=') {
+            Some((key, value)) => (key.trim(), Some(value.trim())),
+            None => (entry.as_str(), None),
+        };
+        let bad = |why: &str| refused(svc, TARGET_NODE_LABELS, &format!("entry {entry:?} {why}"));
+        if key.is_empty() {
+            return Err(bad("has no label key"));
+        }
+        if value.is_some_and(|value| value.contains('=')) {
+            return Err(bad("has more than one '=': write key=value or key"));
+        }
+        if wanted.iter().any(|(k, _)| k == key) {
+            return Err(bad("names a label key given before"));
+        }
+        if !config.target_node_label_keys.iter().any(|k| k == key) {
+            return Err(refused(
+                svc,
+                TARGET_NODE_LABELS,
+                &format!(
+                    "names node label {key:?}, which the provider does not read: add it to \
+                     \"{TARGET_NODE_LABEL_KEYS}\" in the cloud config (now {:?})",
+                    config.target_node_label_keys
+                ),
+            ));
+        }
+        let value = value.filter(|value| !value.is_empty()).map(str::to_string);
+        wanted.push((key.to_string(), value));
+    }
+    Ok((!wanted.is_empty()).then_some(NodeSelector(wanted)))
 }
 
 /// The upstream defaults (TCP on the traffic port, or with `externalTrafficPolicy: Local`
@@ -516,8 +580,8 @@ mod tests {
                 "healthcheck-port",
             ),
             (
-                service(&[(&format!("{PREFIX}target-node-labels"), "a=b")]),
-                "target-node-labels is not supported by this provider yet",
+                service(&[(&format!("{PREFIX}ssl-cert"), "arn:aws:acm:x")]),
+                "ssl-cert is not supported by this provider yet",
             ),
             (
                 Service {
@@ -555,6 +619,111 @@ mod tests {
         udp.port = 53;
         mixed.ports.push(udp);
         assert!(message(spec(&config(), &mixed).unwrap_err()).contains("mixes TCP and UDP"));
+    }
+
+    fn labelled_config() -> Config {
+        Config::parse(Some(
+            br#"{"region":"us-east-1","cluster_id":"c1","target_node_label_keys":["node-role.example.com/lb","tier"]}"#
+                .to_vec(),
+        ))
+        .unwrap()
+    }
+
+    fn selector(value: &str) -> Result<Option<NodeSelector>, String> {
+        let svc = service(&[(TARGET_NODE_LABELS, value)]);
+        spec(&labelled_config(), &svc)
+            .map(|spec| spec.target_nodes)
+            .map_err(message)
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn target_node_labels_parse_as_upstreams_key_value_list() {
+        assert_eq!(
+            spec(&labelled_config(), &service(&[]))
+                .unwrap()
+                .target_nodes,
+            None
+        );
+        // No entry at all: every node, as upstream.
+        assert_eq!(selector(" , ").unwrap(), None);
+        assert_eq!(
+            selector(" node-role.example.com/lb = edge , tier,, ").unwrap(),
+            Some(NodeSelector(vec![
+                ("node-role.example.com/lb".into(), Some("edge".into())),
+                ("tier".into(), None),
+            ]))
+        );
+        // `k=` asks for the label with any value, as `k` does.
+        assert_eq!(
+            selector("tier=").unwrap(),
+            Some(NodeSelector(vec![("tier".into(), None)]))
+        );
+    }
+
+    #[test]
+    fn target_node_labels_need_every_label_with_its_value_where_given() {
+        let selector = selector("node-role.example.com/lb=edge,tier")
+            .unwrap()
+            .unwrap();
+        assert!(selector.matches(&labels(&[
+            ("tier", "gold"),
+            ("node-role.example.com/lb", "edge")
+        ])));
+        assert!(selector.matches(&labels(&[
+            ("node-role.example.com/lb", "edge"),
+            ("tier", "")
+        ])));
+        for other in [
+            labels(&[("node-role.example.com/lb", "edge")]),
+            labels(&[("node-role.example.com/lb", "inner"), ("tier", "gold")]),
+            labels(&[("node-role.example.com/lb", "Edge"), ("tier", "gold")]),
+            labels(&[("tier", "gold")]),
+            labels(&[]),
+        ] {
+            assert!(!selector.matches(&other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn bad_target_node_labels_are_refused_naming_the_annotation_and_the_entry() {
+        for (value, problem) in [
+            ("=edge", "entry \"=edge\" has no label key"),
+            (
+                "tier=a=b",
+                "entry \"tier=a=b\" has more than one '=': write key=value or key",
+            ),
+            (
+                "tier=a,tier=b",
+                "entry \"tier=b\" names a label key given before",
+            ),
+            (
+                "kubernetes.io/hostname=n1",
+                "names node label \"kubernetes.io/hostname\", which the provider does not read: \
+                 add it to \"target_node_label_keys\" in the cloud config \
+                 (now [\"node-role.example.com/lb\", \"tier\"])",
+            ),
+        ] {
+            let error = selector(value).unwrap_err();
+            assert_eq!(
+                error,
+                format!("service shop-production/web-frontend: {TARGET_NODE_LABELS} {problem}"),
+                "{value}"
+            );
+        }
+        // Without configured keys, any key is refused the same way.
+        let error =
+            message(spec(&config(), &service(&[(TARGET_NODE_LABELS, "tier")])).unwrap_err());
+        assert!(
+            error.contains("add it to \"target_node_label_keys\""),
+            "{error}"
+        );
     }
 
     #[test]

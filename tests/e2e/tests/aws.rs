@@ -776,6 +776,85 @@ async fn source_ranges_and_annotations_are_reconciled_and_the_scheme_change_is_r
     assert_eq!(nlb(&moto).await.unwrap().scheme, "internet-facing");
 }
 
+const TARGET_NODE_LABELS: &str = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
+const LB_ROLE: &str = "node-role.example.com/lb";
+const TIER: &str = "example.com/tier";
+
+/// `node` with `labels`.
+fn labelled(node: Node, labels: &[(&str, &str)]) -> Node {
+    Node {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..node
+    }
+}
+
+/// The targets of the (only) target group: sorted (instance, node port).
+async fn group_targets(moto: &Moto) -> Vec<(String, String)> {
+    let groups = nlb(moto).await.expect("a load balancer").groups;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    groups[0].2.clone()
+}
+
+#[tokio::test]
+async fn target_node_labels_choose_the_targets_on_each_ensure_among_the_configured_keys() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let (a, b) = (run_node(&moto, &net).await, run_node(&moto, &net).await);
+    let mut cloud_config = config(moto.url(), &net.network);
+    cloud_config["target_node_label_keys"] = json!([LB_ROLE, TIER]);
+    let aws = aws_at(&moto, moto.url(), cloud_config).await;
+    let target = |instance: &Instance| (instance.id.clone(), "30080".to_string());
+    let node_a = labelled(node_of(&a), &[(LB_ROLE, "edge")]);
+    let node_b = labelled(node_of(&b), &[(LB_ROLE, "inner"), (TIER, "gold")]);
+    let mut svc = web_service();
+    svc.annotations
+        .push((TARGET_NODE_LABELS.into(), format!("{LB_ROLE}=edge")));
+
+    // k=v: only the node whose label has that value.
+    ensure(&aws, &svc, &[node_a.clone(), node_b.clone()]).await;
+    assert_eq!(group_targets(&moto).await, [target(&a)]);
+
+    // The annotation edited to a key alone: the node that has the label, whatever its value.
+    svc.annotations[1].1 = TIER.into();
+    aws.provider
+        .update_load_balancer(
+            "kubernetes",
+            &svc,
+            &Arc::from([node_a.clone(), node_b.clone()]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(group_targets(&moto).await, [target(&b)]);
+
+    // A node labelled since: it becomes a target too.
+    let node_a = labelled(node_of(&a), &[(LB_ROLE, "edge"), (TIER, "silver")]);
+    ensure(&aws, &svc, &[node_a.clone(), node_b.clone()]).await;
+    let mut both = vec![target(&a), target(&b)];
+    both.sort();
+    assert_eq!(group_targets(&moto).await, both);
+
+    // A key the cloud config does not list is refused, naming the annotation, the key and
+    // the field to add it to; the targets stay.
+    svc.annotations[1].1 = "kubernetes.io/hostname=x".into();
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &svc, &Arc::from([node_a, node_b]))
+        .await
+        .unwrap_err();
+    assert_plain(
+        &error,
+        &format!("{TARGET_NODE_LABELS} names node label \"kubernetes.io/hostname\""),
+    );
+    assert_plain(
+        &error,
+        "add it to \"target_node_label_keys\" in the cloud config",
+    );
+    assert_eq!(group_targets(&moto).await, both);
+}
+
 #[tokio::test]
 async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_controller() {
     let moto = Moto::start().await;
@@ -946,6 +1025,15 @@ async fn a_bad_cloud_config_is_refused_at_load_naming_the_field() {
         (
             json!({"region": REGION, "cluster_id": "c1", "endpoints": {"ec2": "ec2.local"}}),
             "\"endpoints.ec2\"",
+        ),
+        (
+            json!({"region": REGION, "cluster_id": "c1", "target_node_label_keys": "tier"}),
+            "\"target_node_label_keys\" must be a list of node label keys",
+        ),
+        (
+            json!({"region": REGION, "cluster_id": "c1", "target_node_label_keys": ["tier", 7]}),
+            "\"target_node_label_keys\" must be a list of node label keys such as \
+             [\"node-role.example.com/lb\"]: 7 is not a string",
         ),
     ] {
         let error = load(
