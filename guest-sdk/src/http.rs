@@ -210,6 +210,13 @@ impl Request {
                 .iter()
                 .map(|(name, value)| (name.to_ascii_lowercase(), value.as_bytes().to_vec())),
         );
+        // A body of known length goes with `content-length`: without it the host sends
+        // the body chunked, and the end of a chunked body is one more write on the wire.
+        let sized = entries.iter().any(|(name, _)| name == "content-length");
+        if !self.body.is_empty() && !sized {
+            let length = self.body.len().to_string().into_bytes();
+            entries.push(("content-length".to_string(), length));
+        }
         let fields = Fields::from_list(&entries).map_err(|err| match err {
             HeaderError::Forbidden => {
                 let name = entries
