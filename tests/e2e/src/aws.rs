@@ -1,8 +1,9 @@
 //! A cluster's AWS side in moto, for the tests of the AWS provider (`guests/aws`): a VPC,
 //! subnets, a node security group and instances seeded through moto's own EC2 API, the NLB
 //! state read back from its ELBv2 API, and the provider's cloud config and signed egress
-//! for it. Seeding goes unchecked ([`Moto::unchecked`]); only the provider's requests are
-//! signed, by the host.
+//! for it. Seeding and looking go signed with the seeded user's key, sent through a gate of
+//! their own: opening moto's signature check ([`Moto::unchecked`]) while a manager runs would
+//! let the manager's next request through unchecked in their place.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -15,10 +16,17 @@
 //! # }
 //! ```
 
-use serde_json::json;
-use wasm_ccm_host::egress::{AwsKeys, CredentialRule, EgressConfig, HostPattern, SigV4};
+use std::sync::Arc;
 
-use crate::moto::{Moto, REGION};
+use bytes::Bytes;
+use serde_json::json;
+use wasm_ccm_host::egress::{
+    AwsKeys, Caller, CredentialRule, EgressConfig, EgressGate, HostPattern, RateBudget,
+    SecretSource, SharedSecret, SigV4,
+};
+use wasm_ccm_host::metrics::Metrics;
+
+use crate::moto::{Moto, REGION, form_body};
 
 /// The cluster ID of the cloud config: its resources carry [`CLUSTER_TAG`].
 pub const CLUSTER_ID: &str = "c1";
@@ -50,11 +58,53 @@ pub struct Network {
     pub subnet: String,
 }
 
-/// Send an EC2 `action` with `params` to moto, unchecked (a setup step or a look at what
-/// moto holds); the answer's body.
+/// Send an EC2 `action` with `params` to moto (a setup step or a look at what moto holds);
+/// the answer's body.
 pub async fn ec2(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
     let form = [&[("Action", action), ("Version", "2016-11-15")][..], params].concat();
-    moto.unchecked("ec2", &form).await
+    signed(moto, "ec2", &form).await
+}
+
+/// Send `form` to `service`, signed with the seeded user's key by a host-side egress gate;
+/// the answer's body, which must be a 200.
+async fn signed(moto: &Moto, service: &str, form: &[(&str, &str)]) -> String {
+    let secret = |name: &str, value: &str| {
+        let secret = SharedSecret::new(format!("moto's seeded {name}"), String::new());
+        secret.set(Ok(value.to_string()));
+        SecretSource::Shared(secret)
+    };
+    let keys = AwsKeys::from_sources(
+        secret("access key id", &moto.access_key_id),
+        secret("secret key", &moto.secret_access_key),
+        None,
+    );
+    let sigv4 = SigV4::new(Some(REGION.into()), vec![service.into()], keys).expect("rule");
+    let target: HostPattern = moto.url().parse().expect("moto's URL is a host pattern");
+    let config = EgressConfig {
+        allow: vec![target.clone()],
+        credentials: vec![CredentialRule::aws_sigv4(target, sigv4).expect("a credential rule")],
+        budget: RateBudget {
+            per_second: 1e6,
+            burst: 1_000_000,
+        },
+        ..EgressConfig::default()
+    };
+    let gate = EgressGate::new(config, Arc::new(Metrics::default()));
+    let caller = Arc::new(Caller {
+        provider: "test".into(),
+        version: "setup".into(),
+    });
+    let request = http::Request::post(format!("{}/", moto.url()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Bytes::from(form_body(form)))
+        .expect("request");
+    let (status, body) = gate
+        .send(caller, request)
+        .await
+        .unwrap_or_else(|error| panic!("moto {service} {form:?}: {error}"));
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200, "moto {service} {form:?}: {body}");
+    body
 }
 
 /// A VPC (10.0.0.0/16) with one subnet (10.0.1.0/24) in [`ZONE`].
@@ -287,10 +337,10 @@ pub async fn run_node(moto: &Moto, network: &PublicNetwork) -> Instance {
     describe(moto, &id).await
 }
 
-/// Send an ELBv2 `action` with `params` to moto, unchecked; the answer's body.
+/// Send an ELBv2 `action` with `params` to moto; the answer's body.
 pub async fn elb(moto: &Moto, action: &str, params: &[(&str, &str)]) -> String {
     let form = [&[("Action", action), ("Version", "2015-12-01")][..], params].concat();
-    moto.unchecked("elasticloadbalancing", &form).await
+    signed(moto, "elasticloadbalancing", &form).await
 }
 
 /// The targets of a group: (instance, port).

@@ -24,6 +24,9 @@
 //!   unchecked, so the harness seeds with that, and [`Moto::unsigned_sts`] sends `1` just
 //!   before it forwards each exchange. Nothing else may reach moto between the two, so a
 //!   test exchanging keys sends nothing else to moto at that moment;
+//! - moto checks a form's signature against the form it parsed, encoded again with a space
+//!   as `+`: a value with a space signed as AWS takes it (`%20`) is refused, so the harness
+//!   encodes spaces as `+`;
 //! - moto refuses a signed `GET` query (botocore's own signer gets 401 too): tests send the
 //!   Query API as form `POST`s, as the AWS SDKs do.
 
@@ -272,7 +275,8 @@ impl Drop for Moto {
     }
 }
 
-/// `form` URL-encoded.
+/// `form` URL-encoded, a space as `+`: moto checks a signature against the form it parsed,
+/// encoded again that way.
 pub fn form_body(form: &[(&str, &str)]) -> String {
     let encode = |text: &str| {
         text.bytes()
@@ -280,6 +284,7 @@ pub fn form_body(form: &[(&str, &str)]) -> String {
                 b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                     (b as char).to_string()
                 }
+                b' ' => "+".to_string(),
                 _ => format!("%{b:02X}"),
             })
             .collect::<String>()
