@@ -1,7 +1,7 @@
 //! The cloud configuration (`--cloud-config`, JSON): the region, the cluster's ID (its
 //! `kubernetes.io/cluster/<id>` tag), the VPC, an optional route table, optional endpoints
-//! per service and the node label keys Services may choose targets by. Parsed and validated by `init`, re-read by every call; every error names the
-//! field.
+//! per service, the node label keys Services may choose targets by and how nodes are named.
+//! Parsed and validated by `init`, re-read by every call; every error names the field.
 
 use serde::Deserialize;
 use wasm_ccm_sdk::Error;
@@ -24,10 +24,22 @@ pub struct Config {
     /// The node label keys a Service's `target-node-labels` may name: the labels `init`
     /// declares in `node-metadata`, so the host passes them (and no other).
     pub target_node_label_keys: Vec<String>,
+    /// What the cluster's nodes are named after: a listed route's `target-node`.
+    pub node_names: NodeNames,
 }
 
 /// The field listing the node label keys `target-node-labels` may name.
 pub const TARGET_NODE_LABEL_KEYS: &str = "target_node_label_keys";
+
+/// `node_names`: what the kubelets name their nodes after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NodeNames {
+    /// `private-dns-name`: the instance's private DNS name, the kubelet's default.
+    #[default]
+    PrivateDnsName,
+    /// `instance-id`: the instance ID (`i-…`).
+    InstanceId,
+}
 
 /// The configuration as written.
 #[derive(Deserialize, Default)]
@@ -41,6 +53,8 @@ struct RawConfig {
     endpoints: RawEndpoints,
     /// Read as any JSON value so a wrong type gets an error naming the field.
     target_node_label_keys: Option<serde_json::Value>,
+    /// Read as any JSON value so a wrong type gets an error naming the field.
+    node_names: Option<serde_json::Value>,
 }
 
 /// `endpoints`: where to send each service's requests instead of its regional endpoint (a
@@ -87,6 +101,7 @@ impl Config {
             None => Ok(regional_endpoint(service, &region)),
         };
         let target_node_label_keys = label_keys(raw.target_node_label_keys)?;
+        let node_names = node_names(raw.node_names)?;
         Ok(Config {
             ec2_endpoint: endpoint(raw.endpoints.ec2, "endpoints.ec2", "ec2")?,
             elbv2_endpoint: endpoint(
@@ -99,6 +114,7 @@ impl Config {
             vpc_id,
             route_table_id,
             target_node_label_keys,
+            node_names,
         })
     }
 
@@ -161,6 +177,20 @@ fn label_keys(value: Option<serde_json::Value>) -> Result<Vec<String>, Error> {
         keys.push(key);
     }
     Ok(keys)
+}
+
+/// `node_names`: `"private-dns-name"` (the default) or `"instance-id"`.
+fn node_names(value: Option<serde_json::Value>) -> Result<NodeNames, Error> {
+    let Some(value) = value else {
+        return Ok(NodeNames::default());
+    };
+    match value.as_str() {
+        Some("private-dns-name") => Ok(NodeNames::PrivateDnsName),
+        Some("instance-id") => Ok(NodeNames::InstanceId),
+        _ => Err(invalid(format_args!(
+            "\"node_names\" must be \"private-dns-name\" or \"instance-id\", got {value}"
+        ))),
+    }
 }
 
 /// A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name of at most
@@ -325,6 +355,37 @@ mod tests {
                 "{json}: {message}"
             );
             assert!(message.contains(detail), "{json}: {message}");
+        }
+    }
+
+    #[test]
+    fn node_names_are_private_dns_names_or_instance_ids() {
+        let default = parse(r#"{"region":"us-east-1","cluster_id":"c"}"#).unwrap();
+        assert_eq!(default.node_names, NodeNames::PrivateDnsName);
+        for (value, expected) in [
+            ("private-dns-name", NodeNames::PrivateDnsName),
+            ("instance-id", NodeNames::InstanceId),
+        ] {
+            let json =
+                format!(r#"{{"region":"us-east-1","cluster_id":"c","node_names":"{value}"}}"#);
+            assert_eq!(parse(&json).unwrap().node_names, expected, "{json}");
+        }
+        for (value, got) in [
+            (r#""hostname""#, r#"got "hostname""#),
+            (r#""Instance-ID""#, r#"got "Instance-ID""#),
+            ("true", "got true"),
+            (r#"["instance-id"]"#, r#"got ["instance-id"]"#),
+        ] {
+            let json = format!(r#"{{"region":"us-east-1","cluster_id":"c","node_names":{value}}}"#);
+            let message = parse(&json).unwrap_err();
+            assert_eq!(
+                message,
+                format!(
+                    "aws cloud config: \"node_names\" must be \"private-dns-name\" or \
+                     \"instance-id\", {got}"
+                ),
+                "{json}"
+            );
         }
     }
 }

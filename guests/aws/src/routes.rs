@@ -5,11 +5,12 @@
 //! target instance IDs) and contract routes (which target node names).
 //!
 //! **Node names.** Upstream maps a route's instance to its node through the node informer;
-//! a provider has none. A route's `target-node` here is the instance's private DNS name,
-//! the name a kubelet on EC2 registers by default (and the name the instances module finds
-//! an instance by). A cluster whose nodes are named otherwise (resource-based names, custom
-//! DHCP options) sees routes to names it has no nodes for; a node named after its instance
-//! ID (`i-…`) is routed to by that ID when routes are created.
+//! a provider has none. A route's `target-node` here is what the cloud config's
+//! `node_names` says nodes are named after: the instance's private DNS name (the default,
+//! the name a kubelet on EC2 registers by default), or its instance ID (`i-…`, the route's
+//! own target, so no instance is looked up). Routes are created for a node named either way.
+//! A cluster whose nodes are named otherwise (resource-based names, custom DHCP options)
+//! sees routes to names it has no nodes for.
 //!
 //! Routes are named `<cluster>-<cidr>`; only IPv4 routes to instances, and blackhole routes
 //! (whose instance is gone; reported for the host to delete), are listed.
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use wasm_ccm_sdk::{Error, Route};
 
 use crate::AwsProvider;
-use crate::config::Config;
+use crate::config::{Config, NodeNames};
 use crate::ec2::{self, RouteTable};
 use crate::instances::{by_id, by_node_name};
 use crate::query::{Aws, Meaning, Query, Service, meaning};
@@ -28,21 +29,10 @@ impl wasm_ccm_sdk::Routes for AwsProvider {
     fn list_routes(cluster_name: String) -> Result<Vec<Route>, Error> {
         let (config, aws) = crate::load()?;
         let table = route_table(&config, &aws)?;
-        let mut names = HashMap::new();
-        for id in table.routes.iter().filter_map(|r| r.instance_id.as_deref()) {
-            if names.contains_key(id) {
-                continue;
-            }
-            match by_id(&config, &aws, id)? {
-                Some(instance) if !instance.private_dns.is_empty() => {
-                    names.insert(id.to_string(), instance.private_dns);
-                }
-                _ => wasm_ccm_sdk::warn!(
-                    "route table {}: instance {id} has no private DNS name (gone?)",
-                    table.id
-                ),
-            }
-        }
+        let names = match config.node_names {
+            NodeNames::PrivateDnsName => private_dns_names(&config, &aws, &table)?,
+            NodeNames::InstanceId => instance_ids(&table),
+        };
         Ok(contract_routes(&cluster_name, &table, &names))
     }
 
@@ -104,6 +94,41 @@ impl wasm_ccm_sdk::Routes for AwsProvider {
         );
         Ok(())
     }
+}
+
+/// The private DNS name of each instance `table` routes to, by instance ID; an instance
+/// without one (gone) is left out.
+fn private_dns_names(
+    config: &Config,
+    aws: &Aws,
+    table: &RouteTable,
+) -> Result<HashMap<String, String>, Error> {
+    let mut names = HashMap::new();
+    for id in table.routes.iter().filter_map(|r| r.instance_id.as_deref()) {
+        if names.contains_key(id) {
+            continue;
+        }
+        match by_id(config, aws, id)? {
+            Some(instance) if !instance.private_dns.is_empty() => {
+                names.insert(id.to_string(), instance.private_dns);
+            }
+            _ => wasm_ccm_sdk::warn!(
+                "route table {}: instance {id} has no private DNS name (gone?)",
+                table.id
+            ),
+        }
+    }
+    Ok(names)
+}
+
+/// Each instance `table` routes to, named by its own ID.
+fn instance_ids(table: &RouteTable) -> HashMap<String, String> {
+    table
+        .routes
+        .iter()
+        .filter_map(|r| r.instance_id.clone())
+        .map(|id| (id.clone(), id))
+        .collect()
 }
 
 /// What creating a route for `cidr` to `instance` takes, given `table`.
@@ -203,7 +228,7 @@ fn route_table(config: &Config, aws: &Aws) -> Result<RouteTable, Error> {
 }
 
 /// The contract's view of `table`: blackhole routes, and routes to instances whose node
-/// name (private DNS name) is in `names`.
+/// name is in `names`.
 fn contract_routes(
     cluster: &str,
     table: &RouteTable,
@@ -267,6 +292,18 @@ mod tests {
                 ("kubernetes-10.244.2.0/24", "10.244.2.0/24", "", true),
             ]
         );
+    }
+
+    #[test]
+    fn routes_name_their_node_by_instance_id_when_nodes_are_named_so() {
+        let document = roxmltree::Document::parse(ec2::tests::DESCRIBE_ROUTE_TABLES).unwrap();
+        let table = ec2::route_tables_of(document.root_element()).remove(0);
+        let routes = contract_routes("kubernetes", &table, &instance_ids(&table));
+        let seen: Vec<(&str, bool)> = routes
+            .iter()
+            .map(|r| (r.target_node.as_str(), r.blackhole))
+            .collect();
+        assert_eq!(seen, [("i-0aaaaaaaaaaaaaaa1", false), ("", true)]);
     }
 
     #[test]

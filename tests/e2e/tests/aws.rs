@@ -413,6 +413,35 @@ async fn pod_routes_are_created_listed_and_deleted_in_the_cluster_tagged_table()
 }
 
 #[tokio::test]
+async fn routes_to_nodes_named_by_instance_id_are_listed_by_instance_id() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let node = run_instance(&moto, &network, true).await;
+    let table = route_table(&moto, &network, true).await;
+    let mut configured = config(moto.url(), &network);
+    configured["node_names"] = json!("instance-id");
+    let aws = aws_at(&moto, moto.url(), configured).await;
+    let pod_cidr = "10.244.4.0/24";
+
+    let wanted = route(&node.id, pod_cidr);
+    aws.provider
+        .create_route("kubernetes", "uid-1", &wanted)
+        .await
+        .unwrap();
+    let routed = (pod_cidr.to_string(), node.id.clone(), "active".to_string());
+    assert_eq!(table_routes(&moto, &table).await[1..], [routed]);
+    // The route's node is the one it was created for, so the next sync keeps it.
+    let listed = aws.provider.list_routes("kubernetes").await.unwrap();
+    assert_eq!(
+        listed,
+        [Route {
+            name: format!("kubernetes-{pod_cidr}"),
+            ..wanted
+        }]
+    );
+}
+
+#[tokio::test]
 async fn a_cidr_routed_to_another_node_or_to_no_node_is_refused() {
     let moto = Moto::start().await;
     let network = network(&moto).await;
