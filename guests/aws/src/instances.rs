@@ -39,13 +39,13 @@ const PAGE: &str = "1000";
 impl wasm_ccm_sdk::Instances for AwsProvider {
     fn instance_exists(node: Node) -> Result<bool, Error> {
         let (config, aws) = crate::load()?;
-        Ok(find(&config, &aws, &node)?.is_some_and(|instance| instance.state != "terminated"))
+        Ok(find(&config, &aws, &node)?.is_some_and(|instance| exists(&instance.state)))
     }
 
     fn instance_shutdown(node: Node) -> Result<bool, Error> {
         let (config, aws) = crate::load()?;
         let instance = require(&config, &aws, &node)?;
-        Ok(matches!(instance.state.as_str(), "stopped" | "stopping"))
+        Ok(shut_down(&instance.state))
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
@@ -83,6 +83,18 @@ pub fn instance_id_of(provider_id: &str) -> Option<&str> {
     let valid =
         id.len() > 2 && id.starts_with("i-") && id[2..].bytes().all(|b| b.is_ascii_alphanumeric());
     valid.then_some(id)
+}
+
+/// Whether an instance in `state` exists: as upstream, one without a state or terminated
+/// does not; a stopped one does.
+fn exists(state: &str) -> bool {
+    !matches!(state, "" | "terminated")
+}
+
+/// Whether an instance in `state` is shut down: stopped, or stopping (our choice: see the
+/// module docs).
+fn shut_down(state: &str) -> bool {
+    matches!(state, "stopped" | "stopping")
 }
 
 /// The instance behind `node`, in whatever state; `None` if AWS knows none.
@@ -245,6 +257,32 @@ fn addresses(instance: &Instance) -> Vec<NodeAddress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn states_as_upstream_counts_them_with_stopping_shut_down() {
+        let states = [
+            "",
+            "pending",
+            "running",
+            "stopping",
+            "stopped",
+            "shutting-down",
+            "terminated",
+        ];
+        let seen: Vec<(bool, bool)> = states.iter().map(|s| (exists(s), shut_down(s))).collect();
+        assert_eq!(
+            seen,
+            [
+                (false, false),
+                (true, false),
+                (true, false),
+                (true, true),
+                (true, true),
+                (true, false),
+                (false, false),
+            ]
+        );
+    }
 
     #[test]
     fn provider_ids_in_every_upstream_form() {

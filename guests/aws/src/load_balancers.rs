@@ -5,7 +5,8 @@
 //! Service's status (`hostname` = the load balancer's DNS name).
 //!
 //! - **Selection.** `service.beta.kubernetes.io/aws-load-balancer-type: nlb` only; `nlb-ip`
-//!   and `external` belong to the AWS Load Balancer Controller (`implemented-elsewhere`); a
+//!   and `external` belong to the AWS Load Balancer Controller (`implemented-elsewhere`, and
+//!   a load balancer made here before the type changed is deleted, not left behind); a
 //!   Service without the annotation is refused with an error naming it (upstream would make
 //!   a Classic ELB, which this provider does not).
 //! - **Changes.** Each ensure (and each update, which runs the whole ensure, as upstream)
@@ -79,44 +80,68 @@ impl wasm_ccm_sdk::LoadBalancers for AwsProvider {
 
     fn ensure_load_balancer_deleted(cluster_name: String, svc: Service) -> Result<(), Error> {
         let _ = cluster_name;
-        if let Ok(Selection::Elsewhere) = spec::selection(&svc) {
-            return Ok(());
-        }
-        let (config, aws) = crate::load()?;
-        let name = wasm_ccm_sdk::default_load_balancer_name(&svc);
-        let mut groups = Vec::new();
-        if let Some(lb) = elbv2::load_balancer(&aws, &name)? {
-            let listeners = elbv2::listeners(&aws, &lb.arn)?;
-            groups = elbv2::target_groups(&aws, &lb.arn, &listeners)?;
-            elbv2::delete_load_balancer(&aws, &lb.arn)?;
-            wasm_ccm_sdk::info!(
-                "deleted load balancer {name} of service {}/{}",
-                svc.namespace,
-                svc.name
-            );
-        }
-        // Groups made for the Service's ports but never attached (an ensure that failed).
-        if let Ok(spec) = spec::spec(&config, &svc) {
-            for mapping in &spec.mappings {
-                if !groups.iter().any(|g| g.name == mapping.target_group)
-                    && let Some(group) = elbv2::target_group(&aws, &mapping.target_group)?
-                {
-                    groups.push(group);
-                }
+        delete(&svc)
+    }
+}
+
+/// Delete what this provider made for `svc`. A Service handed to another controller since
+/// (`nlb-ip`, `external`) is no exception: what was made for it under this provider's name
+/// is still this provider's to delete.
+fn delete(svc: &Service) -> Result<(), Error> {
+    let (config, aws) = crate::load()?;
+    let name = wasm_ccm_sdk::default_load_balancer_name(svc);
+    let mut groups = Vec::new();
+    if let Some(lb) = elbv2::load_balancer(&aws, &name)? {
+        let listeners = elbv2::listeners(&aws, &lb.arn)?;
+        groups = elbv2::target_groups(&aws, &lb.arn, &listeners)?;
+        elbv2::delete_load_balancer(&aws, &lb.arn)?;
+        wasm_ccm_sdk::info!(
+            "deleted load balancer {name} of service {}/{}",
+            svc.namespace,
+            svc.name
+        );
+    }
+    // Groups made for the Service's ports but never attached (an ensure that failed).
+    if let Ok(spec) = spec::spec(&config, svc) {
+        for mapping in &spec.mappings {
+            if !groups.iter().any(|g| g.name == mapping.target_group)
+                && let Some(group) = elbv2::target_group(&aws, &mapping.target_group)?
+            {
+                groups.push(group);
             }
         }
-        for group in &groups {
-            elbv2::delete_target_group(&aws, &group.arn)?;
-        }
-        let instances = list_cluster(&config, &aws)?;
-        security_groups::reconcile(&config, &aws, &name, &instances, None)
     }
+    for group in &groups {
+        elbv2::delete_target_group(&aws, &group.arn)?;
+    }
+    let instances = list_cluster(&config, &aws)?;
+    security_groups::reconcile(&config, &aws, &name, &instances, None)
+}
+
+/// A Service handed to another controller (`nlb-ip`, `external`): the load balancer this
+/// provider made for it before, if any, is deleted, so the Service is not served twice and
+/// the old one is not left behind.
+fn hand_over(svc: &Service) -> Result<(), Error> {
+    let (_, aws) = crate::load()?;
+    let name = wasm_ccm_sdk::default_load_balancer_name(svc);
+    if elbv2::load_balancer(&aws, &name)?.is_none() {
+        return Ok(());
+    }
+    wasm_ccm_sdk::info!(
+        "service {}/{} is now for the AWS Load Balancer Controller: deleting the load balancer {name} made for it",
+        svc.namespace,
+        svc.name
+    );
+    delete(svc)
 }
 
 /// Create or reconcile the load balancer of `svc` for `nodes`.
 fn ensure(svc: &Service, nodes: &Nodes<'_>) -> Result<LbStatus, Error> {
     match spec::selection(svc)? {
-        Selection::Elsewhere => return Err(Error::ImplementedElsewhere),
+        Selection::Elsewhere => {
+            hand_over(svc)?;
+            return Err(Error::ImplementedElsewhere);
+        }
         Selection::Nlb => {}
     }
     let (config, aws) = crate::load()?;

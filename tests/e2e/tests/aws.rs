@@ -929,6 +929,48 @@ async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_co
     assert_eq!(nlb(&moto).await, None);
 }
 
+/// A Service whose type changes to one the AWS Load Balancer Controller handles loses the
+/// NLB made for it: at the next ensure (not served twice), or when it is deleted before one
+/// (not left behind, as upstream leaves it).
+#[tokio::test]
+async fn a_service_handed_to_the_aws_load_balancer_controller_loses_the_nlb_made_for_it() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let nodes: Arc<[Node]> = Arc::from([node_of(&a)]);
+    let external = Service {
+        annotations: vec![(NLB.0.into(), "external".into())],
+        ..web_service()
+    };
+    let made = || async {
+        aws.provider
+            .ensure_load_balancer("kubernetes", &web_service(), &nodes)
+            .await
+            .expect("the NLB is made");
+        assert!(nlb(&moto).await.is_some());
+        assert_eq!(all_target_groups(&moto).await.len(), 1);
+    };
+
+    made().await;
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &external, &nodes)
+        .await
+        .unwrap_err();
+    assert!(error.is_implemented_elsewhere(), "{error}");
+    assert_eq!(nlb(&moto).await, None);
+    assert_eq!(all_target_groups(&moto).await, Vec::<String>::new());
+
+    made().await;
+    aws.provider
+        .ensure_load_balancer_deleted("kubernetes", &external)
+        .await
+        .expect("deleted");
+    assert_eq!(nlb(&moto).await, None);
+    assert_eq!(all_target_groups(&moto).await, Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn no_suitable_subnet_is_an_error_saying_which_were_rejected_and_why() {
     let moto = Moto::start().await;
