@@ -29,6 +29,25 @@ const NOT_YET: [&str; 6] = [
     "security-groups",
 ];
 
+/// Every other annotation with the prefix this provider reads (health checks by their
+/// `healthcheck-` names): one it does not know (upstream's Classic ELB settings, the AWS
+/// Load Balancer Controller's `scheme`, a typo) is refused, not silently ignored.
+const READ: [&str; 13] = [
+    "type",
+    "internal",
+    "subnets",
+    "cross-zone-load-balancing-enabled",
+    "additional-resource-tags",
+    "target-node-labels",
+    "healthcheck-protocol",
+    "healthcheck-port",
+    "healthcheck-path",
+    "healthcheck-interval",
+    "healthcheck-timeout",
+    "healthcheck-healthy-threshold",
+    "healthcheck-unhealthy-threshold",
+];
+
 /// The tag naming the Service an object was made for.
 pub const SERVICE_TAG: &str = "kubernetes.io/service-name";
 
@@ -129,6 +148,20 @@ pub fn spec(config: &Config, svc: &Service) -> Result<Spec, Error> {
         let key = format!("{PREFIX}{key}");
         if annotation(svc, &key).is_some() {
             return Err(refused(svc, &key, "is not supported by this provider yet"));
+        }
+    }
+    for (key, _) in &svc.annotations {
+        if let Some(name) = key.strip_prefix(PREFIX)
+            && !READ.contains(&name)
+        {
+            return Err(refused(
+                svc,
+                key,
+                &format!(
+                    "is not an annotation this provider reads, so it would have no effect (it reads aws-load-balancer-{}); remove it",
+                    READ.join(", -")
+                ),
+            ));
         }
     }
     if svc
@@ -582,6 +615,14 @@ mod tests {
             (
                 service(&[(&format!("{PREFIX}ssl-cert"), "arn:aws:acm:x")]),
                 "ssl-cert is not supported by this provider yet",
+            ),
+            (
+                service(&[(&format!("{PREFIX}scheme"), "internal")]),
+                "aws-load-balancer-scheme is not an annotation this provider reads",
+            ),
+            (
+                service(&[(&format!("{PREFIX}proxy-protocol"), "*")]),
+                "aws-load-balancer-proxy-protocol is not an annotation this provider reads",
             ),
             (
                 Service {
