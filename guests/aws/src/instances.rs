@@ -8,7 +8,9 @@
 //! `DescribeInstances`, 1,000 a page) and keeps each one in the host cache for 10 s; an ID
 //! still missing (an instance without the cluster tag) is described alone. So the metadata
 //! and existence checks of 5,000 nodes cost five requests every 10 s, not 5,000. Absence is
-//! never cached: an instance AWS does not know is asked about again every time.
+//! never cached: an instance AWS does not know is asked about again every time. While one
+//! call lists the cluster, the calls missing the cache meanwhile describe their one instance
+//! each, rather than listing the whole cluster again.
 //!
 //! **States.** `terminated` (or no instance) is gone: `instance-exists` is false. Every other
 //! state exists. `stopped` is shut down, and so is `stopping`: that is our choice (upstream
@@ -28,6 +30,11 @@ use crate::query::{Aws, Meaning, Query, meaning};
 const INSTANCE_TTL: Duration = Duration::from_secs(10);
 /// The host-cache key marking a recent listing of the cluster's instances.
 const LISTED: &str = "instances-listed";
+/// The host-cache key marking a listing of the cluster's instances under way.
+const LISTING: &str = "instances-listing";
+/// How long that mark holds at most: a listing cut short (a call past its deadline) does
+/// not keep the others from listing for longer.
+const LISTING_TTL: Duration = Duration::from_secs(60);
 /// How long the region's zone IDs are kept: zones do not change.
 const ZONES_TTL: Duration = Duration::from_secs(3600);
 const ZONES: &str = "zone-ids";
@@ -139,7 +146,7 @@ pub fn by_id(config: &Config, aws: &Aws, id: &str) -> Result<Option<Instance>, E
     if let Some(instance) = cached(id) {
         return Ok(Some(instance));
     }
-    if cache::get(LISTED).is_none() {
+    if cache::get(LISTED).is_none() && cache::get(LISTING).is_none() {
         list_cluster(config, aws)?;
         if let Some(instance) = cached(id) {
             return Ok(Some(instance));
@@ -170,7 +177,10 @@ pub fn list_cluster(config: &Config, aws: &Aws) -> Result<Vec<Instance>, Error> 
     let query = Query::new("DescribeInstances")
         .filter("tag-key", [config.cluster_tag()])
         .param("MaxResults", PAGE);
-    let instances = ec2::describe_instances(aws, query, &config.cluster_tag())?;
+    cache::set(LISTING, b"1", LISTING_TTL);
+    let listed = ec2::describe_instances(aws, query, &config.cluster_tag());
+    cache::delete(LISTING);
+    let instances = listed?;
     for instance in &instances {
         remember(instance);
     }

@@ -1119,3 +1119,67 @@ async fn a_bad_cloud_config_is_refused_at_load_naming_the_field() {
         assert!(error.to_string().contains(field), "{config}: {error}");
     }
 }
+
+/// While one call lists the cluster's instances, calls missing the cache meanwhile describe
+/// their one instance each instead of listing the whole cluster again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_during_a_listing_of_the_cluster_describe_their_instance_alone() {
+    let moto = Moto::start().await;
+    let network = network(&moto).await;
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(run_instance(&moto, &network, true).await);
+    }
+    let is_listing = |seen: &Seen| String::from_utf8_lossy(&seen.body).contains("tag-key");
+    // The listing is held at the front long enough for the other calls to go by.
+    let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holding = held.clone();
+    let front = moto
+        .front(Arc::new(move |seen| {
+            if is_listing(seen) {
+                holding.store(true, std::sync::atomic::Ordering::SeqCst);
+                // Its worker's other tasks move on meanwhile.
+                tokio::task::block_in_place(|| {
+                    std::thread::sleep(std::time::Duration::from_secs(2));
+                });
+            }
+            None
+        }))
+        .await;
+    let aws = Arc::new(aws_at(&moto, front.url(), config(front.url(), &network)).await);
+
+    let first = {
+        let (aws, node) = (aws.clone(), node_of(&instances[0]));
+        tokio::spawn(async move { aws.provider.instance_exists(&node).await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !held.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(std::time::Instant::now() < deadline, "no listing sent");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for instance in &instances[1..] {
+        assert!(
+            aws.provider
+                .instance_exists(&node_of(instance))
+                .await
+                .unwrap()
+        );
+    }
+    assert!(first.await.unwrap().unwrap());
+
+    let seen = front.seen();
+    let listings = seen.iter().filter(|seen| is_listing(seen)).count();
+    assert_eq!(listings, 1, "{:?}", actions(&front));
+    for instance in &instances[1..] {
+        let alone = format!("InstanceId.1={}", instance.id);
+        assert!(
+            seen.iter()
+                .any(|seen| String::from_utf8_lossy(&seen.body).contains(&alone)),
+            "{} not described alone: {:?}",
+            instance.id,
+            seen.iter()
+                .map(|seen| String::from_utf8_lossy(&seen.body).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+}
