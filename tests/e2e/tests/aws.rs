@@ -15,7 +15,7 @@ use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
 use serde_json::json;
 use wasm_ccm_host::contract::{
-    AddressKind, Node, NodeAddress, Protocol, Route, Service, ServicePort,
+    AddressKind, Node, NodeAddress, NodeMetadataKeys, Protocol, Route, Service, ServicePort,
 };
 use wasm_ccm_host::provider::{Provider, ProviderError};
 use wasm_ccm_host::sandbox::SandboxConfig;
@@ -805,6 +805,227 @@ async fn source_ranges_and_annotations_are_reconciled_and_the_scheme_change_is_r
     assert_eq!(nlb(&moto).await.unwrap().scheme, "internet-facing");
 }
 
+const CROSS_ZONE: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled";
+const EXTRA_TAGS: &str = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+const SUBNETS: &str = "service.beta.kubernetes.io/aws-load-balancer-subnets";
+
+/// The ARN of the load balancer named `name`.
+async fn lb_arn(moto: &Moto, name: &str) -> String {
+    let xml = elb(moto, "DescribeLoadBalancers", &[("Names.member.1", name)]).await;
+    field(&xml, "LoadBalancerArn")
+}
+
+/// The value of attribute `key` of load balancer `arn`, as DescribeLoadBalancerAttributes
+/// answers it.
+async fn lb_attribute(moto: &Moto, arn: &str, key: &str) -> String {
+    let xml = elb(
+        moto,
+        "DescribeLoadBalancerAttributes",
+        &[("LoadBalancerArn", arn)],
+    )
+    .await;
+    xml.split("<member>")
+        .find(|member| fields(member, "Key").first().map(String::as_str) == Some(key))
+        .map(|member| field(member, "Value"))
+        .unwrap_or_else(|| panic!("no attribute {key} in {xml}"))
+}
+
+/// The tags of ELBv2 resource `arn`: (key, value), sorted.
+async fn elb_tags(moto: &Moto, arn: &str) -> Vec<(String, String)> {
+    let xml = elb(moto, "DescribeTags", &[("ResourceArns.member.1", arn)]).await;
+    let mut tags: Vec<(String, String)> = xml
+        .split("<member>")
+        .skip(1)
+        .filter_map(|member| {
+            let key = fields(member, "Key").into_iter().next()?;
+            let value = fields(member, "Value")
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            Some((key, value))
+        })
+        .collect();
+    tags.sort();
+    tags
+}
+
+#[tokio::test]
+async fn a_removed_port_loses_its_listener_and_group_and_cross_zone_and_extra_tags_follow_the_annotations()
+ {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let mut svc = web_service();
+    svc.ports.push(service_port("https", 443, 30443));
+    svc.annotations.extend([
+        (CROSS_ZONE.into(), "true".into()),
+        (EXTRA_TAGS.into(), "team=web,cost".into()),
+    ]);
+    ensure(&aws, &svc, &[node_of(&a)]).await;
+    let created = nlb(&moto).await.expect("a load balancer");
+    assert_eq!(created.listeners.len(), 2, "{created:?}");
+    let arn = lb_arn(&moto, LB_NAME).await;
+    assert_eq!(
+        lb_attribute(&moto, &arn, "load_balancing.cross_zone.enabled").await,
+        "true"
+    );
+
+    // The annotation's tags, "cost" with an empty value, on the NLB and on each group,
+    // next to the cluster's and the Service's.
+    let mut wanted: Vec<(String, String)> = [
+        (CLUSTER_TAG, "owned"),
+        ("cost", ""),
+        ("kubernetes.io/service-name", "shop/web"),
+        ("team", "web"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    wanted.sort();
+    assert_eq!(elb_tags(&moto, &arn).await, wanted);
+    let groups_xml = elb(&moto, "DescribeTargetGroups", &[]).await;
+    let group_arns = fields(&groups_xml, "TargetGroupArn");
+    assert_eq!(group_arns.len(), 2, "{groups_xml}");
+    for group in &group_arns {
+        assert_eq!(elb_tags(&moto, group).await, wanted, "group {group}");
+    }
+
+    // Port 443 removed and cross-zone turned off: 443's listener, group and rule go, 80's
+    // stay as they were; the attribute follows the annotation.
+    svc.ports.truncate(1);
+    svc.annotations[1].1 = "false".into();
+    ensure(&aws, &svc, &[node_of(&a)]).await;
+    let after = nlb(&moto).await.unwrap();
+    let kept = |port: &str| {
+        created
+            .listeners
+            .iter()
+            .find(|l| l.0 == port)
+            .unwrap()
+            .clone()
+    };
+    let (l80, l443) = (kept("80"), kept("443"));
+    assert_eq!(after.listeners, std::slice::from_ref(&l80));
+    assert_eq!(
+        after.groups,
+        [(
+            l80.2.clone(),
+            "30080".into(),
+            vec![(a.id.clone(), "30080".into())]
+        )]
+    );
+    assert_eq!(all_target_groups(&moto).await, std::slice::from_ref(&l80.2));
+    assert!(!all_target_groups(&moto).await.contains(&l443.2));
+    let client = format!("kubernetes.io/rule/nlb/client={LB_NAME}");
+    assert_eq!(
+        ingress_rules(&moto, &net.security_group).await,
+        [
+            rule("22", "10.0.0.0/8", "ssh"),
+            rule("30080", "0.0.0.0/0", &client)
+        ]
+    );
+    assert_eq!(
+        lb_attribute(&moto, &arn, "load_balancing.cross_zone.enabled").await,
+        "false"
+    );
+}
+
+/// A second Service's UID, and its load balancer's name.
+const API_UID: &str = "0f9e8d7c-6b5a-4948-3726-15a4b3c2d1e0";
+const API_LB_NAME: &str = "a0f9e8d7c6b5a4948372615a4b3c2d1e";
+
+#[tokio::test]
+async fn deleting_one_services_nlb_leaves_anothers_whole_and_the_name_and_capabilities_are_upstreams()
+ {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+
+    // The name: "a" + the UID without dashes, cut to 32; the NLB is made under it.
+    let web = web_service();
+    assert_eq!(
+        aws.provider
+            .get_load_balancer_name("kubernetes", &web)
+            .await
+            .unwrap(),
+        LB_NAME
+    );
+    let api_name = API_LB_NAME.to_string();
+    let api = Service {
+        name: "api".into(),
+        uid: API_UID.into(),
+        ports: vec![service_port("grpc", 81, 30081)],
+        ..web_service()
+    };
+    assert_eq!(
+        aws.provider
+            .get_load_balancer_name("kubernetes", &api)
+            .await
+            .unwrap(),
+        api_name
+    );
+
+    // Capabilities: no node label (but not every one: None would mean all) without
+    // target_node_label_keys, exactly those keys with it.
+    let none = NodeMetadataKeys::default();
+    assert_eq!(aws.provider.capabilities().node_metadata, Some(none));
+    let mut labelled_config = config(moto.url(), &net.network);
+    labelled_config["target_node_label_keys"] = json!([LB_ROLE, TIER]);
+    let labelled_aws = aws_at(&moto, moto.url(), labelled_config).await;
+    assert_eq!(
+        labelled_aws.provider.capabilities().node_metadata,
+        Some(NodeMetadataKeys {
+            labels: [LB_ROLE.to_string(), TIER.to_string()].into(),
+            annotations: Default::default(),
+        })
+    );
+
+    // Two Services, two NLBs; deleting api's leaves web's as it was.
+    ensure(&aws, &web, &[node_of(&a)]).await;
+    let web_nlb = nlb(&moto).await.expect("web's load balancer");
+    let web_groups = all_target_groups(&moto).await;
+    let web_rules = ingress_rules(&moto, &net.security_group).await;
+    ensure(&aws, &api, &[node_of(&a)]).await;
+    let names = fields(
+        &elb(&moto, "DescribeLoadBalancers", &[]).await,
+        "LoadBalancerName",
+    );
+    let mut both = vec![LB_NAME.to_string(), api_name.clone()];
+    both.sort();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, both);
+    assert_eq!(all_target_groups(&moto).await.len(), 2);
+    let api_rule = rule(
+        "30081",
+        "0.0.0.0/0",
+        &format!("kubernetes.io/rule/nlb/client={api_name}"),
+    );
+    assert!(
+        ingress_rules(&moto, &net.security_group)
+            .await
+            .contains(&api_rule)
+    );
+
+    aws.provider
+        .ensure_load_balancer_deleted("kubernetes", &api)
+        .await
+        .unwrap();
+    assert_eq!(
+        fields(
+            &elb(&moto, "DescribeLoadBalancers", &[]).await,
+            "LoadBalancerName"
+        ),
+        [LB_NAME]
+    );
+    assert_eq!(nlb(&moto).await, Some(web_nlb));
+    assert_eq!(all_target_groups(&moto).await, web_groups);
+    assert_eq!(ingress_rules(&moto, &net.security_group).await, web_rules);
+}
+
 const TARGET_NODE_LABELS: &str = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
 const LB_ROLE: &str = "node-role.example.com/lb";
 const TIER: &str = "example.com/tier";
@@ -1003,6 +1224,64 @@ async fn no_suitable_subnet_is_an_error_saying_which_were_rejected_and_why() {
     );
     assert_plain(&error, "subnet-0000000000000000f");
     assert_eq!(nlb(&moto).await, None);
+}
+
+#[tokio::test]
+async fn subnets_named_by_their_name_tag_are_resolved_and_an_edit_of_them_is_reported() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let a = run_node(&moto, &net).await;
+    for (subnet, name) in [
+        (&net.network.subnet, "public-a"),
+        (&net.second_subnet, "public-b"),
+    ] {
+        ec2(
+            &moto,
+            "CreateTags",
+            &[
+                ("ResourceId.1", subnet),
+                ("Tag.1.Key", "Name"),
+                ("Tag.1.Value", name),
+            ],
+        )
+        .await;
+    }
+    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
+    let nodes: Arc<[Node]> = Arc::from([node_of(&a)]);
+
+    // One subnet by its Name: the NLB is in that one only (discovery would take both).
+    let mut svc = web_service();
+    svc.annotations.push((SUBNETS.into(), "public-b".into()));
+    ensure(&aws, &svc, &nodes).await;
+    assert_eq!(
+        nlb(&moto).await.unwrap().subnets,
+        std::slice::from_ref(&net.second_subnet)
+    );
+
+    // The same subnet by its ID: no change, no error.
+    svc.annotations[1].1 = net.second_subnet.clone();
+    ensure(&aws, &svc, &nodes).await;
+
+    // Another subnet: reported, naming the annotation and both sets; the NLB stays.
+    svc.annotations[1].1 = "public-a".into();
+    let error = aws
+        .provider
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap_err();
+    assert_plain(
+        &error,
+        &format!("{SUBNETS} names {{\"{}\"}}", net.network.subnet),
+    );
+    assert_plain(
+        &error,
+        &format!("{LB_NAME} is in {{\"{}\"}}", net.second_subnet),
+    );
+    assert_plain(&error, "delete and recreate the Service");
+    assert_eq!(
+        nlb(&moto).await.unwrap().subnets,
+        std::slice::from_ref(&net.second_subnet)
+    );
 }
 
 // ---- errors ---------------------------------------------------------------------------------
