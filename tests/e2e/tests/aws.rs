@@ -544,6 +544,23 @@ fn service_port(name: &str, port: i32, node_port: i32) -> ServicePort {
 }
 
 /// A LoadBalancer Service asking for an NLB, with one port: 80 on node port 30080.
+/// The provider on a public network in moto with one node: the provider, and that node as
+/// load-balancer calls take nodes.
+async fn one_node(moto: &Moto) -> (Aws, Arc<[Node]>) {
+    let net = public_network(moto).await;
+    let node = run_node(moto, &net).await;
+    let aws = aws_at(moto, moto.url(), config(moto.url(), &net.network)).await;
+    (aws, Arc::from([node_of(&node)]))
+}
+
+/// [`web_service`] handed to the AWS Load Balancer Controller.
+fn external_service() -> Service {
+    Service {
+        annotations: vec![(NLB.0.into(), "external".into())],
+        ..web_service()
+    }
+}
+
 fn web_service() -> Service {
     Service {
         name: "web".into(),
@@ -1108,10 +1125,7 @@ async fn target_node_labels_choose_the_targets_on_each_ensure_among_the_configur
 #[tokio::test]
 async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_controller() {
     let moto = Moto::start().await;
-    let net = public_network(&moto).await;
-    let a = run_node(&moto, &net).await;
-    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
-    let nodes: Arc<[Node]> = Arc::from([node_of(&a)]);
+    let (aws, nodes) = one_node(&moto).await;
 
     let classic = Service {
         annotations: vec![],
@@ -1126,10 +1140,7 @@ async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_co
         &error,
         "service.beta.kubernetes.io/aws-load-balancer-type is not set",
     );
-    let external = Service {
-        annotations: vec![(NLB.0.into(), "external".into())],
-        ..web_service()
-    };
+    let external = external_service();
     let error = aws
         .provider
         .ensure_load_balancer("kubernetes", &external, &nodes)
@@ -1156,14 +1167,8 @@ async fn services_this_provider_does_not_balance_are_refused_or_left_to_their_co
 #[tokio::test]
 async fn a_service_handed_to_the_aws_load_balancer_controller_loses_the_nlb_made_for_it() {
     let moto = Moto::start().await;
-    let net = public_network(&moto).await;
-    let a = run_node(&moto, &net).await;
-    let aws = aws_at(&moto, moto.url(), config(moto.url(), &net.network)).await;
-    let nodes: Arc<[Node]> = Arc::from([node_of(&a)]);
-    let external = Service {
-        annotations: vec![(NLB.0.into(), "external".into())],
-        ..web_service()
-    };
+    let (aws, nodes) = one_node(&moto).await;
+    let external = external_service();
     let made = || async {
         aws.provider
             .ensure_load_balancer("kubernetes", &web_service(), &nodes)
