@@ -320,6 +320,14 @@ pub struct AwsSigningSpec {
     #[schemars(inner(regex(pattern = r"^[a-z0-9-]+$")))]
     pub services: Vec<String>,
 
+    /// The API actions requests are signed for (e.g. DescribeInstances, or Describe* for
+    /// every action starting so); any action when empty. Others are refused naming the
+    /// action. Actions that issue or manage credentials (STS AssumeRole*, GetSessionToken,
+    /// IAM access keys and policies…) are never signed, listed or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")))]
+    pub actions: Vec<String>,
+
     /// The Secret key holding the access key id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_key_id_ref: Option<KeyRef>,
@@ -343,7 +351,9 @@ pub struct AwsSigningSpec {
 #[serde(rename_all = "camelCase")]
 pub struct WebIdentitySpec {
     /// The STS endpoint; by default the regional one of `region`, of the host's AWS
-    /// endpoint name, or of AWS_REGION.
+    /// endpoint name, or of AWS_REGION. Only an AWS STS endpoint over HTTPS
+    /// (https://sts.REGION.amazonaws.com…), or one the manager lists with
+    /// --sts-endpoint-allow: the manager posts its service account token there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^https?://[^/?#]+(/.*)?$"))]
     pub sts_endpoint: Option<String>,
@@ -372,6 +382,18 @@ pub struct LimitsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = SIZE))]
     pub max_result_size: Option<String>,
+
+    /// Most host memory one call's wasi:http resources may hold at once. As
+    /// --http-memory-limit; default 16Mi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SIZE))]
+    pub http_memory: Option<String>,
+
+    /// Most resources (wasi:http fields, requests, responses, bodies, futures, their streams
+    /// and pollables) one call may hold at once. As --max-http-resources; default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16))]
+    pub max_http_resources: Option<i32>,
 
     /// Most bytes the provider version may keep in its cache. As --provider-cache-size;
     /// default 16Mi.
@@ -447,6 +469,13 @@ pub struct ShadowSpec {
     /// shadow is allowed by default (so that it changes nothing in the cloud).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<ShadowMethods>,
+
+    /// AWS API actions the candidate's signed requests may name besides reads (Describe*,
+    /// Get*, List*), the only ones a shadow may sign by default, whatever the method (AWS
+    /// takes GET /?Action=TerminateInstances): names, or a name's start followed by *.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")))]
+    pub actions: Vec<String>,
 }
 
 /// Methods a shadow may use towards one host pattern.
@@ -519,6 +548,14 @@ pub struct CloudProviderStatus {
     /// The version active before it, kept loaded for a rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<ProviderVersion>,
+
+    /// When the rollback window of the active version ends: until then `previous` stays
+    /// loaded (a manager restarted meanwhile loads it again) and the active version may be
+    /// rolled back to it. Reported from the manager's record, the `wasm-ccm.io/rollback`
+    /// annotation, which is what a restarted manager trusts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "timestamp")]
+    pub rollback_window_end: Option<Time>,
 
     /// A version being rolled out, until it is activated or refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]

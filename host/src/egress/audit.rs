@@ -2,6 +2,10 @@
 //! metrics, in a bounded in-memory list for summaries (`wasm-ccm demo`, `provider call`),
 //! and as a structured log event (target `wasm_ccm::egress::audit`).
 //!
+//! Metrics count each request under the grant that matched it (or `denied`), never under
+//! the destination a provider named, so their series are as many as the allow-list's
+//! entries whatever names a provider tries.
+//!
 //! Records and metrics are never dropped. Log events are: a provider looping on refused or
 //! rate-limited requests gets an answer in microseconds, and would otherwise write log
 //! events as fast as it runs. Each provider version draws its events from a token bucket
@@ -14,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::metrics::{EgressHostLabels, EgressLabels, Metrics};
+use crate::metrics::{EgressGrantLabels, EgressLabels, EgressSignedLabels, Metrics, NO_GRANT};
 use crate::rate::{Budgets, RateBudget};
 
 /// How many records the in-memory trail keeps.
@@ -57,8 +61,15 @@ pub struct AuditRecord {
     pub method: String,
     /// `scheme://host:port`.
     pub host: String,
-    /// URL path, without the query.
+    /// The allow-list entry that matched `host`, as the operator's grant reads
+    /// (`https://*.example.com`); `None` if no entry did. Metrics count requests by this,
+    /// never by `host`, which the provider chooses.
+    pub grant: Option<String>,
+    /// URL path, without the query; cut to 512 bytes.
     pub path: String,
+    /// For a request a signing rule applies to: the AWS service and API action, read from
+    /// the query (so an action sent as `GET /?Action=…` is kept too) or the body.
+    pub aws: Option<AwsCall>,
     /// The response status, when a response came (a synthetic 429 for rate-limited requests).
     pub status: Option<u16>,
     /// Why the gate refused or failed the request.
@@ -72,6 +83,20 @@ pub struct AuditRecord {
     /// Whether the request went over a pooled connection that had carried a request before
     /// (`false` for a new connection and for requests that never got one).
     pub connection_reused: bool,
+}
+
+/// The AWS service and API action of a request the gate signed, or refused to sign.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AwsCall {
+    /// The service it is signed for, e.g. `ec2`.
+    pub service: String,
+    /// The API action (`DescribeInstances`), `None` for a REST request (which names none)
+    /// or one whose action could not be told.
+    pub action: Option<String>,
+    /// The `service` and `action` label values of `wasm_ccm_egress_signed_requests_total`,
+    /// from a bounded set (the rule's lists and the gate's own), else `other`.
+    #[serde(skip)]
+    pub labels: (String, String),
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -187,7 +212,10 @@ impl Audit {
             version = %record.version,
             method = %record.method,
             host = %record.host,
+            grant = record.grant.as_deref(),
             path = %record.path,
+            service = record.aws.as_ref().map(|aws| aws.service.as_str()),
+            action = record.aws.as_ref().and_then(|aws| aws.action.as_deref()),
             status = record.status,
             denied = record.denied.as_deref(),
             response_bytes = record.response_bytes,
@@ -198,27 +226,40 @@ impl Audit {
     }
 
     fn count(&self, record: &AuditRecord) {
-        let host = EgressHostLabels {
+        let grant = EgressGrantLabels {
             provider: record.provider.clone(),
             version: record.version.clone(),
-            host: record.host.clone(),
+            grant: record.host.clone(),
         };
         self.metrics
             .egress_requests
             .get_or_create(&EgressLabels {
-                provider: host.provider.clone(),
-                version: host.version.clone(),
-                host: host.host.clone(),
+                provider: grant.provider.clone(),
+                version: grant.version.clone(),
+                grant: grant.grant.clone(),
                 outcome: record.outcome(),
             })
             .inc();
+        if let Some(aws) = &record.aws {
+            self.metrics
+                .egress_signed_requests
+                .get_or_create(&EgressSignedLabels {
+                    provider: grant.provider.clone(),
+                    version: grant.version.clone(),
+                    grant: grant.grant.clone(),
+                    service: aws.labels.0.clone(),
+                    action: aws.labels.1.clone(),
+                    outcome: record.outcome(),
+                })
+                .inc();
+        }
         self.metrics
             .egress_response_bytes
-            .get_or_create(&host)
+            .get_or_create(&grant)
             .inc_by(record.response_bytes);
         self.metrics
             .egress_request_duration
-            .get_or_create(&host)
+            .get_or_create(&grant)
             .observe(record.latency.as_secs_f64());
     }
 
@@ -239,7 +280,9 @@ mod tests {
             version: version.into(),
             method: "GET".into(),
             host: "https://evil.example:443".into(),
+            grant: None,
             path: "/".into(),
+            aws: None,
             status: None,
             denied: Some("not in allowedHosts (granted: none)".into()),
             response_bytes: 0,
@@ -278,7 +321,7 @@ mod tests {
             .get_or_create(&EgressLabels {
                 provider: "looping".into(),
                 version: "sha256:000000000001".into(),
-                host: "https://evil.example:443".into(),
+                grant: "denied".into(),
                 outcome: "denied".into(),
             })
             .get();

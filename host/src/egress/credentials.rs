@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use http::HeaderName;
 
 use super::policy::{Destination, HostPattern};
-use super::sigv4::{SIGNING_HEADERS, SigV4};
+use super::sigv4::{SIGNING_HEADERS, SigV4, WebIdentityConfig};
 
 /// Where a secret value comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -150,7 +150,7 @@ pub(super) enum Applied<'a> {
 /// Why a credential rule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH, HOSTPATTERN=header:NAME:env:VAR or HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE][,sts=URL] with KEYS env, dir:PATH or web-identity)"
+    "invalid credential {rule:?}: {problem} (expected HOSTPATTERN=bearer:env:VAR, HOSTPATTERN=bearer:file:PATH, HOSTPATTERN=header:NAME:env:VAR or HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE][,actions=ACTION+ACTION][,sts=URL] with KEYS env, dir:PATH or web-identity)"
 )]
 pub struct CredentialError {
     /// The rule as given, e.g. to `--credential`.
@@ -261,6 +261,19 @@ impl CredentialRule {
     /// Whether requests to `dest` get this credential.
     pub fn applies_to(&self, dest: &Destination) -> bool {
         self.target.matches(dest)
+    }
+
+    /// The host pattern whose requests get this credential.
+    pub fn target(&self) -> &HostPattern {
+        &self.target
+    }
+
+    /// The web identity whose token a signing rule's keys are exchanged for, if they are.
+    pub fn web_identity(&self) -> Option<&WebIdentityConfig> {
+        match &self.form {
+            Form::SigV4(sigv4) => sigv4.keys().web_identity_config(),
+            Form::Header { .. } => None,
+        }
     }
 
     /// The headers this rule sets; providers may not set them themselves.

@@ -3,15 +3,19 @@
 //! Every `wasi:http` request a provider makes passes through [`GateHooks`], in this order:
 //! 1. **grant**: scheme, host and port must match an allow-list entry (deny by default);
 //! 2. **address**: when a new connection is opened (step 5), the name is resolved here and
-//!    internal addresses (private, loopback, link-local, cloud metadata) are refused unless
-//!    the entry names that very address; answers are cached for their TTL, bounded, per gate
+//!    internal addresses (private, loopback, link-local, cloud metadata and platform, and
+//!    IPv6 addresses carrying one of those: [`address`]) are refused unless the entry names
+//!    that very address; answers are cached for their TTL, bounded, per gate
 //!    ([`dns`]), and the check runs on every new connection whether the answer was cached
 //!    or not;
-//! 3. **budget**: a per-destination token bucket; an exhausted budget answers a synthetic
+//! 3. **budget**: a per-destination token bucket, at most
+//!    [`EgressConfig::max_destinations`] of them; an exhausted budget answers a synthetic
 //!    `429` with `Retry-After`, which the guest SDK turns into `retry-after`;
 //! 4. **credentials**: headers bound to the destination are added from the host's secrets,
 //!    or the request is signed for AWS ([`sigv4`]: its body buffered, bounded, and signed
-//!    last, so what is signed is what is sent); providers can neither read nor set them
+//!    last, so what is signed is what is sent; its API action read and checked against the
+//!    actions never signed, the rule's allow-list and, for a shadow, the reads; its answer
+//!    read whole and withheld if it carries AWS keys); providers can neither read nor set them
 //!    (`authorization`, `proxy-authorization`, `cookie`, every injected header and, with a
 //!    signing rule, the SigV4 headers are forbidden to guests);
 //! 5. **transport**: a pooled keep-alive connection for this provider version, destination
@@ -19,8 +23,10 @@
 //!    ([`Connections`]); connect and first-byte timeouts, a between-bytes timeout and a
 //!    response size cap;
 //! 6. **audit**: one record per request, allowed or not, saying whether the connection was
-//!    reused; its log event within the version's audit log budget.
+//!    reused; its log event within the version's audit log budget; counted in metrics under
+//!    the grant that matched, never the destination a provider named.
 
+mod address;
 mod audit;
 mod credentials;
 mod dns;
@@ -42,19 +48,23 @@ use wasmtime_wasi_http::{
     WasiHttpHooks,
 };
 
-pub use audit::{Audit, AuditLogLimits, AuditRecord};
+pub use audit::{Audit, AuditLogLimits, AuditRecord, AwsCall};
 pub use credentials::{CredentialError, CredentialRule, SecretSource, SharedSecret};
 pub use dns::{DNS_CACHE_ANSWERS, DNS_MAX_POSITIVE_TTL};
 pub use policy::{HostPattern, MethodPolicy, PatternError};
 pub use pool::{Connections, PoolLimits};
-pub use sigv4::{AwsKeys, MAX_SIGNED_BODY, SigV4, WebIdentityConfig};
+pub use sigv4::{
+    AwsKeys, CREDENTIAL_ACTIONS, MAX_SIGNED_BODY, MAX_STS_ANSWER, REST_SERVICES, SigV4,
+    WebIdentityConfig, check_sts_endpoint, is_action_pattern, sts_endpoint_allowed,
+};
 pub use transport::Limits;
 
 use crate::metrics::Metrics;
-use crate::rate::Budgets;
 pub use crate::rate::RateBudget;
+use crate::rate::{Budgets, Refusal};
 use credentials::Applied;
 use policy::Destination;
+use sigv4::StsClient;
 use transport::ConnectRefusal;
 
 /// How long a credential value read from its source is reused before it is read again
@@ -65,6 +75,12 @@ const CREDENTIAL_REFRESH: Duration = Duration::from_secs(1);
 const MAX_DENIALS_KEPT: usize = 16;
 /// Longest request text a kept refusal holds.
 const MAX_DENIAL_TEXT: usize = 512;
+
+/// Default of [`EgressConfig::max_destinations`].
+pub const DEFAULT_MAX_DESTINATIONS: usize = 1024;
+
+/// The longest host name the gate sends to: DNS names are at most 253 bytes.
+const MAX_HOST_NAME: usize = 253;
 
 /// Headers a provider may never set, whatever the credential rules.
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
@@ -80,6 +96,12 @@ pub struct EgressConfig {
     pub methods: MethodPolicy,
     /// Requests allowed to each destination host (`--egress-rate`, `--egress-burst`).
     pub budget: RateBudget,
+    /// Most destinations holding a rate budget at once (`--egress-max-destinations`,
+    /// default 1024): a wildcard grant lets a provider name destinations without end. A
+    /// budget that has refilled is forgotten to make room (which changes nothing); while
+    /// every one is still refilling, a request to a new destination is answered `429`
+    /// until the first is full again.
+    pub max_destinations: usize,
     /// Timeouts and the response size cap of every request.
     pub limits: Limits,
     /// Bounds of each provider version's connection pool.
@@ -92,6 +114,75 @@ pub struct EgressConfig {
     /// The DNS server asked instead of those in `/etc/resolv.conf` (a test's own server);
     /// the hosts file still answers first. Library only: the manager has no flag for it.
     pub name_server: Option<SocketAddr>,
+    /// Whether `allow` may name a cloud metadata or platform service
+    /// (`--egress-allow-metadata-grants`, default false): see [`EgressConfig::check_grants`].
+    pub allow_metadata_grants: bool,
+    /// STS endpoints besides AWS's own a web identity may send the manager's token to
+    /// (`--sts-endpoint-allow`, default none): see [`EgressConfig::check_sts_endpoints`].
+    pub sts_endpoints: Vec<HostPattern>,
+}
+
+/// A web identity credential names an STS endpoint the manager does not send its token to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+pub struct StsEndpointRefused {
+    /// Where the rule is in [`EgressConfig::credentials`].
+    pub index: usize,
+    /// Why, naming the endpoint and what is allowed.
+    pub problem: String,
+}
+
+/// A grant names a cloud metadata or platform service, which the operator did not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{grant} names {service}: a provider granted it could read the node's cloud credentials; the manager allows such a grant only with --egress-allow-metadata-grants"
+)]
+pub struct MetadataGrant {
+    /// Where the grant is in [`EgressConfig::allow`].
+    pub index: usize,
+    /// The grant, e.g. `http://169.254.169.254`.
+    pub grant: String,
+    /// What it names, e.g. `169.254.169.254, a cloud metadata address (…)`.
+    pub service: String,
+}
+
+impl EgressConfig {
+    /// Refuse a grant that names a cloud metadata or platform service, by address
+    /// (`http://169.254.169.254`, `http://[64:ff9b::a9fe:a9fe]`, `http://168.63.129.16`) or by
+    /// a name that only means one (`http://metadata.google.internal`), unless
+    /// `allow_metadata_grants`. Such an address is never reached through any other grant,
+    /// and a grant naming it hands the provider the node's credentials.
+    pub fn check_grants(&self) -> Result<(), MetadataGrant> {
+        if self.allow_metadata_grants {
+            return Ok(());
+        }
+        self.allow
+            .iter()
+            .enumerate()
+            .find_map(|(index, grant)| {
+                grant.platform_service().map(|service| MetadataGrant {
+                    index,
+                    grant: grant.to_string(),
+                    service,
+                })
+            })
+            .map_or(Ok(()), Err)
+    }
+
+    /// Refuse a web identity credential whose STS endpoint is not an AWS STS endpoint over
+    /// HTTPS nor one of `sts_endpoints`: the manager would post its service account token
+    /// there. The gate also never exchanges with such an endpoint, checked or not.
+    pub fn check_sts_endpoints(&self) -> Result<(), StsEndpointRefused> {
+        self.credentials
+            .iter()
+            .enumerate()
+            .find_map(|(index, rule)| {
+                let config = rule.web_identity()?;
+                let problem = config.check_endpoint(&self.sts_endpoints).err()?;
+                Some(StsEndpointRefused { index, problem })
+            })
+            .map_or(Ok(()), Err)
+    }
 }
 
 impl Default for EgressConfig {
@@ -101,6 +192,7 @@ impl Default for EgressConfig {
             credentials: Vec::new(),
             methods: MethodPolicy::Any,
             budget: RateBudget::default(),
+            max_destinations: DEFAULT_MAX_DESTINATIONS,
             limits: Limits {
                 connect_timeout: Duration::from_secs(5),
                 first_byte_timeout: Duration::from_secs(30),
@@ -111,6 +203,8 @@ impl Default for EgressConfig {
             audit_log: AuditLogLimits::default(),
             extra_roots: Vec::new(),
             name_server: None,
+            allow_metadata_grants: false,
+            sts_endpoints: Vec::new(),
         }
     }
 }
@@ -128,6 +222,11 @@ pub struct EgressGate {
     audit: Audit,
     /// The pool of requests sent from the host side ([`EgressGate::send`]).
     host_connections: Arc<Connections>,
+    /// The connections of web identity exchanges, one grant per allowed STS endpoint.
+    sts_connections: Connections,
+    /// For each credential rule (by index), its STS endpoint's grant in `sts_connections`;
+    /// `None` for a rule without web identity, or whose endpoint is not allowed.
+    sts_grants: Vec<Option<usize>>,
     /// The last value read for each credential rule (by index), and when.
     credential_values: Mutex<Vec<Option<(Instant, http::HeaderValue)>>>,
 }
@@ -160,7 +259,26 @@ impl EgressGate {
         forbidden.dedup();
         let tls = transport::tls_config(&config.extra_roots);
         let resolver = Arc::new(dns::Resolver::new(config.name_server));
+        let mut sts_endpoints = Vec::new();
+        let sts_grants = config
+            .credentials
+            .iter()
+            .map(|rule| {
+                let identity = rule.web_identity()?;
+                identity.check_endpoint(&config.sts_endpoints).ok()?;
+                sts_endpoints.push(identity.endpoint_pattern().ok()?);
+                Some(sts_endpoints.len() - 1)
+            })
+            .collect();
         Arc::new(EgressGate {
+            sts_connections: Connections::new(
+                &sts_endpoints,
+                &tls,
+                &resolver,
+                config.limits,
+                config.pool,
+            ),
+            sts_grants,
             budgets: Budgets::new(config.budget),
             forbidden: Arc::new(forbidden),
             host_connections: Arc::new(Connections::new(
@@ -246,6 +364,16 @@ impl EgressGate {
         Ok(Some(value))
     }
 
+    /// How a web identity exchange of credential rule `rule` reaches its STS endpoint;
+    /// `None` if the rule has none or the endpoint is not allowed.
+    fn sts_client(&self, rule: usize) -> Option<StsClient<'_>> {
+        let grant = (*self.sts_grants.get(rule)?)?;
+        Some(StsClient {
+            client: self.sts_connections.client(grant)?,
+            limits: self.config.limits,
+        })
+    }
+
     fn granted_list(&self) -> String {
         if self.config.allow.is_empty() {
             return "none".into();
@@ -320,8 +448,10 @@ impl WasiHttpHooks for GateHooks {
             denials: self.denials.clone(),
             started: Instant::now(),
             method: request.method().to_string(),
-            path: request.uri().path().to_string(),
+            path: crate::text::cut(request.uri().path(), MAX_DENIAL_TEXT).to_string(),
             host: String::new(),
+            grant: None,
+            aws: None,
             reused: false,
         };
         Box::new(attempt.send(request))
@@ -330,13 +460,6 @@ impl WasiHttpHooks for GateHooks {
 
 /// The gate's pooled HTTP client of one grant.
 type PooledClient = hyper_util::client::legacy::Client<pool::GateConnector, WasiBody>;
-
-/// A signed request's answer: as it comes, or read whole by the gate (to see whether AWS
-/// refused the keys).
-enum Signed {
-    Sent(http::Response<hyper::body::Incoming>),
-    Read(http::response::Parts, Bytes),
-}
 
 /// One request on its way through the gate.
 struct Attempt {
@@ -348,6 +471,10 @@ struct Attempt {
     method: String,
     path: String,
     host: String,
+    /// The allow-list entry that matched, by index.
+    grant: Option<usize>,
+    /// The AWS service and action, once a signing rule read them.
+    aws: Option<AwsCall>,
     /// Whether the response came over a pooled connection that had carried one before.
     reused: bool,
 }
@@ -355,21 +482,48 @@ struct Attempt {
 impl Attempt {
     async fn send(mut self, mut request: http::Request<WasiBody>) -> SendResult {
         let Some(dest) = Destination::from_uri(request.uri()) else {
-            self.host = request.uri().to_string();
+            let uri = request.uri().to_string();
+            self.host = crate::text::cut(&uri, MAX_DENIAL_TEXT).to_string();
             return Err(self.deny("the URL has no http(s) scheme or host".into()));
         };
+        if dest.host.len() > MAX_HOST_NAME {
+            self.host = crate::text::cut(&dest.to_string(), MAX_DENIAL_TEXT).to_string();
+            return Err(self.deny(format!(
+                "the host name is {} bytes long; no DNS name is longer than {MAX_HOST_NAME}",
+                dest.host.len()
+            )));
+        }
         self.host = dest.to_string();
         let gate = self.gate.clone();
         let Some(grant) = gate.config.allow.iter().position(|p| p.matches(&dest)) else {
             let granted = gate.granted_list();
             return Err(self.deny(format!("not in allowedHosts (granted: {granted})")));
         };
-        if let Err(reason) = gate.config.methods.permits(request.method(), &dest) {
+        self.grant = Some(grant);
+        // A request to be signed for AWS is judged by its API action, whatever its method
+        // (AWS takes `GET /?Action=TerminateInstances`): see `Attempt::signed`.
+        let signed = gate
+            .config
+            .credentials
+            .iter()
+            .any(|rule| rule.applies_to(&dest) && matches!(rule.applied(), Applied::SigV4(_)));
+        if !signed && let Err(reason) = gate.config.methods.permits(request.method(), &dest) {
             return Err(self.deny(reason));
         }
         let limits = gate.config.limits;
-        if let Err(wait) = gate.budgets.take(&self.host) {
-            return Ok(self.rate_limited(wait));
+        match gate.budgets.take(&self.host) {
+            Ok(()) => {}
+            Err(Refusal::Exhausted(wait)) => {
+                let reason = format!("rate budget for {} exhausted", self.host);
+                return Ok(self.rate_limited(wait, reason));
+            }
+            Err(Refusal::Crowded { capacity, retry }) => {
+                let reason = format!(
+                    "rate budget for {} not given: {capacity} other destinations hold one that is still refilling (--egress-max-destinations)",
+                    self.host
+                );
+                return Ok(self.rate_limited(retry, reason));
+            }
         }
         let headers = request.headers_mut();
         for name in CREDENTIAL_HEADERS {
@@ -386,7 +540,7 @@ impl Attempt {
             }
             let header = match rule.applied() {
                 Applied::SigV4(sigv4) => {
-                    signing.get_or_insert(sigv4);
+                    signing.get_or_insert((index, rule, sigv4));
                     continue;
                 }
                 Applied::Header(header) => header,
@@ -405,10 +559,12 @@ impl Attempt {
         };
         let response = match signing {
             None => self.exchange(client, request).await?,
-            Some(sigv4) => match self.signed(client, sigv4, &dest, request).await? {
-                Signed::Sent(response) => response,
-                Signed::Read(head, body) => return Ok(self.answer_read(head, body)),
-            },
+            Some((index, rule, sigv4)) => {
+                let (head, body) = self
+                    .signed(client, index, rule, sigv4, &dest, request)
+                    .await?;
+                return self.signed_answer(head, body);
+            }
         };
         let connection: transport::ConnectionTask = Box::new(async { Ok(()) });
         let status = response.status().as_u16();
@@ -464,17 +620,20 @@ impl Attempt {
         Ok(response)
     }
 
-    /// Buffer the body of `request`, sign it for AWS with `sigv4` and send it. Temporary keys
-    /// that AWS refuses (400, 401 or 403 with a code that says so) are refreshed and the
-    /// request, already buffered, signed and sent once more: still one audit record and one
-    /// rate token. Any other answer goes to the guest as it came.
+    /// Buffer the body of `request`, read its API action, check it against `rule` (whose
+    /// `sigv4` signs it; credential rule number `index`) and the gate's policy, sign it for
+    /// AWS and send it; read the answer whole. Temporary keys that AWS refuses (400, 401 or
+    /// 403 with a code that says so) are refreshed and the request, already buffered, signed
+    /// and sent once more: still one audit record and one rate token.
     async fn signed(
         &mut self,
         client: &PooledClient,
+        index: usize,
+        rule: &CredentialRule,
         sigv4: &SigV4,
         dest: &Destination,
         request: http::Request<WasiBody>,
-    ) -> Result<Signed, Error> {
+    ) -> Result<(http::response::Parts, Bytes), Error> {
         let (mut head, body) = request.into_parts();
         for name in sigv4::SIGNING_HEADERS {
             head.headers.remove(name);
@@ -497,9 +656,34 @@ impl Attempt {
         let scope = sigv4
             .scope(dest, &head, &body)
             .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+        let read = sigv4::action(&head, &body, &scope.service);
+        let action = read.as_ref().ok().cloned().flatten();
+        self.aws = Some(AwsCall {
+            labels: (
+                sigv4::service_label(&scope.service, sigv4.services()),
+                sigv4::action_label(&scope.service, action.as_deref(), sigv4.actions()),
+            ),
+            service: scope.service.clone(),
+            action: action.clone(),
+        });
+        if let Err(reason) = read {
+            return Err(self.deny(format!("not signed: {reason}")));
+        }
+        let policy = &self.gate.config.methods;
+        let shadow = policy.shadow_actions();
+        sigv4
+            .permits(rule.target(), &scope, action.as_deref(), shadow)
+            .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+        if action.is_none() && shadow.is_some() {
+            // A REST request names its action by method and route: a shadow's may read.
+            policy
+                .permits(&head.method, dest)
+                .map_err(|reason| self.deny(reason))?;
+        }
+        let gate = self.gate.clone();
         let keys = sigv4
             .keys()
-            .current()
+            .current(gate.sts_client(index))
             .await
             .map_err(|error| self.deny(format!("credential unavailable: {error}")))?;
         if !sigv4.keys().refreshable() {
@@ -507,19 +691,25 @@ impl Attempt {
             SigV4::sign(&mut head, &body, &scope, &keys)
                 .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
             let request = http::Request::from_parts(head, transport::full_body(body));
-            return Ok(Signed::Sent(self.exchange(client, request).await?));
+            let response = self.exchange(client, request).await?;
+            return self.read_answer(response).await;
         }
         let response = self
             .send_signed(client, &head, &body, &scope, &keys)
             .await?;
-        if !matches!(response.status().as_u16(), 400 | 401 | 403) {
-            return Ok(Signed::Sent(response));
-        }
+        let refusable = matches!(response.status().as_u16(), 400 | 401 | 403);
         let (answer, answer_body) = self.read_answer(response).await?;
+        if !refusable {
+            return Ok((answer, answer_body));
+        }
         let Some(code) = sigv4::refused_keys(&answer_body) else {
-            return Ok(Signed::Read(answer, answer_body));
+            return Ok((answer, answer_body));
         };
-        let refreshed = match sigv4.keys().after_refusal(&keys).await {
+        let refreshed = match sigv4
+            .keys()
+            .after_refusal(&keys, gate.sts_client(index))
+            .await
+        {
             Some(Ok(refreshed)) => refreshed,
             Some(Err(error)) => {
                 tracing::warn!(
@@ -528,9 +718,9 @@ impl Attempt {
                     "AWS answered {code} to {} {}{}; refreshing the keys failed: {error}",
                     self.method, self.host, self.path
                 );
-                return Ok(Signed::Read(answer, answer_body));
+                return Ok((answer, answer_body));
             }
-            None => return Ok(Signed::Read(answer, answer_body)),
+            None => return Ok((answer, answer_body)),
         };
         tracing::info!(
             provider = %self.caller.provider,
@@ -541,7 +731,7 @@ impl Attempt {
         let response = self
             .send_signed(client, &head, &body, &scope, &refreshed)
             .await?;
-        Ok(Signed::Sent(response))
+        self.read_answer(response).await
     }
 
     /// Sign a copy of `head` with `body` for `scope` and send it.
@@ -600,18 +790,52 @@ impl Attempt {
         }
     }
 
-    /// A response the gate read whole, handed to the guest and audited now.
-    fn answer_read(
-        &self,
-        head: http::response::Parts,
-        body: Bytes,
-    ) -> (http::Response<WasiBody>, transport::ConnectionTask) {
-        self.gate.audit.record(AuditRecord {
-            response_bytes: body.len() as u64,
-            ..self.record(Some(head.status.as_u16()), None)
-        });
-        let response = http::Response::from_parts(head, transport::full_body(body));
-        (response, Box::new(async { Ok(()) }))
+    /// The answer to a signed request, read whole, handed to the guest and audited now;
+    /// unless it carries AWS keys (what `GetSessionToken` or `CreateAccessKey` answer, were
+    /// they signed), which a provider never gets: the guest then gets a `502` whose AWS-style
+    /// error names the action and why, and the audit record says it was withheld.
+    fn signed_answer(&self, head: http::response::Parts, body: Bytes) -> SendResult {
+        let status = head.status.as_u16();
+        let response = match sigv4::carried_credential(&body) {
+            None => {
+                self.gate.audit.record(AuditRecord {
+                    response_bytes: body.len() as u64,
+                    ..self.record(Some(status), None)
+                });
+                http::Response::from_parts(head, transport::full_body(body))
+            }
+            Some(name) => {
+                let call = self.aws.as_ref().map_or_else(String::new, |aws| {
+                    format!(
+                        "{} {} ",
+                        aws.service,
+                        aws.action.as_deref().unwrap_or("(REST)")
+                    )
+                });
+                let reason = format!(
+                    "withheld: the {status} answer to {call}carries AWS credentials ({name}), which the gate never hands to a provider"
+                );
+                tracing::warn!(
+                    provider = %self.caller.provider,
+                    version = %self.caller.version,
+                    "egress answer {reason}: {} {}{}",
+                    self.method, self.host, self.path
+                );
+                self.gate
+                    .audit
+                    .record(self.record(Some(502), Some(reason.clone())));
+                let error = format!(
+                    "<ErrorResponse><Error><Type>Receiver</Type><Code>CredentialsWithheld</Code><Message>{reason}</Message></Error></ErrorResponse>"
+                );
+                http::Response::builder()
+                    .status(http::StatusCode::BAD_GATEWAY)
+                    .header(http::header::CONTENT_TYPE, "text/xml")
+                    .header("x-wasm-ccm-egress", "withheld")
+                    .body(transport::full_body(error))
+                    .unwrap_or_else(|_| http::Response::new(transport::full_body("withheld")))
+            }
+        };
+        Ok((response, Box::new(async { Ok(()) })))
     }
 
     fn record(&self, status: Option<u16>, denied: Option<String>) -> AuditRecord {
@@ -620,7 +844,12 @@ impl Attempt {
             version: self.caller.version.clone(),
             method: self.method.clone(),
             host: self.host.clone(),
+            grant: self
+                .grant
+                .and_then(|index| self.gate.config.allow.get(index))
+                .map(ToString::to_string),
             path: self.path.clone(),
+            aws: self.aws.clone(),
             status,
             denied,
             response_bytes: 0,
@@ -685,7 +914,7 @@ impl Attempt {
     fn refused(&self, refusal: &ConnectRefusal) -> Error {
         match refusal {
             ConnectRefusal::Internal { address, reason } => self.deny(format!(
-                "{} resolves to {address}, a {reason}; only an allowedHosts entry naming that address may reach it",
+                "{} resolves to {address}, {reason}; only an allowedHosts entry naming that address may reach it",
                 self.host
             )),
             ConnectRefusal::Failed(error, message) => {
@@ -701,15 +930,15 @@ impl Attempt {
         error
     }
 
+    /// The synthetic `429` of a request the rate budgets refused for `reason` (which starts
+    /// `rate budget`, the audit's `rate-limited` outcome), with `Retry-After`.
     fn rate_limited(
         &self,
         wait: Duration,
+        reason: String,
     ) -> (http::Response<WasiBody>, transport::ConnectionTask) {
         let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-        let reason = format!(
-            "rate budget for {} exhausted; retry in {seconds}s",
-            self.host
-        );
+        let reason = format!("{reason}; retry in {seconds}s");
         self.gate
             .audit
             .record(self.record(Some(429), Some(reason.clone())));

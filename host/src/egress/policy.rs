@@ -5,8 +5,10 @@
 //! methods a version may use ([`MethodPolicy`]: a shadow version only reads).
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::str::FromStr;
+
+use super::address;
 
 /// `http` or `https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +165,44 @@ impl HostPattern {
         matches!(self.host, HostMatch::Address(own) if own == canonical(ip))
     }
 
+    /// Whether every destination this pattern admits is admitted by `ceiling`: the same
+    /// scheme and port, and the same name or address, or a name (or a `*.` suffix) under
+    /// the ceiling's `*.` suffix. An address is within an address only, never a name.
+    pub fn within(&self, ceiling: &HostPattern) -> bool {
+        if self.scheme != ceiling.scheme || self.port != ceiling.port {
+            return false;
+        }
+        let under = |name: &str, suffix: &str| {
+            name.strip_suffix(suffix)
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+        };
+        match (&self.host, &ceiling.host) {
+            (HostMatch::Name(name), HostMatch::Name(own)) => name == own,
+            (HostMatch::Name(name), HostMatch::Subdomains(suffix)) => under(name, suffix),
+            (HostMatch::Subdomains(inner), HostMatch::Subdomains(suffix)) => {
+                inner == suffix || under(inner, suffix)
+            }
+            (HostMatch::Address(ip), HostMatch::Address(own)) => canonical(*ip) == canonical(*own),
+            _ => false,
+        }
+    }
+
+    /// The cloud metadata or platform service this entry names: by address (or by an IPv6
+    /// address carrying it), or by a name that only ever means one
+    /// (`metadata.google.internal`). Such a grant is refused unless the operator allows it
+    /// ([`EgressConfig::check_grants`](super::EgressConfig::check_grants)).
+    pub fn platform_service(&self) -> Option<String> {
+        match &self.host {
+            HostMatch::Address(ip) => {
+                address::platform_service(*ip).map(|service| format!("{ip}, {service}"))
+            }
+            HostMatch::Name(name) => {
+                address::metadata_name(name).map(|service| format!("{name}, the {service}"))
+            }
+            HostMatch::Subdomains(_) => None,
+        }
+    }
+
     /// The DNS name the pattern matches, or the domain under its `*.`; `None` for an address.
     pub(super) fn dns_name(&self) -> Option<&str> {
         match &self.host {
@@ -237,65 +277,6 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Why `ip` is inside a network no provider may reach by name, or `None` if it is public.
-pub fn internal_address_reason(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
-        IpAddr::V4(v4) => internal_v4(v4),
-        IpAddr::V6(v6) => internal_v6(v6),
-    }
-}
-
-fn internal_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, c, _] = ip.octets();
-    // AWS/GCP/Azure/OpenStack, the ECS task metadata endpoint, Alibaba Cloud.
-    const METADATA: [Ipv4Addr; 3] = [
-        Ipv4Addr::new(169, 254, 169, 254),
-        Ipv4Addr::new(169, 254, 170, 2),
-        Ipv4Addr::new(100, 100, 100, 200),
-    ];
-    if METADATA.contains(&ip) {
-        Some("cloud metadata address")
-    } else if ip.is_loopback() {
-        Some("loopback address")
-    } else if ip.is_private() {
-        Some("private address")
-    } else if ip.is_link_local() {
-        Some("link-local address")
-    } else if ip.is_unspecified() || a == 0 {
-        Some("unspecified address")
-    } else if a == 100 && (64..128).contains(&b) {
-        Some("shared (carrier-grade NAT) address")
-    } else if a == 192 && b == 0 && c == 0 {
-        Some("IETF protocol assignment address")
-    } else if ip.is_broadcast() || ip.is_multicast() || a >= 240 {
-        Some("broadcast, multicast or reserved address")
-    } else {
-        None
-    }
-}
-
-fn internal_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
-    if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
-        Some("cloud metadata address")
-    } else if ip.is_loopback() {
-        Some("loopback address")
-    } else if ip.is_unspecified() {
-        Some("unspecified address")
-    } else if first & 0xfe00 == 0xfc00 {
-        Some("unique-local (private) address")
-    } else if first & 0xffc0 == 0xfe80 {
-        Some("link-local address")
-    } else if ip.is_multicast() {
-        Some("multicast address")
-    } else if let Some(v4) = ip.to_ipv4() {
-        // IPv4-compatible and NAT64-embedded forms of an internal IPv4 address.
-        internal_v4(v4)
-    } else {
-        None
-    }
-}
-
 /// Which HTTP methods requests may use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum MethodPolicy {
@@ -303,14 +284,23 @@ pub enum MethodPolicy {
     #[default]
     Any,
     /// GET and HEAD, and per host pattern the methods listed (a shadow version, which must
-    /// change nothing in the cloud).
-    SafeOnly(Vec<(HostPattern, Vec<http::Method>)>),
+    /// change nothing in the cloud). A request the gate signs for AWS is judged by its API
+    /// action instead, whatever its method: `Describe*`, `Get*`, `List*` and `actions`.
+    SafeOnly {
+        /// Methods allowed besides GET and HEAD, per host pattern.
+        methods: Vec<(HostPattern, Vec<http::Method>)>,
+        /// AWS API actions (names, or `Prefix*`) a signed request may name besides reads.
+        actions: Vec<String>,
+    },
 }
 
 impl MethodPolicy {
     /// Whether `method` may be sent to `dest`, or why not.
     pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), String> {
-        let MethodPolicy::SafeOnly(widened) = self else {
+        let MethodPolicy::SafeOnly {
+            methods: widened, ..
+        } = self
+        else {
             return Ok(());
         };
         if *method == http::Method::GET || *method == http::Method::HEAD {
@@ -326,6 +316,15 @@ impl MethodPolicy {
                 "a shadow version may only use GET and HEAD towards {dest}; \
                  spec.rollout.shadow.methods can allow {method}"
             ))
+        }
+    }
+
+    /// For a shadow version, the AWS actions its signed requests may name besides reads;
+    /// `None` for an active version, which may sign any action its rules allow.
+    pub fn shadow_actions(&self) -> Option<&[String]> {
+        match self {
+            MethodPolicy::Any => None,
+            MethodPolicy::SafeOnly { actions, .. } => Some(actions),
         }
     }
 }
@@ -390,41 +389,12 @@ mod tests {
     }
 
     #[test]
-    fn internal_addresses_are_recognised() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "169.254.1.1",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fd00:ec2::254",
-            "fe80::1",
-            "fc00::1",
-            "::ffff:10.0.0.1",
-            "::ffff:169.254.169.254",
-        ] {
-            assert!(
-                internal_address_reason(ip.parse().unwrap()).is_some(),
-                "{ip}"
-            );
-        }
-        for ip in ["93.184.216.34", "198.51.100.7", "2606:4700::1111"] {
-            assert_eq!(internal_address_reason(ip.parse().unwrap()), None, "{ip}");
-        }
-        assert_eq!(
-            internal_address_reason("169.254.169.254".parse().unwrap()),
-            Some("cloud metadata address")
-        );
-    }
-
-    #[test]
     fn a_shadow_may_only_read_unless_widened_per_host() {
         let api: HostPattern = "https://api.example.com".parse().unwrap();
-        let policy = MethodPolicy::SafeOnly(vec![(api, vec![http::Method::POST])]);
+        let policy = MethodPolicy::SafeOnly {
+            methods: vec![(api, vec![http::Method::POST])],
+            actions: Vec::new(),
+        };
         let api = dest("https://api.example.com/v1/x");
         let other = dest("https://other.example.com/v1/x");
         assert!(policy.permits(&http::Method::GET, &other).is_ok());

@@ -22,7 +22,6 @@ pub use credentials::{CredentialsError, RegistryCredentials};
 pub use layout::{ComponentWorld, LayoutError, ManifestSummary};
 pub use reference::{OciRef, ProviderRef, ReferenceError};
 pub use registry::RegistryError;
-pub(crate) use registry::token_exchange_client;
 pub use store::ArtifactStore;
 
 use registry::RegistryClient;

@@ -473,13 +473,6 @@ fn one_line(text: &str) -> String {
     line.chars().take(200).collect()
 }
 
-/// A client for token exchanges outside registries (the egress gate's STS web-identity
-/// exchange): the same timeouts and user agent, no redirects, ring installed.
-pub(crate) fn token_exchange_client() -> reqwest::Client {
-    install_crypto_provider();
-    token::http_client(USER_AGENT)
-}
-
 /// reqwest's rustls has no built-in crypto provider in this workspace: install ring, the
 /// one every TLS client here uses, once per process.
 fn install_crypto_provider() {

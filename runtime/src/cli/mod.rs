@@ -1,7 +1,8 @@
 //! The command line: flags parsed once into typed, validated settings, and the subcommands.
 //!
 //! Flag groups shared by every command that runs a provider ([`EgressFlags`],
-//! [`SandboxFlags`]) live here, the registry and cache flags in [`distribution`]; each
+//! [`SandboxFlags`]) live here, the registry and cache flags in [`distribution`], the secure
+//! port's authentication and authorisation flags in `serving_auth`; each
 //! subcommand has its own module.
 //!
 //! A flag given twice takes its last value, as upstream's (pflag) flags do: deployments
@@ -11,6 +12,7 @@
 mod distribution;
 mod provider_cmd;
 mod run;
+mod serving_auth;
 mod units;
 
 use std::path::PathBuf;
@@ -24,11 +26,11 @@ pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
-    AuditLogLimits, CredentialError, CredentialRule, EgressConfig, HostPattern, Limits,
-    MethodPolicy, PoolLimits, RateBudget,
+    AuditLogLimits, CredentialError, CredentialRule, DEFAULT_MAX_DESTINATIONS, EgressConfig,
+    HostPattern, Limits, MetadataGrant, MethodPolicy, PoolLimits, RateBudget, sts_endpoint_allowed,
 };
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::sandbox::{CacheLimits, LogLimits, Sandbox, SandboxConfig};
+use wasm_ccm_host::sandbox::{CacheLimits, HttpLimits, LogLimits, Sandbox, SandboxConfig};
 
 /// wasm-ccm: a Kubernetes cloud-controller-manager whose cloud providers are WebAssembly components.
 ///
@@ -96,9 +98,17 @@ pub struct EgressFlags {
     /// Inject a credential into requests to a host: HOSTPATTERN=bearer:env:VAR,
     /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH); or sign
     /// them for AWS: HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE]
-    /// [,sts=URL], KEYS env, dir:PATH or web-identity. Repeatable.
+    /// [,actions=ACTION+ACTION][,sts=URL], KEYS env, dir:PATH or web-identity. Repeatable.
     #[arg(long = "credential", value_name = "RULE")]
     pub credentials: Vec<CredentialFlag>,
+
+    /// An STS endpoint besides AWS's own (https://sts.amazonaws.com,
+    /// https://sts.REGION.amazonaws.com and the other partitions') that a web identity may
+    /// send the manager's service account token to: sts= of --credential, or a
+    /// CloudProvider's webIdentity.stsEndpoint. https://HOST[:PORT], or http:// with a
+    /// loopback address (a test's STS). Repeatable; none by default.
+    #[arg(long = "sts-endpoint-allow", value_name = "URL", value_parser = sts_endpoint_allowed)]
+    pub sts_endpoint_allow: Vec<HostPattern>,
 
     /// Requests per second each destination host may receive from the provider.
     #[arg(long, value_name = "RATE", default_value_t = 50.0, value_parser = positive_rate)]
@@ -107,6 +117,12 @@ pub struct EgressFlags {
     /// Burst of requests above the rate each destination host may receive.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub egress_burst: u32,
+
+    /// Destinations that may hold a rate budget at once, per provider version (a wildcard
+    /// grant lets a provider name any number): a budget that has refilled is forgotten to
+    /// make room; while all are refilling, a new destination gets a 429 until one is full.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DESTINATIONS, value_parser = positive_count)]
+    pub egress_max_destinations: usize,
 
     /// Time allowed to resolve, connect and finish TLS with a cloud API host.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
@@ -140,6 +156,13 @@ pub struct EgressFlags {
     /// Burst of egress audit log events above the rate.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub egress_audit_log_burst: u32,
+
+    /// Let an --allow entry (or a CloudProvider's spec.egress.allowedHosts entry) name a
+    /// cloud metadata or platform service, e.g. http://169.254.169.254 or
+    /// http://168.63.129.16: a provider granted one can read the node's cloud credentials.
+    /// Off by default: such a grant is refused at start (or the spec refused).
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub egress_allow_metadata_grants: bool,
 }
 
 impl EgressFlags {
@@ -153,6 +176,7 @@ impl EgressFlags {
                 per_second: self.egress_rate,
                 burst: self.egress_burst,
             },
+            max_destinations: self.egress_max_destinations,
             limits: Limits {
                 connect_timeout: self.egress_connect_timeout,
                 first_byte_timeout: self.egress_first_byte_timeout,
@@ -173,12 +197,28 @@ impl EgressFlags {
             },
             extra_roots: Vec::new(),
             name_server: None,
+            allow_metadata_grants: self.egress_allow_metadata_grants,
+            sts_endpoints: self.sts_endpoint_allow.clone(),
         }
     }
 
+    /// Refuse an `--allow` entry naming a cloud metadata or platform service, unless
+    /// `--egress-allow-metadata-grants`.
+    pub fn check_grants(&self) -> Result<(), RefusedGrant> {
+        Ok(self.config().check_grants()?)
+    }
+
     /// Read every credential now, so a rule naming a missing variable or file stops the
-    /// process at start instead of failing each cloud call later.
+    /// process at start instead of failing each cloud call later; and refuse a web identity
+    /// whose STS endpoint is neither AWS's nor listed by --sts-endpoint-allow.
     pub fn check_credentials(&self) -> Result<(), UnreadableSecret> {
+        if let Err(refused) = self.config().check_sts_endpoints() {
+            return Err(UnreadableSecret {
+                flag: "--credential",
+                rule: self.credentials[refused.index].text.clone(),
+                problem: refused.problem,
+            });
+        }
         self.credentials.iter().try_for_each(|credential| {
             credential.rule.check().map_err(|problem| UnreadableSecret {
                 flag: "--credential",
@@ -206,6 +246,11 @@ impl FromStr for CredentialFlag {
         })
     }
 }
+
+/// An `--allow` entry the manager refuses at start.
+#[derive(Debug, thiserror::Error)]
+#[error("--allow {0}")]
+pub struct RefusedGrant(#[from] MetadataGrant);
 
 /// A secret a flag names cannot be read at start.
 #[derive(Debug, thiserror::Error)]
@@ -250,6 +295,19 @@ pub struct SandboxFlags {
     /// Most linear memory one provider call may use (e.g. 64Mi).
     #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = parse_size)]
     pub memory_limit: u64,
+
+    /// Most host memory one provider call's wasi:http resources may hold at once (e.g.
+    /// 16Mi): header names and values, request lines, the buffer of each request body not
+    /// yet sent (up to 2 MiB), response headers and 256 bytes per resource. Past it the call
+    /// fails with `http-budget`.
+    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size)]
+    pub http_memory_limit: u64,
+
+    /// Most resources one provider call may hold at once: wasi:http fields, requests,
+    /// responses, bodies and futures, their streams and pollables. Past it the call fails
+    /// with `http-budget`.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(16..))]
+    pub max_http_resources: u32,
 
     /// Longest one provider call may take (e.g. 30s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -301,6 +359,10 @@ impl SandboxFlags {
     pub fn config(&self, compiled_dir: Option<PathBuf>) -> SandboxConfig {
         SandboxConfig {
             memory_limit: self.memory_limit,
+            http: HttpLimits {
+                max_memory: self.http_memory_limit,
+                max_resources: self.max_http_resources,
+            },
             call_timeout: self.timeout,
             pooling: self.pooling_allocator,
             max_concurrent_calls: self.max_concurrent_calls,
@@ -441,6 +503,33 @@ mod tests {
         ]);
         assert_eq!(flags.egress.allow.len(), 2);
         assert_eq!(flags.egress.config().credentials.len(), 2);
+    }
+
+    #[test]
+    fn a_metadata_address_grant_is_refused_unless_allowed_by_flag() {
+        let grants = [
+            "--allow=https://api.example.com",
+            "--allow=http://169.254.169.254",
+        ];
+        let refused = run(&grants).egress.check_grants().unwrap_err().to_string();
+        assert!(
+            refused.starts_with(
+                "--allow http://169.254.169.254 names 169.254.169.254, a cloud metadata address"
+            ) && refused.contains("--egress-allow-metadata-grants"),
+            "{refused}"
+        );
+        let allowed = [&grants[..], &["--egress-allow-metadata-grants"]].concat();
+        assert!(run(&allowed).egress.check_grants().is_ok());
+        assert!(run(&grants[..1]).egress.check_grants().is_ok());
+    }
+
+    #[test]
+    fn destinations_with_a_rate_budget_are_bounded_by_a_flag() {
+        assert_eq!(run(&[]).egress.config().max_destinations, 1024);
+        let flags = run(&["--egress-max-destinations=10"]);
+        assert_eq!(flags.egress.config().max_destinations, 10);
+        let zero = Cli::try_parse_from(["wasm-ccm", "--egress-max-destinations=0"]);
+        assert!(zero.unwrap_err().to_string().contains("at least 1"));
     }
 
     #[test]
@@ -626,6 +715,25 @@ mod tests {
             error.contains("cannot read /nonexistent/wasm-ccm/aws/AWS_ACCESS_KEY_ID"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn sts_endpoints_are_https_hosts_or_loopback_addresses() {
+        let flags = run(&[
+            "--sts-endpoint-allow=https://sts.internal.example",
+            "--sts-endpoint-allow=http://127.0.0.1:5000",
+        ]);
+        assert_eq!(flags.egress.config().sts_endpoints.len(), 2);
+        for (entry, problem) in [
+            ("http://sts.internal.example", "plain HTTP"),
+            ("https://*.example.com", "names every subdomain"),
+        ] {
+            let error = Cli::try_parse_from(["wasm-ccm", "--sts-endpoint-allow", entry])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--sts-endpoint-allow"), "{error}");
+            assert!(error.contains(problem), "{entry}: {error}");
+        }
     }
 
     #[test]

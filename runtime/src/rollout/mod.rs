@@ -20,10 +20,13 @@
 //! leader's rollbacks); only the leader writes status and events.
 //!
 //! This module owns the loop and the steps of a rollout; [`spec`] parses a spec,
+//! [`ceiling`] holds its grants within the operator's `--egress-grant-ceiling`,
 //! [`references`] watches the Secrets and ConfigMaps it names, [`status`] writes conditions,
-//! [`shadowing`] runs a candidate beside the active version and [`rollback`] watches a new
-//! one and rolls it back.
+//! [`shadowing`] runs a candidate beside the active version, [`rollback`] watches a new
+//! one and rolls it back, and [`record`] keeps the rollback window across restarts.
 
+pub mod ceiling;
+mod record;
 mod references;
 mod rollback;
 mod shadowing;
@@ -46,6 +49,8 @@ use crate::resource::{
     Candidate, CandidatePhase, CloudProvider, CloudProviderSpec, CloudProviderStatus,
     ConditionStatus, ProviderVersion, RolloutStrategy, condition,
 };
+use ceiling::GrantCeiling;
+use record::RollbackRecord;
 use references::{Kind, ObjectKey, References};
 use rollback::RollbackWindow;
 use shadowing::Shadowing;
@@ -78,6 +83,8 @@ pub struct RolloutSettings {
     pub distribution: DistributionSettings,
     /// `--allow-untagged-cloud`.
     pub allow_untagged_cloud: bool,
+    /// `--egress-grant-ceiling`: what the spec may grant; `None`, anything.
+    pub grant_ceiling: Option<GrantCeiling>,
     /// This process, as events' reporting instance.
     pub identity: String,
 }
@@ -122,6 +129,9 @@ pub fn start(
     leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> RolloutHandle {
+    if settings.grant_ceiling.is_none() {
+        tracing::warn!(resource = %settings.resource, "no --egress-grant-ceiling: whoever may edit the CloudProvider decides every host the provider reaches and every host its credentials go to, IP literals included; set the ceiling to the cloud API hosts this cluster uses");
+    }
     let (slot_tx, slot) = watch::channel(None);
     let not_ready = Arc::new(Mutex::new(Some(format!(
         "CloudProvider {} has not been read yet",
@@ -150,6 +160,8 @@ pub fn start(
         failure: None,
         spec_error: None,
         last_calls_write: Instant::now(),
+        record: None,
+        record_written: None,
     };
     tokio::spawn(rollout.run(shutdown));
     RolloutHandle {
@@ -229,6 +241,10 @@ struct Rollout {
     /// The last spec refused as unusable, by generation (reported once).
     spec_error: Option<(Option<i64>, SpecError)>,
     last_calls_write: Instant,
+    /// The rollback window as recorded: this leader's own, or the object's.
+    record: Option<RollbackRecord>,
+    /// The record last written (or read from the object).
+    record_written: Option<RollbackRecord>,
 }
 
 impl Rollout {
@@ -278,12 +294,30 @@ impl Rollout {
     }
 
     fn seen(&mut self, object: Option<CloudProvider>) {
-        if self.object.is_none()
+        let first = self.object.is_none();
+        if first
             && let Some(object) = &object
             && let Some(status) = &object.status
         {
-            // Carry on from what was reported (transition times, the previous version).
+            // Carry on from what was reported (transition times, conditions); what runs is
+            // decided from the spec and the record, never from the status.
             self.status = status.clone();
+        }
+        // A starting manager and a standby follow the object's record; the leader keeps its
+        // own (the object may not carry its last write yet).
+        if let Some(object) = &object
+            && (first || !self.leading())
+        {
+            match RollbackRecord::of(object) {
+                Some(Ok(record)) => {
+                    self.record = Some(record.clone());
+                    self.record_written = Some(record);
+                }
+                Some(Err(error)) if first => {
+                    tracing::warn!(resource = %self.settings.resource, %error, "ignoring the rollback record");
+                }
+                _ => {}
+            }
         }
         self.object = object;
     }
@@ -345,7 +379,12 @@ impl Rollout {
         if !self.references.all_read() {
             return;
         }
-        let desired = match spec::parse(&object.spec, &self.settings.defaults, &self.references) {
+        let parsed = spec::parse(&object.spec, &self.settings.defaults, &self.references);
+        let ceiling = self.settings.grant_ceiling.as_ref();
+        let desired = match parsed.and_then(|desired| {
+            ceiling.map_or(Ok(()), |ceiling| ceiling.check(&object.spec))?;
+            Ok(desired)
+        }) {
             Ok(desired) => desired,
             Err(error) => {
                 self.refuse_spec(generation, error);
@@ -568,7 +607,14 @@ impl Rollout {
         let loaded = self.load(&desired, generation, shadow).await;
         match loaded {
             Ok(provider) if shadow => self.start_shadowing(desired, provider, generation).await,
-            Ok(provider) => self.activate(desired, provider, generation, started),
+            Ok(provider) => {
+                // A manager starting inside a rollback window loads the previous version again.
+                let starting = self.active.is_none().then(|| desired.clone());
+                self.activate(desired, provider, generation, started);
+                if let Some(desired) = starting {
+                    self.restore_window(&desired, generation).await;
+                }
+            }
             Err(refusal) => self.refused(&desired, generation, refusal),
         }
     }
@@ -663,7 +709,10 @@ impl Rollout {
         .await;
         let mut egress = desired.egress.clone();
         if shadow {
-            egress.methods = MethodPolicy::SafeOnly(desired.rollout.shadow.methods.clone());
+            egress.methods = MethodPolicy::SafeOnly {
+                methods: desired.rollout.shadow.methods.clone(),
+                actions: desired.rollout.shadow.actions.clone(),
+            };
         }
         let gate = EgressGate::new(egress, self.metrics.clone());
         let provider = compiled
@@ -819,6 +868,7 @@ impl Rollout {
         self.status.previous = previous
             .as_ref()
             .map(|previous| version_status(previous, Some(now.clone())));
+        self.status.rollback_window_end = None;
         self.status.version_calls.clear();
         set_condition(
             &mut self.status,
@@ -837,10 +887,15 @@ impl Rollout {
             generation,
         );
         // A rollback of an earlier generation is over; one of this generation stays (a
-        // restart activating the version it rolled back to).
-        if status::condition(&self.status, condition::ROLLED_BACK)
-            .is_some_and(|rolled_back| rolled_back.observed_generation != generation)
-        {
+        // restart activating the version it rolled back to) if the record says so.
+        let recorded = self
+            .record
+            .as_ref()
+            .is_some_and(|record| record.rolled_back_at(generation));
+        if status::condition(&self.status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
+            rolled_back.observed_generation != generation
+                || (rolled_back.status == ConditionStatus::True && !recorded)
+        }) {
             set_condition(
                 &mut self.status,
                 condition::ROLLED_BACK,
@@ -857,6 +912,18 @@ impl Rollout {
             if policy.window.is_zero() {
                 self.unloaded(&previous.provider);
             } else {
+                let window_end = status::later(policy.window);
+                if let Some(generation) = generation {
+                    let identity = previous.provider.identity();
+                    self.record = Some(RollbackRecord {
+                        generation,
+                        previous_reference: identity.reference.to_string(),
+                        previous_digest: identity.digest.clone(),
+                        window_end: window_end.clone(),
+                        rolled_back: false,
+                    });
+                }
+                self.status.rollback_window_end = Some(window_end);
                 self.window = Some(RollbackWindow {
                     previous,
                     until: Instant::now() + policy.window,
@@ -952,6 +1019,16 @@ impl Rollout {
     async fn write_status(&mut self) {
         if !self.leading() || self.object.is_none() {
             return;
+        }
+        if self.record != self.record_written
+            && let Some(record) = &self.record
+        {
+            match record.write(&self.api, &self.settings.resource).await {
+                Ok(()) => self.record_written = self.record.clone(),
+                Err(error) => {
+                    tracing::warn!(resource = %self.settings.resource, %error, "writing the rollback record failed; retrying with the next change");
+                }
+            }
         }
         if self.written.as_ref() == Some(&self.status) {
             return;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use super::references::References;
+use super::references::{Kind, References};
 use crate::cli::{parse_duration, parse_duration_or_zero, parse_size};
 use crate::resource::{
     AwsSigningSpec, CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType,
@@ -26,7 +26,7 @@ use crate::resource::{
 };
 use wasm_ccm_host::egress::{
     AwsKeys, CredentialRule, EgressConfig, HostPattern, RateBudget, SecretSource, SigV4,
-    WebIdentityConfig,
+    WebIdentityConfig, check_sts_endpoint, is_action_pattern,
 };
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::ProviderRef;
@@ -123,6 +123,8 @@ pub struct ShadowPolicy {
     pub agreeing_calls: u64,
     /// Methods besides GET and HEAD the candidate may use, per host pattern.
     pub methods: Vec<(HostPattern, Vec<http::Method>)>,
+    /// AWS actions besides reads the candidate's signed requests may name.
+    pub actions: Vec<String>,
 }
 
 /// How a version is rolled out and rolled back.
@@ -169,6 +171,7 @@ pub fn parse(
     if spec.name.is_empty() {
         return Err(refuse("spec.name")("must not be empty".into()));
     }
+    cloud_config_apart_from_credentials(spec, references)?;
     let cloud_config = match &spec.cloud_config {
         None => None,
         Some(source) => Some(cloud_config(source, references)?),
@@ -179,7 +182,14 @@ pub fn parse(
         .credentials
         .iter()
         .enumerate()
-        .map(|(index, credential)| credential_rule(index, credential, references))
+        .map(|(index, credential)| {
+            credential_rule(
+                index,
+                credential,
+                references,
+                &defaults.egress.sts_endpoints,
+            )
+        })
         .collect::<Result<_, _>>()?;
     Ok(Desired {
         version: VersionSpec {
@@ -253,6 +263,44 @@ fn cloud_config(source: &CloudConfigSource, references: &References) -> Result<V
     }
 }
 
+/// Refuse a cloud config read from a Secret key that a credential also uses: `init` would
+/// receive the credential's raw value, which must never enter the sandbox.
+fn cloud_config_apart_from_credentials(
+    spec: &CloudProviderSpec,
+    references: &References,
+) -> Result<(), SpecError> {
+    let Some(config) = spec
+        .cloud_config
+        .as_ref()
+        .and_then(|source| source.secret_key_ref.as_ref())
+    else {
+        return Ok(());
+    };
+    let object = references.key(Kind::Secret, config);
+    for (index, credential) in spec.credentials.iter().enumerate() {
+        let aws = credential.aws.iter().flat_map(|aws| {
+            [
+                ("aws.accessKeyIdRef", &aws.access_key_id_ref),
+                ("aws.secretAccessKeyRef", &aws.secret_access_key_ref),
+                ("aws.sessionTokenRef", &aws.session_token_ref),
+            ]
+        });
+        let keys = std::iter::once(("secretKeyRef", &credential.secret_key_ref)).chain(aws);
+        for (name, key) in keys {
+            if let Some(key) = key
+                && key.key == config.key
+                && references.key(Kind::Secret, key) == object
+            {
+                return Err(refuse("spec.cloudConfig.secretKeyRef")(format!(
+                    "{object} key {:?} is also spec.credentials[{index}].{name}: the provider's init would receive the credential; keep the cloud config under another key",
+                    config.key
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn host_pattern(field: String, text: &str) -> Result<HostPattern, SpecError> {
     text.parse()
         .map_err(|error: wasm_ccm_host::egress::PatternError| refuse(field)(error.to_string()))
@@ -269,6 +317,9 @@ fn egress(spec: Option<&EgressSpec>, defaults: &EgressConfig) -> Result<EgressCo
         .enumerate()
         .map(|(index, host)| host_pattern(format!("spec.egress.allowedHosts[{index}]"), host))
         .collect::<Result<_, _>>()?;
+    config.check_grants().map_err(|refused| {
+        refuse(format!("spec.egress.allowedHosts[{}]", refused.index))(refused.to_string())
+    })?;
     if let Some(rate) = spec.rate {
         config.budget.per_second = positive(rate, "spec.egress.rate")?;
     }
@@ -321,6 +372,7 @@ fn credential_rule(
     index: usize,
     spec: &CredentialSpec,
     references: &References,
+    sts_endpoints: &[HostPattern],
 ) -> Result<CredentialRule, SpecError> {
     let field = format!("spec.credentials[{index}]");
     let target = host_pattern(format!("{field}.host"), &spec.host)?;
@@ -341,7 +393,7 @@ fn credential_rule(
                 "required with type AwsSigV4".into(),
             ));
         };
-        return aws_rule(&field, target, aws, references);
+        return aws_rule(&field, target, aws, references, sts_endpoints);
     }
     if spec.aws.is_some() {
         return Err(refuse(format!("{field}.aws"))(
@@ -381,12 +433,14 @@ fn credential_rule(
     ))
 }
 
-/// The signing rule of `spec.credentials[i]` (`field`) with type AwsSigV4.
+/// The signing rule of `spec.credentials[i]` (`field`) with type AwsSigV4. A stated web
+/// identity STS endpoint must be AWS's or one of `sts_endpoints` (--sts-endpoint-allow).
 fn aws_rule(
     field: &str,
     target: HostPattern,
     aws: &AwsSigningSpec,
     references: &References,
+    sts_endpoints: &[HostPattern],
 ) -> Result<CredentialRule, SpecError> {
     let field = format!("{field}.aws");
     let secret = |key: &Option<_>| {
@@ -399,6 +453,10 @@ fn aws_rule(
         secret(&aws.secret_access_key_ref),
     ) {
         (Some(identity), None, None) if aws.session_token_ref.is_none() => {
+            if let Some(endpoint) = &identity.sts_endpoint {
+                check_sts_endpoint(endpoint, sts_endpoints)
+                    .map_err(refuse(format!("{field}.webIdentity.stsEndpoint")))?;
+            }
             let config = WebIdentityConfig::from_env(
                 identity.sts_endpoint.as_deref(),
                 aws.region.as_deref(),
@@ -419,7 +477,9 @@ fn aws_rule(
         }
     };
     let sigv4 = SigV4::new(aws.region.clone(), aws.services.clone(), keys)
-        .map_err(refuse(field.clone()))?;
+        .map_err(refuse(field.clone()))?
+        .with_actions(aws.actions.clone())
+        .map_err(refuse(format!("{field}.actions")))?;
     CredentialRule::aws_sigv4(target, sigv4).map_err(refuse(field))
 }
 
@@ -451,6 +511,20 @@ fn limits(spec: Option<&LimitsSpec>, defaults: &SandboxConfig) -> Result<Sandbox
     }
     if let Some(bytes) = size(&spec.max_result_size, "maxResultSize")? {
         config.max_result_bytes = bytes;
+    }
+    if let Some(bytes) = size(&spec.http_memory, "httpMemory")? {
+        config.http.max_memory = bytes;
+    }
+    if let Some(resources) = spec.max_http_resources {
+        config.http.max_resources = match count(resources, "spec.limits.maxHttpResources")? {
+            resources @ 16.. => resources,
+            _ => {
+                return Err(refuse("spec.limits.maxHttpResources")(
+                    "must be at least 16: a call holds a few resources before it makes a request"
+                        .into(),
+                ));
+            }
+        };
     }
     if let Some(bytes) = size(&spec.cache_size, "cacheSize")? {
         config.provider_cache.max_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -530,11 +604,22 @@ fn rollout(spec: &CloudProviderSpec) -> Result<RolloutPolicy, SpecError> {
             Ok((pattern, methods))
         })
         .collect::<Result<_, SpecError>>()?;
+    for (index, action) in shadow.actions.iter().enumerate() {
+        if !is_action_pattern(action) {
+            return Err(refuse(format!("spec.rollout.shadow.actions[{index}]"))(
+                format!(
+                    "{action:?} is not an API action name (e.g. SearchTransitGatewayRoutes) or a name's start followed by *"
+                ),
+            ));
+        }
+    }
+    let actions = shadow.actions.clone();
     Ok(RolloutPolicy {
         strategy: rollout.strategy.unwrap_or_default(),
         shadow: ShadowPolicy {
             agreeing_calls,
             methods,
+            actions,
         },
         rollback: RollbackPolicy {
             window,
@@ -711,6 +796,130 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_grant_naming_a_metadata_address_is_refused_unless_the_manager_allows_it() {
+        for grant in [
+            "http://169.254.169.254",
+            "http://[fd00:ec2::254]",
+            "http://[64:ff9b::a9fe:a9fe]",
+            "http://168.63.129.16",
+            "http://metadata.google.internal",
+        ] {
+            let spec: EgressSpec =
+                serde_json::from_value(json!({"allowedHosts": ["https://api.example.com", grant]}))
+                    .unwrap();
+            let refused = egress(Some(&spec), &EgressConfig::default()).unwrap_err();
+            assert_eq!(refused.field, "spec.egress.allowedHosts[1]", "{grant}");
+            assert!(
+                refused.problem.starts_with(grant)
+                    && refused.problem.contains("--egress-allow-metadata-grants"),
+                "{grant}: {}",
+                refused.problem
+            );
+            let allowed = EgressConfig {
+                allow_metadata_grants: true,
+                ..EgressConfig::default()
+            };
+            let config = egress(Some(&spec), &allowed).expect("allowed by the manager's flag");
+            assert_eq!(config.allow.len(), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cloud_config_from_a_credentials_secret_key_is_refused_naming_both_fields() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let references = References::new(client, "kube-system".into());
+        let key = |name: &str, key: &str, namespace: Option<&str>| json!({"name": name, "key": key, "namespace": namespace});
+        let api = "https://api.example.com";
+        let with_config = |config: Value, credential: Value| {
+            let mut spec = spec_with(api, credential);
+            spec.cloud_config =
+                Some(serde_json::from_value(json!({"secretKeyRef": config})).unwrap());
+            spec
+        };
+        for (config, credential, field) in [
+            (
+                key("cloud", "token", None),
+                json!({"host": api, "secretKeyRef": key("cloud", "token", Some("kube-system"))}),
+                "spec.credentials[0].secretKeyRef",
+            ),
+            (
+                key("aws", "AWS_SECRET_ACCESS_KEY", Some("kube-system")),
+                json!({"host": "https://ec2.us-east-1.amazonaws.com", "type": "AwsSigV4", "aws": {
+                    "accessKeyIdRef": key("aws", "AWS_ACCESS_KEY_ID", None),
+                    "secretAccessKeyRef": key("aws", "AWS_SECRET_ACCESS_KEY", None),
+                }}),
+                "spec.credentials[0].aws.secretAccessKeyRef",
+            ),
+        ] {
+            let error =
+                parse(&with_config(config, credential), &defaults(), &references).unwrap_err();
+            assert_eq!(error.field, "spec.cloudConfig.secretKeyRef");
+            assert!(
+                error.problem.contains(&format!("is also {field}:")),
+                "{error}"
+            );
+            assert!(error.problem.contains("Secret kube-system/"), "{error}");
+        }
+        // Another key of the same Secret, or the same key of a Secret in another namespace,
+        // is the provider's to read (the spec fails later, on the unread Secret).
+        for config in [
+            key("cloud", "config", None),
+            key("cloud", "token", Some("other")),
+        ] {
+            let credential = json!({"host": api, "secretKeyRef": key("cloud", "token", None)});
+            let error =
+                parse(&with_config(config, credential), &defaults(), &references).unwrap_err();
+            assert!(!error.problem.contains("is also"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_sts_endpoint_the_manager_lists_passes_and_actions_reach_the_rule_and_the_shadow() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let references = References::new(client, "kube-system".into());
+        let mut spec = spec_with(
+            "https://*.amazonaws.com",
+            json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "http://127.0.0.1:5000"}}}),
+        );
+        let mut listed = defaults();
+        listed.egress.sts_endpoints = vec!["http://127.0.0.1:5000".parse().unwrap()];
+        // Past the endpoint check, on to the environment (which has no role here).
+        let error = parse(&spec, &listed, &references).unwrap_err();
+        assert_eq!(
+            error.field, "spec.credentials[0].aws.webIdentity",
+            "{error}"
+        );
+        let error = parse(&spec, &defaults(), &references).unwrap_err();
+        assert_eq!(
+            error.field, "spec.credentials[0].aws.webIdentity.stsEndpoint",
+            "{error}"
+        );
+
+        spec.credentials.clear();
+        spec.rollout = Some(
+            serde_json::from_value(json!({"strategy": "Shadow", "shadow": {"actions": ["SearchTransitGatewayRoutes", "Lookup*"]}}))
+                .unwrap(),
+        );
+        let desired = parse(&spec, &defaults(), &references).unwrap();
+        assert_eq!(
+            desired.rollout.shadow.actions,
+            ["SearchTransitGatewayRoutes", "Lookup*"]
+        );
+        spec.rollout = Some(
+            serde_json::from_value(
+                json!({"shadow": {"actions": ["Describe", "Terminate Instances"]}}),
+            )
+            .unwrap(),
+        );
+        let error = parse(&spec, &defaults(), &references).unwrap_err();
+        assert_eq!(error.field, "spec.rollout.shadow.actions[1]", "{error}");
+    }
+
     #[tokio::test]
     async fn a_bad_aws_credential_is_refused_naming_the_field() {
         let client =
@@ -773,8 +982,28 @@ mod tests {
             ),
             (
                 json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "sts.example.com"}}}),
+                "spec.credentials[0].aws.webIdentity.stsEndpoint",
+                "STS endpoint \"sts.example.com\" is not a URL",
+            ),
+            (
+                json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "https://sts.attacker.example"}}}),
+                "spec.credentials[0].aws.webIdentity.stsEndpoint",
+                "STS endpoint https://sts.attacker.example is not an AWS STS endpoint (https://sts.REGION.amazonaws.com, https://sts.amazonaws.com, …) nor one the manager lists with --sts-endpoint-allow (none)",
+            ),
+            (
+                json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "http://sts.us-east-1.amazonaws.com"}}}),
+                "spec.credentials[0].aws.webIdentity.stsEndpoint",
+                "is not an AWS STS endpoint",
+            ),
+            (
+                json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "https://sts.eu-west-1.amazonaws.com"}}}),
                 "spec.credentials[0].aws.webIdentity",
                 "web identity needs AWS_ROLE_ARN set in the environment",
+            ),
+            (
+                json!({"host": moto, "type": "AwsSigV4", "aws": with(json!({"region": "us-east-1", "services": ["ec2"], "actions": ["Describe-Vpcs"]}))}),
+                "spec.credentials[0].aws.actions",
+                "\"Describe-Vpcs\" is not an API action name",
             ),
         ] {
             let spec = spec_with(moto, credential.clone());

@@ -4,6 +4,9 @@
 //! directory and from STS web identity (refreshed once when AWS refuses them, however many
 //! requests were refused); what a guest may not do (set the signing headers, reach a service
 //! or region the rule does not name, send a body over the bound) is refused from the guest.
+//! What is signed is judged by its API action: credential actions never, a rule's allow-list,
+//! a shadow's reads only whatever the method; an answer carrying AWS keys is withheld; and
+//! a web identity's token goes only to an STS endpoint the manager allows.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,11 +15,14 @@ use e2e::moto::{Front, Moto, REGION, ROLE_ARN, Seen, form_body};
 use e2e::{load, sandbox};
 use serde_json::{Value, json};
 use wasm_ccm_host::egress::{
-    AwsKeys, CredentialRule, EgressConfig, HostPattern, MAX_SIGNED_BODY, SigV4, WebIdentityConfig,
+    AwsKeys, CredentialRule, EgressConfig, EgressGate, HostPattern, MAX_SIGNED_BODY, MethodPolicy,
+    SigV4, WebIdentityConfig,
 };
-use wasm_ccm_host::provider::Provider;
+use wasm_ccm_host::metrics::{EgressSignedLabels, Metrics};
+use wasm_ccm_host::provider::{Provider, ProviderSource};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::SandboxConfig;
+use wasm_ccm_host::source::Artifact;
 
 const DESCRIBE_VPCS: &str = "Action=DescribeVpcs&Version=2016-11-15";
 const DESCRIBE_LOAD_BALANCERS: &str = "Action=DescribeLoadBalancers&Version=2015-12-01";
@@ -211,6 +217,13 @@ fn web_identity(sts: &Front, token_file: &std::path::Path) -> AwsKeys {
     AwsKeys::web_identity(config)
 }
 
+/// `config` allowing the STS front `sts` (`--sts-endpoint-allow`): a loopback endpoint over
+/// plain HTTP, which no web identity may send its token to otherwise.
+fn allowing(mut config: EgressConfig, sts: &Front) -> EgressConfig {
+    config.sts_endpoints = vec![sts.url().parse().unwrap()];
+    config
+}
+
 /// The exchanges an STS front saw, by the web identity token each carried.
 fn exchanged_tokens(sts: &Front) -> Vec<String> {
     sts.seen()
@@ -233,7 +246,8 @@ async fn web_identity_keys_from_motos_sts_sign_requests_with_their_session_token
     let front = passing(&moto).await;
     let token = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token.path(), "token-one\n").unwrap();
-    let provider = hostile(egress(front.url(), web_identity(&sts, token.path()))).await;
+    let config = egress(front.url(), web_identity(&sts, token.path()));
+    let provider = hostile(allowing(config, &sts)).await;
     for body in [DESCRIBE_VPCS, DESCRIBE_LOAD_BALANCERS] {
         let answer = request(&provider, &form(front.url(), body)).await;
         assert_eq!(status(&answer), 200, "{answer}\n{}", moto.log());
@@ -272,7 +286,7 @@ async fn refused_keys_are_refreshed_once_for_all_requests_refused_and_each_is_se
         .await;
     let token = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token.path(), "token-one").unwrap();
-    let mut config = egress(front.url(), web_identity(&sts, token.path()));
+    let mut config = allowing(egress(front.url(), web_identity(&sts, token.path())), &sts);
     // Nine requests take the nine tokens of the budget; sending again takes none.
     config.budget = RateBudget {
         per_second: 0.001,
@@ -424,4 +438,227 @@ async fn a_body_over_the_signing_bound_is_refused_and_the_guest_carries_on() {
     assert!(front.seen().is_empty());
     let next = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
     assert_eq!(status(&next), 200, "{next}");
+}
+
+/// The last audit record's denial, and the service and action it names.
+fn last_denial(provider: &Provider) -> (String, Option<(String, Option<String>)>) {
+    let record = provider.egress().audit().recent().pop().unwrap();
+    let aws = record.aws.map(|aws| (aws.service, aws.action));
+    (record.denied.unwrap_or_default(), aws)
+}
+
+fn call(service: &str, action: &str) -> Option<(String, Option<String>)> {
+    Some((service.to_string(), Some(action.to_string())))
+}
+
+#[tokio::test]
+async fn an_action_that_issues_credentials_is_never_signed_whatever_the_rule() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let rule = format!(
+        "aws-sigv4:dir:{},region={REGION},services=ec2+sts",
+        dir.path().display()
+    );
+    let metrics = Arc::new(Metrics::default());
+    let source = ProviderSource {
+        artifact: Artifact::from_bytes(
+            guest_builds::HOSTILE,
+            guest_builds::read(guest_builds::HOSTILE).into(),
+        ),
+        cloud_config: None,
+    };
+    let gate = EgressGate::new(flag_egress(front.url(), &rule), metrics.clone());
+    let provider = Provider::load(
+        &sandbox(SandboxConfig::default()),
+        gate,
+        source,
+        metrics.clone(),
+    )
+    .await
+    .expect("hostile guest loads");
+    let caller = request(
+        &provider,
+        &form(front.url(), "Action=GetCallerIdentity&Version=2011-06-15"),
+    )
+    .await;
+    assert_eq!(status(&caller), 200, "{caller}\n{}", moto.log());
+    let session = "Action=GetSessionToken&Version=2011-06-15&DurationSeconds=900";
+    let refused = request(&provider, &form(front.url(), session)).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    let (denied, aws) = last_denial(&provider);
+    assert!(
+        denied.starts_with("not signed: sts GetSessionToken issues or manages credentials, which the gate never signs, whatever the rule"),
+        "{denied}"
+    );
+    assert_eq!(aws, call("sts", "GetSessionToken"));
+    // The same action in a GET's query string.
+    let get = json!({
+        "method": "GET",
+        "url": format!("{}/?Action=AssumeRole&Version=2011-06-15&RoleArn={ROLE_ARN}&RoleSessionName=x", front.url()),
+    });
+    let refused = request(&provider, &get).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    assert_eq!(last_denial(&provider).1, call("sts", "AssumeRole"));
+    assert_eq!(front.seen().len(), 1, "only GetCallerIdentity went out");
+    // Counted under the service and action: a credential action is a label of its own.
+    let record = provider.egress().audit().recent().pop().unwrap();
+    let counted = |action: &str, outcome: &str| {
+        metrics
+            .egress_signed_requests
+            .get_or_create(&EgressSignedLabels {
+                provider: record.provider.clone(),
+                version: record.version.clone(),
+                grant: front.url().to_string(),
+                service: "sts".into(),
+                action: action.into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    };
+    assert_eq!(counted("GetSessionToken", "denied"), 1);
+    assert_eq!(counted("AssumeRole", "denied"), 1);
+    assert_eq!(counted("other", "2xx"), 1, "GetCallerIdentity, not listed");
+}
+
+#[tokio::test]
+async fn a_rule_listing_actions_signs_those_and_refuses_others_by_name() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let rule = format!(
+        "aws-sigv4:dir:{},region={REGION},services=ec2,actions=DescribeVpcs+DescribeInstances",
+        dir.path().display()
+    );
+    let provider = hostile(flag_egress(front.url(), &rule)).await;
+    let vpcs = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&vpcs), 200, "{vpcs}");
+    let tags = "Action=CreateTags&Version=2016-11-15&ResourceId.1=vpc-1&Tag.1.Key=k&Tag.1.Value=v";
+    let refused = request(&provider, &form(front.url(), tags)).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    let (denied, aws) = last_denial(&provider);
+    assert_eq!(
+        denied,
+        format!(
+            "not signed: ec2 CreateTags is not among the actions the aws-sigv4 rule for {} signs (DescribeVpcs, DescribeInstances)",
+            front.url()
+        )
+    );
+    assert_eq!(aws, call("ec2", "CreateTags"));
+    assert_eq!(front.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn an_answer_carrying_aws_keys_is_withheld_from_the_provider() {
+    let moto = Moto::start().await;
+    // A permitted action whose answer (here a stand-in's) carries keys, as GetSessionToken's
+    // or CreateAccessKey's would.
+    let front = moto
+        .front(Arc::new(|seen: &mut Seen| {
+            let body = String::from_utf8_lossy(&seen.body).to_string();
+            body.contains("Action=DescribeVpcs").then(|| {
+                (200, "<DescribeVpcsResponse><Credentials><AccessKeyId>ASIALEAKED</AccessKeyId><SecretAccessKey>the-leaked-secret</SecretAccessKey><SessionToken>the-leaked-token</SessionToken></Credentials></DescribeVpcsResponse>".to_string())
+            })
+        }))
+        .await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let provider = hostile(egress(front.url(), AwsKeys::from_dir(dir.path()))).await;
+    let answer = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&answer), 502, "{answer}");
+    let text = body(&answer);
+    assert!(text.contains("<Code>CredentialsWithheld</Code>"), "{text}");
+    assert!(
+        text.contains(
+            "the 200 answer to ec2 DescribeVpcs carries AWS credentials (SecretAccessKey)"
+        ),
+        "{text}"
+    );
+    for leaked in ["the-leaked-secret", "the-leaked-token"] {
+        assert!(!answer.to_string().contains(leaked), "{answer}");
+    }
+    let record = provider.egress().audit().recent().pop().unwrap();
+    assert_eq!(record.status, Some(502));
+    assert!(record.denied.unwrap().starts_with("withheld: "));
+    // Other answers pass as they came.
+    let elb = request(&provider, &form(front.url(), DESCRIBE_LOAD_BALANCERS)).await;
+    assert_eq!(status(&elb), 200, "{elb}");
+}
+
+#[tokio::test]
+async fn a_shadow_signs_reads_whatever_the_method_and_no_write_even_as_a_get() {
+    let moto = Moto::start().await;
+    let front = passing(&moto).await;
+    let dir = keys_dir(&moto.access_key_id, &moto.secret_access_key);
+    let mut config = egress(front.url(), AwsKeys::from_dir(dir.path()));
+    config.methods = MethodPolicy::SafeOnly {
+        methods: Vec::new(),
+        actions: Vec::new(),
+    };
+    let provider = hostile(config).await;
+    // A form POST reading goes out: the action, not the method, says it reads.
+    let describe = "Action=DescribeInstances&Version=2016-11-15";
+    let read = request(&provider, &form(front.url(), describe)).await;
+    assert_eq!(status(&read), 200, "{read}\n{}", moto.log());
+    let tags = "Action=CreateTags&Version=2016-11-15&ResourceId.1=vpc-1&Tag.1.Key=k&Tag.1.Value=v";
+    let refused = request(&provider, &form(front.url(), tags)).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    let (denied, aws) = last_denial(&provider);
+    assert!(
+        denied.starts_with("not signed: ec2 CreateTags is not a read: a shadow version may only sign Describe*, Get* and List* actions"),
+        "{denied}"
+    );
+    assert_eq!(aws, call("ec2", "CreateTags"));
+    let terminate = json!({
+        "method": "GET",
+        "url": format!("{}/?Action=TerminateInstances&Version=2016-11-15&InstanceId.1=i-1", front.url()),
+    });
+    let refused = request(&provider, &terminate).await;
+    assert_eq!(refused["kind"], "denied", "{refused}");
+    assert_eq!(last_denial(&provider).1, call("ec2", "TerminateInstances"));
+    let seen: Vec<String> = front
+        .seen()
+        .iter()
+        .map(|seen| String::from_utf8_lossy(&seen.body).to_string())
+        .collect();
+    assert_eq!(seen, [describe], "only the read went out");
+}
+
+#[tokio::test]
+async fn a_web_identity_sends_its_token_only_to_an_sts_endpoint_the_manager_allows() {
+    let moto = Moto::start().await;
+    let sts = moto.unsigned_sts().await;
+    let front = passing(&moto).await;
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "the-projected-token").unwrap();
+    // A loopback STS over HTTP, not listed: refused at start, and never sent the token.
+    let config = egress(front.url(), web_identity(&sts, token.path()));
+    let refused = config.check_sts_endpoints().unwrap_err();
+    assert!(
+        refused.problem.starts_with(&format!(
+            "STS endpoint {} is not an AWS STS endpoint",
+            sts.url()
+        )),
+        "{refused}"
+    );
+    let provider = hostile(config).await;
+    let answer = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(answer["kind"], "denied", "{answer}");
+    let (denied, _) = last_denial(&provider);
+    assert!(
+        denied.contains("the endpoint is not one the manager sends its web identity token to"),
+        "{denied}"
+    );
+    assert!(sts.seen().is_empty(), "the token went nowhere");
+    assert!(front.seen().is_empty());
+
+    // Listed by --sts-endpoint-allow: the token goes there, once, and nowhere else.
+    let config = allowing(egress(front.url(), web_identity(&sts, token.path())), &sts);
+    assert!(config.check_sts_endpoints().is_ok());
+    let provider = hostile(config).await;
+    let answer = request(&provider, &form(front.url(), DESCRIBE_VPCS)).await;
+    assert_eq!(status(&answer), 200, "{answer}\n{}", moto.log());
+    assert_eq!(exchanged_tokens(&sts), ["the-projected-token"]);
+    for seen in front.seen() {
+        assert!(!String::from_utf8_lossy(&seen.body).contains("the-projected-token"));
+    }
 }

@@ -638,7 +638,12 @@ fn a_bad_aws_sigv4_rule_is_refused_naming_the_problem() {
 
 /// `provider call hostile instance-metadata` making a signed `DescribeVpcs` to moto through
 /// the `--credential` rule `rule` (after `URL=`), with `env`; the guest's report.
-async fn call_moto_signed(moto_url: &str, rule: &str, env: Vec<(&'static str, String)>) -> Run {
+async fn call_moto_signed(
+    moto_url: &str,
+    rule: &str,
+    more: &[&str],
+    env: Vec<(&'static str, String)>,
+) -> Run {
     let request = serde_json::json!({
         "method": "POST",
         "url": format!("{moto_url}/"),
@@ -647,7 +652,8 @@ async fn call_moto_signed(moto_url: &str, rule: &str, env: Vec<(&'static str, St
     });
     let args = serde_json::json!({"node": {"name": format!("request:{request}")}}).to_string();
     let credential = format!("{moto_url}={rule}");
-    let extra = ["--allow", moto_url, "--credential", &credential, "--audit"];
+    let mut extra = vec!["--allow", moto_url, "--credential", &credential, "--audit"];
+    extra.extend_from_slice(more);
     wasm_ccm_async(
         call_args(guest_builds::HOSTILE, "instance-metadata", &args, &extra),
         env,
@@ -679,7 +685,7 @@ async fn call_signs_for_moto_with_keys_from_the_environment_or_a_web_identity() 
         ("AWS_SECRET_ACCESS_KEY", moto.secret_access_key.clone()),
     ];
     let rule = "aws-sigv4:env,region=us-east-1,services=ec2";
-    let run = call_moto_signed(moto.url(), rule, keys).await;
+    let run = call_moto_signed(moto.url(), rule, &[], keys).await;
     assert_eq!(reported_status(&run), 200, "{run:#?}\n{}", moto.log());
     assert!(!run.stdout.contains(&moto.secret_access_key));
     assert!(!run.stderr.contains(&moto.secret_access_key));
@@ -695,7 +701,20 @@ async fn call_signs_for_moto_with_keys_from_the_environment_or_a_web_identity() 
         "aws-sigv4:web-identity,region=us-east-1,services=ec2,sts={}",
         sts.url()
     );
-    let run = call_moto_signed(moto.url(), &rule, identity).await;
+    // A loopback STS over HTTP only once the operator lists it.
+    let refused = call_moto_signed(moto.url(), &rule, &[], identity.clone()).await;
+    assert!(!refused.succeeded(), "{refused:#?}");
+    assert!(
+        refused.stderr.contains(&format!(
+            "--credential {}={rule}: STS endpoint {} is not an AWS STS endpoint",
+            moto.url(),
+            sts.url()
+        )),
+        "{refused:#?}"
+    );
+    assert!(sts.seen().is_empty());
+    let allow = ["--sts-endpoint-allow", sts.url()];
+    let run = call_moto_signed(moto.url(), &rule, &allow, identity).await;
     assert_eq!(reported_status(&run), 200, "{run:#?}\n{}", moto.log());
     assert_eq!(sts.seen().len(), 1, "one exchange");
     assert!(!run.stderr.contains("a-projected-token"));

@@ -4,18 +4,51 @@
 //! `AssumeRoleWithWebIdentity` (IRSA), exchanged for the token file's current contents,
 //! refreshed five minutes before they expire and again when AWS refuses them, one exchange at
 //! a time however many requests wait for it.
+//!
+//! The token goes only to an AWS STS endpoint over HTTPS (`sts.amazonaws.com`,
+//! `sts[-fips].REGION.amazonaws.com`, `.amazonaws.com.cn`, the ISO partitions' and the
+//! dual-stack `api.aws` names) or to one the operator lists (`--sts-endpoint-allow`), and
+//! through the gate's own transport ([`StsClient`]): the address check, TLS roots and
+//! timeouts of every egress connection, no redirect followed, the answer read to at most
+//! [`MAX_STS_ANSWER`] bytes.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::Credentials;
+use http_body_util::BodyExt;
 
+use super::super::PooledClient;
 use super::super::credentials::SecretSource;
 use super::super::policy::HostPattern;
-use super::{aws_endpoint, xml_text};
+use super::super::transport::{self, Limits};
+use super::{aws_endpoint, is_region, xml_text};
+
+/// Most bytes of an STS answer an exchange reads (an `AssumeRoleWithWebIdentity` answer is
+/// about 2 KiB); a longer one fails the exchange.
+pub const MAX_STS_ANSWER: usize = 64 * 1024;
+
+/// The domains of AWS partitions whose `sts.REGION.DOMAIN` (and `sts-fips.REGION.DOMAIN`)
+/// the token may be sent to: commercial and GovCloud, China, the ISO partitions, and the
+/// dual-stack names.
+const STS_DOMAINS: [&str; 5] = [
+    "amazonaws.com",
+    "amazonaws.com.cn",
+    "c2s.ic.gov",
+    "sc2s.sgov.gov",
+    "api.aws",
+];
+
+/// How an exchange reaches STS: the gate's pooled client for the endpoint, whose every new
+/// connection passes the gate's address check (internal addresses refused unless the
+/// endpoint is that very address), TLS roots and connect timeout.
+pub struct StsClient<'a> {
+    pub client: &'a PooledClient,
+    pub limits: Limits,
+}
 
 /// Temporary keys are exchanged again when they have less than this left.
 pub const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
@@ -123,7 +156,6 @@ impl AwsKeys {
     pub fn web_identity(config: WebIdentityConfig) -> AwsKeys {
         AwsKeys::WebIdentity(Arc::new(WebIdentity {
             config,
-            http: OnceLock::new(),
             current: RwLock::new(None),
             exchange: tokio::sync::Mutex::new(None),
             exchanges: AtomicU64::new(0),
@@ -147,10 +179,24 @@ impl AwsKeys {
     /// The keys to sign with now: static keys as read (at most a second old, unless they
     /// are in memory); temporary keys with more than [`REFRESH_BEFORE_EXPIRY`] left, or else
     /// exchanged again first.
-    pub(in super::super) async fn current(&self) -> Result<Keys, String> {
+    ///
+    /// `sts` reaches the web identity's STS endpoint; `None` when the gate may not send the
+    /// token there, which fails an exchange.
+    pub(in super::super) async fn current(
+        &self,
+        sts: Option<StsClient<'_>>,
+    ) -> Result<Keys, String> {
         match self {
             AwsKeys::Static(keys) => keys.current(),
-            AwsKeys::WebIdentity(identity) => identity.current().await,
+            AwsKeys::WebIdentity(identity) => identity.current(sts).await,
+        }
+    }
+
+    /// The web identity these keys are exchanged for, if they are.
+    pub fn web_identity_config(&self) -> Option<&WebIdentityConfig> {
+        match self {
+            AwsKeys::Static(_) => None,
+            AwsKeys::WebIdentity(identity) => Some(&identity.config),
         }
     }
 
@@ -160,10 +206,11 @@ impl AwsKeys {
     pub(in super::super) async fn after_refusal(
         &self,
         used: &Keys,
+        sts: Option<StsClient<'_>>,
     ) -> Option<Result<Keys, String>> {
         match self {
             AwsKeys::Static(_) => None,
-            AwsKeys::WebIdentity(identity) => Some(identity.after_refusal(used).await),
+            AwsKeys::WebIdentity(identity) => Some(identity.after_refusal(used, sts).await),
         }
     }
 }
@@ -359,6 +406,105 @@ impl WebIdentityConfig {
             sts_endpoint,
         })
     }
+
+    /// Whether the manager may send its web identity token to the STS endpoint: an AWS STS
+    /// endpoint name over HTTPS on port 443, or an endpoint `allowed` names (the operator's
+    /// `--sts-endpoint-allow`).
+    pub fn check_endpoint(&self, allowed: &[HostPattern]) -> Result<(), String> {
+        check_sts_endpoint(&self.sts_endpoint, allowed)
+    }
+
+    /// The endpoint's scheme, host and port, as a grant of its own.
+    pub(in super::super) fn endpoint_pattern(&self) -> Result<HostPattern, String> {
+        endpoint_pattern(&self.sts_endpoint)
+    }
+}
+
+/// Whether the manager may send its web identity token to `endpoint` (a URL): an AWS STS
+/// endpoint name over HTTPS on port 443, or an endpoint `allowed` names (the operator's
+/// `--sts-endpoint-allow`).
+pub fn check_sts_endpoint(endpoint: &str, allowed: &[HostPattern]) -> Result<(), String> {
+    let pattern = endpoint_pattern(endpoint)?;
+    if allowed.iter().any(|allowed| allowed == &pattern) {
+        return Ok(());
+    }
+    let url = reqwest::Url::parse(endpoint).map_err(|error| error.to_string())?;
+    let host = url.host_str().unwrap_or_default();
+    let aws =
+        url.scheme() == "https" && url.port_or_known_default() == Some(443) && is_sts_host(host);
+    if aws {
+        return Ok(());
+    }
+    let listed = if allowed.is_empty() {
+        "none".to_string()
+    } else {
+        let listed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+        listed.join(", ")
+    };
+    Err(format!(
+        "STS endpoint {endpoint} is not an AWS STS endpoint (https://sts.REGION.amazonaws.com, https://sts.amazonaws.com, …) nor one the manager lists with --sts-endpoint-allow ({listed}): the manager sends its web identity token only there"
+    ))
+}
+
+/// The scheme, host and port of the URL `endpoint`, as a host pattern.
+fn endpoint_pattern(endpoint: &str) -> Result<HostPattern, String> {
+    let url = reqwest::Url::parse(endpoint)
+        .map_err(|error| format!("STS endpoint {endpoint:?} is not a URL: {error}"))?;
+    let host = url.host_str().unwrap_or_default();
+    let origin = match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    };
+    origin
+        .parse()
+        .map_err(|error: super::super::PatternError| error.to_string())
+}
+
+/// Whether `host` is an AWS STS endpoint name: `sts.amazonaws.com`, or `sts.REGION.DOMAIN`
+/// or `sts-fips.REGION.DOMAIN` for a domain of [`STS_DOMAINS`].
+fn is_sts_host(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    if host == "sts.amazonaws.com" {
+        return true;
+    }
+    let Some(rest) = host
+        .strip_prefix("sts.")
+        .or_else(|| host.strip_prefix("sts-fips."))
+    else {
+        return false;
+    };
+    STS_DOMAINS.iter().any(|domain| {
+        rest.strip_suffix(domain)
+            .and_then(|region| region.strip_suffix('.'))
+            .is_some_and(is_region)
+    })
+}
+
+/// An `--sts-endpoint-allow` entry: `https://HOST[:PORT]` naming one host (no `*.`), or
+/// `http://` with a loopback address (a test's STS on the same host: the token never leaves
+/// it).
+pub fn sts_endpoint_allowed(text: &str) -> Result<HostPattern, String> {
+    let pattern: HostPattern = text
+        .parse()
+        .map_err(|error: super::super::PatternError| error.to_string())?;
+    let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+    let host = uri.host().unwrap_or_default();
+    if host.starts_with("*.") {
+        return Err(format!(
+            "{text} names every subdomain: an STS endpoint entry names one host"
+        ));
+    }
+    let loopback = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    if uri.scheme_str() == Some("http") && !loopback {
+        return Err(format!(
+            "{text} is plain HTTP: the web identity token goes over HTTPS, or over HTTP to a loopback address only"
+        ));
+    }
+    Ok(pattern)
 }
 
 /// The regional STS endpoint of `region`, in its partition.
@@ -370,10 +516,21 @@ fn regional_sts(region: &str) -> String {
     }
 }
 
+/// What failed in sending an exchange: each cause in turn (an internal address refused, a
+/// TLS or connect failure).
+fn exchange_error(error: &hyper_util::client::legacy::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
+}
+
 /// A web identity's temporary keys and the one exchange that may be running.
 pub struct WebIdentity {
     config: WebIdentityConfig,
-    http: OnceLock<reqwest::Client>,
     current: RwLock<Option<Temporary>>,
     /// Held by the one exchange running; the last exchange's failure, if it failed.
     exchange: tokio::sync::Mutex<Option<String>>,
@@ -401,7 +558,7 @@ impl Temporary {
 }
 
 impl WebIdentity {
-    async fn current(&self) -> Result<Keys, String> {
+    async fn current(&self, sts: Option<StsClient<'_>>) -> Result<Keys, String> {
         let seen = self.exchanges.load(Ordering::SeqCst);
         if let Some(current) = self.temporary().filter(Temporary::fresh) {
             return Ok(current.keys);
@@ -414,7 +571,7 @@ impl WebIdentity {
             }
             return Err(failure.clone().unwrap_or_else(|| "no keys".into()));
         }
-        match self.exchange_now(&mut failure).await {
+        match self.exchange_now(&mut failure, sts).await {
             Ok(keys) => Ok(keys),
             Err(error) => match self.temporary().filter(Temporary::unexpired) {
                 // Refreshing early failed; the keys in hand still work for now.
@@ -427,7 +584,7 @@ impl WebIdentity {
         }
     }
 
-    async fn after_refusal(&self, used: &Keys) -> Result<Keys, String> {
+    async fn after_refusal(&self, used: &Keys, sts: Option<StsClient<'_>>) -> Result<Keys, String> {
         let replaced = |current: &Temporary| current.keys.generation != used.generation;
         let seen = self.exchanges.load(Ordering::SeqCst);
         if let Some(current) = self.temporary().filter(replaced) {
@@ -440,7 +597,7 @@ impl WebIdentity {
             }
             return Err(failure.clone().unwrap_or_else(|| "no keys".into()));
         }
-        self.exchange_now(&mut failure).await
+        self.exchange_now(&mut failure, sts).await
     }
 
     fn temporary(&self) -> Option<Temporary> {
@@ -451,8 +608,12 @@ impl WebIdentity {
     }
 
     /// Exchange the token for new keys, holding the exchange lock (`failure`).
-    async fn exchange_now(&self, failure: &mut Option<String>) -> Result<Keys, String> {
-        let outcome = self.assume_role().await;
+    async fn exchange_now(
+        &self,
+        failure: &mut Option<String>,
+        sts: Option<StsClient<'_>>,
+    ) -> Result<Keys, String> {
+        let outcome = self.assume_role(sts).await;
         let generation = self.exchanges.fetch_add(1, Ordering::SeqCst) + 1;
         match outcome {
             Ok((credentials, expires)) => {
@@ -494,34 +655,65 @@ impl WebIdentity {
     }
 
     /// One unsigned `AssumeRoleWithWebIdentity`: the keys and when they expire.
-    async fn assume_role(&self) -> Result<(Credentials, SystemTime), String> {
+    async fn assume_role(
+        &self,
+        sts: Option<StsClient<'_>>,
+    ) -> Result<(Credentials, SystemTime), String> {
         let config = &self.config;
-        let token = self.token()?;
         let failed = |problem: String| {
             format!(
                 "STS AssumeRoleWithWebIdentity for {} at {} failed: {problem}",
                 config.role_arn, config.sts_endpoint
             )
         };
-        let http = self.http.get_or_init(crate::source::token_exchange_client);
-        let form = [
-            ("Action", "AssumeRoleWithWebIdentity"),
-            ("Version", "2011-06-15"),
-            ("RoleArn", config.role_arn.as_str()),
-            ("RoleSessionName", config.session_name.as_str()),
-            ("WebIdentityToken", token.as_str()),
-        ];
-        let response = http
-            .post(&config.sts_endpoint)
-            .form(&form)
-            .send()
+        let Some(sts) = sts else {
+            return Err(failed(
+                "the endpoint is not one the manager sends its web identity token to (an AWS STS endpoint, or one --sts-endpoint-allow lists)".into(),
+            ));
+        };
+        let token = self.token()?;
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair("Action", "AssumeRoleWithWebIdentity")
+            .append_pair("Version", "2011-06-15")
+            .append_pair("RoleArn", &config.role_arn)
+            .append_pair("RoleSessionName", &config.session_name)
+            .append_pair("WebIdentityToken", &token)
+            .finish();
+        let request = http::Request::post(&config.sts_endpoint)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::USER_AGENT, "wasm-ccm")
+            .body(transport::full_body(form))
+            .map_err(|error| failed(format!("cannot make the request: {error}")))?;
+        let limits = sts.limits;
+        let deadline =
+            limits.connect_timeout + limits.first_byte_timeout + limits.between_bytes_timeout;
+        let exchange = async {
+            let response = sts
+                .client
+                .request(request)
+                .await
+                .map_err(|error| failed(exchange_error(&error)))?;
+            let status = response.status();
+            let body = http_body_util::Limited::new(response.into_body(), MAX_STS_ANSWER)
+                .collect()
+                .await
+                .map_err(|error| {
+                    if error.is::<http_body_util::LengthLimitError>() {
+                        failed(format!("the answer is over {MAX_STS_ANSWER} bytes"))
+                    } else {
+                        failed(format!("reading the answer failed: {error}"))
+                    }
+                })?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(deadline, exchange)
             .await
-            .map_err(|error| failed(error.without_url().to_string()))?;
-        let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|error| failed(error.without_url().to_string()))?;
+            .map_err(|_| failed(format!("no answer within {deadline:?}")))??;
+        let body = String::from_utf8_lossy(&body);
         if !status.is_success() {
             let code = xml_text(&body, "Code").unwrap_or("no error code");
             let message = xml_text(&body, "Message").unwrap_or_default();
@@ -574,6 +766,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
+    use super::super::super::dns::Resolver;
+    use super::super::super::pool::{Connections, PoolLimits};
     use super::*;
 
     /// A stand-in STS on loopback: answers each `AssumeRoleWithWebIdentity` with keys
@@ -583,6 +777,37 @@ mod tests {
         url: String,
         forms: Arc<Mutex<Vec<String>>>,
         gate: Arc<tokio::sync::Semaphore>,
+        connections: Arc<Connections>,
+    }
+
+    impl FakeSts {
+        /// The gate's transport to this STS, as the gate hands it to an exchange.
+        fn via(&self) -> Option<StsClient<'_>> {
+            via(&self.connections)
+        }
+    }
+
+    fn limits() -> Limits {
+        super::super::super::EgressConfig::default().limits
+    }
+
+    /// The gate's own pooled transport to `origin` alone.
+    fn transport(origin: &str) -> Arc<Connections> {
+        let grant: HostPattern = origin.trim_end_matches('/').parse().unwrap();
+        Arc::new(Connections::new(
+            &[grant],
+            &transport::tls_config(&[]),
+            &Arc::new(Resolver::new(None)),
+            limits(),
+            PoolLimits::default(),
+        ))
+    }
+
+    fn via(connections: &Connections) -> Option<StsClient<'_>> {
+        Some(StsClient {
+            client: connections.client(0).unwrap(),
+            limits: limits(),
+        })
     }
 
     async fn fake_sts(status: u16, expires_in: i64, held: bool) -> FakeSts {
@@ -620,7 +845,13 @@ mod tests {
                 });
             }
         });
-        FakeSts { url, forms, gate }
+        let connections = transport(&url);
+        FakeSts {
+            url,
+            forms,
+            gate,
+            connections,
+        }
     }
 
     /// The body of one request.
@@ -679,8 +910,8 @@ mod tests {
         let sts = fake_sts(200, 3600, false).await;
         let token = token_file("token-one");
         let identity = identity(&sts, token.path());
-        let first = identity.current().await.unwrap();
-        let second = identity.current().await.unwrap();
+        let first = identity.current(sts.via()).await.unwrap();
+        let second = identity.current(sts.via()).await.unwrap();
         assert_eq!((key_id(&first), key_id(&second)), ("ASIA1", "ASIA1"));
         assert_eq!(first.credentials.session_token(), Some("token-1"));
         let forms = sts.forms.lock().unwrap().clone();
@@ -702,9 +933,9 @@ mod tests {
         let sts = fake_sts(200, 60, false).await;
         let token = token_file("token-one");
         let identity = identity(&sts, token.path());
-        assert_eq!(key_id(&identity.current().await.unwrap()), "ASIA1");
+        assert_eq!(key_id(&identity.current(sts.via()).await.unwrap()), "ASIA1");
         std::fs::write(token.path(), "token-two").unwrap();
-        assert_eq!(key_id(&identity.current().await.unwrap()), "ASIA2");
+        assert_eq!(key_id(&identity.current(sts.via()).await.unwrap()), "ASIA2");
         let forms = sts.forms.lock().unwrap().clone();
         assert!(forms[0].contains("WebIdentityToken=token-one"), "{forms:?}");
         assert!(forms[1].contains("WebIdentityToken=token-two"), "{forms:?}");
@@ -718,7 +949,8 @@ mod tests {
         let waiting: Vec<_> = (0..8)
             .map(|_| {
                 let identity = identity.clone();
-                tokio::spawn(async move { identity.current().await })
+                let connections = sts.connections.clone();
+                tokio::spawn(async move { identity.current(via(&connections)).await })
             })
             .collect();
         // Let the first request reach STS and the others the exchange lock, then answer.
@@ -740,13 +972,13 @@ mod tests {
         let sts = fake_sts(200, 3600, false).await;
         let token = token_file("token-one");
         let identity = identity(&sts, token.path());
-        let refused = identity.current().await.unwrap();
-        let renewed = identity.after_refusal(&refused).await.unwrap();
+        let refused = identity.current(sts.via()).await.unwrap();
+        let renewed = identity.after_refusal(&refused, sts.via()).await.unwrap();
         assert_eq!(key_id(&renewed), "ASIA2");
         // Another request refused with the same keys takes the new ones.
-        let again = identity.after_refusal(&refused).await.unwrap();
+        let again = identity.after_refusal(&refused, sts.via()).await.unwrap();
         assert_eq!(key_id(&again), "ASIA2");
-        assert_eq!(key_id(&identity.current().await.unwrap()), "ASIA2");
+        assert_eq!(key_id(&identity.current(sts.via()).await.unwrap()), "ASIA2");
         assert_eq!(sts.forms.lock().unwrap().len(), 2);
     }
 
@@ -755,7 +987,7 @@ mod tests {
         let sts = fake_sts(403, 0, false).await;
         let token = token_file("the-secret-token");
         let identity = identity(&sts, token.path());
-        let error = identity.current().await.unwrap_err();
+        let error = identity.current(sts.via()).await.unwrap_err();
         for part in [
             "STS AssumeRoleWithWebIdentity for arn:aws:iam::123456789012:role/ccm",
             &sts.url,
@@ -765,7 +997,7 @@ mod tests {
         }
         assert!(!error.contains("the-secret-token"), "{error}");
         std::fs::remove_file(token.path()).unwrap();
-        let unreadable = identity.current().await.unwrap_err();
+        let unreadable = identity.current(sts.via()).await.unwrap_err();
         assert!(
             unreadable.contains("cannot read the web identity token file"),
             "{unreadable}"
@@ -778,9 +1010,9 @@ mod tests {
         let sts = fake_sts(200, 60, false).await;
         let token = token_file("token-one");
         let identity = identity(&sts, token.path());
-        assert_eq!(key_id(&identity.current().await.unwrap()), "ASIA1");
+        assert_eq!(key_id(&identity.current(sts.via()).await.unwrap()), "ASIA1");
         std::fs::remove_file(token.path()).unwrap();
-        assert_eq!(key_id(&identity.current().await.unwrap()), "ASIA1");
+        assert_eq!(key_id(&identity.current(sts.via()).await.unwrap()), "ASIA1");
         assert_eq!(sts.forms.lock().unwrap().len(), 1);
     }
 
@@ -834,6 +1066,119 @@ mod tests {
         assert!(missing.unwrap_err().contains("needs AWS_ROLE_ARN set"));
         let bad = endpoint(&IRSA, Some("sts.example.com"), None, &any).unwrap_err();
         assert!(bad.contains("is not a URL"), "{bad}");
+    }
+
+    #[test]
+    fn the_token_goes_only_to_aws_sts_endpoints_over_https_or_to_those_listed() {
+        for aws in [
+            "https://sts.amazonaws.com",
+            "https://sts.us-east-1.amazonaws.com/",
+            "https://sts-fips.us-gov-west-1.amazonaws.com",
+            "https://sts.cn-north-1.amazonaws.com.cn",
+            "https://sts.us-iso-east-1.c2s.ic.gov",
+            "https://sts.eu-west-3.api.aws",
+            "https://STS.us-east-1.amazonaws.com:443",
+        ] {
+            assert_eq!(check_sts_endpoint(aws, &[]), Ok(()), "{aws}");
+        }
+        for other in [
+            "http://sts.us-east-1.amazonaws.com",
+            "https://sts.us-east-1.amazonaws.com:8443",
+            "https://sts.us-east-1.amazonaws.com.evil.test",
+            "https://ec2.us-east-1.amazonaws.com",
+            "https://sts.not-a-region.amazonaws.com",
+            "https://attacker.example.com",
+            "http://127.0.0.1:5000",
+        ] {
+            let error = check_sts_endpoint(other, &[]).unwrap_err();
+            assert!(
+                error.contains("is not an AWS STS endpoint")
+                    && error.contains("--sts-endpoint-allow (none)"),
+                "{other}: {error}"
+            );
+        }
+        let listed = [
+            sts_endpoint_allowed("http://127.0.0.1:5000").unwrap(),
+            sts_endpoint_allowed("https://sts.internal.example").unwrap(),
+        ];
+        assert_eq!(
+            check_sts_endpoint("http://127.0.0.1:5000/", &listed),
+            Ok(())
+        );
+        assert_eq!(
+            check_sts_endpoint("https://sts.internal.example/", &listed),
+            Ok(())
+        );
+        assert!(check_sts_endpoint("http://127.0.0.1:5001", &listed).is_err());
+        assert!(check_sts_endpoint("http://sts.internal.example", &listed).is_err());
+        for (entry, problem) in [
+            ("http://sts.internal.example", "plain HTTP"),
+            ("http://10.0.0.5:8080", "plain HTTP"),
+            ("https://*.example.com", "names every subdomain"),
+            ("sts.example.com", "missing scheme"),
+        ] {
+            let error = sts_endpoint_allowed(entry).unwrap_err();
+            assert!(error.contains(problem), "{entry}: {error}");
+        }
+        assert!(sts_endpoint_allowed("http://[::1]:5000").is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_exchange_goes_through_the_gates_address_check_and_reads_a_bounded_answer() {
+        // A name that resolves inward is refused, as for any egress connection.
+        let sts = fake_sts(200, 3600, false).await;
+        let port = sts.url.rsplit(':').next().unwrap().trim_end_matches('/');
+        let localhost = format!("http://localhost:{port}/");
+        let by_name = transport(&localhost);
+        let token = token_file("token-one");
+        let identity = identity(&sts, token.path());
+        let named = WebIdentityConfig::new(
+            "arn:aws:iam::123456789012:role/ccm".into(),
+            token.path().into(),
+            "wasm-ccm".into(),
+            localhost,
+        )
+        .unwrap();
+        let AwsKeys::WebIdentity(named) = AwsKeys::web_identity(named) else {
+            unreachable!()
+        };
+        let refused = named.current(via(&by_name)).await.unwrap_err();
+        assert!(refused.contains("loopback"), "{refused}");
+        assert!(sts.forms.lock().unwrap().is_empty(), "the token never left");
+        // Not allowed at all: nothing is sent.
+        let error = identity.current(None).await.unwrap_err();
+        assert!(
+            error.contains("not one the manager sends its web identity token to"),
+            "{error}"
+        );
+        assert!(sts.forms.lock().unwrap().is_empty());
+
+        // An answer over the bound fails the exchange.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            read_form(&mut socket).await;
+            let body = "x".repeat(MAX_STS_ANSWER + 1);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        });
+        let large = transport(&url);
+        let config = WebIdentityConfig::new(
+            "arn:aws:iam::123456789012:role/ccm".into(),
+            token.path().into(),
+            "wasm-ccm".into(),
+            url,
+        )
+        .unwrap();
+        let AwsKeys::WebIdentity(identity) = AwsKeys::web_identity(config) else {
+            unreachable!()
+        };
+        let error = identity.current(via(&large)).await.unwrap_err();
+        assert!(error.contains("the answer is over 65536 bytes"), "{error}");
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //! be signed for (from the AWS endpoint name, `ec2.us-east-1.amazonaws.com`; for a custom
 //! endpoint, stated by the rule and, with several services, told apart by the request's
 //! `Version`), the headers guests may not set, the bound on the body buffered to be signed,
-//! and the AWS error codes that mean the keys were refused. [`keys`] owns where the keys come
-//! from and when they are refreshed. Signing itself is the `aws-sigv4` crate's.
+//! the AWS error codes that mean the keys were refused, and which API actions a rule signs
+//! (its `actions=` allow-list). [`actions`] owns how a request's action is read and the
+//! actions and answers the gate never lets through; [`keys`] owns where the keys come from
+//! and when they are refreshed. Signing itself is the `aws-sigv4` crate's.
 
+mod actions;
 mod keys;
 
 use std::fmt;
@@ -18,8 +21,12 @@ use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
 use http::{HeaderName, HeaderValue};
 
-pub(super) use keys::Keys;
-pub use keys::{AwsKeys, WebIdentityConfig};
+pub use actions::{CREDENTIAL_ACTIONS, REST_SERVICES, is_action_pattern};
+pub(super) use actions::{action, action_label, carried_credential, service_label};
+pub use keys::{
+    AwsKeys, MAX_STS_ANSWER, WebIdentityConfig, check_sts_endpoint, sts_endpoint_allowed,
+};
+pub(super) use keys::{Keys, StsClient};
 
 use super::policy::{Destination, HostPattern};
 
@@ -58,6 +65,8 @@ pub struct SigV4 {
     region: Option<String>,
     /// The services it signs for; any service of an AWS endpoint name when empty.
     services: Vec<String>,
+    /// The actions it signs (names, or `Prefix*`); any action when empty.
+    actions: Vec<String>,
     keys: AwsKeys,
 }
 
@@ -66,6 +75,7 @@ impl fmt::Debug for SigV4 {
         f.debug_struct("SigV4")
             .field("region", &self.region)
             .field("services", &self.services)
+            .field("actions", &self.actions)
             .field("keys", &self.keys)
             .finish()
     }
@@ -110,30 +120,63 @@ impl SigV4 {
         Ok(SigV4 {
             region,
             services,
+            actions: Vec::new(),
             keys,
         })
     }
 
+    /// The rule signing only `actions` (API action names, or `Prefix*` for every action
+    /// starting so), compared without regard to case; any action when empty. Actions that
+    /// issue or manage credentials are never signed, listed or not.
+    pub fn with_actions(mut self, actions: Vec<String>) -> Result<SigV4, String> {
+        for (index, action) in actions.iter().enumerate() {
+            if !actions::is_action_pattern(action) {
+                return Err(format!(
+                    "{action:?} is not an API action name (e.g. DescribeInstances) or a name's start followed by * (e.g. Describe*)"
+                ));
+            }
+            if actions[..index]
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(action))
+            {
+                return Err(format!("action {action} is named twice"));
+            }
+        }
+        self.actions = actions;
+        Ok(self)
+    }
+
+    /// The actions it signs; any when empty.
+    pub fn actions(&self) -> &[String] {
+        &self.actions
+    }
+
+    /// The services it signs for; any of an AWS endpoint name when empty.
+    pub fn services(&self) -> &[String] {
+        &self.services
+    }
+
     /// The rule of `--credential HOSTPATTERN=aws-sigv4:TEXT` for `target`: `TEXT` is the keys
-    /// (`env`, `dir:PATH` or `web-identity`), then `,region=REGION`, `,services=A+B` and, with
-    /// web identity, `,sts=URL`.
+    /// (`env`, `dir:PATH` or `web-identity`), then `,region=REGION`, `,services=A+B`,
+    /// `,actions=A+B` and, with web identity, `,sts=URL`.
     pub(super) fn parse(text: &str, target: &HostPattern) -> Result<SigV4, String> {
         let mut options = text.split(',');
         let keys = options.next().unwrap_or_default();
-        let (mut region, mut services, mut sts) = (None, Vec::new(), None);
+        let (mut region, mut services, mut actions, mut sts) = (None, Vec::new(), Vec::new(), None);
         for option in options {
             let Some((name, value)) = option.split_once('=') else {
                 return Err(format!(
-                    "{option:?} is not region=REGION, services=SERVICE+… or sts=URL"
+                    "{option:?} is not region=REGION, services=SERVICE+…, actions=ACTION+… or sts=URL"
                 ));
             };
             match name {
                 "region" => region = Some(value.to_string()),
                 "services" => services = value.split('+').map(String::from).collect(),
+                "actions" => actions = value.split('+').map(String::from).collect(),
                 "sts" => sts = Some(value),
                 _ => {
                     return Err(format!(
-                        "unknown option {name}= (expected region=, services= or sts=)"
+                        "unknown option {name}= (expected region=, services=, actions= or sts=)"
                     ));
                 }
             }
@@ -157,7 +200,7 @@ impl SigV4 {
         if sts.is_some() && !keys.refreshable() {
             return Err("sts= goes with web-identity only".into());
         }
-        let sigv4 = SigV4::new(region, services, keys)?;
+        let sigv4 = SigV4::new(region, services, keys)?.with_actions(actions)?;
         sigv4.check_target(target)?;
         Ok(sigv4)
     }
@@ -260,6 +303,65 @@ impl SigV4 {
                 known_versions()
             )),
         }
+    }
+
+    /// Whether a request for `scope` naming `action` (`None`: a REST request) may be signed
+    /// under the rule for `target`; `shadow` holds the actions a shadow version may sign
+    /// besides reads, when the caller is one. Never: an action that issues or manages
+    /// credentials; an action the rule's allow-list leaves out; a request naming no action,
+    /// unless to a REST service and with no allow-list; for a shadow, an action not a read.
+    pub(super) fn permits(
+        &self,
+        target: &HostPattern,
+        scope: &Scope,
+        action: Option<&str>,
+        shadow: Option<&[String]>,
+    ) -> Result<(), String> {
+        let service = &scope.service;
+        let Some(action) = action else {
+            if !actions::is_rest_service(service) {
+                return Err(format!(
+                    "the request to {service} names no API action (a Query Action parameter, X-Amz-Target or an RPC path); the gate signs a request without one only for the REST services {}",
+                    REST_SERVICES.join(", ")
+                ));
+            }
+            if !self.actions.is_empty() {
+                return Err(format!(
+                    "the request to {service} names no API action (a REST request), and the aws-sigv4 rule for {target} signs only the actions it lists ({})",
+                    self.actions.join(", ")
+                ));
+            }
+            return Ok(());
+        };
+        if actions::issues_credentials(service, action) {
+            return Err(format!(
+                "{service} {action} issues or manages credentials, which the gate never signs, whatever the rule"
+            ));
+        }
+        if !self.actions.is_empty()
+            && !self
+                .actions
+                .iter()
+                .any(|pattern| actions::matches(pattern, action))
+        {
+            return Err(format!(
+                "{service} {action} is not among the actions the aws-sigv4 rule for {target} signs ({})",
+                self.actions.join(", ")
+            ));
+        }
+        if let Some(extra) = shadow
+            && !actions::is_read(action, extra)
+        {
+            return Err(format!(
+                "{service} {action} is not a read: a shadow version may only sign Describe*, Get* and List* actions{}; spec.rollout.shadow.actions can allow more",
+                if extra.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {}", extra.join(", "))
+                }
+            ));
+        }
+        Ok(())
     }
 
     /// Sign the request `parts` with `body` for `scope` with `keys`: adds `authorization`,
@@ -626,6 +728,90 @@ mod tests {
             "Action=GetCallerIdentity&Version=2011-06-15",
         );
         assert!(sts.unwrap_err().contains("service sts"));
+    }
+
+    fn permits(
+        rule: &SigV4,
+        service: &str,
+        action: Option<&str>,
+        shadow: Option<&[String]>,
+    ) -> Result<(), String> {
+        let target: HostPattern = "https://*.amazonaws.com".parse().unwrap();
+        let scope = scoped("us-east-1", service).unwrap();
+        rule.permits(&target, &scope, action, shadow)
+    }
+
+    #[test]
+    fn a_rule_signs_its_listed_actions_never_a_credential_one_and_a_shadow_reads_only() {
+        let any = rule("env", "https://*.amazonaws.com").unwrap();
+        assert_eq!(
+            permits(&any, "ec2", Some("TerminateInstances"), None),
+            Ok(())
+        );
+        let sts = permits(&any, "sts", Some("GetSessionToken"), None).unwrap_err();
+        assert!(
+            sts.contains(
+                "sts GetSessionToken issues or manages credentials, which the gate never signs"
+            ),
+            "{sts}"
+        );
+        let listed = rule(
+            "env,actions=DescribeInstances+Describe*+GetSessionToken",
+            "https://*.amazonaws.com",
+        )
+        .unwrap();
+        assert_eq!(
+            listed.actions(),
+            ["DescribeInstances", "Describe*", "GetSessionToken"]
+        );
+        assert_eq!(permits(&listed, "ec2", Some("DescribeVpcs"), None), Ok(()));
+        let other = permits(&listed, "ec2", Some("CreateTags"), None).unwrap_err();
+        assert!(
+            other.contains("ec2 CreateTags is not among the actions the aws-sigv4 rule for https://*.amazonaws.com signs (DescribeInstances, Describe*, GetSessionToken)"),
+            "{other}"
+        );
+        // Listed or not, a credential action is never signed.
+        assert!(permits(&listed, "sts", Some("GetSessionToken"), None).is_err());
+        // A REST request names no action: signed for a REST service, without an allow-list.
+        assert_eq!(permits(&any, "s3", None, None), Ok(()));
+        assert!(
+            permits(&listed, "s3", None, None)
+                .unwrap_err()
+                .contains("signs only the actions it lists")
+        );
+        let unknown = permits(&any, "eks-auth", None, None).unwrap_err();
+        assert!(unknown.contains("names no API action"), "{unknown}");
+        // A shadow signs reads, and what the spec adds.
+        let extra = vec!["SearchTransitGatewayRoutes".to_string()];
+        assert_eq!(
+            permits(&any, "ec2", Some("DescribeInstances"), Some(&[])),
+            Ok(())
+        );
+        assert_eq!(
+            permits(
+                &any,
+                "ec2",
+                Some("SearchTransitGatewayRoutes"),
+                Some(&extra)
+            ),
+            Ok(())
+        );
+        let write = permits(&any, "ec2", Some("CreateTags"), Some(&[])).unwrap_err();
+        assert!(
+            write.contains("ec2 CreateTags is not a read: a shadow version may only sign Describe*, Get* and List* actions; spec.rollout.shadow.actions can allow more"),
+            "{write}"
+        );
+        for (text, problem) in [
+            ("env,actions=Describe-Vpcs", "is not an API action name"),
+            (
+                "env,actions=DescribeVpcs+describevpcs",
+                "action describevpcs is named twice",
+            ),
+            ("env,actions=", "is not an API action name"),
+        ] {
+            let error = rule(text, "https://*.amazonaws.com").unwrap_err();
+            assert!(error.contains(problem), "{text}: {error}");
+        }
     }
 
     #[test]
