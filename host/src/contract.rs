@@ -299,8 +299,9 @@ pub struct InstanceMetadata {
     pub zone: String,
     /// Becomes the `topology.kubernetes.io/region` label; empty: no label.
     pub region: String,
-    /// Extra node labels; keys in the `kubernetes.io` and `k8s.io` namespaces are dropped
-    /// by the host.
+    /// Extra node labels. The host refuses the whole answer if a key is in the
+    /// `kubernetes.io` or `k8s.io` namespaces (but for the topology and instance-type
+    /// labels, equal to their fields): see [`crate::answers`].
     pub additional_labels: Vec<(String, String)>,
 }
 

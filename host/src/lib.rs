@@ -12,6 +12,11 @@ pub mod contract;
 /// Typed async facade over one provider version, the slot that swaps versions under the
 /// controllers, and shadow calls of a candidate version: what controllers call.
 pub mod provider;
+/// Checks of what a provider answers (addresses, provider IDs, labels, hostnames) before
+/// the manager writes any of it to the Kubernetes API.
+pub mod answers;
+/// CIDRs and lists of them, as the manager's flags name them.
+pub mod cidr;
 /// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
 pub mod sandbox;
 /// The egress gate: allow-list, address checks, budgets, credential injection, audit.

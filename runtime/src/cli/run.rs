@@ -13,13 +13,17 @@ use anyhow::bail;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use super::serving_auth::ServingAuthFlags;
 use super::units::{parse_duration, parse_duration_or_zero};
 use super::{DistributionFlags, EgressFlags, SandboxFlags};
 use crate::cluster::ClusterSettings;
-use crate::controllers::{ClusterCidrs, ControllerSelection, ControllerSettings};
+use crate::controllers::{ControllerSelection, ControllerSettings};
 use crate::leader::{LeaseSettings, default_identity};
 use crate::manager::{self, ManagerConfig, ProviderMode, ProviderSettings};
+use crate::rollout::ceiling::GrantCeiling;
 use crate::serving::{ServingConfig, TlsSource};
+use wasm_ccm_host::cidr::{CidrList, DualStackCidrs};
+use wasm_ccm_host::egress::HostPattern;
 use wasm_ccm_host::source::ProviderRef;
 
 /// Run mode's flags, as upstream's where upstream has one.
@@ -36,6 +40,20 @@ pub struct RunFlags {
     /// its spec overrides.
     #[arg(long, value_name = "NAME", help_heading = "Provider", conflicts_with_all = ["provider", "cloud_config"])]
     pub provider_resource: Option<String>,
+
+    /// With --provider-resource: host patterns (as --allow; repeated or comma-separated)
+    /// that every grant of the CloudProvider must fall within: spec.egress.allowedHosts,
+    /// spec.credentials[].host and a web identity's stsEndpoint. A spec outside them is
+    /// refused (InvalidSpec) and the active version keeps running. Without it, whoever may
+    /// edit the CloudProvider decides every grant (a warning at start).
+    #[arg(
+        long,
+        value_name = "HOSTPATTERN[,HOSTPATTERN]",
+        value_delimiter = ',',
+        requires = "provider_resource",
+        help_heading = "Provider"
+    )]
+    pub egress_grant_ceiling: Vec<HostPattern>,
 
     /// The provider's name; the component must report this name from init.
     #[arg(long, value_name = "NAME", help_heading = "Provider")]
@@ -93,7 +111,20 @@ pub struct RunFlags {
 
     /// Pod CIDR range of the cluster (one, or an IPv4,IPv6 pair); required for routes.
     #[arg(long, value_name = "CIDR[,CIDR]", help_heading = "Controllers")]
-    pub cluster_cidr: Option<ClusterCidrs>,
+    pub cluster_cidr: Option<DualStackCidrs>,
+
+    /// The Services' cluster IP range (one, or an IPv4,IPv6 pair), as kube-apiserver's flag:
+    /// a load-balancer ingress IP a provider answers inside it is refused. Without it only
+    /// the cluster IPs of existing Services are.
+    #[arg(long, value_name = "CIDR[,CIDR]", help_heading = "Controllers")]
+    pub service_cluster_ip_range: Option<DualStackCidrs>,
+
+    /// Comma-separated CIDRs the cloud's load-balancer addresses come from: an ingress IP a
+    /// provider answers outside them is refused. Without it any address is accepted but
+    /// special-use ones (loopback, link-local, ...), the Service and pod ranges, node
+    /// addresses and Services' cluster IPs.
+    #[arg(long, value_name = "CIDR,...", help_heading = "Controllers")]
+    pub load_balancer_ip_ranges: Option<CidrList>,
 
     /// Accepted for compatibility; no controller here allocates node CIDRs.
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Controllers")]
@@ -220,6 +251,10 @@ pub struct RunFlags {
     )]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// Who may read the secure port.
+    #[command(flatten)]
+    pub serving_auth: ServingAuthFlags,
+
     /// What the provider may reach.
     #[command(flatten)]
     pub egress: EgressFlags,
@@ -271,6 +306,8 @@ impl RunFlags {
             },
             _ => TlsSource::SelfSigned,
         };
+        let auth = self.serving_auth.config();
+        auth.validate()?;
         let distribution = self.distribution.settings()?;
         let compiled_dir = wasm_ccm_host::source::compiled_dir(&distribution);
         Ok(ManagerConfig {
@@ -288,6 +325,8 @@ impl RunFlags {
             settings: ControllerSettings {
                 cluster_name: self.cluster_name.clone(),
                 cluster_cidrs: self.cluster_cidr.clone(),
+                service_cidrs: self.service_cluster_ip_range.clone(),
+                load_balancer_ip_ranges: self.load_balancer_ip_ranges.clone(),
                 configure_cloud_routes: self.configure_cloud_routes,
                 route_reconciliation_period: self.route_reconciliation_period,
                 node_monitor_period: self.node_monitor_period,
@@ -303,6 +342,7 @@ impl RunFlags {
                 bind_address: self.bind_address,
                 port: self.secure_port,
                 tls,
+                auth,
             },
         })
     }
@@ -333,6 +373,7 @@ impl RunFlags {
             return Ok(ProviderMode::Resource {
                 name: name.clone(),
                 allow_untagged_cloud: self.allow_untagged_cloud,
+                grant_ceiling: GrantCeiling::new(self.egress_grant_ceiling.clone()),
             });
         }
         let Some(provider) = &self.provider else {
@@ -360,6 +401,7 @@ impl RunFlags {
     /// Run until SIGINT or SIGTERM.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         let config = self.config()?;
+        self.egress.check_grants()?;
         // Before anything connects: an unreadable credential would otherwise show only as
         // failed cloud calls, long after start.
         self.egress.check_credentials()?;

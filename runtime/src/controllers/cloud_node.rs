@@ -4,6 +4,13 @@
 //! step with the cloud. Upstream's `node_controller.go`, with two gaps fixed: an instance
 //! the provider cannot find keeps being retried with backoff instead of being dropped, and
 //! address changes are detected by the whole ordered list, not a map keyed by type.
+//!
+//! Beyond upstream, every `instance-metadata` answer passes the host's checks
+//! ([`answers::check_instance_metadata`]) before any of it is written: an answer with an
+//! invalid or reserved label, a loopback or link-local address, or a providerID not of this
+//! provider or not the node's gets a Warning `InvalidProviderAnswer` event on the node naming
+//! each field and value, and the node is left as it was (tainted, if it was) and retried
+//! with backoff; the periodic address sync skips the node until the next period.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,18 +26,22 @@ use tokio_util::sync::CancellationToken;
 use super::informer::{Change, Notice};
 use super::views::{api_address, node_view};
 use super::workqueue::{Backoff, WorkQueue};
-use super::{Context, Controller, SyncError, has_taint, labels, name_of, update_node};
-use wasm_ccm_host::contract::{AddressKind, InstanceMetadata, NodeAddress};
+use super::{
+    Context, Controller, SyncError, has_taint, labels, name_of, update_node, warn_refused,
+};
+use wasm_ccm_host::answers;
+use wasm_ccm_host::contract::{self, AddressKind, Function, InstanceMetadata, NodeAddress};
+use wasm_ccm_host::provider::Provider;
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 
-const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-const INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
-const ZONE: &str = "topology.kubernetes.io/zone";
-const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
-const REGION: &str = "topology.kubernetes.io/region";
-const REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+const INSTANCE_TYPE: &str = answers::INSTANCE_TYPE_LABEL;
+const INSTANCE_TYPE_BETA: &str = answers::INSTANCE_TYPE_BETA_LABEL;
+const ZONE: &str = answers::ZONE_LABEL;
+const ZONE_BETA: &str = answers::ZONE_BETA_LABEL;
+const REGION: &str = answers::REGION_LABEL;
+const REGION_BETA: &str = answers::REGION_BETA_LABEL;
 
 /// (beta, GA) label pairs: the GA label follows the beta one on initialised nodes.
 const BETA_TO_GA: [(&str, &str); 3] = [
@@ -68,11 +79,12 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         }
     };
     let address_sync = async {
+        let events = context.events(Controller::CloudNode);
         let period = context.settings.node_status_update_frequency;
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             ticks.tick().await;
-            sync_all_addresses(&context).await;
+            sync_all_addresses(&context, &events).await;
         }
     };
     tokio::select! {
@@ -114,7 +126,7 @@ async fn sync_node(
     }
 
     let provider = context.provider.current();
-    let metadata = provider.instance_metadata(&node_view(&node)).await?;
+    let metadata = checked_metadata(&provider, events, &node).await?;
     let existing_id = node
         .spec
         .as_ref()
@@ -173,6 +185,25 @@ async fn sync_node(
     Ok(())
 }
 
+/// The provider's `instance-metadata` answer for `node`, if it passes the host's checks;
+/// otherwise a Warning event on the node naming each refused field, and the refusal.
+async fn checked_metadata(
+    provider: &Provider,
+    events: &super::events::EventSink,
+    node: &Node,
+) -> Result<InstanceMetadata, SyncError> {
+    let view: contract::Node = node_view(node);
+    let metadata = provider.instance_metadata(&view).await?;
+    let name = &provider.capabilities().name;
+    if let Err(refusals) = answers::check_instance_metadata(&metadata, name, &view) {
+        let error = SyncError::refused(provider, Function::InstanceMetadata, refusals);
+        let outcome = format!("nothing of it was written to node {}", name_of(node));
+        warn_refused(events, node.object_ref(&()), &error, &outcome);
+        return Err(error);
+    }
+    Ok(metadata)
+}
+
 /// Seconds since the node was created.
 fn age(node: &Node) -> Option<f64> {
     let created = node.metadata.creation_timestamp.as_ref()?.0;
@@ -180,8 +211,8 @@ fn age(node: &Node) -> Option<f64> {
     Some(elapsed.as_secs_f64().max(0.0))
 }
 
-/// Apply the cloud's answer: providerID (only if unset: it is immutable), labels, the
-/// provider's extra labels, and the taint gone.
+/// Apply the cloud's answer, checked: providerID (only if unset: it is immutable), labels,
+/// the provider's extra labels (not overwriting the node's), and the taint gone.
 fn initialise(node: &mut Node, metadata: &InstanceMetadata) {
     let spec = node.spec.get_or_insert_with(Default::default);
     if spec.provider_id.as_deref().unwrap_or_default().is_empty()
@@ -192,7 +223,6 @@ fn initialise(node: &mut Node, metadata: &InstanceMetadata) {
     if let Some(taints) = spec.taints.as_mut() {
         taints.retain(|taint| taint.key != UNINITIALIZED_TAINT);
     }
-    let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.get_or_insert_with(Default::default);
     for (value, keys) in [
         (&metadata.instance_type, [INSTANCE_TYPE, INSTANCE_TYPE_BETA]),
@@ -205,57 +235,10 @@ fn initialise(node: &mut Node, metadata: &InstanceMetadata) {
             }
         }
     }
+    // Checked before (`answers`): valid, and outside the reserved namespaces.
     for (key, value) in &metadata.additional_labels {
-        if let Some(reason) = refuse_label(key, value) {
-            tracing::warn!(node = %name, label = %key, "ignoring additional label from provider: {reason}");
-            continue;
-        }
         labels.entry(key.clone()).or_insert_with(|| value.clone());
     }
-}
-
-/// Why an additional label from the provider is not applied: upstream drops the
-/// `kubernetes.io` and `k8s.io` namespaces; we also drop what the API server would reject.
-fn refuse_label(key: &str, value: &str) -> Option<&'static str> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (prefix, name),
-        None => ("", key),
-    };
-    let reserved = ["kubernetes.io", "k8s.io"];
-    if reserved
-        .iter()
-        .any(|domain| prefix == *domain || prefix.ends_with(&format!(".{domain}")))
-    {
-        return Some("the kubernetes.io and k8s.io namespaces are reserved");
-    }
-    let valid_name = |text: &str, max: usize| {
-        text.len() <= max
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            && text
-                .chars()
-                .next()
-                .is_none_or(|c| c.is_ascii_alphanumeric())
-            && text
-                .chars()
-                .last()
-                .is_none_or(|c| c.is_ascii_alphanumeric())
-    };
-    let valid_prefix = prefix.len() <= 253
-        && prefix.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        });
-    if name.is_empty() || !valid_name(name, 63) || (!prefix.is_empty() && !valid_prefix) {
-        return Some("not a valid label key");
-    }
-    if !valid_name(value, 63) {
-        return Some("not a valid label value");
-    }
-    None
 }
 
 /// On initialised nodes, make each GA label follow its beta label.
@@ -410,7 +393,7 @@ async fn update_addresses(
 }
 
 /// The periodic address sync over every initialised node.
-async fn sync_all_addresses(context: &Context) {
+async fn sync_all_addresses(context: &Context, events: &super::events::EventSink) {
     let nodes: Vec<Arc<Node>> = context
         .nodes
         .store()
@@ -425,11 +408,8 @@ async fn sync_all_addresses(context: &Context) {
     futures::stream::iter(nodes)
         .for_each_concurrent(parallel, |node| async move {
             let result = async {
-                let metadata = context
-                    .provider
-                    .current()
-                    .instance_metadata(&node_view(&node))
-                    .await?;
+                let provider = context.provider.current();
+                let metadata = checked_metadata(&provider, events, &node).await?;
                 update_addresses(context, &node, &metadata.node_addresses).await
             }
             .await;
@@ -539,7 +519,7 @@ mod tests {
     }
 
     #[test]
-    fn initialise_sets_labels_keeps_existing_provider_id_and_filters_extras() {
+    fn initialise_sets_labels_keeps_existing_provider_id_and_node_labels() {
         let mut node = node(None, &[]);
         node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
             provider_id: Some("simcloud://i-old".into()),
@@ -560,16 +540,13 @@ mod tests {
         });
         node.metadata.labels = Some(BTreeMap::from([("team".into(), "a".into())]));
         let metadata = InstanceMetadata {
-            provider_id: "simcloud://i-new".into(),
+            provider_id: String::new(),
             instance_type: "m1".into(),
             zone: "z1".into(),
             region: "r1".into(),
             additional_labels: vec![
                 ("team".into(), "b".into()),
-                ("node.kubernetes.io/evil".into(), "x".into()),
-                ("sub.k8s.io/evil".into(), "x".into()),
                 ("simcloud.example/rack".into(), "r7".into()),
-                ("bad key".into(), "x".into()),
             ],
             ..Default::default()
         };

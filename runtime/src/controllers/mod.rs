@@ -21,19 +21,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service, Taint};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service, Taint};
 use kube::api::{Api, PostParams};
+use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
 pub use events::EventSink;
 pub use informer::Informer;
 pub use metrics::ControllerMetrics;
-pub use route::{CidrError, ClusterCidrs};
 pub use selection::{Controller, ControllerSelection, SelectionError};
 pub use workqueue::QueueMetrics;
 
 use crate::cluster::{Clients, ClusterError};
 use crate::serving::{HealthChecks, Probe};
+use wasm_ccm_host::answers::{AnswerPolicy, Refusals};
+use wasm_ccm_host::cidr::{CidrList, DualStackCidrs};
+use wasm_ccm_host::contract::Function;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSlot};
 
 /// Settings of the controllers, from flags.
@@ -42,7 +45,11 @@ pub struct ControllerSettings {
     /// `--cluster-name`, passed to load-balancer and route calls.
     pub cluster_name: String,
     /// `--cluster-cidr`.
-    pub cluster_cidrs: Option<ClusterCidrs>,
+    pub cluster_cidrs: Option<DualStackCidrs>,
+    /// `--service-cluster-ip-range`: no load-balancer ingress IP inside it.
+    pub service_cidrs: Option<DualStackCidrs>,
+    /// `--load-balancer-ip-ranges`: load-balancer ingress IPs only inside these.
+    pub load_balancer_ip_ranges: Option<CidrList>,
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
     /// `--route-reconciliation-period`.
@@ -61,6 +68,17 @@ pub struct ControllerSettings {
     pub load_balancer_drift_period: Duration,
     /// This process, as events' reporting instance.
     pub identity: String,
+}
+
+impl ControllerSettings {
+    /// What provider answers are checked against before they are written.
+    fn answer_policy(&self) -> AnswerPolicy {
+        AnswerPolicy {
+            service_cidrs: self.service_cidrs.clone(),
+            cluster_cidrs: self.cluster_cidrs.clone(),
+            load_balancer_ranges: self.load_balancer_ip_ranges.clone(),
+        }
+    }
 }
 
 /// The API clients of the controllers: one per controller and one for the events they
@@ -299,9 +317,52 @@ pub enum SyncError {
     /// What the provider answered, or what a node says, cannot be used.
     #[error("{0}")]
     Invalid(String),
+    /// The provider's answer failed the host's checks (`wasm_ccm_host::answers`): nothing
+    /// of it was written.
+    #[error(
+        "provider {provider} answered {function} with what the host refuses to write: {refusals}"
+    )]
+    InvalidAnswer {
+        /// `name@sha256:…` of the provider version.
+        provider: String,
+        /// The contract function that answered.
+        function: Function,
+        /// Each refused field, its value and why.
+        refusals: Refusals,
+    },
+}
+
+/// The reason of the Warning event about an object whose provider answer was refused.
+const INVALID_ANSWER: &str = "InvalidProviderAnswer";
+
+/// Record the Warning `InvalidProviderAnswer` about `regarding` for `error` (an
+/// [`SyncError::InvalidAnswer`]), `outcome` saying what was left unwritten. The refusals
+/// are the event's action too, so each distinct refusal is an event of its own and only
+/// repeats of one become a series.
+fn warn_refused(events: &EventSink, regarding: ObjectReference, error: &SyncError, outcome: &str) {
+    let action = match error {
+        SyncError::InvalidAnswer { refusals, .. } => refusals.to_string(),
+        other => other.to_string(),
+    };
+    events.record(
+        regarding,
+        EventType::Warning,
+        INVALID_ANSWER,
+        action,
+        format!("{error}; {outcome}"),
+    );
 }
 
 impl SyncError {
+    /// `provider`'s answer to `function` refused for `refusals`.
+    fn refused(provider: &Provider, function: Function, refusals: Refusals) -> SyncError {
+        SyncError::InvalidAnswer {
+            provider: provider.label(),
+            function,
+            refusals,
+        }
+    }
+
     fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SyncError {
         let action = action.into();
         move |source| SyncError::Kube { action, source }

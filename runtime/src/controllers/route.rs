@@ -5,8 +5,6 @@
 //! condition set from the outcome (`RouteCreated` / `NoRouteCreated`).
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,138 +18,21 @@ use tokio_util::sync::CancellationToken;
 use super::events::EventSink;
 use super::views::node_addresses;
 use super::{Context, Controller, SyncError, every_period, name_of};
+use wasm_ccm_host::cidr::{Cidr, DualStackCidrs};
 use wasm_ccm_host::contract::Route;
 use wasm_ccm_host::provider::Provider;
 
 /// Cloud route operations in flight at once, as upstream.
 const MAX_CONCURRENT_OPERATIONS: usize = 200;
 
-/// One CIDR: an address and a prefix length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    address: IpAddr,
-    prefix: u8,
-}
-
-/// Why a CIDR or `--cluster-cidr` is not usable.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CidrError {
-    /// A part is not `ADDRESS/PREFIX`, or the prefix is longer than the address.
-    #[error("{0:?} is not a CIDR like 10.244.0.0/16 or fd00:10:244::/56")]
-    Syntax(String),
-    /// `--cluster-cidr` lists more than two CIDRs.
-    #[error("at most two CIDRs (one IPv4, one IPv6) are allowed, got {0}")]
-    TooMany(usize),
-    /// `--cluster-cidr` lists two CIDRs of the same family.
-    #[error("two CIDRs must be dual-stack (one IPv4, one IPv6): {0} and {1}")]
-    NotDualStack(String, String),
-    /// `--cluster-cidr` is empty or only commas.
-    #[error("no CIDR given")]
-    Empty,
-}
-
-impl FromStr for Cidr {
-    type Err = CidrError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let syntax = || CidrError::Syntax(text.to_string());
-        let (address, prefix) = text.trim().split_once('/').ok_or_else(syntax)?;
-        let address: IpAddr = address.parse().map_err(|_| syntax())?;
-        let prefix: u8 = prefix.parse().map_err(|_| syntax())?;
-        let bits = if address.is_ipv4() { 32 } else { 128 };
-        if prefix > bits {
-            return Err(syntax());
-        }
-        Ok(Cidr { address, prefix })
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.address, self.prefix)
-    }
-}
-
-impl Cidr {
-    fn bits(ip: IpAddr) -> (u128, u32) {
-        match ip {
-            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
-            IpAddr::V6(v6) => (u128::from(v6), 128),
-        }
-    }
-
-    fn mask(&self) -> u128 {
-        let (_, width) = Self::bits(self.address);
-        let host_bits = width - u32::from(self.prefix);
-        let all = if width == 32 {
-            u128::from(u32::MAX)
-        } else {
-            u128::MAX
-        };
-        all.checked_shl(host_bits).unwrap_or(0) & all
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        if ip.is_ipv4() != self.address.is_ipv4() {
-            return false;
-        }
-        let mask = self.mask();
-        (Self::bits(ip).0 & mask) == (Self::bits(self.address).0 & mask)
-    }
-
-    fn first_and_last(&self) -> (IpAddr, IpAddr) {
-        let mask = self.mask();
-        let (base, width) = Self::bits(self.address);
-        let first = base & mask;
-        let all = if width == 32 {
-            u128::from(u32::MAX)
-        } else {
-            u128::MAX
-        };
-        let last = first | (!mask & all);
-        let ip = |bits: u128| match self.address {
-            IpAddr::V4(_) => IpAddr::V4((bits as u32).into()),
-            IpAddr::V6(_) => IpAddr::V6(bits.into()),
-        };
-        (ip(first), ip(last))
-    }
-}
-
-/// The value of `--cluster-cidr`: one CIDR, or a dual-stack pair.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterCidrs(Vec<Cidr>);
-
-impl FromStr for ClusterCidrs {
-    type Err = CidrError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let cidrs = text
-            .split(',')
-            .filter(|part| !part.trim().is_empty())
-            .map(Cidr::from_str)
-            .collect::<Result<Vec<_>, _>>()?;
-        match cidrs.as_slice() {
-            [] => Err(CidrError::Empty),
-            [_] => Ok(ClusterCidrs(cidrs)),
-            [a, b] if a.address.is_ipv4() != b.address.is_ipv4() => Ok(ClusterCidrs(cidrs)),
-            [a, b] => Err(CidrError::NotDualStack(a.to_string(), b.to_string())),
-            _ => Err(CidrError::TooMany(cidrs.len())),
-        }
-    }
-}
-
-impl ClusterCidrs {
-    /// Upstream's `isResponsibleForRoute`: the route's first or last address is inside a
-    /// cluster CIDR.
-    fn is_responsible_for(&self, destination: &str) -> bool {
-        let Ok(route) = destination.parse::<Cidr>() else {
-            return false;
-        };
-        let (first, last) = route.first_and_last();
-        self.0
-            .iter()
-            .any(|cluster| cluster.contains(first) || cluster.contains(last))
-    }
+/// Upstream's `isResponsibleForRoute`: the route's first or last address is inside a
+/// cluster CIDR.
+fn is_responsible_for(cluster_cidrs: &DualStackCidrs, destination: &str) -> bool {
+    let Ok(route) = destination.parse::<Cidr>() else {
+        return false;
+    };
+    let (first, last) = route.first_and_last();
+    cluster_cidrs.contains(first) || cluster_cidrs.contains(last)
 }
 
 pub async fn run(context: Arc<Context>, stop: CancellationToken) {
@@ -236,7 +117,7 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     // Delete blackholed, unwanted and changed routes we are responsible for.
     let doomed: Vec<Route> = routes
         .iter()
-        .filter(|route| cluster_cidrs.is_responsible_for(&route.destination_cidr))
+        .filter(|route| is_responsible_for(cluster_cidrs, &route.destination_cidr))
         .filter(|route| {
             route.blackhole
                 || !matches!(
@@ -413,47 +294,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cluster_cidr_accepts_one_or_a_dual_stack_pair() {
-        assert!("10.244.0.0/16".parse::<ClusterCidrs>().is_ok());
-        assert!(
-            "10.244.0.0/16,fd00:10:244::/56"
-                .parse::<ClusterCidrs>()
-                .is_ok()
-        );
-        assert_eq!(
-            "10.0.0.0/8,10.1.0.0/16".parse::<ClusterCidrs>(),
-            Err(CidrError::NotDualStack(
-                "10.0.0.0/8".into(),
-                "10.1.0.0/16".into()
-            ))
-        );
-        assert_eq!(
-            "10.0.0.0/8,fd00::/8,fd01::/16".parse::<ClusterCidrs>(),
-            Err(CidrError::TooMany(3))
-        );
-        assert!(matches!(
-            "10.0.0.0".parse::<ClusterCidrs>(),
-            Err(CidrError::Syntax(_))
-        ));
-        assert!(matches!(
-            "10.0.0.0/33".parse::<ClusterCidrs>(),
-            Err(CidrError::Syntax(_))
-        ));
-        assert_eq!("".parse::<ClusterCidrs>(), Err(CidrError::Empty));
-    }
-
-    #[test]
     fn responsibility_is_the_first_or_last_address_inside_a_cluster_cidr() {
-        let cidrs: ClusterCidrs = "10.244.0.0/16,fd00:10:244::/56".parse().unwrap();
-        assert!(cidrs.is_responsible_for("10.244.3.0/24"));
-        assert!(cidrs.is_responsible_for("10.244.255.0/24"));
+        let cidrs: DualStackCidrs = "10.244.0.0/16,fd00:10:244::/56".parse().unwrap();
+        assert!(is_responsible_for(&cidrs, "10.244.3.0/24"));
+        assert!(is_responsible_for(&cidrs, "10.244.255.0/24"));
         assert!(
-            !cidrs.is_responsible_for("10.0.0.0/8"),
+            !is_responsible_for(&cidrs, "10.0.0.0/8"),
             "a route around the cluster CIDR has neither end inside it"
         );
-        assert!(!cidrs.is_responsible_for("192.168.0.0/24"));
-        assert!(cidrs.is_responsible_for("fd00:10:244:1::/64"));
-        assert!(!cidrs.is_responsible_for("fd00:99::/64"));
-        assert!(!cidrs.is_responsible_for("garbage"));
+        assert!(!is_responsible_for(&cidrs, "192.168.0.0/24"));
+        assert!(is_responsible_for(&cidrs, "fd00:10:244:1::/64"));
+        assert!(!is_responsible_for(&cidrs, "fd00:99::/64"));
+        assert!(!is_responsible_for(&cidrs, "garbage"));
     }
 }

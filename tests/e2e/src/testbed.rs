@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use wasm_ccm::cluster::ClusterSettings;
 use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderMode, ProviderSettings};
-use wasm_ccm::serving::{ServingConfig, TlsSource};
+use wasm_ccm::serving::{AuthConfig, ServingConfig, TlsSource};
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::{DistributionSettings, ProviderRef};
 
@@ -132,6 +132,8 @@ impl Testbed {
             settings: ControllerSettings {
                 cluster_name: "kubernetes".into(),
                 cluster_cidrs: Some("10.244.0.0/16".parse().expect("cidr")),
+                service_cidrs: None,
+                load_balancer_ip_ranges: None,
                 configure_cloud_routes: true,
                 route_reconciliation_period: Duration::from_millis(500),
                 node_monitor_period: Duration::from_millis(300),
@@ -147,6 +149,7 @@ impl Testbed {
                 bind_address: [127, 0, 0, 1].into(),
                 port: 0,
                 tls: TlsSource::SelfSigned,
+                auth: AuthConfig::default(),
             },
         }
     }

@@ -38,7 +38,11 @@ fn combinations() -> Vec<(&'static str, String)> {
 metrics:
   port: 10300
   enabled: true
+  tlsSecret: wasm-ccm-serving
+  reader: {{subjects: [{{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}}]}}
   serviceMonitor: {{enabled: true, interval: 15s, labels: {{release: prometheus}}}}
+networkPolicy:
+  metricsFrom: [{{namespaceSelector: {{matchLabels: {{team: observability}}}}}}]
 "
             ),
         ),
@@ -210,6 +214,21 @@ fn check_service_monitor(objects: &[Rendered], monitor: &Rendered) {
     assert_eq!(endpoint["scheme"], "https");
     assert_eq!(endpoint["path"], "/metrics");
     assert_eq!(endpoint["interval"], "15s");
+    // Prometheus presents its own token and verifies the manager with the serving CA.
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let tls = &endpoint["tlsConfig"];
+    assert_eq!(
+        tls["ca"]["secret"],
+        json!({"name": "wasm-ccm-serving", "key": "ca.crt"})
+    );
+    assert_eq!(
+        tls["serverName"],
+        format!("{}.{NAMESPACE}.svc", service.name())
+    );
+    assert!(tls.get("insecureSkipVerify").is_none(), "{tls}");
 }
 
 #[test]
@@ -545,7 +564,21 @@ fn chart_schema_refuses_bad_values_by_name() {
         ("kind: StatefulSet", "/kind"),
         ("controllers: [nodes]", "/controllers/0"),
         ("clusterCIDR: 10.0.0.0", "/clusterCIDR"),
+        ("serviceClusterIPRange: 10.96.0.0", "/serviceClusterIPRange"),
+        (
+            "loadBalancerIPRanges: ['203.0.113.0']",
+            "/loadBalancerIPRanges/0",
+        ),
         ("metrics: {port: 70000}", "/metrics/port"),
+        (
+            "metrics: {alwaysAllowPaths: [healthz]}",
+            "/metrics/alwaysAllowPaths/0",
+        ),
+        (
+            "metrics: {reader: {subjects: [{kind: Robot, name: r}]}}",
+            "/metrics/reader/subjects/0/kind",
+        ),
+        ("networkPolicy: {enabled: maybe}", "/networkPolicy/enabled"),
         (
             "registry: {insecure: ['http://registry.local']}",
             "/registry/insecure/0",
@@ -553,6 +586,10 @@ fn chart_schema_refuses_bad_values_by_name() {
         ("image: {pullPolicy: Sometimes}", "/image/pullPolicy"),
         ("imageTag: v1", "imageTag"),
         ("extraArgs: [verbose]", "/extraArgs/0"),
+        (
+            "egressGrantCeiling: ['*.amazonaws.com']",
+            "/egressGrantCeiling/0",
+        ),
         (
             "provider: {ref: 'https://example.com/p.wasm'}",
             "/provider/ref",
@@ -633,13 +670,236 @@ fn chart_schema_refuses_bad_values_by_name() {
 
 #[test]
 fn chart_service_monitor_brings_the_metrics_service_it_scrapes() {
-    let values = format!("{PROVIDER}\nmetrics: {{serviceMonitor: {{enabled: true}}}}\n");
+    let values = format!(
+        "{PROVIDER}\nmetrics: {{serviceMonitor: {{enabled: true, insecureSkipVerify: true}}}}\n"
+    );
     let objects = render("monitor", &values).expect("renders");
     let service = only(&objects, "Service");
     assert_eq!(service.name(), "monitor-wasm-ccm-metrics");
     assert_eq!(service.object["spec"]["ports"][0]["port"], 10258);
+    let endpoint = &only(&objects, "ServiceMonitor").object["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "https");
+    assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
+    assert!(endpoint["bearerTokenFile"].is_string(), "{endpoint}");
+}
+
+/// A ServiceMonitor that can verify nothing is refused: without the serving certificate's CA
+/// Prometheus would send its token to whoever answers, so skipping verification is asked for
+/// by name.
+#[test]
+fn chart_service_monitor_without_a_ca_or_an_explicit_skip_is_refused() {
+    let values = format!("{PROVIDER}\nmetrics: {{serviceMonitor: {{enabled: true}}}}\n");
+    let error = render("monitor", &values).expect_err("refused");
+    assert!(
+        error.contains("metrics.tlsSecret")
+            && error.contains("metrics.serviceMonitor.insecureSkipVerify"),
+        "{error}"
+    );
+}
+
+/// As upstream's manager, /metrics is delegated to the API server: the ServiceAccount is bound
+/// to system:auth-delegator, a ClusterRole grants get on /metrics for Prometheus (bound when
+/// subjects are given), and the health paths stay open to the probes.
+#[test]
+fn chart_metrics_are_authorised_through_the_api_server() {
+    let objects = render("auth", PROVIDER).expect("renders");
+    let account = only(&objects, "ServiceAccount").name().to_string();
+    let delegator = all(&objects, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b.object["roleRef"]["name"] == "system:auth-delegator")
+        .expect("a binding to system:auth-delegator");
     assert_eq!(
-        only(&objects, "ServiceMonitor").object["spec"]["endpoints"][0]["port"],
-        "https"
+        delegator.object["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}])
+    );
+    let grants = chart::grants(&objects, NAMESPACE, &account);
+    for (group, resource) in [
+        ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    ] {
+        assert!(
+            grants
+                .iter()
+                .any(|g| g.group == group && g.resource == resource && g.verb == "create"),
+            "create {resource}: {grants:#?}"
+        );
+    }
+    let reader = all(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| r.name() == "auth-wasm-ccm-metrics-reader")
+        .expect("the metrics reader role");
+    assert_eq!(
+        reader.object["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    assert!(
+        !all(&objects, "ClusterRoleBinding")
+            .iter()
+            .any(|b| b.object["roleRef"]["name"] == reader.name()),
+        "no subjects, no binding"
+    );
+    assert!(
+        args(&objects)
+            .contains(&"--authorization-always-allow-paths=/healthz,/readyz,/livez".into())
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let path = container(&objects)[probe]["httpGet"]["path"]
+            .as_str()
+            .unwrap();
+        assert!(
+            ["/healthz", "/readyz", "/livez"].contains(&path),
+            "{probe} asks an always-allowed path"
+        );
+    }
+
+    let values = format!(
+        "{PROVIDER}
+metrics:
+  reader: {{subjects: [{{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}}]}}
+  tlsSecret: serving
+"
+    );
+    let objects = render("auth", &values).expect("renders");
+    let binding = all(&objects, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b.object["roleRef"]["name"] == "auth-wasm-ccm-metrics-reader")
+        .expect("the reader bound");
+    assert_eq!(
+        binding.object["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}])
+    );
+    let args = args(&objects);
+    for flag in [
+        "--tls-cert-file=/etc/wasm-ccm/serving/tls.crt",
+        "--tls-private-key-file=/etc/wasm-ccm/serving/tls.key",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag}: {args:?}");
+    }
+    let workload = only(&objects, "Deployment");
+    let volumes = &workload.object["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "serving"),
+        "{volumes}"
+    );
+}
+
+/// On by default: connections reach the manager's pods only on the secure port, only from the
+/// monitoring namespace (or the peers a value names); off by value.
+#[test]
+fn chart_network_policy_admits_the_secure_port_from_the_monitoring_namespace() {
+    let objects = render("net", PROVIDER).expect("renders");
+    let policy = only(&objects, "NetworkPolicy");
+    let workload = only(&objects, "Deployment");
+    assert_eq!(
+        policy.object["spec"]["podSelector"]["matchLabels"],
+        workload.object["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(policy.object["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy.object["spec"]["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"protocol": "TCP", "port": 10258}],
+        }])
+    );
+
+    let values =
+        format!("{PROVIDER}\nmetrics: {{port: 10300}}\nnetworkPolicy: {{metricsFrom: []}}\n");
+    let objects = render("net", &values).expect("renders");
+    assert_eq!(
+        only(&objects, "NetworkPolicy").object["spec"]["ingress"],
+        json!([]),
+        "no peers: nothing admitted"
+    );
+    let values = format!("{PROVIDER}\nnetworkPolicy: {{enabled: false}}\n");
+    let objects = render("net", &values).expect("renders");
+    assert!(all(&objects, "NetworkPolicy").is_empty());
+}
+
+/// `serviceClusterIPRange` and `loadBalancerIPRanges` reach the manager as the flags its
+/// answer checks read; without them, no flag (and no range).
+#[test]
+fn chart_answer_ranges_reach_the_manager() {
+    use clap::Parser;
+
+    let values = format!(
+        "{PROVIDER}serviceClusterIPRange: 10.96.0.0/12,fd00:10:96::/112\nloadBalancerIPRanges: [203.0.113.0/24, '2001:db8:1::/48']\n"
+    );
+    let flags = args(&render("ranges", &values).expect("renders"));
+    for flag in [
+        "--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112",
+        "--load-balancer-ip-ranges=203.0.113.0/24,2001:db8:1::/48",
+    ] {
+        assert!(flags.contains(&flag.to_string()), "{flag}: {flags:?}");
+    }
+    let cli =
+        wasm_ccm::cli::Cli::try_parse_from(std::iter::once("wasm-ccm".to_string()).chain(flags))
+            .expect("the manager takes the chart's flags");
+    let settings = cli.run.config().expect("a configuration").settings;
+    let services = settings.service_cidrs.expect("the Service range");
+    assert!(services.contains("10.96.0.1".parse().unwrap()));
+    assert!(services.contains("fd00:10:96::1".parse().unwrap()));
+    let pools = settings.load_balancer_ip_ranges.expect("the pools");
+    assert_eq!(pools.to_string(), "203.0.113.0/24,2001:db8:1::/48");
+
+    let plain = args(&render("plain", PROVIDER).expect("renders"));
+    assert!(
+        !plain
+            .iter()
+            .any(|arg| arg.starts_with("--service-cluster-ip-range")
+                || arg.starts_with("--load-balancer-ip-ranges")),
+        "{plain:?}"
+    );
+}
+
+/// `egressGrantCeiling` reaches the manager as --egress-grant-ceiling, and the ceiling it
+/// parses to holds the chart's own CloudProvider and refuses a grant outside it.
+#[test]
+fn chart_grant_ceiling_reaches_the_manager_and_bounds_the_cloud_provider() {
+    use clap::Parser;
+    use wasm_ccm::manager::ProviderMode;
+
+    let values = format!(
+        "{CREDENTIALS}egressGrantCeiling: [https://api.simcloud.example, 'https://*.simcloud.example:8443', 'https://*.amazonaws.com', 'http://127.0.0.1:5000']\n"
+    );
+    let objects = render("ceiling", &values).expect("renders");
+    let args = args(&objects);
+    assert!(
+        args.contains(&"--egress-grant-ceiling=https://api.simcloud.example,https://*.simcloud.example:8443,https://*.amazonaws.com,http://127.0.0.1:5000".to_string()),
+        "{args:?}"
+    );
+    let cli =
+        wasm_ccm::cli::Cli::try_parse_from(std::iter::once("wasm-ccm".to_string()).chain(args))
+            .expect("the manager takes the chart's flags");
+    let ProviderMode::Resource {
+        grant_ceiling: Some(ceiling),
+        ..
+    } = cli.run.config().expect("a configuration").provider
+    else {
+        panic!("run mode from the resource, with a ceiling");
+    };
+    let spec: CloudProviderSpec =
+        serde_json::from_value(only(&objects, "CloudProvider").object["spec"].clone()).unwrap();
+    assert_eq!(ceiling.check(&spec), Ok(()));
+    let mut wider = spec.clone();
+    wider
+        .egress
+        .as_mut()
+        .unwrap()
+        .allowed_hosts
+        .push("http://169.254.169.254".into());
+    let error = ceiling.check(&wider).unwrap_err();
+    assert_eq!(error.field, "spec.egress.allowedHosts[2]");
+
+    // Without the value, no flag.
+    let plain = render("plain", PROVIDER).expect("renders");
+    assert!(
+        !chart::args(&plain)
+            .iter()
+            .any(|arg| arg.starts_with("--egress-grant-ceiling"))
     );
 }

@@ -26,6 +26,13 @@
 //! upstream's design costs four (six with a `retry-after`). Calls for one Service never
 //! overlap.
 //!
+//! The status a provider answers is written only if it passes the host's checks
+//! ([`AnswerPolicy::check_load_balancer_status`]): no special-use address, nothing inside
+//! `--service-cluster-ip-range` or `--cluster-cidr`, no node's address or Service's cluster
+//! IP, only `--load-balancer-ip-ranges` when set, DNS names as hostnames. A refused answer
+//! gets a Warning `InvalidProviderAnswer` naming each field and value and the condition,
+//! leaves the status as it was, and is retried with backoff like a provider error.
+//!
 //! This module owns the controller and the sync of one Service; [`predicates`] decides which
 //! Services and changes matter, [`lb_targets`] keeps the nodes load balancers send traffic
 //! to, [`node_sync`] follows node changes and [`drift`] checks the cloud.
@@ -36,6 +43,7 @@ mod node_sync;
 mod predicates;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,12 +58,13 @@ use super::events::EventSink;
 use super::informer::{Change, Notice};
 use super::views::{api_lb_status, service_view};
 use super::workqueue::{Backoff, WorkQueue};
-use super::{Context, Controller, SyncError, is_not_found};
+use super::{Context, Controller, INVALID_ANSWER, SyncError, is_not_found, warn_refused};
 use drift::drift_check_loop;
 use lb_targets::{NodeSet, Targets};
 use node_sync::node_sync_loop;
 use predicates::{has_finalizer, needs_cleanup, needs_update, wants_load_balancer};
-use wasm_ccm_host::contract::{self, LbStatus};
+use wasm_ccm_host::answers::AnswerPolicy;
+use wasm_ccm_host::contract::{self, Function, LbStatus};
 use wasm_ccm_host::provider::{ErrorKind, Provider};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -119,6 +128,8 @@ fn reported(retry_after: Option<Duration>, since: Instant, now: Instant) -> bool
 /// The controller's shared state: its queue, its memory and how it reaches the world.
 struct ServiceController {
     context: Arc<Context>,
+    /// What provider answers are checked against before they are written.
+    answers: AnswerPolicy,
     events: EventSink,
     queue: WorkQueue<Key>,
     memory: Mutex<Memory>,
@@ -148,7 +159,13 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         base: Duration::from_secs(5),
         max: Duration::from_secs(300),
     };
+    if context.settings.service_cidrs.is_none() {
+        tracing::info!(
+            "--service-cluster-ip-range is not set: load-balancer ingress IPs are checked against the cluster IPs of existing Services only, not the whole range"
+        );
+    }
     let controller = Arc::new(ServiceController {
+        answers: context.settings.answer_policy(),
         events: context.events(Controller::ServiceLoadBalancer),
         queue: WorkQueue::new("service", backoff, &context.queues),
         memory: Mutex::default(),
@@ -274,11 +291,17 @@ async fn worker(controller: Arc<ServiceController>) {
                 if let Some(service) = failure.service
                     && reported(delay, since, now)
                 {
-                    controller.events.warning(
-                        service.object_ref(&()),
-                        "SyncLoadBalancerFailed",
-                        format!("Error syncing load balancer: {}", failure.error),
-                    );
+                    let reference = service.object_ref(&());
+                    if let SyncError::InvalidAnswer { .. } = &failure.error {
+                        let outcome = "the load balancer status was not written";
+                        warn_refused(&controller.events, reference, &failure.error, outcome);
+                    } else {
+                        controller.events.warning(
+                            reference,
+                            "SyncLoadBalancerFailed",
+                            format!("Error syncing load balancer: {}", failure.error),
+                        );
+                    }
                     set_error_condition(&controller, &service, Some(&failure.error)).await;
                 }
             }
@@ -471,6 +494,12 @@ async fn sync_load_balancer(
         };
         match outcome {
             Ok(status) => {
+                controller
+                    .answers
+                    .check_load_balancer_status(&status, &view, |ip| address_holder(context, ip))
+                    .map_err(|refusals| {
+                        SyncError::refused(&provider, Function::EnsureLoadBalancer, refusals)
+                    })?;
                 controller.events.normal(
                     reference,
                     "EnsuredLoadBalancer",
@@ -497,6 +526,36 @@ async fn sync_load_balancer(
         }
     };
     patch_status(context, service, &new_status).await
+}
+
+/// What in the cluster already holds `ip`, as the caches know it: an address of a node, or
+/// a cluster IP of a Service. A load balancer answered with one would capture its traffic.
+fn address_holder(context: &Context, ip: IpAddr) -> Option<String> {
+    let is_ip = |text: &str| text.parse::<IpAddr>() == Ok(ip);
+    for node in context.nodes.store().state() {
+        let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+        if let Some(address) = addresses
+            .unwrap_or_default()
+            .iter()
+            .find(|a| is_ip(&a.address))
+        {
+            return Some(format!(
+                "the {} of node {}",
+                address.type_,
+                super::name_of(&node)
+            ));
+        }
+    }
+    for service in context.services.store().state() {
+        let Some(spec) = service.spec.as_ref() else {
+            continue;
+        };
+        let mut cluster_ips = spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip);
+        if cluster_ips.any(|cluster_ip| is_ip(cluster_ip)) {
+            return Some(format!("the cluster IP of Service {}", key_of(&service)));
+        }
+    }
+    None
 }
 
 /// Write `status.loadBalancer` if it differs (ingress, ipMode and ports all count).
@@ -677,6 +736,7 @@ fn condition_reason(error: &SyncError) -> &'static str {
         },
         SyncError::Kube { .. } => "KubernetesAPIError",
         SyncError::Invalid(_) => "ProviderError",
+        SyncError::InvalidAnswer { .. } => INVALID_ANSWER,
     }
 }
 

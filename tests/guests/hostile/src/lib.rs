@@ -24,7 +24,10 @@
 //! | `cache-key:LEN` | stores `v` under a key of LEN bytes, reads it back | `{"len","stored": bool}` |
 //! | `log:MESSAGE` | host log (info), stdout and stderr | `{"ok":true,"stdout","stderr"}` |
 //! | `log-flood:COUNTxSIZE` | COUNT host log lines (info) of SIZE bytes | `{"lines","size"}` |
+//! | `fields-flood:COUNTxSIZE` | makes COUNT raw `wasi:http` fields of one SIZE-byte header each, keeping them all | `{"count","size"}` |
+//! | `bodies-flood:COUNT` | opens COUNT raw requests, fills each body as far as the host buffers unsent, keeping them all | `{"count","buffered"}` |
 //! | `fetch-many:N:URL` | `GET URL` N times, then fails with `other("fetched N times")` | — (an error) |
+//! | `fetch-names:N:PATTERN` | `GET` N distinct URLs: PATTERN with `{}` replaced by `n0`…`n(N-1)` | `{"requests","outcomes":{OUTCOME: count}}`, OUTCOME `ok`, a status (`429`) or an error kind |
 //! | `answer:N` | answers with a report of N bytes (to push the host's result cap) | `"aaa…"` |
 //! | `metadata` | the node's labels and annotations as the guest received them | `{"labels","annotations"}` |
 //!
@@ -38,6 +41,14 @@
 //!
 //! Any other Service name answers `not-implemented`.
 //!
+//! Answers a test dictates ([`answers`]), returned as they are for the host to check:
+//!
+//! | function | answers |
+//! |---|---|
+//! | `instance-metadata(node)` | with the node's annotation `hostile.wasm-ccm.io/metadata` (JSON `{"providerID","instanceType","zone","region","addresses":[[KIND,ADDRESS]…],"labels":[[KEY,VALUE]…]}`), that metadata, before any command runs |
+//! | `ensure-load-balancer(svc)`, `get-load-balancer(svc)` | with the Service's annotation `hostile.wasm-ccm.io/ingress` (JSON `[{"ip","hostname","ipMode","ports":[{"port","protocol","error"}]}…]`), that status; without it `not-implemented` |
+//! | `ensure-load-balancer-deleted(svc)` | with that annotation `Ok`; without it `not-implemented` |
+//!
 //! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
 //! node metadata keys; without one it declares none (and so sees every label).
 //!
@@ -45,15 +56,19 @@
 //! `decode`. An unknown command is `Err(other("unknown hostile command <node.name>"))`.
 //! `instance-exists` answers `Ok(true)`; every other function is `not-implemented`.
 
+mod answers;
 mod exhaust;
 mod host;
+mod http_flood;
+mod names;
 mod net;
 mod nodes;
 mod snoop;
 
 use serde_json::Value;
 use wasm_ccm_sdk::{
-    Capabilities, Error, InstanceMetadata, Node, NodeMetadataKeys, Nodes, Service, export_provider,
+    Capabilities, Error, InstanceMetadata, LbStatus, Node, NodeMetadataKeys, Nodes, Service,
+    export_provider,
 };
 
 /// A node label that names the command instead of the node's name, so nodes of a real
@@ -82,6 +97,9 @@ impl wasm_ccm_sdk::Instances for Hostile {
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
+        if let Some(answer) = answers::instance_metadata(&node) {
+            return answer;
+        }
         if node.name == "metadata" {
             return Ok(report(serde_json::json!({
                 "labels": node.labels,
@@ -98,6 +116,26 @@ impl wasm_ccm_sdk::Instances for Hostile {
 }
 
 impl wasm_ccm_sdk::LoadBalancers for Hostile {
+    fn get_load_balancer(_cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
+        answers::load_balancer(&svc)
+            .ok_or(Error::NotImplemented)?
+            .map(Some)
+    }
+
+    fn ensure_load_balancer(
+        _cluster_name: String,
+        svc: Service,
+        _nodes: Nodes<'_>,
+    ) -> Result<LbStatus, Error> {
+        answers::load_balancer(&svc).ok_or(Error::NotImplemented)?
+    }
+
+    fn ensure_load_balancer_deleted(_cluster_name: String, svc: Service) -> Result<(), Error> {
+        answers::load_balancer(&svc)
+            .ok_or(Error::NotImplemented)?
+            .map(|_| ())
+    }
+
     fn update_load_balancer(
         _cluster_name: String,
         svc: Service,
@@ -132,6 +170,9 @@ fn run(command: &str) -> Result<Value, Error> {
         "log-flood" => host::log_flood(arg),
         "answer" => Ok(Value::String("a".repeat(arg.parse().unwrap_or(0)))),
         "fetch-many" => Err(net::fetch_many(arg)),
+        "fetch-names" => Ok(names::fetch_names(arg)),
+        "fields-flood" => http_flood::fields_flood(arg),
+        "bodies-flood" => http_flood::bodies_flood(arg),
         _ => Err(Error::other(format!("unknown hostile command {command}"))),
     }
 }
