@@ -128,6 +128,7 @@ impl ProviderError {
             ErrorKind::Sandbox(CallFailure::MemoryLimit { .. }) => "memory",
             ErrorKind::Sandbox(CallFailure::Instantiate { .. }) => "instantiate",
             ErrorKind::Sandbox(CallFailure::ResultTooLarge { .. }) => "result-too-large",
+            ErrorKind::Sandbox(CallFailure::HttpBudget { .. }) => "http-budget",
             ErrorKind::EgressDenied { .. } => "egress-denied",
         }
     }
@@ -287,7 +288,8 @@ impl Compiled {
         metrics.provider_info(&capabilities.name, &version, &identity);
         let guest = guest.initialised(
             Caller {
-                provider: capabilities.name.clone(),
+                // Every record about the provider names it: one name, one line.
+                provider: crate::text::escaped(&capabilities.name).into_owned(),
                 version,
             },
             &capabilities,

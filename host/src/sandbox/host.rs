@@ -3,8 +3,9 @@
 //! routed to `tracing` tagged with the provider's name and version, and all within budgets a
 //! provider cannot exceed: the cache holds at most `--provider-cache-size` bytes per
 //! version ([`cache`]), and logs are capped per call and rate-limited per version
-//! ([`logs`]). What the host refuses or drops is reported under target `wasm_ccm::sandbox`
-//! and counted in metrics, never silently.
+//! ([`logs`]). Provider text is logged with its control characters escaped
+//! ([`crate::text::escaped`]), so one message is one record. What the host refuses or drops
+//! is reported under target `wasm_ccm::sandbox` and counted in metrics, never silently.
 
 mod cache;
 mod logs;
@@ -19,7 +20,7 @@ use super::bindings::wasm_ccm::provider::types;
 use super::{CallLimits, CallState};
 use crate::egress::Caller;
 use crate::metrics::{LimitLabels, Metrics, ProviderLabels};
-use crate::text::cut;
+use crate::text::{cut, escaped};
 pub use cache::{CacheLimits, ProviderCache};
 use cache::{ENTRY_OVERHEAD, Refusal};
 use logs::{CallLog, SANDBOX_TARGET};
@@ -60,7 +61,8 @@ impl Host for CallState {
         if !enabled(level) {
             return;
         }
-        let message = cut(&message, MAX_LOG_LINE);
+        // One message, one record: a `\n` and a forged record after it stay on its line.
+        let message = escaped(cut(&message, MAX_LOG_LINE));
         if !self.host.log.admit(message.len(), &self.env.logs) {
             return;
         }
@@ -165,7 +167,9 @@ fn log_output(
         .lines()
         .filter(|l| !l.trim().is_empty())
     {
-        let line = cut(line, MAX_LOG_LINE);
+        // Split at `\n` above; a `\r`, an escape sequence or another control stays inside
+        // its record, escaped.
+        let line = escaped(cut(line, MAX_LOG_LINE));
         if log.admit(line.len(), bucket) {
             tracing::info!(
                 target: PROVIDER_TARGET,

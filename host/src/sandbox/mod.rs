@@ -9,6 +9,8 @@
 //!   computing without pause yields its tokio worker every epoch tick (10 ms), so spinning
 //!   providers cannot starve health checks, lease renewal or each other;
 //! - a cap on what its answer makes the host hold (`max_result_bytes`);
+//! - caps on what its `wasi:http` resources make the host hold: how many at once and how
+//!   many bytes ([`http_budget`]);
 //! - no preopened files, no environment, no arguments, no stdin, no sockets; stdout and
 //!   stderr are captured (bounded) and logged tagged with provider and version;
 //! - `wasi:http` through the egress gate only, and the contract's `host` interface;
@@ -27,8 +29,10 @@
 mod bindings;
 mod compile_cache;
 mod host;
+mod http_budget;
 mod node_sets;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -49,10 +53,12 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::contract::{self as c, CloudError};
 use crate::egress::{Caller, Connections, Denial, EgressGate, GateHooks};
 use crate::metrics::{CompileLabels, Metrics};
+use crate::text;
 pub use bindings::{Answer, Args};
 use bindings::{CloudProviderNodeSets, Exports, exported};
 pub use compile_cache::Origin;
 pub use host::{CacheLimits, LogLimits, ProviderCache, ProviderLogs};
+pub use http_budget::{HttpBudget, HttpLimits, RESOURCE_OVERHEAD};
 pub use node_sets::NodeSet;
 
 /// Bytes of node data (as [`bindings::guest_bytes`] estimates it) per extra unit of
@@ -89,6 +95,9 @@ pub struct SandboxConfig {
     pub provider_cache: CacheLimits,
     /// How much a provider may log, per call and per second (`--provider-log-*`).
     pub provider_logs: LogLimits,
+    /// What one call's `wasi:http` resources may make the host hold
+    /// (`--http-memory-limit`, `--max-http-resources`).
+    pub http: HttpLimits,
 }
 
 /// The limits of each call that a provider version can change without a new engine:
@@ -104,6 +113,8 @@ pub struct CallLimits {
     pub provider_cache: CacheLimits,
     /// How much it may log, per call and per second.
     pub provider_logs: LogLimits,
+    /// What its `wasi:http` resources may make the host hold.
+    pub http: HttpLimits,
 }
 
 impl SandboxConfig {
@@ -114,6 +125,7 @@ impl SandboxConfig {
             max_result_bytes: self.max_result_bytes,
             provider_cache: self.provider_cache,
             provider_logs: self.provider_logs,
+            http: self.http,
         }
     }
 }
@@ -129,6 +141,7 @@ impl Default for SandboxConfig {
             max_result_bytes: 8 * 1024 * 1024,
             provider_cache: CacheLimits::default(),
             provider_logs: LogLimits::default(),
+            http: HttpLimits::default(),
         }
     }
 }
@@ -205,6 +218,12 @@ pub enum CallFailure {
         bytes: u64,
         /// `--max-result-size`, in bytes.
         limit_bytes: u64,
+    },
+    /// Its `wasi:http` resources would have made the host hold more than a call may.
+    #[error("the provider exceeded its host budget: {budget}")]
+    HttpBudget {
+        /// The budget it went past, with its limit.
+        budget: HttpBudget,
     },
 }
 
@@ -408,6 +427,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    http_budget::shadow(&mut linker)?;
     CloudProviderNodeSets::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
     Ok(linker)
 }
@@ -504,7 +524,10 @@ pub struct Guest {
 /// The state of one call's `Store`.
 pub(crate) struct CallState {
     wasi: WasiCtx,
+    /// Holds at most `--max-http-resources` entries.
     table: ResourceTable,
+    /// The requests in flight, which the `wasi:http` memory budget counts.
+    http_in_flight: http_budget::InFlight,
     http: WasiHttpCtx,
     hooks: GateHooks,
     limiter: MemoryCap,
@@ -664,7 +687,8 @@ impl Guest {
             .build();
         let state = CallState {
             wasi,
-            table: ResourceTable::new(),
+            table: http_budget::table(&self.env.limits.http),
+            http_in_flight: http_budget::InFlight::default(),
             http: WasiHttpCtx::new(),
             hooks: self
                 .env
@@ -771,6 +795,9 @@ impl Guest {
                 });
             }
             Ok(Err(err)) => {
+                if let Some(budget) = http_budget::exceeded(&err, &self.env.limits.http) {
+                    return Err(CallFailure::HttpBudget { budget });
+                }
                 let reason = match err.downcast_ref::<Trap>() {
                     Some(trap) => trap.to_string(),
                     None => format!("{err:#}"),
@@ -787,7 +814,7 @@ impl Guest {
                 CloudError::NotFound { message }
                 | CloudError::RetryAfter { message, .. }
                 | CloudError::Other { message },
-            ) => message.len(),
+            ) => text::escaped_len(message),
             Err(CloudError::NotImplemented | CloudError::ImplementedElsewhere) => 0,
         };
         let limit = self.env.limits.max_result_bytes;
@@ -797,12 +824,42 @@ impl Guest {
                 limit_bytes: limit,
             });
         }
-        Ok(Finished { value, denials })
+        Ok(Finished {
+            value: value.map_err(escape_message),
+            denials,
+        })
     }
 }
 
-/// The trap reason plus the guest's last words on stderr (a Rust panic message lands there).
+/// `error` with its message's control characters escaped: the message reaches logs,
+/// events and conditions, where it must stay one record.
+fn escape_message(error: CloudError) -> CloudError {
+    let escape = |message: String| match text::escaped(&message) {
+        Cow::Borrowed(_) => message,
+        Cow::Owned(escaped) => escaped,
+    };
+    match error {
+        CloudError::NotFound { message } => CloudError::NotFound {
+            message: escape(message),
+        },
+        CloudError::RetryAfter { delay_ms, message } => CloudError::RetryAfter {
+            delay_ms,
+            message: escape(message),
+        },
+        CloudError::Other { message } => CloudError::Other {
+            message: escape(message),
+        },
+        other => other,
+    }
+}
+
+/// The trap reason plus the guest's last words on stderr (a Rust panic message lands there),
+/// escaped.
 fn trap_message(reason: &str, stderr: &[u8]) -> String {
+    text::escaped(&unescaped_trap_message(reason, stderr)).into_owned()
+}
+
+fn unescaped_trap_message(reason: &str, stderr: &[u8]) -> String {
     let stderr = String::from_utf8_lossy(stderr);
     let last: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let reason = reason.lines().next().unwrap_or(reason);

@@ -575,7 +575,10 @@ mod tests {
         assert_eq!(defaults.max_result_bytes, expected.max_result_bytes);
         assert_eq!(defaults.provider_cache, expected.provider_cache);
         assert_eq!(defaults.provider_logs, expected.provider_logs);
+        assert_eq!(defaults.http, expected.http);
         let set = run(&[
+            "--http-memory-limit=4Mi",
+            "--max-http-resources=64",
             "--max-result-size=1Mi",
             "--provider-cache-size=2Mi",
             "--provider-log-lines-per-call=10",
@@ -591,6 +594,16 @@ mod tests {
         assert_eq!(set.provider_logs.bytes_per_call, 4 * 1024);
         assert_eq!(set.provider_logs.rate.per_second, 5.0);
         assert_eq!(set.provider_logs.rate.burst, 7);
+        assert_eq!(
+            set.http,
+            HttpLimits {
+                max_memory: 4 * 1024 * 1024,
+                max_resources: 64
+            }
+        );
+        let argv = ["wasm-ccm", "--max-http-resources=8"];
+        let error = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(error.contains("--max-http-resources"), "{error}");
     }
 
     /// The controllers run mode would start with `args`.

@@ -675,6 +675,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_http_budget_limits_are_read_and_a_bad_one_refused_naming_it() {
+        let spec = |limits: Value| -> crate::resource::LimitsSpec {
+            serde_json::from_value(limits).expect("limits")
+        };
+        let config = limits(
+            Some(&spec(json!({"httpMemory": "4Mi", "maxHttpResources": 64}))),
+            &SandboxConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(config.http.max_memory, 4 * 1024 * 1024);
+        assert_eq!(config.http.max_resources, 64);
+        let unset = limits(Some(&spec(json!({}))), &SandboxConfig::default()).unwrap();
+        assert_eq!(unset.http, SandboxConfig::default().http);
+
+        let few = limits(
+            Some(&spec(json!({"maxHttpResources": 8}))),
+            &SandboxConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(few.field, "spec.limits.maxHttpResources");
+        let size = limits(
+            Some(&spec(json!({"httpMemory": "lots"}))),
+            &SandboxConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(size.field, "spec.limits.httpMemory");
+    }
+
     async fn emulator() -> (Emulator, kube::Client) {
         let emulator = Emulator::start("127.0.0.1:0".parse().unwrap(), EmulatorOptions::default())
             .await

@@ -1,0 +1,141 @@
+//! A provider cannot forge the manager's log: what it writes (`host.log`, stdout, stderr)
+//! and the messages of its errors reach the log with their control characters escaped, so
+//! each is one record under the provider's own target, in the manager's own text format.
+
+use std::sync::{Arc, Mutex};
+
+use e2e::{load, sandbox};
+use tracing_subscriber::util::SubscriberInitExt;
+use wasm_ccm_host::contract::Node;
+use wasm_ccm_host::egress::EgressConfig;
+use wasm_ccm_host::sandbox::SandboxConfig;
+
+/// A record as the manager's log would print it, forged: a `\n` ends the provider's line
+/// and this one claims the egress gate granted a request; `\r` and an escape sequence
+/// would hide or restyle the line before it on a terminal.
+const FORGED: &str = "2001-01-01T00:00:00.000000Z  WARN wasm_ccm::egress: egress allowed: \
+                      GET https://evil.example/\r\x1b[2K\x1b[32mall good";
+
+/// What `tracing` writes on this thread in the manager's text format, without colours.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn capture() -> (Log, impl Sized) {
+        let log = Log::default();
+        let writer = log.clone();
+        let guard = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish()
+            .set_default();
+        (log, guard)
+    }
+
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+fn command(text: &str) -> Node {
+    Node {
+        name: text.to_string(),
+        ..Node::default()
+    }
+}
+
+/// Whether `line` starts as the manager's formatter starts a record: a timestamp of this
+/// century, a level and one of the manager's targets.
+fn is_record(line: &str) -> bool {
+    let mut words = line.split_whitespace();
+    let timestamp = words.next().unwrap_or_default();
+    let level = words.next().unwrap_or_default();
+    let target = words.next().unwrap_or_default();
+    timestamp.starts_with("20")
+        && ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"].contains(&level)
+        && target.starts_with("wasm_ccm")
+}
+
+#[tokio::test]
+async fn a_provider_message_is_one_escaped_record_and_forges_none() {
+    let (log, _guard) = Log::capture();
+    let provider = load(
+        &sandbox(SandboxConfig::default()),
+        guest_builds::HOSTILE,
+        EgressConfig::default(),
+        None,
+    )
+    .await
+    .expect("hostile guest loads");
+    log.take();
+
+    // `log:` writes the message to host.log (info), stdout and stderr.
+    let message = format!("done\n{FORGED}");
+    provider
+        .instance_metadata(&command(&format!("log:{message}")))
+        .await
+        .expect("log answers");
+    let written = log.take();
+    eprintln!("{written}");
+    let lines: Vec<&str> = written.lines().collect();
+    for line in &lines {
+        assert!(
+            is_record(line),
+            "a line that is no record of the manager: {line:?}"
+        );
+        assert!(
+            !line.contains(['\r', '\x1b']),
+            "a raw control in a record: {line:?}"
+        );
+        assert!(line.contains("wasm_ccm::provider"), "{line:?}");
+        assert!(!line.starts_with("2001-"), "a forged record: {line:?}");
+    }
+    // host.log: the whole message in one record, its controls escaped.
+    let host_log: Vec<&&str> = lines
+        .iter()
+        .filter(|line| !line.contains("stream="))
+        .collect();
+    assert_eq!(host_log.len(), 1, "{written}");
+    assert!(
+        host_log[0].contains(r"done\n2001-01-01T00:00:00.000000Z  WARN wasm_ccm::egress"),
+        "{written}"
+    );
+    assert!(
+        host_log[0].contains(r"\r\u{1b}[2K\u{1b}[32mall good"),
+        "{written}"
+    );
+    // stdout and stderr are split at their newlines: two records each, under the provider's
+    // target and with the escape sequences escaped.
+    for stream in ["stdout", "stderr"] {
+        let records: Vec<&&str> = lines
+            .iter()
+            .filter(|line| line.contains(&format!("stream=\"{stream}\"")))
+            .collect();
+        assert_eq!(records.len(), 2, "{stream}: {written}");
+        assert!(
+            records[1].contains(r"\r\u{1b}[2K\u{1b}[32mall good"),
+            "{stream}: {written}"
+        );
+    }
+    assert_eq!(lines.len(), 5, "{written}");
+
+    // A provider's error message: one line wherever it is shown.
+    let error = provider
+        .instance_metadata(&command(&format!("no-such-command\n{FORGED}")))
+        .await
+        .unwrap_err();
+    let shown = error.to_string();
+    assert!(!shown.contains(['\n', '\r', '\x1b']), "{shown:?}");
+    assert!(shown.contains(r"no-such-command\n2001-01-01"), "{shown:?}");
+}
