@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 
 use super::distribution::parse_reference;
 use super::{DistributionFlags, EgressFlags, SandboxFlags};
-use wasm_ccm_host::contract::{Function, Node, Route, Service};
+use wasm_ccm_host::answers::{self, AnswerPolicy, Refusals};
+use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
@@ -139,6 +140,7 @@ impl ProviderCommand {
                     ),
                     None => None,
                 };
+                egress.check_grants()?;
                 egress.check_credentials()?;
                 let settings = distribution.settings()?;
                 let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
@@ -157,7 +159,17 @@ impl ProviderCommand {
                 )
                 .await;
                 let outcome = match provider {
-                    Ok(provider) => call.invoke(&provider).await,
+                    Ok(provider) => {
+                        let outcome = call.invoke(&provider).await;
+                        if let Ok(answer) = &outcome
+                            && let Some(refusals) = call.refused(&provider, answer)
+                        {
+                            eprintln!(
+                                "warning: the manager would refuse this answer and write none of it: {refusals}"
+                            );
+                        }
+                        outcome
+                    }
                     Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => {
                         Err(error)
                     }
@@ -486,6 +498,29 @@ impl CallRequest {
             ),
             Function::DeleteRoute => json(&p.delete_route(&cluster, &self.arg(route)).await?),
         })
+    }
+
+    /// What the manager's checks of answers refuse in `answer`, for the functions whose
+    /// answers it writes. Without a cluster no range, node or Service is known: a call
+    /// previews the checks that need none.
+    fn refused(&self, p: &Provider, answer: &Value) -> Option<Refusals> {
+        let checked = match self.function {
+            Function::InstanceMetadata => {
+                let metadata: InstanceMetadata = serde_json::from_value(answer.clone()).ok()?;
+                let name = &p.capabilities().name;
+                answers::check_instance_metadata(&metadata, name, &self.arg("node"))
+            }
+            Function::EnsureLoadBalancer | Function::GetLoadBalancer => {
+                let status: Option<LbStatus> = serde_json::from_value(answer.clone()).ok()?;
+                AnswerPolicy::default().check_load_balancer_status(
+                    &status?,
+                    &self.arg("svc"),
+                    |_| None,
+                )
+            }
+            _ => return None,
+        };
+        checked.err()
     }
 
     fn nodes(&self) -> Arc<[Node]> {

@@ -491,7 +491,13 @@ fn guest_logs_stdout_and_stderr_reach_the_log_tagged_with_provider_and_version()
     );
     let run = wasm_ccm(args, &[("RUST_LOG", "wasm_ccm=info")]);
     assert_eq!(run.code, Some(0), "{run:#?}");
-    let lines: Vec<&str> = run.stderr.lines().filter(|l| l.contains(message)).collect();
+    // The report rides in a label value that is no label value: the warning that the
+    // manager would refuse it quotes the report, and so the message, once more.
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(message) && !l.starts_with("warning: the manager would refuse"))
+        .collect();
     assert_eq!(lines.len(), 3, "host log, stdout, stderr: {}", run.stderr);
     for line in &lines {
         assert!(line.contains("provider=\"hostile\""), "{line}");
@@ -502,6 +508,63 @@ fn guest_logs_stdout_and_stderr_reach_the_log_tagged_with_provider_and_version()
     assert!(
         !run.stdout.contains(message),
         "guest output never reaches our stdout"
+    );
+}
+
+/// An answer the manager would refuse is printed, with a warning naming each refused field,
+/// its value and why; the exit code stays that of the call.
+#[test]
+fn call_warns_of_an_answer_the_manager_would_refuse() {
+    let svc = serde_json::json!({
+        "name": "web",
+        "ports": [{"port": 80}],
+        "annotations": [["hostile.wasm-ccm.io/ingress",
+            r#"[{"ip": "169.254.169.254"}, {"hostname": "10.96.0.1"}, {"ip": "198.51.100.7"}]"#]],
+    });
+    let args = serde_json::json!({"cluster-name": "kubernetes", "svc": svc, "nodes": []});
+    let run = wasm_ccm(
+        call_args(
+            guest_builds::HOSTILE,
+            "ensure-load-balancer",
+            &args.to_string(),
+            &[],
+        ),
+        &[],
+    );
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    let printed: serde_json::Value = serde_json::from_str(&run.stdout).expect("the answer");
+    assert_eq!(printed["ingress"][0]["ip"], "169.254.169.254");
+    let warning = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning: the manager would refuse this answer"))
+        .unwrap_or_else(|| panic!("a warning: {}", run.stderr));
+    assert!(
+        warning.contains(r#"ingress[0].ip "169.254.169.254": a link-local"#)
+            && warning.contains(
+                r#"ingress[1].hostname "10.96.0.1": an IP address where a DNS name is required"#
+            )
+            && !warning.contains("198.51.100.7"),
+        "{warning}"
+    );
+
+    let metadata = r#"{"providerID": "hostile://i-1", "addresses": [["InternalIP", "10.0.0.5"]]}"#;
+    let node = serde_json::json!({"node": {"name": "n1",
+        "annotations": [["hostile.wasm-ccm.io/metadata", metadata]]}});
+    let run = wasm_ccm(
+        call_args(
+            guest_builds::HOSTILE,
+            "instance-metadata",
+            &node.to_string(),
+            &[],
+        ),
+        &[],
+    );
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert!(
+        !run.stderr.contains("warning: the manager would refuse"),
+        "a valid answer passes: {}",
+        run.stderr
     );
 }
 
