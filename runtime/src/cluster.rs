@@ -1,9 +1,10 @@
 //! The Kubernetes API clients of the manager, as upstream's controller-manager arranges
 //! them: one per controller, one for the shared informers, one for leader election and one
-//! for the event recorders. All are built from the same `--kubeconfig` (or the in-cluster
-//! service account); each has its own `--kube-api-qps`/`--kube-api-burst` token bucket, as
-//! each client-go clientset has its own rate limiter, so a busy controller spends only its
-//! own budget; and each names itself in its user agent,
+//! for the event recorders; and one for the secure port's token and access reviews. All are
+//! built from the same `--kubeconfig` (or the in-cluster service account); each has its own
+//! `--kube-api-qps`/`--kube-api-burst` token bucket, as each client-go clientset has its own
+//! rate limiter, so a busy controller spends only its own budget; and each names itself in
+//! its user agent,
 //! `wasm-ccm/<version> (<os>/<arch>) <client name>`, so the API server's audit log tells
 //! them apart. Requests of all of them are counted and timed together, with client-go's
 //! metrics and labels (`rest_client_requests_total`, `rest_client_request_duration_seconds`).
@@ -77,6 +78,10 @@ pub enum ClusterError {
 pub const SHARED_INFORMERS: &str = "shared-informers";
 /// The client of leader election (upstream's name).
 pub const LEADER_ELECTION: &str = "leader-election";
+/// The client of the secure port's delegated authentication and authorisation: its
+/// `TokenReview`s and `SubjectAccessReview`s spend their own token bucket, so scrapes never
+/// slow the controllers.
+pub const DELEGATED_AUTH: &str = "delegated-auth";
 /// The manager's own client, named after the component as upstream's: the event recorders
 /// publish through it and, with `--use-service-account-credentials`, it gets or creates the
 /// controllers' service accounts and asks for their tokens.

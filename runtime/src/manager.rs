@@ -230,6 +230,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         config.serving.clone(),
         health.clone(),
         Arc::new(registry),
+        clients.client(cluster::DELEGATED_AUTH)?,
         shutdown.clone(),
     )
     .await?;

@@ -1,6 +1,6 @@
 //! The secure port: binds `--bind-address`:`--secure-port` (upstream 10258), accepts TLS
-//! connections and routes `/healthz`, `/readyz`, `/livez` (each aggregate, plus
-//! `/<probe>/<check>`) and `/metrics`.
+//! connections, lets `auth` decide who may ask, and routes `/healthz`, `/readyz`, `/livez`
+//! (each aggregate, plus `/<probe>/<check>`) and `/metrics`.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -19,8 +19,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tower::Service;
 use tracing::{debug, info, warn};
 
+use super::auth::{self, AuthConfig, AuthConfigError, ClientCertificate, Delegation};
 use super::health::{HealthChecks, Probe, all_checks, one_check};
 use super::tls::{self, TlsError, TlsSource};
 
@@ -38,6 +40,8 @@ pub struct ServingConfig {
     pub port: u16,
     /// The certificate: self-signed, or the `--tls-*` files.
     pub tls: TlsSource,
+    /// Who may ask what: the delegated authentication and authorisation flags.
+    pub auth: AuthConfig,
 }
 
 impl Default for ServingConfig {
@@ -46,6 +50,7 @@ impl Default for ServingConfig {
             bind_address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 10258,
             tls: TlsSource::SelfSigned,
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -76,25 +81,35 @@ pub enum ServingError {
         /// What the system said.
         error: io::Error,
     },
-    /// The serving certificate cannot be used.
+    /// The serving certificate or the client CA cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The authorisation flags are wrong.
+    #[error(transparent)]
+    Auth(#[from] AuthConfigError),
 }
 
-/// Binds (errors name the address and flag `--secure-port`/`--bind-address`, or the cert/key
-/// file and `--tls-cert-file`/`--tls-private-key-file`), then serves in a background task until
-/// `shutdown` is cancelled. Returns None when port is 0.
+/// Binds (errors name the address and flag `--secure-port`/`--bind-address`, the cert/key
+/// file and `--tls-cert-file`/`--tls-private-key-file`, or `--client-ca-file`), then serves
+/// in a background task until `shutdown` is cancelled; `client` reviews the callers' tokens
+/// and access. Returns None when port is 0.
 pub async fn serve(
     config: ServingConfig,
     checks: HealthChecks,
     registry: Arc<Registry>,
+    client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<Option<Serving>, ServingError> {
     if config.port == 0 {
         info!("--secure-port=0: not serving /healthz, /readyz, /livez or /metrics");
         return Ok(None);
     }
-    let tls = tls::server_config(&config.tls, config.bind_address)?;
+    config.auth.validate()?;
+    let tls = tls::server_config(
+        &config.tls,
+        config.bind_address,
+        config.auth.client_ca_file.as_deref(),
+    )?;
     let address = SocketAddr::new(config.bind_address, config.port);
     let listener = TcpListener::bind(address)
         .await
@@ -102,7 +117,7 @@ pub async fn serve(
     let local_addr = listener
         .local_addr()
         .map_err(|error| ServingError::Bind { address, error })?;
-    let app = router(checks, registry);
+    let app = router(checks, registry, Delegation::new(config.auth, client));
     tokio::spawn(accept(
         listener,
         TlsAcceptor::from(Arc::new(tls)),
@@ -164,9 +179,22 @@ async fn connection(
             return;
         }
     };
+    // A client certificate was verified in the handshake; each request carries what it says.
+    let certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(<[_]>::first)
+        .map(|leaf| ClientCertificate::read(leaf));
+    let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        if let Some(certificate) = &certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
+        app.clone().call(request)
+    });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     let mut connection = std::pin::pin!(connection);
     let result = tokio::select! {
         result = connection.as_mut() => result,
@@ -186,7 +214,7 @@ struct Endpoints {
     registry: Arc<Registry>,
 }
 
-fn router(checks: HealthChecks, registry: Arc<Registry>) -> Router {
+fn router(checks: HealthChecks, registry: Arc<Registry>, delegation: Delegation) -> Router {
     let mut router = Router::new().route("/metrics", get(metrics));
     for probe in Probe::ALL {
         let all = move |State(state): State<Endpoints>,
@@ -202,7 +230,9 @@ fn router(checks: HealthChecks, registry: Arc<Registry>) -> Router {
             .route(&format!("/{}", probe.name()), get(all))
             .route(&format!("/{}/{{check}}", probe.name()), get(one));
     }
-    router.with_state(Endpoints { checks, registry })
+    router
+        .with_state(Endpoints { checks, registry })
+        .layer(axum::middleware::from_fn_with_state(delegation, auth::gate))
 }
 
 fn text(status: StatusCode, body: String) -> Response {
@@ -399,12 +429,28 @@ mod tests {
         listener.local_addr().expect("local address").port()
     }
 
+    /// Every path open: these tests are about routing and TLS; `auth_refuses_…` below and
+    /// the end-to-end tests are about who may ask.
     fn loopback_config(tls: TlsSource) -> ServingConfig {
         ServingConfig {
             bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: free_port(),
             tls,
+            auth: AuthConfig {
+                always_allow_paths: vec!["/*".to_owned()],
+                ..AuthConfig::default()
+            },
         }
+    }
+
+    /// A client of an API server that cannot be reached: every review fails.
+    fn unreachable_api() -> kube::Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<Empty<Bytes>>, _>(std::io::Error::other(
+                "no API server in this test",
+            ))
+        });
+        kube::Client::new(service, "default")
     }
 
     /// Serves with a self-signed certificate on loopback; the server task ends when the token
@@ -415,6 +461,7 @@ mod tests {
             loopback_config(TlsSource::SelfSigned),
             checks,
             Arc::new(registry),
+            unreachable_api(),
             shutdown.clone(),
         )
         .await
@@ -486,6 +533,59 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn auth_refuses_metrics_without_credentials_or_a_reviewable_token() {
+        let shutdown = CancellationToken::new();
+        let config = ServingConfig {
+            auth: AuthConfig::default(),
+            ..loopback_config(TlsSource::SelfSigned)
+        };
+        let serving = serve(
+            config,
+            HealthChecks::default(),
+            Arc::new(Registry::default()),
+            unreachable_api(),
+            shutdown.clone(),
+        )
+        .await
+        .expect("serving starts")
+        .expect("serving is enabled");
+        let addr = serving.local_addr();
+        let reply = get(addr, "/metrics").await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(reply.content_type, "application/json");
+        let status: serde_json::Value = serde_json::from_str(&reply.body).expect("a Status");
+        assert_eq!(
+            (&status["kind"], &status["reason"], &status["code"]),
+            (&"Status".into(), &"Unauthorized".into(), &401.into())
+        );
+        // Unknown paths are protected too: nothing tells an anonymous caller what exists.
+        assert_eq!(get(addr, "/configz").await.status, StatusCode::UNAUTHORIZED);
+        // The API server cannot review the token: refused, not let through.
+        let tls = TlsConnector::from(Arc::new(trusting_self_signed()))
+            .connect(
+                ServerName::IpAddress(addr.ip().into()),
+                TcpStream::connect(addr).await.expect("connect"),
+            )
+            .await
+            .expect("TLS handshake");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(connection);
+        let request = http::Request::get("/metrics")
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer some-token")
+            .body(Empty::<Bytes>::new())
+            .expect("valid request");
+        let response = sender.send_request(request).await.expect("response");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        for open in ["/healthz", "/readyz", "/livez"] {
+            assert_eq!(get(addr, open).await.status, StatusCode::OK, "{open}");
+        }
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
     async fn unknown_path_is_not_found() {
         let (addr, _shutdown) = start(HealthChecks::default(), Registry::default()).await;
         for path in ["/", "/configz", "/healthzz", "/metrics/slis"] {
@@ -520,6 +620,7 @@ mod tests {
             loopback_config(TlsSource::Files { cert, key }),
             HealthChecks::default(),
             Arc::new(Registry::default()),
+            unreachable_api(),
             shutdown.clone(),
         )
         .await
@@ -541,6 +642,7 @@ mod tests {
             config,
             HealthChecks::default(),
             Arc::new(Registry::default()),
+            unreachable_api(),
             CancellationToken::new(),
         )
         .await
@@ -560,6 +662,7 @@ mod tests {
             config,
             HealthChecks::default(),
             Arc::new(Registry::default()),
+            unreachable_api(),
             CancellationToken::new(),
         )
         .await

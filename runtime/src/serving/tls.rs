@@ -1,14 +1,17 @@
 //! The serving certificate: generated in memory at start unless `--tls-cert-file` and
-//! `--tls-private-key-file` name one, as upstream does without `--cert-dir`.
+//! `--tls-private-key-file` name one, as upstream does without `--cert-dir`; and, with
+//! `--client-ca-file`, the CA that client certificates are verified against.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::server::danger::ClientCertVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 
 /// Common name of the in-memory certificate, after upstream's self-signed pair name.
 const SELF_SIGNED_NAME: &str = "cloud-controller-manager";
@@ -64,22 +67,37 @@ pub enum TlsError {
     /// rustls refused the configuration itself.
     #[error("cannot set up TLS on the secure port: {0}")]
     Setup(tokio_rustls::rustls::Error),
+    /// The client CA file cannot be read, holds no certificate, or holds one rustls refuses.
+    #[error("client CA {path} (--client-ca-file): {reason}")]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The TLS side of the secure port: the certificate from `source` (generated for
-/// `bind_address` when self-signed), HTTP/1.1 only.
+/// `bind_address` when self-signed), HTTP/1.1 only. With `client_ca`, a client may present
+/// a certificate, which must then chain to it (for client authentication); without one it
+/// may still connect, and authenticate with a token.
 pub(super) fn server_config(
     source: &TlsSource,
     bind_address: IpAddr,
+    client_ca: Option<&Path>,
 ) -> Result<ServerConfig, TlsError> {
     let (chain, key) = match source {
         TlsSource::SelfSigned => self_signed(bind_address)?,
         TlsSource::Files { cert, key } => (read_chain(cert)?, read_key(key)?),
     };
-    let builder = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+    let provider = Arc::new(ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(TlsError::Setup)?
-        .with_no_client_auth();
+        .map_err(TlsError::Setup)?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+    };
     let mut server = builder
         .with_single_cert(chain, key)
         .map_err(|error| match source {
@@ -93,6 +111,33 @@ pub(super) fn server_config(
     // Only HTTP/1.1 is served; say so, so a client offering h2 falls back instead of guessing.
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(server)
+}
+
+/// Verifies client certificates against the CAs in `path`; a client without one passes.
+fn client_verifier(
+    path: &Path,
+    provider: Arc<tokio_rustls::rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let ca_error = |reason: String| TlsError::ClientCa {
+        path: path.to_owned(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|error| ca_error(format!("cannot read it: {error}")))?;
+    let mut roots = RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(&pem) {
+        let certificate =
+            certificate.map_err(|error| ca_error(format!("not valid PEM: {error}")))?;
+        roots
+            .add(certificate)
+            .map_err(|error| ca_error(format!("not a usable CA certificate: {error}")))?;
+    }
+    if roots.is_empty() {
+        return Err(ca_error("contains no PEM `CERTIFICATE` block".to_owned()));
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|error| ca_error(error.to_string()))
 }
 
 /// The names the in-memory certificate is valid for: what a local probe dials, plus the bind
@@ -160,6 +205,7 @@ mod tests {
         server_config(
             &TlsSource::Files { cert, key },
             IpAddr::V4(Ipv4Addr::LOCALHOST),
+            None,
         )
         .expect_err("bad TLS files are refused")
     }

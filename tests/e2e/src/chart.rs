@@ -241,7 +241,27 @@ pub struct Grant {
     pub role: String,
 }
 
-/// Everything the rendered roles grant, through the rendered bindings, to the ServiceAccount
+/// A ClusterRole every cluster has (the API server's bootstrap policy) that the chart binds
+/// without rendering it, with its rules.
+fn bootstrap_role(name: &Value) -> Option<Rendered> {
+    let rules = match name.as_str()? {
+        "system:auth-delegator" => serde_json::json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        ]),
+        _ => return None,
+    };
+    Some(Rendered {
+        source: "(the cluster's bootstrap policy)".to_owned(),
+        object: serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": rules,
+        }),
+    })
+}
+
+/// Everything the rendered roles grant, through the rendered bindings (and to the bootstrap
+/// ClusterRoles a cluster has, see `bootstrap_role`), to the ServiceAccount
 /// `namespace`/`account`, one [`Grant`] per verb, group and resource of each rule.
 pub fn grants(objects: &[Rendered], namespace: &str, account: &str) -> Vec<Grant> {
     let binds = |binding: &Rendered| {
@@ -261,14 +281,23 @@ pub fn grants(objects: &[Rendered], namespace: &str, account: &str) -> Vec<Grant
     {
         let scope = binding.namespace().map(str::to_string);
         let role_ref = &binding.object["roleRef"];
-        let role = objects
-            .iter()
-            .find(|o| {
-                o.kind() == role_ref["kind"]
-                    && o.name() == role_ref["name"]
-                    && (o.kind() == "ClusterRole" || o.namespace() == scope.as_deref())
-            })
-            .unwrap_or_else(|| panic!("{} binds a role the chart does not render", binding.name()));
+        let bootstrap;
+        let role = match objects.iter().find(|o| {
+            o.kind() == role_ref["kind"]
+                && o.name() == role_ref["name"]
+                && (o.kind() == "ClusterRole" || o.namespace() == scope.as_deref())
+        }) {
+            Some(role) => role,
+            None => {
+                bootstrap = bootstrap_role(&role_ref["name"]).unwrap_or_else(|| {
+                    panic!(
+                        "{} binds a role the chart does not render nor a cluster has",
+                        binding.name()
+                    )
+                });
+                &bootstrap
+            }
+        };
         let strings = |value: &Value| -> Vec<String> {
             value
                 .as_array()

@@ -13,7 +13,8 @@ use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
 use tokio_rustls::rustls::crypto::{CryptoProvider, ring};
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, Error, SignatureScheme};
 
 #[derive(Debug)]
@@ -56,15 +57,57 @@ impl ServerCertVerifier for AnyCertificate {
     }
 }
 
-/// `GET https://addr/path`: the status code and body, or an error if nothing answers.
+/// `GET https://addr/path` without credentials: the status code and body, or an error if
+/// nothing answers. The manager answers only `/healthz`, `/readyz` and `/livez` so (by
+/// default); `/metrics` needs [`get_with_token`].
 pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    request(addr, path, None, None).await
+}
+
+/// `GET https://addr/path` with `Authorization: Bearer token`, as Prometheus scrapes with its
+/// service account's token (tests use the API emulator's admin token, which the manager's
+/// TokenReview and SubjectAccessReview accept).
+pub async fn get_with_token(
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+) -> std::io::Result<(u16, String)> {
+    request(addr, path, Some(token), None).await
+}
+
+/// `GET https://addr/path` presenting the client certificate `chain_pem` (leaf first) with
+/// its key `key_pem`, as a scraper authenticating with `--client-ca-file` does.
+pub async fn get_with_certificate(
+    addr: SocketAddr,
+    path: &str,
+    chain_pem: &str,
+    key_pem: &str,
+) -> std::io::Result<(u16, String)> {
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(std::io::Error::other)?;
+    request(addr, path, None, Some((chain, key))).await
+}
+
+async fn request(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> std::io::Result<(u16, String)> {
     let provider = Arc::new(ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider.clone())
+    let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)));
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(std::io::Error::other)?,
+    };
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let tls = TlsConnector::from(Arc::new(config))
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
@@ -73,8 +116,11 @@ pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)>
         .await
         .map_err(std::io::Error::other)?;
     tokio::spawn(connection);
-    let request = http::Request::get(path)
-        .header(http::header::HOST, "localhost")
+    let mut request = http::Request::get(path).header(http::header::HOST, "localhost");
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
         .body(Empty::<Bytes>::new())
         .map_err(std::io::Error::other)?;
     let response = sender

@@ -130,6 +130,11 @@ impl Pod {
         );
     }
 
+    /// Where its secure port listens (the probes' port, moved to loopback).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     /// Still the process it was started as: it neither exited nor was restarted.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().expect("wait on the pod").is_none()
@@ -235,15 +240,13 @@ fn local_arg(arg: &str, mounts: &[(String, PathBuf)], port: u16) -> String {
     arg.to_string()
 }
 
-/// A kubeconfig for the admin's cluster holding a fresh token of `account` instead, with
-/// the pod's namespace as its default.
-async fn write_service_account_kubeconfig(
-    admin: &Kubeconfig,
+/// A fresh token (an hour long) of the ServiceAccount `namespace`/`account` from the
+/// TokenRequest API, as a projected token volume holds one; `client` is the admin's.
+pub async fn service_account_token(
     client: &kube::Client,
     namespace: &str,
     account: &str,
-    path: &Path,
-) {
+) -> String {
     let request = TokenRequest {
         spec: TokenRequestSpec {
             audiences: Vec::new(),
@@ -256,7 +259,19 @@ async fn write_service_account_kubeconfig(
         .create_token_request(account, &PostParams::default(), &request)
         .await
         .unwrap_or_else(|error| panic!("a token for ServiceAccount {account}: {error}"));
-    let token = issued.status.expect("a token").token;
+    issued.status.expect("a token").token
+}
+
+/// A kubeconfig for the admin's cluster holding a fresh token of `account` instead, with
+/// the pod's namespace as its default.
+async fn write_service_account_kubeconfig(
+    admin: &Kubeconfig,
+    client: &kube::Client,
+    namespace: &str,
+    account: &str,
+    path: &Path,
+) {
+    let token = service_account_token(client, namespace, account).await;
     let mut kubeconfig = admin.clone();
     for user in &mut kubeconfig.auth_infos {
         if let Some(auth) = user.auth_info.as_mut() {

@@ -6,8 +6,9 @@
 //! two pods would (the stored Deployment's arguments and volumes, its ServiceAccount's token;
 //! see `e2e::pod`), pulling the provider from a registry with the mounted pull secret. The
 //! cluster lives a little meanwhile (nodes join, get routes, shut down and go away; load
-//! balancers are made and one deleted), and the release's RBAC is compared with what the
-//! manager asked the API server for: every request allowed, and every rule used.
+//! balancers are made and one deleted), Prometheus scrapes `/metrics` with its ServiceAccount's
+//! token, and the release's RBAC is compared with what the manager asked the API server for:
+//! every request allowed, and every rule used (system:auth-delegator's by the scrape's reviews).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,10 +22,10 @@ use e2e::pod::Pod;
 use e2e::registry::{Credentials, Registry, RegistryOptions};
 use e2e::testbed::{Testbed, eventually, has_taint, is_uninitialized};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_emulator::{Authorization, EmulatorOptions};
 use serde_json::json;
 use wasm_ccm::resource::CloudProvider;
@@ -43,16 +44,50 @@ fn install_values(registry: &Registry, bed: &Testbed) -> String {
         .replace("https://api.simcloud.example", &bed.cloud.sim.url())
 }
 
-/// What the test adds: its registry is plain HTTP, two replicas elect a leader, and the
-/// node and route controllers look often.
+/// What the test adds: its registry is plain HTTP, two replicas elect a leader, the node and
+/// route controllers look often, and a Prometheus ServiceAccount may read /metrics.
 fn test_values(registry: &Registry) -> String {
     format!(
         "registry: {{insecure: ['{}']}}
 replicas: 2
 extraArgs: [--node-monitor-period=300ms, --route-reconciliation-period=500ms]
+metrics:
+  reader: {{subjects: [{{kind: ServiceAccount, name: {PROMETHEUS}, namespace: {NAMESPACE}}}]}}
 ",
         registry.addr()
     )
+}
+
+/// The ServiceAccount Prometheus scrapes as.
+const PROMETHEUS: &str = "prometheus";
+
+/// Prometheus scrapes each pod with its ServiceAccount's token, bound by the release to the
+/// metrics-reader role: the manager has the API server review the token and the access (as
+/// the release's system:auth-delegator binding allows) and answers; without a token, 401.
+async fn scraped_by_prometheus(bed: &Testbed, pods: &[Pod]) {
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(PROMETHEUS.into()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    Api::<ServiceAccount>::namespaced(bed.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("create Prometheus's ServiceAccount");
+    let token = e2e::pod::service_account_token(&bed.client, NAMESPACE, PROMETHEUS).await;
+    for pod in pods {
+        let (code, body) = e2e::https::get_with_token(pod.addr(), "/metrics", &token)
+            .await
+            .expect("an answer");
+        assert_eq!(code, 200, "{}: {body}", pod.name);
+        assert!(body.contains("wasm_ccm_build_info"), "{}: {body}", pod.name);
+        let (code, _) = e2e::https::get(pod.addr(), "/metrics")
+            .await
+            .expect("an answer");
+        assert_eq!(code, 401, "{}: /metrics without a token", pod.name);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +203,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     );
 
     live_a_little(&bed).await;
+    scraped_by_prometheus(&bed, &pods).await;
 
     // The README's upgrade: only the CloudProvider changes, the Deployment is not rolled.
     let v2 = format!(

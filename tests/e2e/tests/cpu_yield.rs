@@ -49,8 +49,15 @@ fn spawn_manager(bed: &Testbed) -> ManagerProcess {
 }
 
 /// The value of every sample of `metric` whose labels include all of `labels`, summed.
-async fn metric(manager: &ManagerProcess, metric: &str, labels: &[&str]) -> Option<f64> {
-    let (_, body) = https::get(manager.addr, "/metrics").await.ok()?;
+async fn metric(
+    bed: &Testbed,
+    manager: &ManagerProcess,
+    metric: &str,
+    labels: &[&str],
+) -> Option<f64> {
+    let (_, body) = https::get_with_token(manager.addr, "/metrics", bed.emulator.token())
+        .await
+        .ok()?;
     let samples = body
         .lines()
         .filter(|line| line.starts_with(metric) && labels.iter().all(|l| line.contains(l)));
@@ -74,7 +81,7 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
     let bed = Testbed::start().await;
     let manager = spawn_manager(&bed);
     eventually("the manager leads", WAIT, || async {
-        let leading = metric(&manager, "leader_election_master_status", &[]).await?;
+        let leading = metric(&bed, &manager, "leader_election_master_status", &[]).await?;
         (leading == 1.0).then_some(())
     })
     .await;
@@ -90,7 +97,7 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
         bed.create_node(&node).await;
     }
     eventually("the nodes queued", WAIT, || async {
-        let adds = metric(&manager, "workqueue_adds_total", &["name=\"Nodes\""]);
+        let adds = metric(&bed, &manager, "workqueue_adds_total", &["name=\"Nodes\""]);
         adds.await.filter(|n| *n >= SPINNING_NODES as f64)
     })
     .await;
@@ -108,7 +115,13 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (holder_after, renewed_after) = lease_renewed(&bed).await.expect("a lease");
-    let deadlines = metric(&manager, "wasm_ccm_provider_calls_total", &["deadline"]).await;
+    let deadlines = metric(
+        &bed,
+        &manager,
+        "wasm_ccm_provider_calls_total",
+        &["deadline"],
+    )
+    .await;
     assert_eq!(
         deadlines, None,
         "the checks ran while every call still spun"
@@ -126,7 +139,12 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
     // The four calls ran side by side: all hit their deadline about one deadline after the
     // nodes appeared, not four deadlines.
     eventually("every spinning call hit its deadline", WAIT, || async {
-        let deadlines = metric(&manager, "wasm_ccm_provider_calls_total", &["deadline"]);
+        let deadlines = metric(
+            &bed,
+            &manager,
+            "wasm_ccm_provider_calls_total",
+            &["deadline"],
+        );
         deadlines.await.filter(|n| *n >= SPINNING_NODES as f64)
     })
     .await;

@@ -720,7 +720,7 @@ async fn hot_swap_a_diverging_shadow_is_not_promoted_and_never_acted_on() {
 /// serving health and metrics on `port`.
 fn replica(bed: &Testbed, identity: &str, port: u16) -> wasm_ccm::manager::ManagerConfig {
     use wasm_ccm::leader::LeaseSettings;
-    use wasm_ccm::serving::{ServingConfig, TlsSource};
+    use wasm_ccm::serving::{AuthConfig, ServingConfig, TlsSource};
 
     let mut config = resource_config(bed);
     config.leader_election = Some(LeaseSettings {
@@ -736,6 +736,7 @@ fn replica(bed: &Testbed, identity: &str, port: u16) -> wasm_ccm::manager::Manag
         bind_address: [127, 0, 0, 1].into(),
         port,
         tls: TlsSource::SelfSigned,
+        auth: AuthConfig::default(),
     };
     config
 }
@@ -761,7 +762,10 @@ async fn hot_swap_a_standby_follows_the_resource_warm_and_only_the_leader_writes
     // The standby loaded the version too: ready, and its metrics name it.
     let metrics = eventually("the standby has the version loaded", WAIT, || async {
         let (status, _) = e2e::https::get(standby_addr, "/readyz").await.ok()?;
-        let (_, metrics) = e2e::https::get(standby_addr, "/metrics").await.ok()?;
+        let (_, metrics) =
+            e2e::https::get_with_token(standby_addr, "/metrics", bed.emulator.token())
+                .await
+                .ok()?;
         (status == 200 && metrics.contains("wasm_ccm_provider_info{")).then_some(metrics)
     })
     .await;

@@ -252,8 +252,10 @@ fn spawn(bed: &Testbed, extra: &[&str]) -> Manager {
     )
 }
 
-async fn is_leading(manager: &Manager) -> Option<bool> {
-    let (_, metrics) = https::get(manager.addr, "/metrics").await.ok()?;
+async fn is_leading(bed: &Testbed, manager: &Manager) -> Option<bool> {
+    let (_, metrics) = https::get_with_token(manager.addr, "/metrics", bed.emulator.token())
+        .await
+        .ok()?;
     let line = metrics
         .lines()
         .find(|l| l.starts_with("leader_election_master_status"))?;
@@ -283,7 +285,10 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
     let second = spawn(&bed, &LEASE);
     let old_holder = eventually("a leader", WAIT, || async { holder(&bed).await }).await;
     let (mut leader, standby) = eventually("one leads, one stands by", WAIT, || async {
-        match (is_leading(&first).await?, is_leading(&second).await?) {
+        match (
+            is_leading(&bed, &first).await?,
+            is_leading(&bed, &second).await?,
+        ) {
             (true, false) => Some((0, 1)),
             (false, true) => Some((1, 0)),
             _ => None,
@@ -322,10 +327,13 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
         bed.node("after").await.filter(|n| !is_uninitialized(n))
     })
     .await;
-    assert_eq!(is_leading(&managers[leader]).await, Some(true));
+    assert_eq!(is_leading(&bed, &managers[leader]).await, Some(true));
     let new_holder = holder(&bed).await.expect("a holder");
     assert_ne!(new_holder, old_holder);
-    let (_, metrics) = https::get(managers[leader].addr, "/metrics").await.unwrap();
+    let (_, metrics) =
+        https::get_with_token(managers[leader].addr, "/metrics", bed.emulator.token())
+            .await
+            .unwrap();
     for name in [
         "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
         "running_managed_controllers{",
@@ -349,7 +357,7 @@ async fn a_clean_shutdown_releases_the_lease() {
     let bed = Testbed::start().await;
     let mut manager = spawn(&bed, &LEASE);
     eventually("leading", WAIT, || async {
-        is_leading(&manager).await.filter(|l| *l)
+        is_leading(&bed, &manager).await.filter(|l| *l)
     })
     .await;
     assert!(holder(&bed).await.is_some());

@@ -4,7 +4,8 @@
 //! paths, `/status`), query parameters, content negotiation (JSON,
 //! `PartialObjectMetadata` and `Table`), fault injection and request
 //! counting (per user agent and user) around every API call the user may
-//! make, the `serviceaccounts/{name}/token` subresource, and the admin
+//! make, the `serviceaccounts/{name}/token` subresource, the `TokenReview`
+//! and `SubjectAccessReview` APIs (see `reviews`), and the admin
 //! endpoints under `/_emulator`. `/openapi` is `openapi`'s; bodies in
 //! protobuf are read by `protobuf`.
 
@@ -30,6 +31,7 @@ use crate::openapi;
 use crate::patch::{PATCH_MEDIA_TYPES, PatchType};
 use crate::protobuf;
 use crate::resources::{Registry, ResourceType};
+use crate::reviews;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, FieldError, GroupKind, GroupResource, go_strings};
 use crate::store::Store;
@@ -319,6 +321,31 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
             .tokens
             .request(&app.store, namespace, name, &body.value)?;
         return Ok(json_response(StatusCode::CREATED, &answer, &warnings));
+    }
+    let review = match (group, version, rest.as_slice()) {
+        ("authentication.k8s.io", "v1", ["tokenreviews"]) => Some("tokenreviews"),
+        ("authorization.k8s.io", "v1", ["subjectaccessreviews"]) => Some("subjectaccessreviews"),
+        _ => None,
+    };
+    if let Some(resource) = review {
+        app.requests
+            .record(&user_agent, &user, "create", &format!("{resource}.{group}"));
+        inject(app, &parts.method, &path_and_query).await?;
+        if parts.method != Method::POST {
+            return Err(ApiError::method_not_allowed());
+        }
+        let body = axum::body::to_bytes(body, MAX_BODY)
+            .await
+            .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+        let body = body::parse(&body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?;
+        let answer = if resource == "tokenreviews" {
+            reviews::token_review(&app.tokens, &app.store, &body.value)?
+        } else {
+            reviews::subject_access_review(&app.authorizer, &app.store, &body.value)?
+        };
+        return Ok(json_response(StatusCode::CREATED, &answer, &[]));
     }
     let route = app
         .store

@@ -101,13 +101,9 @@ impl Authorizer {
 
     /// Decides and records; a refusal is upstream's 403.
     pub fn authorize(&self, store: &Store, attributes: &Attributes) -> Result<(), ApiError> {
-        let verdict = match self.mode {
-            Authorization::AlwaysAllow => Ok(()),
-            Authorization::Rbac if attributes.groups.iter().any(|g| g == MASTERS) => Ok(()),
-            Authorization::Rbac => store
-                .read(|state| rbac::authorize(state, attributes))
-                .map_err(|reason| forbidden(attributes, &reason)),
-        };
+        let verdict = self
+            .review(store, attributes)
+            .map_err(|reason| forbidden(attributes, &reason));
         let allowed = verdict.is_ok();
         let mut decisions = self.decisions();
         // Cloned only the first time: most requests repeat earlier ones.
@@ -120,6 +116,18 @@ impl Authorizer {
             }
         }
         verdict
+    }
+
+    /// A `SubjectAccessReview`'s answer: whether the subject of
+    /// `attributes` may, and the reason a refusal gives (see
+    /// [`Authorizer::authorize`]). Not recorded: the decision is about
+    /// another user than the one asking, and is made for them.
+    pub fn review(&self, store: &Store, attributes: &Attributes) -> Result<(), String> {
+        match self.mode {
+            Authorization::AlwaysAllow => Ok(()),
+            Authorization::Rbac if attributes.groups.iter().any(|g| g == MASTERS) => Ok(()),
+            Authorization::Rbac => store.read(|state| rbac::authorize(state, attributes)),
+        }
     }
 
     /// The decisions so far, by user, then verb, group, resource….

@@ -41,12 +41,15 @@
 //! | `coordination.k8s.io/v1` `leases` | namespaced | |
 //! | `events.k8s.io/v1` `events` (the same objects as `v1` events) | namespaced | |
 //! | `apiextensions.k8s.io/v1` `customresourcedefinitions` | cluster | `status` |
+//! | `networking.k8s.io/v1` `networkpolicies` (stored, not enforced) | namespaced | |
 //! | `rbac.authorization.k8s.io/v1` `roles`, `rolebindings` | namespaced | |
 //! | `rbac.authorization.k8s.io/v1` `clusterroles`, `clusterrolebindings` | cluster | |
 //! | every served version of an established CRD | per CRD | `status` if declared |
 //!
-//! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`
-//! and the `default/kubernetes` Service exist from the start. Discovery
+//! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`,
+//! the `default/kubernetes` Service and the bootstrap ClusterRole
+//! `system:auth-delegator` (create `tokenreviews` and
+//! `subjectaccessreviews`) exist from the start. Discovery
 //! (`/api`, `/apis`, their aggregated `apidiscovery.k8s.io/v2` form, and
 //! `/api/v1`, `/apis/{group}[/{version}]`), OpenAPI v3 (below),
 //! `/version`, `/healthz`, `/livez` and `/readyz` are served;
@@ -64,6 +67,21 @@
 //! `system:authenticated`) until they expire and while that ServiceAccount
 //! (same uid) exists; then they are a 401. The admin is in
 //! `system:masters` and `system:authenticated`.
+//!
+//! A delegating server asks about its own callers as upstream's do:
+//! `POST /apis/authentication.k8s.io/v1/tokenreviews` (a `TokenReview`:
+//! `status.authenticated`, the user and groups of a token the emulator
+//! knows, as above, when it was issued for one of `spec.audiences`, the API
+//! server's own when none are asked; 400 without `spec.token`) and `POST
+//! /apis/authorization.k8s.io/v1/subjectaccessreviews` (a
+//! `SubjectAccessReview` decided by the authorizer below for `spec.user`
+//! and `spec.groups`, resource or non-resource attributes; upstream's 422
+//! when both or neither are given, or neither user nor groups). Both answer
+//! 201 with the object and its `status`, store nothing, are authorized as
+//! `create` on their resource (what `system:auth-delegator` grants) and
+//! are counted as `create tokenreviews.authentication.k8s.io` and `create
+//! subjectaccessreviews.authorization.k8s.io`; a review's decision is not
+//! one of [`Emulator::authorizations`] (it is about another user).
 //!
 //! Request bodies are JSON, or, for Secrets, ConfigMaps and
 //! `DeleteOptions`, protobuf (`application/vnd.kubernetes.protobuf`),
@@ -199,7 +217,8 @@
 //! upstream validation of names, labels, annotations, finalizers, owner
 //! references, taints, node addresses and `providerID`, services (types,
 //! ports, node ports, cluster and external IPs, `loadBalancerClass`, load
-//! balancer status and `ipMode`), leases, events (both API versions),
+//! balancer status and `ipMode`), leases, NetworkPolicies (`policyTypes`
+//! and ports, with v1's defaults for both), events (both API versions),
 //! config maps, secrets, Deployments and DaemonSets (a selector that
 //! selects the pod template and never changes, strategies, counters, and
 //! the pod template's labels, volume and container names, images, ports
@@ -298,11 +317,22 @@
 //! - The CA and serving certificate are new at every start, so a
 //!   kubeconfig is good for one run; client certificates are not accepted.
 //! - Service-account tokens are opaque random strings, not signed JWTs (no
-//!   claims to decode, no `TokenReview`), are never bound to objects
+//!   claims to decode), are never bound to objects
 //!   (`boundObjectRef` is a 400) and live in memory only.
 //!   [`EmulatorOptions::max_token_expiration`] may be any length, down to a
 //!   second, so tests can see tokens expire: a real server's
 //!   `--service-account-max-token-expiration` is at least an hour.
+//! - `TokenReview` and `SubjectAccessReview` are not in discovery or
+//!   OpenAPI (so `kubectl create -f` of one fails; clients that post them,
+//!   as delegating servers do, work), and `SelfSubjectAccessReview`,
+//!   `LocalSubjectAccessReview` and `SelfSubjectReview` are not served. A
+//!   `TokenReview` answers no `uid` or `extra` for a user; a
+//!   `SubjectAccessReview` ignores `spec.uid` and `spec.extra` (RBAC does
+//!   not read them), never sets `denied` or `evaluationError`, and an
+//!   allowed one has no `reason` (upstream's RBAC names the binding).
+//!   Only bootstrap ClusterRole `system:auth-delegator` is an object;
+//!   `system:discovery` and `system:basic-user` are only applied (see
+//!   Authorization).
 //! - Authorization is one mode, `AlwaysAllow` or `RBAC` (no `Node`
 //!   authorizer, no webhook, no chain of modes). RBAC has no escalation or
 //!   `bind` checks (creating a Role or binding is allowed to anyone allowed
@@ -406,6 +436,7 @@ mod patch;
 mod printer_columns;
 mod protobuf;
 mod resources;
+mod reviews;
 mod schema;
 mod selectors;
 mod status;
@@ -588,6 +619,12 @@ impl Emulator {
         format!("https://{addr}")
     }
 
+    /// The admin's bearer token (the kubeconfig's), for clients that do not
+    /// read the kubeconfig: what a `TokenReview` of it answers is [`ADMIN_USER`].
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// The PEM certificate of the CA that signed the serving certificate,
     /// for clients that do not read the kubeconfig (reqwest's
     /// `Certificate::from_pem`, curl's `--cacert`).
@@ -684,6 +721,25 @@ fn seed(store: &Store) -> Result<(), StartError> {
         });
         verbs::create(state, &rt, "default", body, &verbs::WriteOptions::default())
             .map_err(|e| StartError::Seed { what: "the kubernetes service", message: e.to_string() })?;
+        // The bootstrap role a delegating server's account is bound to.
+        let rt = state
+            .registry
+            .builtin(resources::Rules::ClusterRole)
+            .ok_or(StartError::Seed { what: "system:auth-delegator", message: "not registered".into() })?;
+        let body = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {
+                "name": "system:auth-delegator",
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+            },
+            "rules": [
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+            ]
+        });
+        verbs::create(state, &rt, "", body, &verbs::WriteOptions::default())
+            .map_err(|e| StartError::Seed { what: "system:auth-delegator", message: e.to_string() })?;
         Ok(())
     })
 }

@@ -33,6 +33,7 @@ pub enum Rules {
     ClusterRole,
     RoleBinding,
     ClusterRoleBinding,
+    NetworkPolicy,
     Custom,
 }
 
@@ -330,6 +331,18 @@ const BUILTINS: &[Builtin] = &[
         status: false,
         storage: "rbac.authorization.k8s.io/roles",
         rules: Rules::Role,
+        view: View::Native,
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        kind: "NetworkPolicy",
+        plural: "networkpolicies",
+        namespaced: true,
+        short: &["netpol"],
+        categories: &[],
+        status: false,
+        storage: "networking.k8s.io/networkpolicies",
+        rules: Rules::NetworkPolicy,
         view: View::Native,
     },
 ];

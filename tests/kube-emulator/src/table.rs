@@ -192,6 +192,14 @@ const LEASE: &[Column] = &[
     column("Holder", "Name of the current holder of the lease."),
     AGE,
 ];
+const NETWORK_POLICY: &[Column] = &[
+    NAME,
+    column(
+        "Pod-Selector",
+        "Selects the pods to which this NetworkPolicy object applies.",
+    ),
+    AGE,
+];
 const EVENT: &[Column] = &[
     column(
         "Last Seen",
@@ -342,6 +350,7 @@ fn columns(rt: &ResourceType) -> &'static [Column] {
         Rules::Secret => SECRET,
         Rules::ServiceAccount => SERVICE_ACCOUNT,
         Rules::Lease => LEASE,
+        Rules::NetworkPolicy => NETWORK_POLICY,
         Rules::Deployment => DEPLOYMENT,
         Rules::DaemonSet => DAEMON_SET,
         Rules::Event => EVENT,
@@ -368,6 +377,7 @@ fn cells(rt: &ResourceType, view: &Value, now: Timestamp) -> Vec<Value> {
         ],
         Rules::ServiceAccount => vec![name, json!(array_at(view, "/secrets").len()), age],
         Rules::Lease => vec![name, json!(str_at(view, "/spec/holderIdentity")), age],
+        Rules::NetworkPolicy => vec![name, json!(pod_selector(view)), age],
         Rules::Deployment => deployment(view, name, age),
         Rules::DaemonSet => daemon_set(view, name, age),
         // Both event endpoints print the core form, as upstream prints the
@@ -728,6 +738,27 @@ fn human_duration(seconds: i64) -> String {
         };
     }
     format!("{years}y")
+}
+
+/// A NetworkPolicy's pod selector as `kubectl get netpol` prints it: `k=v,…` of its
+/// `matchLabels` (`<none>` when it selects every pod).
+fn pod_selector(view: &Value) -> String {
+    let labels = view
+        .pointer("/spec/podSelector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    if labels.is_empty() {
+        "<none>".to_owned()
+    } else {
+        labels
+    }
 }
 
 #[cfg(test)]

@@ -37,10 +37,10 @@ const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 /// Audiences of a token that asks for none: the API server's own (what
 /// kubeadm's default `--service-account-issuer` makes them).
-const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// An authenticated user: a name and groups, as `user.Info` carries them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     pub name: String,
     pub groups: Vec<String>,
@@ -74,6 +74,7 @@ struct Issued {
     name: String,
     uid: String,
     expires: SystemTime,
+    audiences: Vec<String>,
 }
 
 /// The admin token and the tokens issued so far. Cheap to clone.
@@ -108,22 +109,29 @@ impl Tokens {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
-        if presented == &*self.admin {
-            return Ok(User::admin());
+        self.review(store, presented)
+            .map(|(user, _)| user)
+            .ok_or(ApiError::Unauthorized)
+    }
+
+    /// Who `token` is, and the audiences it was issued for (the API
+    /// server's for the admin token), or `None` for an unknown, expired
+    /// or orphaned token: what the API server's authenticators answer, for
+    /// requests and for a `TokenReview` alike.
+    pub fn review(&self, store: &Store, token: &str) -> Option<(User, Vec<String>)> {
+        if token == &*self.admin {
+            return Some((User::admin(), vec![API_AUDIENCE.to_owned()]));
         }
-        let issued = self
-            .issued()
-            .get(presented)
-            .cloned()
-            .ok_or(ApiError::Unauthorized)?;
+        let issued = self.issued().get(token).cloned()?;
         if SystemTime::now() >= issued.expires {
-            return Err(ApiError::Unauthorized);
+            return None;
         }
-        let account = store.get("serviceaccounts", Some(&issued.namespace), &issued.name);
-        if account.is_none_or(|account| meta::uid(&account) != issued.uid) {
-            return Err(ApiError::Unauthorized);
+        let account = store.get("serviceaccounts", Some(&issued.namespace), &issued.name)?;
+        if meta::uid(&account) != issued.uid {
+            return None;
         }
-        Ok(User::service_account(&issued.namespace, &issued.name))
+        let user = User::service_account(&issued.namespace, &issued.name);
+        Some((user, issued.audiences))
     }
 
     /// `POST .../namespaces/{namespace}/serviceaccounts/{name}/token`: the
@@ -221,6 +229,7 @@ impl Tokens {
                 name: name.to_owned(),
                 uid: meta::uid(&account).to_owned(),
                 expires,
+                audiences: audiences.clone(),
             },
         );
         let answer = json!({

@@ -239,7 +239,7 @@ async fn under_load(registry: &Registry, v1: &Version, v2: &Version) -> (Vec<Swa
         })
         .await;
     }
-    let before = calls(addr).await;
+    let before = calls(&bed, addr).await;
     let churn = {
         let services = bed.services();
         tokio::spawn(async move {
@@ -270,7 +270,7 @@ async fn under_load(registry: &Registry, v1: &Version, v2: &Version) -> (Vec<Swa
         })
         .await;
     }
-    let after = calls(addr).await;
+    let after = calls(&bed, addr).await;
     manager.stop().await.expect("the manager stops cleanly");
     let mut failures = after.failures;
     for (outcome, count) in &before.failures {
@@ -302,8 +302,10 @@ fn unreachable_node(name: &str) -> k8s_openapi::api::core::v1::Node {
 }
 
 /// The manager's provider calls so far, from `wasm_ccm_provider_calls_total`.
-async fn calls(addr: std::net::SocketAddr) -> Calls {
-    let (status, body) = https::get(addr, "/metrics").await.expect("scrape /metrics");
+async fn calls(bed: &Testbed, addr: std::net::SocketAddr) -> Calls {
+    let (status, body) = https::get_with_token(addr, "/metrics", bed.emulator.token())
+        .await
+        .expect("scrape /metrics");
     assert_eq!(status, 200, "{body}");
     let mut calls = Calls::default();
     for line in body.lines() {

@@ -131,6 +131,10 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         "                           health and metrics on https://{metrics_addr}/healthz, /metrics"
     );
     println!(
+        "                           (/metrics needs a token: curl -k -H \"Authorization: Bearer {}\" …)",
+        bed.emulator.token()
+    );
+    println!(
         "  kubeconfig               {}\n",
         bed.kubeconfig().display()
     );
@@ -183,7 +187,8 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         None => println!("  none"),
     }
 
-    let metrics = https::get(metrics_addr, "/metrics").await;
+    // As Prometheus scrapes: with a token the API server vouches for (the emulator's admin).
+    let metrics = https::get_with_token(metrics_addr, "/metrics", bed.emulator.token()).await;
     println!("\nProvider calls per version (wasm_ccm_provider_calls_total, from /metrics):");
     let status = object
         .as_ref()

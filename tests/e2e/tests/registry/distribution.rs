@@ -261,11 +261,13 @@ async fn the_manager_runs_an_oras_pushed_provider_and_restarts_from_the_cache_wi
             .await
         }
     };
+    let token = bed.emulator.token().to_owned();
     let metrics = |manager: &ManagerProcess| {
         let addr = manager.addr;
+        let token = token.clone();
         async move {
             eventually("metrics", WAIT, || async {
-                https::get(addr, "/metrics")
+                https::get_with_token(addr, "/metrics", &token)
                     .await
                     .ok()
                     .map(|(_, body)| body)

@@ -12,6 +12,7 @@ mod custom;
 mod event;
 mod lease;
 mod namespace;
+mod network_policy;
 mod node;
 mod pod_template;
 mod rbac;
@@ -84,6 +85,7 @@ pub fn policy(rt: &ResourceType) -> Policy {
         | Rules::ConfigMap
         | Rules::Secret
         | Rules::ServiceAccount
+        | Rules::NetworkPolicy
         | Rules::Deployment
         | Rules::DaemonSet => (false, true),
     };
@@ -156,6 +158,7 @@ fn decode_fields(
         (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
         (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
         (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
+        (Rules::NetworkPolicy, _) => round_trip::<api::networking::v1::NetworkPolicy>(rt, &value)?,
         (Rules::Deployment, _) => round_trip::<api::apps::v1::Deployment>(rt, &value)?,
         (Rules::DaemonSet, _) => round_trip::<api::apps::v1::DaemonSet>(rt, &value)?,
         (Rules::Role, _) => round_trip::<api::rbac::v1::Role>(rt, &rbac::role_zero_filled(&value))?,
@@ -437,6 +440,7 @@ pub fn prepare_create(
         Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(obj),
         Rules::Deployment => apps::prepare_create(Workload::Deployment, obj),
         Rules::DaemonSet => apps::prepare_create(Workload::DaemonSet, obj),
+        Rules::NetworkPolicy => network_policy::prepare(obj),
         Rules::ConfigMap
         | Rules::ServiceAccount
         | Rules::Event
@@ -466,6 +470,7 @@ pub fn prepare_update(
         Rules::RoleBinding | Rules::ClusterRoleBinding => rbac::default_binding(new),
         Rules::Deployment => apps::prepare_update(Workload::Deployment, sub, new, old),
         Rules::DaemonSet => apps::prepare_update(Workload::DaemonSet, sub, new, old),
+        Rules::NetworkPolicy => network_policy::prepare(new),
         Rules::ConfigMap
         | Rules::ServiceAccount
         | Rules::Event
@@ -495,6 +500,7 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
         }
         Rules::Deployment => apps::validate(Workload::Deployment, obj),
         Rules::DaemonSet => apps::validate(Workload::DaemonSet, obj),
+        Rules::NetworkPolicy => network_policy::validate(obj),
     };
     if !errs.is_empty() {
         return errs;
@@ -527,6 +533,7 @@ pub fn validate_update(
         }
         Rules::Deployment => apps::validate_update(Workload::Deployment, sub, new, old),
         Rules::DaemonSet => apps::validate_update(Workload::DaemonSet, sub, new, old),
+        Rules::NetworkPolicy => network_policy::validate_spec(new),
     });
     errs
 }

@@ -32,6 +32,7 @@ async fn the_root_lists_each_served_group_version_with_its_hash() {
         "apis/coordination.k8s.io/v1",
         "apis/events.k8s.io/v1",
         "apis/apiextensions.k8s.io/v1",
+        "apis/networking.k8s.io/v1",
         "apis/rbac.authorization.k8s.io/v1",
     ] {
         let url = document_url(&root.body, key).unwrap_or_else(|| panic!("{key}: {}", root.body));
@@ -42,7 +43,7 @@ async fn the_root_lists_each_served_group_version_with_its_hash() {
     }
     assert_eq!(
         root.body["paths"].as_object().unwrap().len(),
-        6,
+        7,
         "{}",
         root.body
     );

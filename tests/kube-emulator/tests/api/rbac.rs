@@ -851,3 +851,115 @@ async fn the_binary_takes_the_authorization_mode() {
     assert_eq!(status(refused.expect_err("refused")).code, 403);
     drop(binary);
 }
+
+/// What a delegating server (a cloud-controller-manager's secure port) asks: a TokenReview of
+/// its caller's token and a SubjectAccessReview of the caller's access, each allowed by the
+/// bootstrap `system:auth-delegator` role and answered by the emulator's own authenticator
+/// and RBAC.
+#[tokio::test]
+async fn a_delegating_server_reviews_tokens_and_access_through_system_auth_delegator() {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+
+    let cluster = rbac_cluster().await;
+    let server = ccm(&cluster).await;
+    create_namespace(&cluster.client, "monitoring").await;
+    let caller = service_account_token(&cluster, "monitoring", "prometheus").await;
+    let token_review = |token: &str| TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_owned()),
+            audiences: None,
+        },
+        ..TokenReview::default()
+    };
+    let reviews = Api::<TokenReview>::all(server.clone());
+    let message = forbidden(
+        reviews
+            .create(&PostParams::default(), &token_review(&caller))
+            .await,
+        "",
+        "authentication.k8s.io",
+        "tokenreviews",
+    );
+    assert!(
+        message.contains(r#"cannot create resource "tokenreviews""#),
+        "{message}"
+    );
+
+    cluster_role_binding(
+        &cluster,
+        "ccm-delegator",
+        "system:auth-delegator",
+        ccm_subject(),
+    )
+    .await;
+    let reviewed = reviews
+        .create(&PostParams::default(), &token_review(&caller))
+        .await
+        .expect("a review");
+    let status = reviewed.status.expect("a status");
+    assert_eq!(status.authenticated, Some(true));
+    let user = status.user.expect("a user");
+    let prometheus = service_account_user("monitoring", "prometheus");
+    assert_eq!(user.username.as_deref(), Some(prometheus.as_str()));
+    assert!(
+        user.groups
+            .unwrap_or_default()
+            .contains(&"system:authenticated".to_owned())
+    );
+    let unknown = reviews
+        .create(&PostParams::default(), &token_review("not-a-token"))
+        .await
+        .expect("a review");
+    assert_eq!(unknown.status.expect("a status").authenticated, Some(false));
+
+    let access = |user: &str| SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            groups: Some(vec!["system:authenticated".to_owned()]),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/metrics".to_owned()),
+                verb: Some("get".to_owned()),
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let decisions = Api::<SubjectAccessReview>::all(server);
+    let denied = decisions
+        .create(&PostParams::default(), &access(&prometheus))
+        .await
+        .expect("a review");
+    assert!(!denied.status.expect("a status").allowed);
+    cluster_role(
+        &cluster,
+        "metrics-reader",
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+    )
+    .await;
+    cluster_role_binding(
+        &cluster,
+        "prometheus-metrics",
+        "metrics-reader",
+        json!([{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]),
+    )
+    .await;
+    let allowed = decisions
+        .create(&PostParams::default(), &access(&prometheus))
+        .await
+        .expect("a review");
+    assert!(allowed.status.expect("a status").allowed);
+    let invalid = decisions
+        .create(&PostParams::default(), &SubjectAccessReview::default())
+        .await
+        .expect_err("neither attributes nor a user");
+    assert_eq!(crate::harness::status(invalid).code, 422);
+    let counts = cluster.emulator.requests().counts;
+    assert_eq!(
+        counts.get("create tokenreviews.authentication.k8s.io"),
+        Some(&2),
+        "{counts:?}"
+    );
+}
