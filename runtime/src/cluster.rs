@@ -361,9 +361,9 @@ where
             }
             match self.budgets.take(BUCKET) {
                 Ok(()) => self.permitted = true,
-                Err(delay) => {
+                Err(refusal) => {
                     self.wait = Some(Box::pin(tokio::time::sleep(
-                        delay.max(Duration::from_micros(100)),
+                        refusal.retry_after().max(Duration::from_micros(100)),
                     )));
                 }
             }

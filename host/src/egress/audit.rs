@@ -229,7 +229,7 @@ impl Audit {
         let grant = EgressGrantLabels {
             provider: record.provider.clone(),
             version: record.version.clone(),
-            grant: record.host.clone(),
+            grant: record.grant.as_deref().unwrap_or(NO_GRANT).to_string(),
         };
         self.metrics
             .egress_requests

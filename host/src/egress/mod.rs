@@ -279,7 +279,7 @@ impl EgressGate {
                 config.pool,
             ),
             sts_grants,
-            budgets: Budgets::new(config.budget),
+            budgets: Budgets::bounded(config.budget, config.max_destinations),
             forbidden: Arc::new(forbidden),
             host_connections: Arc::new(Connections::new(
                 &config.allow,

@@ -23,8 +23,9 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use wasmtime_wasi_http::{Error, WasiBody};
 
+use super::address::{self, Internal};
 use super::dns::Resolver;
-use super::policy::{Destination, HostPattern, Scheme, internal_address_reason};
+use super::policy::{Destination, HostPattern, Scheme};
 
 /// Timeouts and limits of one request.
 #[derive(Debug, Clone, Copy)]
@@ -46,10 +47,7 @@ pub struct Limits {
 #[derive(Debug)]
 pub enum ConnectRefusal {
     /// Every address of the destination is internal and the grant names none of them.
-    Internal {
-        address: IpAddr,
-        reason: &'static str,
-    },
+    Internal { address: IpAddr, reason: Internal },
     /// The transport failed (DNS, TCP, TLS); the error is the guest-visible code.
     Failed(Error, String),
 }
@@ -58,7 +56,7 @@ impl std::fmt::Display for ConnectRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnectRefusal::Internal { address, reason } => {
-                write!(f, "{address} is a {reason}")
+                write!(f, "{address} is {reason}")
             }
             ConnectRefusal::Failed(_, message) => f.write_str(message),
         }
@@ -110,7 +108,7 @@ pub async fn resolve_allowed(
     let mut refused = None;
     let allowed: Vec<SocketAddr> = addresses
         .into_iter()
-        .filter(|addr| match internal_address_reason(addr.ip()) {
+        .filter(|addr| match address::internal(addr.ip()) {
             None => true,
             Some(_) if grant.names_address(addr.ip()) => true,
             Some(reason) => {

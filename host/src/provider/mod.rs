@@ -281,9 +281,12 @@ impl Compiled {
         let config = cloud_config.as_deref();
         let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
             .await
-            .map_err(|error| ProviderLoadError::Init {
-                origin: identity.reference.clone(),
-                error,
+            .map_err(|error| {
+                metrics.provider_not_loaded(&version);
+                ProviderLoadError::Init {
+                    origin: identity.reference.clone(),
+                    error,
+                }
             })?;
         metrics.provider_info(&capabilities.name, &version, &identity);
         let guest = guest.initialised(

@@ -602,28 +602,29 @@ const ANSWERS: [&str; 5] = [
     "implemented-elsewhere",
 ];
 
-/// Requests per destination and outcome, from `wasm_ccm_egress_requests_total`.
+/// Requests per grant and outcome, from `wasm_ccm_egress_requests_total`.
 fn print_audit(metrics: &str) {
-    let mut per_host: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut per_grant: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for (sample, count) in samples(metrics, "wasm_ccm_egress_requests_total") {
-        let (Some(host), Some(outcome)) = (label(sample, "host"), label(sample, "outcome")) else {
+        let (Some(grant), Some(outcome)) = (label(sample, "grant"), label(sample, "outcome"))
+        else {
             continue;
         };
-        *per_host
-            .entry(host.to_string())
+        *per_grant
+            .entry(grant.to_string())
             .or_default()
             .entry(outcome.to_string())
             .or_default() += count;
     }
-    if per_host.is_empty() {
+    if per_grant.is_empty() {
         println!("  no requests yet");
     }
-    for (host, outcomes) in per_host {
+    for (grant, outcomes) in per_grant {
         let total: u64 = outcomes.values().sum();
         let denied = outcomes.get("denied").copied().unwrap_or(0);
         let detail: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o}: {n}")).collect();
         println!(
-            "  {host:<28} {total:>4} requests ({}), denied: {denied}",
+            "  {grant:<28} {total:>4} requests ({}), denied: {denied}",
             detail.join(", ")
         );
     }

@@ -117,7 +117,8 @@ pub fn response_report(response: Response) -> Value {
     })
 }
 
-fn kind(err: &HttpError) -> &'static str {
+/// The `kind` of a report's error.
+pub fn kind(err: &HttpError) -> &'static str {
     match err {
         HttpError::InvalidUrl(_) => "invalid-url",
         HttpError::Denied { .. } => "denied",
