@@ -61,11 +61,13 @@ impl Host for CallState {
         if !enabled(level) {
             return;
         }
-        // One message, one record: a `\n` and a forged record after it stay on its line.
-        let message = escaped(cut(&message, MAX_LOG_LINE));
+        let message = cut(&message, MAX_LOG_LINE);
         if !self.host.log.admit(message.len(), &self.env.logs) {
             return;
         }
+        // One message, one record: a `\n` and a forged record after it stay on its line.
+        // Escaped once admitted, so a flood of dropped lines costs no scan.
+        let message = escaped(message);
         let caller = &self.env.caller;
         let (provider, version) = (&caller.provider, &caller.version);
         match level {
@@ -167,10 +169,11 @@ fn log_output(
         .lines()
         .filter(|l| !l.trim().is_empty())
     {
-        // Split at `\n` above; a `\r`, an escape sequence or another control stays inside
-        // its record, escaped.
-        let line = escaped(cut(line, MAX_LOG_LINE));
+        let line = cut(line, MAX_LOG_LINE);
         if log.admit(line.len(), bucket) {
+            // Split at `\n` above; a `\r`, an escape sequence or another control stays
+            // inside its record, escaped.
+            let line = escaped(line);
             tracing::info!(
                 target: PROVIDER_TARGET,
                 provider,
