@@ -530,8 +530,13 @@ async fn sync_load_balancer(
 
 /// What in the cluster already holds `ip`, as the caches know it: an address of a node, or
 /// a cluster IP of a Service. A load balancer answered with one would capture its traffic.
+///
+/// One pass over the caches per ingress IP; an IPv4 address has one textual form, so most
+/// entries cost a string comparison, not a parse.
 fn address_holder(context: &Context, ip: IpAddr) -> Option<String> {
-    let is_ip = |text: &str| text.parse::<IpAddr>() == Ok(ip);
+    let canonical = ip.to_string();
+    let is_ip =
+        |text: &str| text == canonical || (text.contains(':') && text.parse::<IpAddr>() == Ok(ip));
     for node in context.nodes.store().state() {
         let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
         if let Some(address) = addresses
