@@ -28,6 +28,7 @@ use crate::controllers::{
     ControllerSettings, Informer, QueueMetrics,
 };
 use crate::leader::{LeaderElector, LeaseSettings};
+use crate::rollout::ceiling::GrantCeiling;
 use crate::rollout::spec::Defaults;
 use crate::rollout::{self, RolloutSettings};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
@@ -62,6 +63,8 @@ pub enum ProviderMode {
         name: String,
         /// `--allow-untagged-cloud`.
         allow_untagged_cloud: bool,
+        /// `--egress-grant-ceiling`: what the resource may grant; `None`, anything.
+        grant_ceiling: Option<GrantCeiling>,
     },
 }
 
@@ -176,7 +179,8 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         ProviderMode::Resource {
             name,
             allow_untagged_cloud,
-        } => Err((name.clone(), *allow_untagged_cloud)),
+            grant_ceiling,
+        } => Err((name.clone(), *allow_untagged_cloud, grant_ceiling.clone())),
     };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
@@ -202,10 +206,11 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     }
     // Whether this replica leads: only the leader writes the CloudProvider's status.
     let leading = watch::Sender::new(elector.is_none());
-    // `Err`: the resource named, and --allow-untagged-cloud, for the rollout to follow.
+    // `Err`: the resource named, --allow-untagged-cloud and the ceiling, for the rollout to
+    // follow.
     let provider = match flagged {
         Ok(provider) => Versions::Fixed(ProviderSlot::new(provider)),
-        Err((resource, allow_untagged_cloud)) => {
+        Err((resource, allow_untagged_cloud, grant_ceiling)) => {
             let handle = rollout::start(
                 RolloutSettings {
                     resource,
@@ -215,6 +220,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                     },
                     distribution: config.distribution.clone(),
                     allow_untagged_cloud,
+                    grant_ceiling,
                     identity: config.settings.identity.clone(),
                 },
                 clients.manager(),

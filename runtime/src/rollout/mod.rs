@@ -46,8 +46,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
-    Candidate, CandidatePhase, CloudProvider, CloudProviderSpec, CloudProviderStatus,
-    ConditionStatus, ProviderVersion, RolloutStrategy, condition,
+    Candidate, CandidatePhase, CloudConfigSource, CloudProvider, CloudProviderSpec,
+    CloudProviderStatus, ConditionStatus, ProviderVersion, RolloutStrategy, condition,
 };
 use ceiling::GrantCeiling;
 use record::RollbackRecord;
@@ -374,8 +374,17 @@ impl Rollout {
             return;
         };
         let generation = object.metadata.generation;
-        self.references
-            .watch(&referenced(&self.references, &object.spec));
+        let mut keys = referenced(&self.references, &object.spec);
+        // The cloud config of the version the record keeps for a rollback, to load it again.
+        if let Some(source) = self
+            .record
+            .as_ref()
+            .filter(|record| record.is_for(generation))
+            .and_then(|record| record.previous_cloud_config.as_ref())
+        {
+            keys.extend(cloud_config_keys(&self.references, source));
+        }
+        self.references.watch(&keys);
         if !self.references.all_read() {
             return;
         }
@@ -442,9 +451,10 @@ impl Rollout {
             && let Some((reference, digest)) = self.rolled_back_to(generation)
         {
             // Started after this generation was rolled back: run the version it was rolled
-            // back to, not the one that failed.
+            // back to, not the one that failed, with the cloud config it ran with.
             tracing::warn!(resource = %self.settings.resource, %reference, %digest, "this generation was rolled back; starting the version it was rolled back to");
             desired.version.pin(reference, digest);
+            self.recorded_cloud_config(&mut desired.version);
         }
         self.roll_out(desired, generation).await;
     }
@@ -919,6 +929,7 @@ impl Rollout {
                         generation,
                         previous_reference: identity.reference.to_string(),
                         previous_digest: identity.digest.clone(),
+                        previous_cloud_config: previous.version.cloud_config_source.clone(),
                         window_end: window_end.clone(),
                         rolled_back: false,
                     });
@@ -1069,12 +1080,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 fn referenced(references: &References, spec: &CloudProviderSpec) -> Vec<ObjectKey> {
     let mut keys = Vec::new();
     if let Some(source) = &spec.cloud_config {
-        if let Some(key) = &source.config_map_key_ref {
-            keys.push(references.key(Kind::ConfigMap, key));
-        }
-        if let Some(key) = &source.secret_key_ref {
-            keys.push(references.key(Kind::Secret, key));
-        }
+        keys.extend(cloud_config_keys(references, source));
     }
     for credential in &spec.credentials {
         let aws = credential.aws.iter().flat_map(|aws| {
@@ -1093,6 +1099,19 @@ fn referenced(references: &References, spec: &CloudProviderSpec) -> Vec<ObjectKe
     }
     keys.dedup();
     keys
+}
+
+/// The ConfigMap or Secret a cloud config `source` reads, if any.
+fn cloud_config_keys(references: &References, source: &CloudConfigSource) -> Vec<ObjectKey> {
+    let config_map = source
+        .config_map_key_ref
+        .iter()
+        .map(|key| references.key(Kind::ConfigMap, key));
+    let secret = source
+        .secret_key_ref
+        .iter()
+        .map(|key| references.key(Kind::Secret, key));
+    config_map.chain(secret).collect()
 }
 
 /// The capability `controller` needs, and whether `capabilities` has it.

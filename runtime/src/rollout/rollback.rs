@@ -2,15 +2,25 @@
 //! loaded, failure rates compared every tick), the rollback itself, and how a generation that
 //! was rolled back stays so: not rolled out again, followed by standbys, and restored by a
 //! manager started afterwards.
+//!
+//! Across restarts, only the [`RollbackRecord`] counts, never the status: a manager
+//! starting runs the spec's version, unless the record says this generation was rolled
+//! back, and then the recorded previous version (by digest); inside a recorded window it
+//! loads the previous version again, warm, and keeps judging the spec's.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use wasm_ccm_host::provider::CallCounts;
+use k8s_openapi::jiff::Timestamp;
+use wasm_ccm_host::egress::EgressGate;
+use wasm_ccm_host::provider::{CallCounts, Compiled, Provider};
 use wasm_ccm_host::source::ProviderRef;
 
+use super::record::RollbackRecord;
+use super::spec::Desired;
 use super::status::{self, set_condition};
 use super::{Active, Rollout, spec, version_status};
-use crate::resource::{CloudProviderStatus, ConditionStatus, VersionCalls, condition};
+use crate::resource::{ConditionStatus, VersionCalls, condition};
 
 /// The rollback window after an activation: the previous version, kept loaded.
 pub(super) struct RollbackWindow {
@@ -20,53 +30,39 @@ pub(super) struct RollbackWindow {
 }
 
 impl Rollout {
-    /// The version this generation was rolled back to, as the stored status says.
+    /// The version this generation was rolled back to, as the record says.
     pub(super) fn rolled_back_to(&self, generation: Option<i64>) -> Option<(ProviderRef, String)> {
-        let stored = self.object.as_ref()?.status.as_ref()?;
-        let rolled_back = status::condition(stored, condition::ROLLED_BACK)?;
-        if rolled_back.status != ConditionStatus::True
-            || rolled_back.observed_generation != generation
-        {
-            return None;
-        }
-        let active = stored.active.as_ref()?;
-        Some((active.reference.parse().ok()?, active.digest.clone()))
+        let record = self
+            .record
+            .as_ref()
+            .filter(|record| record.rolled_back_at(generation))?;
+        let reference = record.previous_reference.parse().ok()?;
+        Some((reference, record.previous_digest.clone()))
     }
 
-    /// Whether this generation's version was rolled back (by this replica or, as status
+    /// Whether this generation's version was rolled back (by this replica or, as the record
     /// says, by the leader): it is not activated again until the spec changes.
     pub(super) fn rolled_back(&self, generation: Option<i64>) -> bool {
-        let stored = self
-            .object
-            .as_ref()
-            .and_then(|object| object.status.as_ref());
-        let says = |status: &CloudProviderStatus| {
-            status::condition(status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
-                rolled_back.status == ConditionStatus::True
-                    && rolled_back.observed_generation == generation
-            })
-        };
-        (says(&self.status) || stored.is_some_and(says)) && self.active.is_some()
+        self.active.is_some()
+            && self
+                .record
+                .as_ref()
+                .is_some_and(|record| record.rolled_back_at(generation))
     }
 
-    /// As a standby: when the leader rolled this generation back (the stored status says
-    /// so), do the same with the version kept warm, so a failover never brings the
-    /// rolled-back version back. Whether the rollback is followed (nothing else to do).
+    /// As a standby: when the leader rolled this generation back (its record says so), do
+    /// the same with the version kept warm, so a failover never brings the rolled-back
+    /// version back. Whether the rollback is followed (nothing else to do).
     pub(super) fn follow_rollback(&mut self, generation: Option<i64>) -> bool {
-        let Some(stored) = self
-            .object
+        let Some(target) = self
+            .record
             .as_ref()
-            .and_then(|object| object.status.clone())
+            .filter(|record| record.rolled_back_at(generation))
+            .map(|record| record.previous_digest.clone())
         else {
             return false;
         };
-        let rolled_back = status::condition(&stored, condition::ROLLED_BACK).is_some_and(|c| {
-            c.status == ConditionStatus::True && c.observed_generation == generation
-        });
-        let Some(target) = stored.active.as_ref().map(|active| active.digest.clone()) else {
-            return false;
-        };
-        if !rolled_back || self.active.is_none() {
+        if self.active.is_none() {
             return false;
         }
         let active_digest = self
@@ -74,6 +70,8 @@ impl Rollout {
             .as_ref()
             .map(|active| active.provider.identity().digest.clone());
         if active_digest.as_deref() == Some(target.as_str()) {
+            // Followed already; take up the leader's status as it reports the rollback.
+            self.take_stored_status();
             return true;
         }
         let warm = self
@@ -92,8 +90,15 @@ impl Rollout {
             tracing::warn!(resource = %self.settings.resource, provider = %rolled_back.provider.label(), "the leader rolled this version back; following");
             self.unloaded(&rolled_back.provider);
         }
-        self.status = stored;
+        self.take_stored_status();
         true
+    }
+
+    /// As a standby, report what the leader reported (should it take over).
+    fn take_stored_status(&mut self) {
+        if let Some(stored) = self.object.as_ref().and_then(|o| o.status.clone()) {
+            self.status = stored;
+        }
     }
 
     /// During the rollback window: compare failure rates, and roll back when the new
@@ -139,6 +144,7 @@ impl Rollout {
             self.unloaded(&window.previous.provider);
             self.status.version_calls.clear();
             self.status.previous = None;
+            self.status.rollback_window_end = None;
         }
     }
 
@@ -166,6 +172,18 @@ impl Rollout {
         );
         tracing::error!(resource = %self.settings.resource, "rolled back: {message}");
         let now = status::now();
+        if let Some(generation) = generation {
+            let identity = window.previous.provider.identity();
+            self.record = Some(RollbackRecord {
+                generation,
+                previous_reference: identity.reference.to_string(),
+                previous_digest: identity.digest.clone(),
+                previous_cloud_config: window.previous.version.cloud_config_source.clone(),
+                window_end: now.clone(),
+                rolled_back: true,
+            });
+        }
+        self.status.rollback_window_end = None;
         self.status.active = Some(version_status(&window.previous, None));
         self.status.previous = Some(version_status(&rolled_back, Some(now)));
         set_condition(
@@ -187,5 +205,137 @@ impl Rollout {
         self.warn("RolledBack", &rolled_back.provider.label(), message);
         self.unloaded(&rolled_back.provider);
         self.active = Some(window.previous);
+    }
+}
+
+impl Rollout {
+    /// As a manager starts (the spec's version just activated): inside the window its
+    /// record names for this generation, load the recorded previous version again, warm,
+    /// and keep judging the active one until the window's end (at most the spec's window
+    /// from now). A previous version that cannot be loaded is reported; the active version
+    /// keeps serving, without a rollback target.
+    pub(super) async fn restore_window(&mut self, desired: &Desired, generation: Option<i64>) {
+        let Some(record) = self
+            .record
+            .clone()
+            .filter(|record| record.is_for(generation) && !record.rolled_back)
+        else {
+            return;
+        };
+        let Some(active) = &self.active else {
+            return;
+        };
+        let left = Duration::try_from(record.window_end.0.duration_since(Timestamp::now()))
+            .unwrap_or_default()
+            .min(desired.rollout.rollback.window);
+        if left.is_zero() || active.provider.identity().digest == record.previous_digest {
+            return;
+        }
+        let label = active.provider.label();
+        let mut version = desired.version.clone();
+        let loaded = match record.previous_reference.parse() {
+            Ok(reference) => {
+                version.pin(reference, record.previous_digest.clone());
+                self.recorded_cloud_config(&mut version);
+                self.load_previous(desired, &version).await
+            }
+            Err(error) => Err(format!("{error}")),
+        };
+        let previous = match loaded {
+            Ok(previous) => previous,
+            Err(problem) => {
+                let note = format!(
+                    "{label} was activated {}s before the rollback window's end, but {} ({}) cannot be loaded again to roll back to: {problem}; {label} keeps serving without a rollback target",
+                    left.as_secs(),
+                    record.previous_reference,
+                    record.previous_digest
+                );
+                tracing::error!(resource = %self.settings.resource, "{note}");
+                self.warn("RollbackWindowLost", &label, note);
+                return;
+            }
+        };
+        let previous = Active {
+            call_limits: version.sandbox.call_limits(),
+            counts_at_activation: previous.call_counts(),
+            provider: Arc::new(previous),
+            version,
+            egress_key: desired.egress_key.clone(),
+            since: status::now(),
+        };
+        let note = format!(
+            "{label} keeps being judged for {}s more, with {} loaded again to roll back to",
+            left.as_secs(),
+            previous.provider.label()
+        );
+        tracing::info!(resource = %self.settings.resource, "{note}");
+        self.normal("RollbackWindowRestored", &label, note);
+        self.status.previous = Some(version_status(&previous, None));
+        self.status.rollback_window_end = Some(record.window_end.clone());
+        self.window = Some(RollbackWindow {
+            previous,
+            until: Instant::now() + left,
+            policy: desired.rollout.rollback,
+        });
+    }
+
+    /// Give `version` the cloud config the record keeps for the previous version (none
+    /// recorded, or unreadable: the spec's, and a warning).
+    pub(super) fn recorded_cloud_config(&self, version: &mut spec::VersionSpec) {
+        let Some(record) = &self.record else {
+            return;
+        };
+        let Some(source) = &record.previous_cloud_config else {
+            version.cloud_config = None;
+            version.cloud_config_source = None;
+            return;
+        };
+        match spec::cloud_config(source, &self.references) {
+            Ok(bytes) => {
+                version.cloud_config = Some(bytes);
+                version.cloud_config_source = Some(source.clone());
+            }
+            Err(error) => {
+                tracing::warn!(resource = %self.settings.resource, %error, "the cloud config recorded for {} cannot be read; using the spec's", record.previous_reference);
+            }
+        }
+    }
+
+    /// Fetch, verify, compile and `init` `version` (the recorded previous version: the
+    /// spec's egress, limits and cloud config, pinned to the recorded digest), without
+    /// reporting steps in status.
+    async fn load_previous(
+        &mut self,
+        desired: &Desired,
+        version: &spec::VersionSpec,
+    ) -> Result<Provider, String> {
+        let artifact = self
+            .distribution
+            .fetch(&version.reference)
+            .await
+            .map_err(|error| error.to_string())?;
+        if version.digest.as_ref() != Some(&artifact.identity.digest) {
+            return Err(format!(
+                "{} has digest {}, not the recorded one",
+                version.reference, artifact.identity.digest
+            ));
+        }
+        let sandbox = self
+            .sandbox_for(version)
+            .map_err(|refusal| refusal.message)?;
+        let compiled = Compiled::new(&sandbox, artifact)
+            .await
+            .map_err(|error| error.to_string())?
+            .with_limits(version.sandbox.call_limits());
+        let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
+        let provider = compiled
+            .init(gate, version.cloud_config.clone(), self.metrics.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        if let Err(refusal) = self.check(&provider, version) {
+            self.unloaded(&provider);
+            return Err(refusal.message);
+        }
+        Ok(provider)
     }
 }

@@ -58,6 +58,8 @@ pub struct VersionSpec {
     pub name: String,
     /// The bytes passed to `init`.
     pub cloud_config: Option<Vec<u8>>,
+    /// `spec.cloudConfig` as written, which a rollback record keeps for the version.
+    pub cloud_config_source: Option<CloudConfigSource>,
     /// `spec.limits` over the flags.
     pub sandbox: SandboxConfig,
     /// The spec fields it was made from, to compare versions: the provider, digest and
@@ -197,6 +199,7 @@ pub fn parse(
             digest: spec.digest.clone(),
             name: spec.name.clone(),
             cloud_config,
+            cloud_config_source: spec.cloud_config.clone(),
             sandbox,
             key: (
                 spec.provider.clone(),
@@ -244,7 +247,11 @@ fn reference(spec: &CloudProviderSpec) -> Result<ProviderRef, SpecError> {
     Ok(reference)
 }
 
-fn cloud_config(source: &CloudConfigSource, references: &References) -> Result<Vec<u8>, SpecError> {
+/// The bytes of the cloud config `source` names.
+pub fn cloud_config(
+    source: &CloudConfigSource,
+    references: &References,
+) -> Result<Vec<u8>, SpecError> {
     match (
         &source.inline,
         &source.config_map_key_ref,

@@ -14,6 +14,17 @@ pub fn now() -> Time {
     Time(Timestamp::now())
 }
 
+/// `after` from now, as the API stores times (the latest time if it overflows).
+pub fn later(after: std::time::Duration) -> Time {
+    let now = Timestamp::now();
+    Time(
+        k8s_openapi::jiff::SignedDuration::try_from(after)
+            .ok()
+            .and_then(|after| now.checked_add(after).ok())
+            .unwrap_or(Timestamp::MAX),
+    )
+}
+
 /// Set condition `type_` in `status`, keeping its transition time unless its status
 /// changes; conditions stay in the order of [`crate::resource::condition::ALL`].
 pub fn set_condition(
@@ -71,6 +82,7 @@ pub async fn write(
             "observedGeneration",
             "active",
             "previous",
+            "rollbackWindowEnd",
             "candidate",
             "conditions",
             "versionCalls",

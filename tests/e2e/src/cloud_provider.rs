@@ -106,23 +106,26 @@ pub fn api(bed: &Testbed) -> Api<CloudProvider> {
     Api::all(bed.client.clone())
 }
 
-/// Create the CloudProvider, or replace its spec (as `kubectl edit` does).
+/// Create the CloudProvider, or replace its spec (as `kubectl edit` does: read, change,
+/// write, and again when the manager wrote in between, e.g. its rollback record).
 pub async fn apply(bed: &Testbed, object: &serde_json::Value) {
     let wanted: CloudProvider = serde_json::from_value(object.clone()).expect("a CloudProvider");
     let api = api(bed);
-    match api.get_opt(NAME).await.expect("get the CloudProvider") {
-        None => {
-            api.create(&PostParams::default(), &wanted)
-                .await
-                .expect("create the CloudProvider");
-        }
-        Some(mut current) => {
-            current.spec = wanted.spec;
-            api.replace(NAME, &PostParams::default(), &current)
-                .await
-                .expect("replace the CloudProvider");
+    for _ in 0..10 {
+        let written = match api.get_opt(NAME).await.expect("get the CloudProvider") {
+            None => api.create(&PostParams::default(), &wanted).await,
+            Some(mut current) => {
+                current.spec = wanted.spec.clone();
+                api.replace(NAME, &PostParams::default(), &current).await
+            }
+        };
+        match written {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => panic!("write the CloudProvider: {error}"),
         }
     }
+    panic!("the CloudProvider kept changing under 10 writes");
 }
 
 /// A manager following the resource, with the testbed's egress flags as defaults (no
@@ -132,6 +135,7 @@ pub fn resource_config(bed: &Testbed) -> ManagerConfig {
     config.provider = ProviderMode::Resource {
         name: NAME.into(),
         allow_untagged_cloud: false,
+        grant_ceiling: None,
     };
     config.egress.allow.clear();
     config.egress.credentials.clear();

@@ -1077,3 +1077,276 @@ async fn hot_swap_a_secret_the_manager_may_not_read_is_named_and_does_not_block_
     initialised(&bed, "node-a", "node-a initialised with the token").await;
     manager.stop().await.unwrap();
 }
+
+/// The `wasm-ccm.io/rollback` record on the CloudProvider, once it names a window of the
+/// current generation.
+async fn rollback_record(bed: &Testbed) -> serde_json::Value {
+    eventually("the rollback record", WAIT, || async {
+        let object = api(bed).get(NAME).await.ok()?;
+        let text = object.annotations().get("wasm-ccm.io/rollback")?.clone();
+        let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (record["generation"] == json!(object.metadata.generation)).then_some(record)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn hot_swap_a_restart_inside_the_rollback_window_still_rolls_a_failing_version_back() {
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    let v1 = reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
+    .await
+    .active
+    .unwrap();
+    // v2 answers the three nodes, and fails the instance calls of nodes named bad-*.
+    let mut spec = cloud_provider(
+        &bed,
+        guest_builds::ROLLOUT,
+        r#"{"name": "simcloud", "failNodes": "bad-"}"#,
+    );
+    spec["spec"]["rollout"]["rollback"]["window"] = json!("10m");
+    apply(&bed, &spec).await;
+    let status = status_where(&bed, "v2 active, v1 kept for a rollback", |status| {
+        active_reference(status).ends_with("/rollout.wasm") && status.rollback_window_end.is_some()
+    })
+    .await;
+    assert_eq!(status.previous.as_ref().unwrap().digest, v1.digest);
+    let record = rollback_record(&bed).await;
+    assert_eq!(record["previousDigest"], json!(v1.digest));
+    assert_eq!(record["rolledBack"], json!(false));
+
+    // Restarted mid-window (a node drained), the manager runs v2 and loads v1 again.
+    manager.stop().await.unwrap();
+    let manager = bed.run(resource_config(&bed));
+    eventually("the window restored", WAIT, || async {
+        (!notes(&bed, "RollbackWindowRestored").await.is_empty()).then_some(())
+    })
+    .await;
+    let status = api(&bed).get(NAME).await.unwrap().status.unwrap();
+    assert!(
+        active_reference(&status).ends_with("/rollout.wasm"),
+        "{status:?}"
+    );
+    assert_eq!(
+        status.previous.as_ref().unwrap().digest,
+        v1.digest,
+        "{status:?}"
+    );
+
+    // Now v2 fails: rolled back to v1, which serves the nodes v2 failed.
+    for index in 0..3 {
+        bed.add_node(&format!("bad-{index}"), "zone-a").await;
+    }
+    let status = reached(
+        &bed,
+        "rolled back after the restart",
+        condition::ROLLED_BACK,
+        ConditionStatus::True,
+        "FailureRate",
+    )
+    .await;
+    assert_eq!(
+        status.active.as_ref().unwrap().digest,
+        v1.digest,
+        "{status:?}"
+    );
+    assert!(
+        status
+            .previous
+            .as_ref()
+            .unwrap()
+            .reference
+            .ends_with("/rollout.wasm"),
+        "{status:?}"
+    );
+    for index in 0..3 {
+        let node = initialised(&bed, &format!("bad-{index}"), "v1 initialises the node").await;
+        assert!(
+            node.spec
+                .unwrap()
+                .provider_id
+                .unwrap()
+                .starts_with("simcloud://"),
+            "v1 answered"
+        );
+    }
+    // Nothing failed where a controller would report it: no failed reconcile.
+    let failed = failed_reconciles(&bed).await;
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert_eq!(rollback_record(&bed).await["rolledBack"], json!(true));
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_a_status_patched_to_name_another_version_does_not_make_it_run_after_a_restart() {
+    use sha2::Digest;
+
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    let v1 = reached(
+        &bed,
+        "v1 active",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
+    .await
+    .active
+    .unwrap();
+    manager.stop().await.unwrap();
+
+    // Someone who may patch the status only names the rollout guest as rolled back to, and
+    // as the previous version inside an open window.
+    let other = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(
+            std::fs::read(guest_builds::ROLLOUT).unwrap()
+        ))
+    );
+    let reference = format!("file://{}", guest_builds::ROLLOUT);
+    let generation = api(&bed).get(NAME).await.unwrap().metadata.generation;
+    let forged = json!({"status": {
+        "active": {"reference": reference, "digest": other},
+        "previous": {"reference": reference, "digest": other},
+        "rollbackWindowEnd": "2099-01-01T00:00:00Z",
+        "conditions": [{
+            "type": "RolledBack", "status": "True", "reason": "FailureRate",
+            "message": "forged", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "observedGeneration": generation,
+        }],
+    }});
+    api(&bed)
+        .patch_status(
+            NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&forged),
+        )
+        .await
+        .unwrap();
+
+    // Restarted, the manager runs the spec's version, and keeps nothing to roll back to.
+    let manager = bed.run(resource_config(&bed));
+    bed.add_node("after-restart", "zone-a").await;
+    let node = initialised(
+        &bed,
+        "after-restart",
+        "a node initialised after the restart",
+    )
+    .await;
+    assert!(
+        node.spec
+            .unwrap()
+            .provider_id
+            .unwrap()
+            .starts_with("simcloud://"),
+        "the spec's version answered, not the one the status named"
+    );
+    let status = status_where(&bed, "the status corrected", |status| {
+        status
+            .active
+            .as_ref()
+            .is_some_and(|active| active.digest == v1.digest)
+    })
+    .await;
+    assert_eq!(status.previous, None, "{status:?}");
+    assert_eq!(status.rollback_window_end, None, "{status:?}");
+    assert!(
+        !condition_is(
+            &status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate"
+        ),
+        "{status:?}"
+    );
+    assert!(notes(&bed, "RollbackWindowRestored").await.is_empty());
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn hot_swap_a_grant_outside_the_ceiling_is_refused_and_the_active_version_keeps_serving() {
+    use wasm_ccm::manager::ProviderMode;
+    use wasm_ccm::rollout::ceiling::GrantCeiling;
+
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    let spec = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
+    apply(&bed, &spec).await;
+    let mut config = resource_config(&bed);
+    let ceiling = GrantCeiling::new(vec![bed.cloud.sim.url().parse().unwrap()]);
+    config.provider = ProviderMode::Resource {
+        name: NAME.into(),
+        allow_untagged_cloud: false,
+        grant_ceiling: ceiling,
+    };
+    let manager = bed.run(config);
+    reached(
+        &bed,
+        "v1 active within the ceiling",
+        condition::READY,
+        ConditionStatus::True,
+        "Active",
+    )
+    .await;
+
+    // An IP literal (which skips the internal-address check by design), a credential sent
+    // elsewhere, and the cloud config read from the credential's own Secret key.
+    let sim = bed.cloud.sim.url();
+    let token_ref = json!({"name": e2e::cloud_provider::TOKEN_SECRET, "key": "token",
+                           "namespace": e2e::cloud_provider::NAMESPACE});
+    let cases = [
+        (
+            json!({"egress": {"allowedHosts": [sim, "http://10.0.0.1:8080"]}}),
+            "spec.egress.allowedHosts[1]: http://10.0.0.1:8080 is outside the grant ceiling the manager runs with (--egress-grant-ceiling",
+        ),
+        (
+            json!({"credentials": [{"host": "https://collector.example", "secretKeyRef": token_ref}]}),
+            "spec.credentials[0].host: https://collector.example is outside the grant ceiling",
+        ),
+        (
+            json!({"cloudConfig": {"secretKeyRef": token_ref}}),
+            "spec.cloudConfig.secretKeyRef: Secret kube-system/simcloud-token key \"token\" is also spec.credentials[0].secretKeyRef",
+        ),
+    ];
+    for (index, (change, message)) in cases.into_iter().enumerate() {
+        let mut refused = spec.clone();
+        for (field, value) in change.as_object().unwrap() {
+            refused["spec"][field] = value.clone();
+        }
+        apply(&bed, &refused).await;
+        let status = status_where(&bed, message, |status| {
+            condition_is(
+                status,
+                condition::PROGRESSING,
+                ConditionStatus::False,
+                "InvalidSpec",
+            ) && message_of(status, condition::PROGRESSING).contains(message)
+        })
+        .await;
+        assert!(condition_is(
+            &status,
+            condition::READY,
+            ConditionStatus::True,
+            "Active"
+        ));
+        // The active version keeps serving, with the grants it had.
+        let node = format!("node-{index}");
+        bed.add_node(&node, "zone-a").await;
+        initialised(&bed, &node, "v1 initialises a node meanwhile").await;
+        assert!(
+            notes(&bed, "InvalidSpec")
+                .await
+                .iter()
+                .any(|note| note.contains(message)),
+            "an InvalidSpec event says it"
+        );
+    }
+    manager.stop().await.unwrap();
+}

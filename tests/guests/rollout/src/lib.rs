@@ -7,7 +7,7 @@
 //!
 //! ```json
 //! {"name": "simcloud", "instances": true, "loadBalancer": true, "routes": true,
-//!  "failInit": "message", "trapEvery": 3}
+//!  "failInit": "message", "trapEvery": 3, "failNodes": "bad-"}
 //! ```
 //!
 //! | key | default | effect |
@@ -16,6 +16,7 @@
 //! | `instances`, `loadBalancer`, `routes` | `true` | the capabilities `init` reports |
 //! | `failInit` | — | `init` fails with `other(<failInit>)` |
 //! | `trapEvery` | — | every Nth call after `init` traps (N ≥ 1; 1 traps every call) |
+//! | `failNodes` | — | the instance calls for a node whose name starts with it fail with `other` |
 //!
 //! `init` otherwise reports `has-cluster-id` and reads no node labels or annotations (an empty
 //! `node-metadata`, so calls carry none). The calls answer:
@@ -60,6 +61,7 @@ struct Config {
     routes: bool,
     fail_init: Option<String>,
     trap_every: Option<NonZeroU64>,
+    fail_nodes: Option<String>,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             routes: true,
             fail_init: None,
             trap_every: None,
+            fail_nodes: None,
         }
     }
 }
@@ -89,6 +92,21 @@ fn call() {
     cache::set_json(CALLS, &count, CALLS_TTL);
     if count.is_multiple_of(every.get()) {
         panic!("rollout guest traps on call {count} (trapEvery {every})");
+    }
+}
+
+/// Fail if `node` is one `failNodes` names.
+fn instance_call(node: &Node) -> Result<(), Error> {
+    call();
+    let prefix = wasm_ccm_sdk::config::parse::<Config>(wasm_ccm_sdk::config::raw())
+        .ok()
+        .and_then(|config| config.fail_nodes);
+    match prefix {
+        Some(prefix) if node.name.starts_with(&prefix) => Err(Error::other(format!(
+            "rollout guest fails node {} (failNodes {prefix:?})",
+            node.name
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -116,18 +134,18 @@ impl wasm_ccm_sdk::Provider for Rollout {
 }
 
 impl wasm_ccm_sdk::Instances for Rollout {
-    fn instance_exists(_node: Node) -> Result<bool, Error> {
-        call();
+    fn instance_exists(node: Node) -> Result<bool, Error> {
+        instance_call(&node)?;
         Ok(true)
     }
 
-    fn instance_shutdown(_node: Node) -> Result<bool, Error> {
-        call();
+    fn instance_shutdown(node: Node) -> Result<bool, Error> {
+        instance_call(&node)?;
         Ok(false)
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
-        call();
+        instance_call(&node)?;
         Ok(InstanceMetadata {
             provider_id: format!("rollout://{}", node.name),
             instance_type: "rollout".into(),
