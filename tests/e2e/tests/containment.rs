@@ -1066,6 +1066,13 @@ async fn hostile_counted(config: SandboxConfig, egress: EgressConfig) -> (Provid
     (provider, metrics)
 }
 
+/// A name server address nothing answers at: a closed port on loopback, so a lookup fails
+/// at once and nothing leaves the machine.
+fn closed_name_server() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind(loopback()).unwrap();
+    socket.local_addr().unwrap()
+}
+
 /// `metrics` as `/metrics` serves them.
 fn rendered(metrics: &Metrics) -> String {
     let mut registry = prometheus_client::registry::Registry::default();
@@ -1151,12 +1158,8 @@ async fn a_provider_naming_50000_hosts_under_a_wildcard_grant_grows_neither_metr
         call_timeout: Duration::from_secs(600),
         ..SandboxConfig::default()
     };
-    let closed = std::net::UdpSocket::bind(loopback())
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let egress = EgressConfig {
-        name_server: Some(closed),
+        name_server: Some(closed_name_server()),
         ..grant("http://*.invalid")
     };
     let (provider, metrics) = hostile_counted(config, egress).await;
@@ -1191,12 +1194,8 @@ async fn a_provider_naming_50000_hosts_under_a_wildcard_grant_grows_neither_metr
 /// destination is answered 429, naming the flag, and the host holds no more budgets.
 #[tokio::test]
 async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
-    let closed = std::net::UdpSocket::bind(loopback())
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let egress = EgressConfig {
-        name_server: Some(closed),
+        name_server: Some(closed_name_server()),
         budget: RateBudget {
             per_second: 0.001,
             burst: 1,
@@ -1218,4 +1217,23 @@ async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
         })
         .count();
     assert_eq!(crowded, 84);
+}
+
+/// A host name longer than any DNS name is refused before it is looked up, kept or counted.
+#[tokio::test]
+async fn a_host_name_longer_than_dns_allows_is_refused_by_its_length() {
+    let egress = EgressConfig {
+        name_server: Some(closed_name_server()),
+        ..grant("http://*.granted.test")
+    };
+    let provider = hostile(SandboxConfig::default(), egress).await;
+    let long = format!("http://{}.granted.test/", "a.".repeat(150));
+    let fetched = report(&provider, &format!("fetch:{long}")).await;
+    assert_eq!(fetched["kind"], "denied", "{fetched}");
+    let records = provider.egress().audit().recent();
+    let reason = records[0].denied.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("no DNS name is longer than 253"),
+        "{reason}"
+    );
 }
