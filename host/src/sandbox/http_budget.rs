@@ -41,7 +41,7 @@ use super::CallState;
 
 /// Bytes charged for each resource besides what it holds: its table slot and the struct
 /// behind it (a request is about 200 bytes, a response future a task handle).
-pub const RESOURCE_OVERHEAD: usize = 256;
+const RESOURCE_OVERHEAD: usize = 256;
 
 /// The `wasi:http` interfaces wasmtime-wasi-http 48 defines, whose functions are redefined.
 const TYPES: &str = "wasi:http/types@0.2.12";

@@ -58,7 +58,7 @@ pub use bindings::{Answer, Args};
 use bindings::{CloudProviderNodeSets, Exports, exported};
 pub use compile_cache::Origin;
 pub use host::{CacheLimits, LogLimits, ProviderCache, ProviderLogs};
-pub use http_budget::{HttpBudget, HttpLimits, RESOURCE_OVERHEAD};
+pub use http_budget::{HttpBudget, HttpLimits};
 pub use node_sets::NodeSet;
 
 /// Bytes of node data (as [`bindings::guest_bytes`] estimates it) per extra unit of
