@@ -413,6 +413,46 @@ mod tests {
     }
 
     #[test]
+    fn the_grant_ceiling_takes_host_patterns_with_a_resource_only() {
+        let ceiling = |args: &[&str]| match run(args).config().unwrap().provider {
+            crate::manager::ProviderMode::Resource { grant_ceiling, .. } => {
+                grant_ceiling.map(|ceiling| ceiling.to_string())
+            }
+            crate::manager::ProviderMode::Flags(_) => panic!("{args:?}: run from the resource"),
+        };
+        assert_eq!(ceiling(&["--provider-resource=p"]), None);
+        assert_eq!(
+            ceiling(&[
+                "--provider-resource=p",
+                "--egress-grant-ceiling=https://*.amazonaws.com,http://10.0.0.1:8080",
+                "--egress-grant-ceiling",
+                "https://api.example.com",
+            ]),
+            Some("https://*.amazonaws.com,http://10.0.0.1:8080,https://api.example.com".into())
+        );
+        let argv = [
+            "wasm-ccm",
+            "--provider-resource=p",
+            "--egress-grant-ceiling=*.a.com",
+        ];
+        let error = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(
+            error.contains("--egress-grant-ceiling") && error.contains("missing scheme"),
+            "{error}"
+        );
+        let flags = run(&[
+            "--provider=file:///p.wasm",
+            "--cloud-provider=p",
+            "--egress-grant-ceiling=https://a.example",
+        ]);
+        let error = flags.config().unwrap_err().to_string();
+        assert!(
+            error.starts_with("--egress-grant-ceiling bounds what a CloudProvider grants"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_repeated_flag_takes_its_last_value() {
         // Booleans with Go's `--flag[=BOOL]` form, in every order.
         assert!(!run(&["--leader-elect", "--leader-elect=false"]).leader_elect);

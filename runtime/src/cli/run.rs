@@ -50,7 +50,6 @@ pub struct RunFlags {
         long,
         value_name = "HOSTPATTERN[,HOSTPATTERN]",
         value_delimiter = ',',
-        requires = "provider_resource",
         help_heading = "Provider"
     )]
     pub egress_grant_ceiling: Vec<HostPattern>,
@@ -375,6 +374,11 @@ impl RunFlags {
                 allow_untagged_cloud: self.allow_untagged_cloud,
                 grant_ceiling: GrantCeiling::new(self.egress_grant_ceiling.clone()),
             });
+        }
+        if !self.egress_grant_ceiling.is_empty() {
+            bail!(
+                "--egress-grant-ceiling bounds what a CloudProvider grants, with --provider-resource; with --provider, --allow sets the grants"
+            );
         }
         let Some(provider) = &self.provider else {
             bail!(
