@@ -658,10 +658,14 @@ impl Attempt {
             .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
         let read = sigv4::action(&head, &body, &scope.service);
         let action = read.as_ref().ok().cloned().flatten();
+        let action_label = match &read {
+            Ok(action) => sigv4::action_label(&scope.service, action.as_deref(), sigv4.actions()),
+            Err(_) => sigv4::OTHER.to_string(),
+        };
         self.aws = Some(AwsCall {
             labels: (
                 sigv4::service_label(&scope.service, sigv4.services()),
-                sigv4::action_label(&scope.service, action.as_deref(), sigv4.actions()),
+                action_label,
             ),
             service: scope.service.clone(),
             action: action.clone(),

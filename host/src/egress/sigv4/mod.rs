@@ -22,7 +22,7 @@ use aws_sigv4::sign::v4;
 use http::{HeaderName, HeaderValue};
 
 pub use actions::{CREDENTIAL_ACTIONS, REST_SERVICES, is_action_pattern};
-pub(super) use actions::{action, action_label, carried_credential, service_label};
+pub(super) use actions::{OTHER, action, action_label, carried_credential, service_label};
 pub use keys::{
     AwsKeys, MAX_STS_ANSWER, WebIdentityConfig, check_sts_endpoint, sts_endpoint_allowed,
 };
