@@ -114,6 +114,45 @@ pub async fn load(
     Provider::load(sandbox, gate, source, metrics).await
 }
 
+/// The hostile guest (`tests/guests/hostile`) with `config` and `egress`, counting its calls
+/// and egress into the returned metrics.
+pub async fn hostile_counted(
+    config: SandboxConfig,
+    egress: EgressConfig,
+) -> (Provider, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::default());
+    let gate = EgressGate::new(egress, metrics.clone());
+    let path = guest_builds::HOSTILE;
+    let source = ProviderSource {
+        artifact: Artifact::from_bytes(path, guest_builds::read(path).into()),
+        cloud_config: None,
+    };
+    let provider = Provider::load(&sandbox(config), gate, source, metrics.clone())
+        .await
+        .expect("hostile guest loads");
+    (provider, metrics)
+}
+
+/// Resident memory of this process, which hosts the sandbox, from /proc/self/status. It is
+/// the whole process's: a test measuring it runs alone in its binary, or holds a lock the
+/// binary's other such tests hold.
+pub fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
+}
+
 /// simcloud loaded against `cloud`.
 pub async fn simcloud(cloud: &Cloud) -> Provider {
     let sandbox = sandbox(SandboxConfig::default());

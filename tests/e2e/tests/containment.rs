@@ -7,20 +7,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::{Cloud, TOKEN, load, loopback, sandbox};
+use e2e::{Cloud, TOKEN, load, loopback, resident_bytes, sandbox};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, EgressGate, HostPattern};
-use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{
-    ErrorKind, Provider, ProviderError, ProviderLoadError, ProviderSource, Shadow,
-};
+use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, HostPattern};
+use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError, Shadow};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
-use wasm_ccm_host::source::Artifact;
 
 fn command(command: &str) -> Node {
     Node {
@@ -752,24 +748,6 @@ async fn component_importing_an_unknown_interface_is_refused_by_name() {
     assert!(error.to_string().contains("evil:secrets/vault"));
 }
 
-/// Resident memory of this process, which hosts the sandbox, from /proc/self/status.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| {
-            value
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .expect("VmRSS in /proc/self/status");
-    kib * 1024
-}
-
 const MIB: u64 = 1024 * 1024;
 
 /// What `tracing` emits on this thread, one JSON object per event, as the manager's log
@@ -1047,193 +1025,4 @@ async fn an_answer_over_the_result_cap_fails_the_call_and_nothing_is_kept() {
         grown / MIB
     );
     assert_eq!(report(&provider, "answer:10").await, "a".repeat(10));
-}
-
-/// The hostile guest loaded with `egress`, its calls counted into the metrics returned.
-async fn hostile_counted(config: SandboxConfig, egress: EgressConfig) -> (Provider, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::default());
-    let gate = EgressGate::new(egress, metrics.clone());
-    let source = ProviderSource {
-        artifact: Artifact::from_bytes(
-            guest_builds::HOSTILE,
-            guest_builds::read(guest_builds::HOSTILE).into(),
-        ),
-        cloud_config: None,
-    };
-    let provider = Provider::load(&sandbox(config), gate, source, metrics.clone())
-        .await
-        .expect("hostile guest loads");
-    (provider, metrics)
-}
-
-/// A name server address nothing answers at: a closed port on loopback, so a lookup fails
-/// at once and nothing leaves the machine.
-fn closed_name_server() -> std::net::SocketAddr {
-    let socket = std::net::UdpSocket::bind(loopback()).unwrap();
-    socket.local_addr().unwrap()
-}
-
-/// `metrics` as `/metrics` serves them.
-fn rendered(metrics: &Metrics) -> String {
-    let mut registry = prometheus_client::registry::Registry::default();
-    metrics.register(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics render");
-    text
-}
-
-/// The series of rendered metrics: each sample's name and labels, without its value.
-fn series(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.rsplit_once(' ').map(|(series, _)| series))
-        .collect()
-}
-
-/// Ask for `names` distinct hosts under `pattern` in one call, after a first call of 1,000
-/// that makes what any such call makes (the grant's series, the audit trail); what the
-/// second call added to the host's resident memory, and the metrics before and after it.
-async fn name_flood(
-    provider: &Provider,
-    metrics: &Metrics,
-    pattern: &str,
-    names: u32,
-) -> (Value, u64, String, String) {
-    report(provider, &format!("fetch-names:1000:{pattern}")).await;
-    let before_text = rendered(metrics);
-    let before = resident_bytes();
-    let flood = report(provider, &format!("fetch-names:{names}:{pattern}")).await;
-    let grown = resident_bytes().saturating_sub(before);
-    (flood, grown, before_text, rendered(metrics))
-}
-
-/// Before the fix, each refused name became three series (one a histogram) labelled with
-/// it: 200,000 names grew the host by 250 MB in one call, and /metrics with it.
-#[tokio::test]
-async fn a_provider_naming_200000_hosts_never_granted_grows_neither_metrics_nor_memory() {
-    let config = SandboxConfig {
-        call_timeout: Duration::from_secs(600),
-        ..SandboxConfig::default()
-    };
-    let egress = grant("https://api.granted.test");
-    let (provider, metrics) = hostile_counted(config, egress).await;
-    let names = 200_000;
-    let (flood, grown, before, after) =
-        name_flood(&provider, &metrics, "http://{}.never-granted.test/", names).await;
-    assert_eq!(flood["outcomes"], json!({"denied": names}), "{flood}");
-    eprintln!(
-        "{names} refused names: resident memory +{} KiB, /metrics {} -> {} bytes",
-        grown / 1024,
-        before.len(),
-        after.len()
-    );
-    assert!(
-        !after.contains("never-granted"),
-        "a refused name became a label"
-    );
-    assert_eq!(series(&before), series(&after), "no new series");
-    assert!(
-        after.len() <= before.len() + 256,
-        "only counts changed: {} -> {} bytes",
-        before.len(),
-        after.len()
-    );
-    assert!(
-        after.contains(r#"grant="denied",outcome="denied"} 201000"#),
-        "every request is counted, under no grant:\n{after}"
-    );
-    assert!(
-        grown < 16 * MIB,
-        "{names} refused names grew the host by {} MiB",
-        grown / MIB
-    );
-}
-
-/// Under a wildcard grant each name is a destination of its own: a rate budget, and a
-/// lookup (`.invalid` names fail without a query, RFC 6761; the name server given is a
-/// closed port on loopback, so nothing leaves the machine).
-#[tokio::test]
-async fn a_provider_naming_50000_hosts_under_a_wildcard_grant_grows_neither_metrics_nor_memory() {
-    let config = SandboxConfig {
-        call_timeout: Duration::from_secs(600),
-        ..SandboxConfig::default()
-    };
-    let egress = EgressConfig {
-        name_server: Some(closed_name_server()),
-        ..grant("http://*.invalid")
-    };
-    let (provider, metrics) = hostile_counted(config, egress).await;
-    let names = 50_000;
-    let (flood, grown, before, after) =
-        name_flood(&provider, &metrics, "http://{}.invalid/", names).await;
-    eprintln!(
-        "{names} names under a wildcard grant: {flood}; resident memory +{} KiB, /metrics {} -> {} bytes",
-        grown / 1024,
-        before.len(),
-        after.len()
-    );
-    let outcomes = flood["outcomes"].as_object().expect("outcomes");
-    assert_eq!(
-        outcomes.values().filter_map(Value::as_u64).sum::<u64>(),
-        u64::from(names)
-    );
-    assert!(
-        !after.contains("n1999.invalid"),
-        "a destination became a label"
-    );
-    assert_eq!(series(&before), series(&after), "no new series");
-    assert!(after.contains(r#"grant="http://*.invalid""#), "{after}");
-    assert!(
-        grown < 16 * MIB,
-        "{names} names under a wildcard grant grew the host by {} MiB",
-        grown / MIB
-    );
-}
-
-/// With a slow refill, the bound on destinations holding a rate budget is reached: a new
-/// destination is answered 429, naming the flag, and the host holds no more budgets.
-#[tokio::test]
-async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
-    let egress = EgressConfig {
-        name_server: Some(closed_name_server()),
-        budget: RateBudget {
-            per_second: 0.001,
-            burst: 1,
-        },
-        max_destinations: 16,
-        ..grant("http://*.invalid")
-    };
-    let (provider, _metrics) = hostile_counted(SandboxConfig::default(), egress).await;
-    let flood = report(&provider, "fetch-names:100:http://{}.invalid/").await;
-    assert_eq!(flood["outcomes"]["429"], 84, "{flood}");
-    let crowded = provider
-        .egress()
-        .audit()
-        .recent()
-        .into_iter()
-        .filter_map(|record| record.denied)
-        .filter(|reason| {
-            reason.contains("16 other destinations") && reason.contains("--egress-max-destinations")
-        })
-        .count();
-    assert_eq!(crowded, 84);
-}
-
-/// A host name longer than any DNS name is refused before it is looked up, kept or counted.
-#[tokio::test]
-async fn a_host_name_longer_than_dns_allows_is_refused_by_its_length() {
-    let egress = EgressConfig {
-        name_server: Some(closed_name_server()),
-        ..grant("http://*.granted.test")
-    };
-    let provider = hostile(SandboxConfig::default(), egress).await;
-    let long = format!("http://{}.granted.test/", "a.".repeat(150));
-    let fetched = report(&provider, &format!("fetch:{long}")).await;
-    assert_eq!(fetched["kind"], "denied", "{fetched}");
-    let records = provider.egress().audit().recent();
-    let reason = records[0].denied.as_deref().unwrap_or_default();
-    assert!(
-        reason.contains("no DNS name is longer than 253"),
-        "{reason}"
-    );
 }

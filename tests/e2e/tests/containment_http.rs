@@ -10,38 +10,21 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use e2e::loopback;
+use e2e::{hostile_counted, loopback, resident_bytes};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{EgressConfig, EgressGate, HostPattern};
+use wasm_ccm_host::egress::{EgressConfig, HostPattern};
 use wasm_ccm_host::metrics::{CallLabels, Metrics};
-use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderSource};
+use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError};
 use wasm_ccm_host::sandbox::{CallFailure, HttpBudget, HttpLimits, SandboxConfig};
-use wasm_ccm_host::source::Artifact;
 
 const MIB: u64 = 1024 * 1024;
 
 /// Held by each test while it runs: resident memory is the process's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-/// The hostile guest with `config` and `egress`, counting its calls into the returned
-/// metrics.
-async fn hostile(config: SandboxConfig, egress: EgressConfig) -> (Provider, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::default());
-    let gate = EgressGate::new(egress, metrics.clone());
-    let path = guest_builds::HOSTILE;
-    let source = ProviderSource {
-        artifact: Artifact::from_bytes(path, guest_builds::read(path).into()),
-        cloud_config: None,
-    };
-    let provider = Provider::load(&e2e::sandbox(config), gate, source, metrics.clone())
-        .await
-        .expect("hostile guest loads");
-    (provider, metrics)
-}
 
 async fn run(provider: &Provider, command: &str) -> Result<Value, ProviderError> {
     let node = Node {
@@ -80,28 +63,11 @@ fn calls(metrics: &Metrics, provider: &Provider, outcome: &str) -> u64 {
         .get()
 }
 
-/// Resident memory of this process, which hosts the sandbox, from /proc/self/status.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| {
-            value
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .expect("VmRSS in /proc/self/status");
-    kib * 1024
-}
-
 #[tokio::test]
 async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (provider, metrics) = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let (provider, metrics) =
+        hostile_counted(SandboxConfig::default(), EgressConfig::default()).await;
     let limit = HttpLimits::default().max_memory;
 
     // 20,000 fields of one 60 KB header, all kept: 1.2 GB of host memory without a budget.
@@ -136,7 +102,8 @@ async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small(
 #[tokio::test]
 async fn a_request_body_flood_fails_at_the_http_memory_limit() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (provider, metrics) = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let (provider, metrics) =
+        hostile_counted(SandboxConfig::default(), EgressConfig::default()).await;
     // 300 unsent requests whose bodies hold 2 MiB each: 600 MiB without a budget.
     let before = resident_bytes();
     let error = run(&provider, "bodies-flood:300").await.unwrap_err();
@@ -163,7 +130,7 @@ async fn a_resource_flood_fails_at_the_resource_limit() {
         },
         ..SandboxConfig::default()
     };
-    let (provider, metrics) = hostile(config, EgressConfig::default()).await;
+    let (provider, metrics) = hostile_counted(config, EgressConfig::default()).await;
     // Empty headers cost little memory each: the count stops them.
     let error = run(&provider, "fields-flood:5000x0").await.unwrap_err();
     let message = error.to_string();
@@ -235,7 +202,7 @@ async fn ordinary_requests_one_after_another_stay_within_a_small_budget() {
         allow: vec![url.parse::<HostPattern>().unwrap()],
         ..EgressConfig::default()
     };
-    let (provider, metrics) = hostile(config, egress).await;
+    let (provider, metrics) = hostile_counted(config, egress).await;
 
     let error = run(&provider, &format!("fetch-many:60:{url}/item"))
         .await
