@@ -322,8 +322,8 @@ impl Testbed {
         .await
     }
 
-    /// `reason`s of the events about the object named `name`, oldest first.
-    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+    /// The events about the object named `name`, oldest first.
+    pub async fn events_about(&self, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
         let mut list: Vec<_> = events
             .list(&Default::default())
@@ -334,7 +334,13 @@ impl Testbed {
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
             .collect();
         list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
-        list.into_iter().filter_map(|e| e.reason).collect()
+        list
+    }
+
+    /// `reason`s of the events about the object named `name`, oldest first.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events = self.events_about(name).await;
+        events.into_iter().filter_map(|e| e.reason).collect()
     }
 }
 

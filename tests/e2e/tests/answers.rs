@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use e2e::testbed::{Testbed, eventually, ingress_ip, is_uninitialized};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -43,14 +42,9 @@ fn hostile(
 
 /// The notes of the `InvalidProviderAnswer` events about the object named `name`.
 async fn refusals(bed: &Testbed, name: &str) -> Vec<String> {
-    let events: Api<Event> = Api::all(bed.client.clone());
-    events
-        .list(&Default::default())
+    bed.events_about(name)
         .await
-        .expect("list events")
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .filter(|e| e.reason.as_deref() == Some("InvalidProviderAnswer"))
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .filter_map(|e| e.note)

@@ -308,15 +308,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         app.requests
             .record(&user_agent, &user, "create", "serviceaccounts/token");
         inject(app, &parts.method, &path_and_query).await?;
-        if parts.method != Method::POST {
-            return Err(ApiError::method_not_allowed());
-        }
-        let body = axum::body::to_bytes(body, MAX_BODY)
-            .await
-            .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
-        let body = body::parse(&body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-        })?;
+        let body = create_body(&parts.method, body).await?;
         let (answer, warnings) = app
             .tokens
             .request(&app.store, namespace, name, &body.value)?;
@@ -331,15 +323,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         app.requests
             .record(&user_agent, &user, "create", &format!("{resource}.{group}"));
         inject(app, &parts.method, &path_and_query).await?;
-        if parts.method != Method::POST {
-            return Err(ApiError::method_not_allowed());
-        }
-        let body = axum::body::to_bytes(body, MAX_BODY)
-            .await
-            .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
-        let body = body::parse(&body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-        })?;
+        let body = create_body(&parts.method, body).await?;
         let answer = if resource == "tokenreviews" {
             reviews::token_review(&app.tokens, &app.store, &body.value)?
         } else {
@@ -379,6 +363,20 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
 }
 
 /// Upstream's 415 for a body it cannot decode.
+/// The JSON body of a POST to a create-only resource (a token request, a review): any other
+/// method is refused as the API server refuses it.
+async fn create_body(method: &Method, body: Body) -> Result<Parsed, ApiError> {
+    if method != Method::POST {
+        return Err(ApiError::method_not_allowed());
+    }
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+    body::parse(&body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
 fn unsupported_body() -> ApiError {
     ApiError::UnsupportedMediaType(
         "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
