@@ -25,5 +25,5 @@ pub mod egress;
 pub mod metrics;
 /// Token buckets keyed by name, for the egress gate and the manager's API client.
 pub mod rate;
-/// Text cut to a byte budget at a character boundary.
+/// Text cut to a byte budget at a character boundary, and a provider's text escaped for logs.
 pub mod text;
