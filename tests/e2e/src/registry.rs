@@ -104,6 +104,10 @@ pub struct Registry {
     /// Behind a lock so that stopping and restarting take `&self`: a test keeps closures that
     /// borrow the registry (for its address) across a stop.
     child: Mutex<Option<Child>>,
+    /// While stopped, a socket bound (never listening) to the address: connections are
+    /// refused, as a registry that is down refuses them, and no other test's server can be
+    /// given the port and answer in its place.
+    held_port: Mutex<Option<tokio::net::TcpSocket>>,
 }
 
 impl Registry {
@@ -170,17 +174,23 @@ impl Registry {
             certificate_pem,
             token_service,
             child: Mutex::new(None),
+            held_port: Mutex::new(None),
         };
         registry.serve().await;
         registry
     }
 
-    /// Kill the registry (a test's "registry down"); its storage stays.
+    /// Kill the registry (a test's "registry down"); its storage stays, and its address
+    /// refuses connections until [`Registry::restart`].
     pub fn stop(&self) {
         if let Some(mut child) = self.child().take() {
             // Already exited is fine: either way it no longer serves.
             let _ = child.kill();
             let _ = child.wait();
+            *self
+                .held_port
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(hold_port(self.addr));
         }
     }
 
@@ -336,6 +346,10 @@ impl Registry {
     }
 
     async fn serve(&self) {
+        self.held_port
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let log = File::options()
             .create(true)
             .append(true)
@@ -543,4 +557,21 @@ impl Oras {
             )
         })
     }
+}
+
+/// A socket bound to `addr` and never listening. Without `SO_REUSEADDR` no other socket may
+/// bind the port (a listener's, which sets it, included); if the stopped registry left
+/// connections in TIME_WAIT that bind fails, and the socket is bound with `SO_REUSEADDR`
+/// instead, which still keeps the port from ephemeral (`:0`) binds such as
+/// [`https::free_port`]'s.
+fn hold_port(addr: SocketAddr) -> tokio::net::TcpSocket {
+    let bind = |reuse: bool| {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(reuse)?;
+        socket.bind(addr)?;
+        Ok::<_, std::io::Error>(socket)
+    };
+    bind(false)
+        .or_else(|_| bind(true))
+        .unwrap_or_else(|err| panic!("hold the stopped registry's port {addr}: {err}"))
 }

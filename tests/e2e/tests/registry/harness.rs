@@ -136,6 +136,13 @@ async fn stopped_registry_refuses_connections_and_restarts_with_its_storage() {
         down.expect_err("nothing serves").kind(),
         std::io::ErrorKind::ConnectionRefused
     );
+    // Nor can another test's server take the address and answer in its place.
+    assert_eq!(
+        std::net::TcpListener::bind(addr)
+            .expect_err("the stopped registry holds its port")
+            .kind(),
+        std::io::ErrorKind::AddrInUse
+    );
 
     registry.restart().await;
     assert_eq!(registry.addr(), addr);
