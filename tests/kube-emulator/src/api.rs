@@ -394,7 +394,7 @@ fn protobuf_body(body: &[u8]) -> Result<Value, ApiError> {
 
 /// Latency and injected failures, before any work.
 async fn inject(app: &App, method: &Method, path: &str) -> Result<(), ApiError> {
-    let latency = app.faults.latency();
+    let latency = app.faults.latency(method.as_str(), path);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }

@@ -1,6 +1,7 @@
 //! Fault injection and request accounting, for tests: drop every open
 //! watch, fail the next N matching requests with a status code, add
-//! latency, make the next N updates of a resource conflict; and count
+//! latency to every request or to those matching a method and path, make
+//! the next N updates of a resource conflict; and count
 //! requests per verb and resource, per user agent, and per authenticated
 //! user (the kubeconfig's admin, or a service account whose token made the
 //! request), and those refused with 401 or 403. Driven from the library or
@@ -58,13 +59,69 @@ impl FailRule {
     }
 
     fn matches(&self, method: &str, path: &str) -> bool {
-        self.method
-            .as_deref()
-            .is_none_or(|m| m.eq_ignore_ascii_case(method))
-            && self
-                .path_contains
-                .as_deref()
-                .is_none_or(|p| path.contains(p))
+        matches(
+            self.method.as_deref(),
+            self.path_contains.as_deref(),
+            method,
+            path,
+        )
+    }
+}
+
+/// Whether a request with `method` to `path` (with its query) is one a rule with these
+/// filters is about; `None` matches anything.
+fn matches(want_method: Option<&str>, fragment: Option<&str>, method: &str, path: &str) -> bool {
+    want_method.is_none_or(|m| m.eq_ignore_ascii_case(method))
+        && fragment.is_none_or(|p| path.contains(p))
+}
+
+/// Delay every request that matches by `ms`, until cleared or set again with the same
+/// filters (0 removes it): a slow endpoint among fast ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayRule {
+    pub ms: u64,
+    /// Only requests with this method (`POST`, `PATCH`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Only requests whose path and query contain this (e.g. `/events`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_contains: Option<String>,
+}
+
+impl DelayRule {
+    /// Delays every request by `latency`, until cleared.
+    pub fn new(latency: Duration) -> DelayRule {
+        DelayRule {
+            ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            method: None,
+            path_contains: None,
+        }
+    }
+
+    /// Only requests with this HTTP method.
+    pub fn method(mut self, method: &str) -> DelayRule {
+        self.method = Some(method.to_ascii_uppercase());
+        self
+    }
+
+    /// Only requests whose path and query contain `fragment`.
+    pub fn path_contains(mut self, fragment: &str) -> DelayRule {
+        self.path_contains = Some(fragment.to_owned());
+        self
+    }
+
+    fn same_filters(&self, other: &DelayRule) -> bool {
+        self.method == other.method && self.path_contains == other.path_contains
+    }
+
+    fn matches(&self, method: &str, path: &str) -> bool {
+        matches(
+            self.method.as_deref(),
+            self.path_contains.as_deref(),
+            method,
+            path,
+        )
     }
 }
 
@@ -74,6 +131,9 @@ impl FailRule {
 pub struct FaultState {
     pub failures: Vec<FailRule>,
     pub latency_ms: u64,
+    /// Latency of the requests that match a method or path, beyond `latency_ms`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delays: Vec<DelayRule>,
     /// Resource (`nodes`, `nodes/status`, `leases.coordination.k8s.io`) →
     /// how many more updates and patches of it answer 409.
     pub conflicts: BTreeMap<String, u32>,
@@ -83,14 +143,15 @@ pub struct FaultState {
 
 /// A command for `POST /_emulator/faults`, e.g. `"dropWatches"`,
 /// `{"failNext": {"count": 2, "status": 500, "method": "GET"}}`,
-/// `{"latency": {"ms": 50}}`, `{"conflictNext": {"resource": "nodes", "count": 1}}`
-/// or `"clear"`.
+/// `{"latency": {"ms": 50}}` (every request), `{"latency": {"ms": 2000, "method": "POST",
+/// "pathContains": "/events"}}` (those that match; each matching rule adds its delay),
+/// `{"conflictNext": {"resource": "nodes", "count": 1}}` or `"clear"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum FaultCommand {
     DropWatches,
     FailNext(FailRule),
-    Latency { ms: u64 },
+    Latency(DelayRule),
     ConflictNext { resource: String, count: u32 },
     Clear,
 }
@@ -138,6 +199,23 @@ impl Faults {
         self.lock().latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
     }
 
+    /// Delays the requests `rule` matches by its `ms`, in place of an earlier rule with the
+    /// same method and path (0 removes that rule); a rule matching everything is
+    /// [`Faults::set_latency`].
+    pub fn delay(&self, mut rule: DelayRule) {
+        if let Some(method) = &mut rule.method {
+            method.make_ascii_uppercase();
+        }
+        if rule.method.is_none() && rule.path_contains.is_none() {
+            return self.set_latency(Duration::from_millis(rule.ms));
+        }
+        let mut state = self.lock();
+        state.delays.retain(|held| !held.same_filters(&rule));
+        if rule.ms > 0 {
+            state.delays.push(rule);
+        }
+    }
+
     /// Makes the next `count` updates and patches of `resource` answer 409
     /// Conflict. `resource` is the plural, with `.group` outside the core
     /// group and `/status` for the status subresource.
@@ -155,6 +233,7 @@ impl Faults {
         state.failures.clear();
         state.conflicts.clear();
         state.latency_ms = 0;
+        state.delays.clear();
     }
 
     /// The faults in force.
@@ -167,7 +246,7 @@ impl Faults {
         match command {
             FaultCommand::DropWatches => self.drop_watches(),
             FaultCommand::FailNext(rule) => self.fail_next(rule),
-            FaultCommand::Latency { ms } => self.set_latency(Duration::from_millis(ms)),
+            FaultCommand::Latency(rule) => self.delay(rule),
             FaultCommand::ConflictNext { resource, count } => {
                 self.conflict_next_updates(&resource, count)
             }
@@ -175,8 +254,15 @@ impl Faults {
         }
     }
 
-    pub(crate) fn latency(&self) -> Duration {
-        Duration::from_millis(self.lock().latency_ms)
+    /// How long to hold a request with `method` to `path` (and query) before answering.
+    pub(crate) fn latency(&self, method: &str, path: &str) -> Duration {
+        let state = self.lock();
+        let matching = state
+            .delays
+            .iter()
+            .filter(|rule| rule.matches(method, path))
+            .fold(0, |ms: u64, rule| ms.saturating_add(rule.ms));
+        Duration::from_millis(state.latency_ms.saturating_add(matching))
     }
 
     /// The injected failure for this request, if one is due.
@@ -535,6 +621,55 @@ mod tests {
         assert!(counts.client("cloud-node-controller").forbidden.is_empty());
         requests.reset();
         assert_eq!(requests.snapshot(), RequestCounts::default());
+    }
+
+    #[test]
+    fn delays_hold_only_the_requests_they_match() {
+        let faults = Faults::default();
+        let command: FaultCommand = serde_json::from_str(
+            r#"{"latency":{"ms":2000,"method":"POST","pathContains":"/events"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            command,
+            FaultCommand::Latency(
+                DelayRule::new(Duration::from_secs(2))
+                    .method("POST")
+                    .path_contains("/events")
+            )
+        );
+        faults.apply(command);
+        let events = "/apis/events.k8s.io/v1/namespaces/default/events";
+        assert_eq!(faults.latency("POST", events), Duration::from_secs(2));
+        assert_eq!(faults.latency("PATCH", events), Duration::ZERO);
+        assert_eq!(faults.latency("POST", "/api/v1/nodes"), Duration::ZERO);
+        faults.set_latency(Duration::from_millis(50));
+        assert_eq!(faults.latency("POST", events), Duration::from_millis(2050));
+        assert_eq!(
+            faults.latency("GET", "/api/v1/nodes"),
+            Duration::from_millis(50)
+        );
+        faults.apply(
+            serde_json::from_str(
+                r#"{"latency":{"ms":10,"method":"post","pathContains":"/events"}}"#,
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            faults.latency("POST", events),
+            Duration::from_millis(60),
+            "the same filters replace the rule"
+        );
+        let plain: FaultCommand = serde_json::from_str(r#"{"latency":{"ms":0}}"#).unwrap();
+        faults.apply(plain);
+        assert_eq!(faults.latency("GET", "/api/v1/nodes"), Duration::ZERO);
+        assert_eq!(
+            faults.state().delays.len(),
+            1,
+            "a plain latency leaves the rules"
+        );
+        faults.clear();
+        assert_eq!(faults.latency("POST", events), Duration::ZERO);
     }
 
     #[test]

@@ -458,7 +458,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 pub use authorization::{Attributes, Authorization, Decision};
-pub use faults::{FailRule, FaultCommand, FaultState, Faults, RequestCounts};
+pub use faults::{DelayRule, FailRule, FaultCommand, FaultState, Faults, RequestCounts};
 pub use kubectl::kubectl;
 pub use store::Store;
 pub use tls::TlsError;
