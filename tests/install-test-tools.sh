@@ -3,7 +3,8 @@
 # Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
 # `htpasswd` from `apache2-utils` (its basic-auth users), `umoci` and `skopeo` (the container
 # image's build and push), `npm` (for tests/install-chart-tools.sh), ORAS's Python SDK in a
-# venv (an independent OCI client) and moto's server in another (an independent AWS
+# venv (an independent OCI client; with PyCA `cryptography` beside it, an independent cosign
+# signer and verifier) and moto's server in another (an independent AWS
 # implementation for the SigV4 and AWS tests). Each step is skipped when what it installs is
 # already there.
 set -euo pipefail
@@ -11,6 +12,9 @@ cd "$(dirname "$0")/.."
 
 # Keep in step with `ORAS_VENV` in tests/e2e/src/registry.rs.
 ORAS_VERSION=0.2.43
+# PyCA cryptography in the ORAS venv: the signature tests' independent implementation of
+# cosign's format (tests/e2e/tests/registry/cosign.py).
+CRYPTOGRAPHY_VERSION=50.0.2
 ORAS_VENV=target/test-tools/oras-venv
 # Keep in step with `MOTO_VENV` in tests/e2e/src/moto.rs.
 MOTO_VERSION=5.2.1
@@ -68,4 +72,5 @@ venv_install() {
 }
 
 venv_install "$ORAS_VENV" oras "$ORAS_VERSION" oras
+venv_install "$ORAS_VENV" cryptography "$CRYPTOGRAPHY_VERSION" cryptography
 venv_install "$MOTO_VENV" moto "$MOTO_VERSION" 'moto[server]'

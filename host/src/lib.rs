@@ -5,7 +5,7 @@
 //! and `egress`. Modules in the order a call flows through them:
 
 /// Distribution: provider references (`file://`, `oci://`) turned into verified bytes, from
-/// files or OCI registries (credentials, digests, the artifact cache).
+/// files or OCI registries (credentials, digests, cosign signatures, the artifact cache).
 pub mod source;
 /// The provider contract (`wit/provider.wit`) as plain Rust types.
 pub mod contract;

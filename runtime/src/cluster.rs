@@ -1,6 +1,7 @@
 //! The Kubernetes API clients of the manager, as upstream's controller-manager arranges
-//! them: one per controller, one for the shared informers, one for leader election and one
-//! for the event recorders; and one for the secure port's token and access reviews. All are
+//! them: one per controller, one for the shared informers, one for leader election and the
+//! manager's own; and ours: one for the event recorders, so no event spends a state write's
+//! budget, and one for the secure port's token and access reviews. All are
 //! built from the same `--kubeconfig` (or the in-cluster service account); each has its own
 //! `--kube-api-qps`/`--kube-api-burst` token bucket, as each client-go clientset has its own
 //! rate limiter, so a busy controller spends only its own budget; and each names itself in
@@ -14,9 +15,9 @@
 //!
 //! With `--use-service-account-credentials` the controllers' clients drop the configured
 //! credentials and authenticate as each controller's ServiceAccount instead (see
-//! [`service_account`]); the shared informers, leader election and the manager's own client
-//! (event recorders, and the accounts' TokenRequests) keep the configured credentials, as
-//! upstream arranges them.
+//! [`service_account`]); the shared informers, leader election, the event recorders and the
+//! manager's own client (the accounts' TokenRequests, the `CloudProvider`'s status) keep the
+//! configured credentials, as upstream arranges them.
 
 pub mod service_account;
 
@@ -82,10 +83,14 @@ pub const LEADER_ELECTION: &str = "leader-election";
 /// `TokenReview`s and `SubjectAccessReview`s spend their own token bucket, so scrapes never
 /// slow the controllers.
 pub const DELEGATED_AUTH: &str = "delegated-auth";
-/// The manager's own client, named after the component as upstream's: the event recorders
-/// publish through it and, with `--use-service-account-credentials`, it gets or creates the
+/// The manager's own client, named after the component as upstream's: it follows the
+/// `CloudProvider` and, with `--use-service-account-credentials`, gets or creates the
 /// controllers' service accounts and asks for their tokens.
 pub const MANAGER: &str = "cloud-controller-manager";
+/// The client of the event recorders (see [`crate::controllers::EventBroadcaster`]): events
+/// spend its token bucket only, so a flood of them never delays a state write, a
+/// `CloudProvider` status write or a service-account token.
+pub const EVENT_RECORDER: &str = "event-recorder";
 
 /// How the manager talks to the API server.
 #[derive(Debug, Clone)]

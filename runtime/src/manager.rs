@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::{self, ClientMetrics, Clients, ClusterSettings};
 use crate::controllers::{
     self, Context, Controller, ControllerClients, ControllerMetrics, ControllerSelection,
-    ControllerSettings, Informer, QueueMetrics,
+    ControllerSettings, EventBroadcaster, EventMetrics, Informer, QueueMetrics,
 };
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::rollout::ceiling::GrantCeiling;
@@ -65,6 +65,8 @@ pub enum ProviderMode {
         allow_untagged_cloud: bool,
         /// `--egress-grant-ceiling`: what the resource may grant; `None`, anything.
         grant_ceiling: Option<GrantCeiling>,
+        /// `--tag-check-interval`: how often an unpinned tag is checked; zero, never.
+        tag_check_interval: std::time::Duration,
     },
 }
 
@@ -162,6 +164,8 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     queue_metrics.register(&mut registry);
     let client_metrics = ClientMetrics::default();
     client_metrics.register(&mut registry);
+    let event_metrics = EventMetrics::default();
+    event_metrics.register(&mut registry);
     crate::process_metrics::register(&mut registry);
 
     // With flags, the provider loads first: a bad flag fails before anything connects.
@@ -180,10 +184,23 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             name,
             allow_untagged_cloud,
             grant_ceiling,
-        } => Err((name.clone(), *allow_untagged_cloud, grant_ceiling.clone())),
+            tag_check_interval,
+        } => Err((
+            name.clone(),
+            *allow_untagged_cloud,
+            grant_ceiling.clone(),
+            *tag_check_interval,
+        )),
     };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
+    let events = EventBroadcaster::new(
+        clients.client(cluster::EVENT_RECORDER)?,
+        &config.settings.identity,
+        config.settings.event_queue_length,
+        event_metrics,
+        shutdown.clone(),
+    );
     let informers_client = clients.client(cluster::SHARED_INFORMERS)?;
 
     let elector = match config.leader_election.clone() {
@@ -206,11 +223,11 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     }
     // Whether this replica leads: only the leader writes the CloudProvider's status.
     let leading = watch::Sender::new(elector.is_none());
-    // `Err`: the resource named, --allow-untagged-cloud and the ceiling, for the rollout to
-    // follow.
+    // `Err`: the resource named, --allow-untagged-cloud, the ceiling and the tag check's
+    // interval, for the rollout to follow.
     let provider = match flagged {
         Ok(provider) => Versions::Fixed(ProviderSlot::new(provider)),
-        Err((resource, allow_untagged_cloud, grant_ceiling)) => {
+        Err((resource, allow_untagged_cloud, grant_ceiling, tag_check_interval)) => {
             let handle = rollout::start(
                 RolloutSettings {
                     resource,
@@ -221,9 +238,10 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                     distribution: config.distribution.clone(),
                     allow_untagged_cloud,
                     grant_ceiling,
-                    identity: config.settings.identity.clone(),
+                    tag_check_interval,
                 },
                 clients.manager(),
+                events.sink("wasm-ccm"),
                 metrics.clone(),
                 leading.subscribe(),
                 shutdown.clone(),
@@ -248,6 +266,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
 
     let term = Term {
         clients: controller_clients,
+        events,
         informers_client,
         provider,
         planned,
@@ -348,6 +367,8 @@ enum Versions {
 /// life of the process without leader election).
 struct Term {
     clients: ControllerClients,
+    /// The controllers' event queues, kept across terms.
+    events: EventBroadcaster,
     /// The shared informers' own client.
     informers_client: kube::Client,
     provider: Versions,
@@ -396,6 +417,7 @@ impl Term {
         let informers_stop = stop.child_token();
         let context = Arc::new(Context {
             clients: self.clients.clone(),
+            events: self.events.clone(),
             provider: slot,
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),

@@ -150,6 +150,36 @@ pub struct CloudProviderSpec {
     /// How a new version is rolled out and when it is rolled back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
+
+    /// Signatures a version must carry before it is Verified, on top of the manager's
+    /// --provider-signature-key (both apply: this can require more, never less).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureSpec>,
+}
+
+/// Cosign signatures required of every version: a valid signature (in the registry, under
+/// the digest's `sha256-HEX.sig` tag) by at least one of `keys`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureSpec {
+    /// Public keys (PEM, ECDSA P-256, as cosign.pub), each from a ConfigMap or Secret key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub keys: Vec<PublicKeySource>,
+}
+
+/// Where a public key comes from: exactly one of `configMapKeyRef` or `secretKeyRef`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("[has(self.configMapKeyRef), has(self.secretKeyRef)].exists_one(set, set)").message("set exactly one of configMapKeyRef or secretKeyRef"))]
+#[serde(rename_all = "camelCase")]
+pub struct PublicKeySource {
+    /// A key of a ConfigMap that holds the PEM public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+
+    /// A key of a Secret that holds the PEM public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
 }
 
 /// Where the provider's configuration comes from: exactly one of `inline`, `configMapKeyRef`
@@ -441,6 +471,14 @@ pub struct RolloutSpec {
     /// When an activated version is rolled back to the previous one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackSpec>,
+
+    /// With a tag and no digest: roll out the digest the tag names when it moves (found by
+    /// the manager's periodic check, `--tag-check-interval`), through the usual rollout.
+    /// False (the default): the digest the tag named when this generation rolled out keeps
+    /// running, on every replica and after restarts, and a moved tag is only reported
+    /// (`TagCurrent` False, event `TagMoved`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_tag: Option<bool>,
 }
 
 /// How a new version is rolled out.
@@ -689,8 +727,8 @@ pub struct Divergence {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Fetched, Verified, Ready, Progressing, RolledBack or Degraded (the `condition`
-    /// constants).
+    /// Fetched, Verified, Ready, Progressing, RolledBack, Degraded or TagCurrent (the
+    /// `condition` constants).
     #[serde(rename = "type")]
     #[schemars(length(max = 316))]
     pub type_: String,
@@ -741,8 +779,19 @@ pub mod condition {
     /// Something the active version needs is missing or failing (a Secret, a ConfigMap),
     /// while it keeps serving.
     pub const DEGRADED: &str = "Degraded";
+    /// With a tag and no digest: whether the tag still names the digest recorded when the
+    /// generation rolled out (False, reason `TagMoved`, when it names another).
+    pub const TAG_CURRENT: &str = "TagCurrent";
     /// Every type, in the order status lists them.
-    pub const ALL: [&str; 6] = [FETCHED, VERIFIED, READY, PROGRESSING, ROLLED_BACK, DEGRADED];
+    pub const ALL: [&str; 7] = [
+        FETCHED,
+        VERIFIED,
+        READY,
+        PROGRESSING,
+        ROLLED_BACK,
+        DEGRADED,
+        TAG_CURRENT,
+    ];
 }
 
 fn positive_number(_: &mut SchemaGenerator) -> Schema {

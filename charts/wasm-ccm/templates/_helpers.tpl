@@ -71,6 +71,14 @@ let the manager read exactly these.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range (.Values.provider.signature | default dict).keys -}}
+{{- if .secretKeyRef -}}
+{{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}
+{{- end -}}
+{{- if .configMapKeyRef -}}
+{{- $refs = append $refs (dict "kind" "configmaps" "ref" .configMapKeyRef) -}}
+{{- end -}}
+{{- end -}}
 {{- with .Values.provider.cloudConfig -}}
 {{- if .secretKeyRef -}}
 {{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}

@@ -231,26 +231,26 @@ impl Audit {
             version: record.version.clone(),
             grant: record.grant.as_deref().unwrap_or(NO_GRANT).to_string(),
         };
-        self.metrics
-            .egress_requests
-            .get_or_create(&EgressLabels {
-                provider: grant.provider.clone(),
-                version: grant.version.clone(),
-                grant: grant.grant.clone(),
-                outcome: record.outcome(),
-            })
-            .inc();
+        let mut labels = EgressLabels {
+            provider: grant.provider.clone(),
+            version: grant.version.clone(),
+            grant: grant.grant.clone(),
+            outcome: record.outcome(),
+        };
+        self.metrics.egress_requests.get_or_create(&labels).inc();
         if let Some(aws) = &record.aws {
+            // The request's labels, and the service and action.
+            let signed = EgressSignedLabels {
+                provider: std::mem::take(&mut labels.provider),
+                version: std::mem::take(&mut labels.version),
+                grant: std::mem::take(&mut labels.grant),
+                service: aws.labels.0.clone(),
+                action: aws.labels.1.clone(),
+                outcome: std::mem::take(&mut labels.outcome),
+            };
             self.metrics
                 .egress_signed_requests
-                .get_or_create(&EgressSignedLabels {
-                    provider: grant.provider.clone(),
-                    version: grant.version.clone(),
-                    grant: grant.grant.clone(),
-                    service: aws.labels.0.clone(),
-                    action: aws.labels.1.clone(),
-                    outcome: record.outcome(),
-                })
+                .get_or_create(&signed)
                 .inc();
         }
         self.metrics

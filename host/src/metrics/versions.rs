@@ -60,14 +60,15 @@ impl<L: Clone + Hash + Eq + VersionLabel, M, C: MetricConstructor<M>> VersionFam
 
     /// The metric of `labels`, made on first use.
     pub fn get_or_create(&self, labels: &L) -> impl Deref<Target = M> + '_ {
-        if self.family.get(labels).is_none() {
-            self.made
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(labels.version().to_string())
-                .or_default()
-                .insert(labels.clone());
+        if let Some(metric) = self.family.get(labels) {
+            return metric;
         }
+        self.made
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(labels.version().to_string())
+            .or_default()
+            .insert(labels.clone());
         self.family.get_or_create(labels)
     }
 

@@ -1,7 +1,9 @@
 //! Distribution: a [`ProviderRef`] turned into the verified bytes of a component, with the
 //! identity an operator sees everywhere (the reference and the manifest digest). This module
-//! knows references, files, registries, manifests, digests, registry credentials and the
-//! artifact cache; nothing about the sandbox or the controllers.
+//! knows references, files, registries, manifests, digests, registry credentials, signatures
+//! ([`signature`]: who published a version, checked against the operator's policy before the
+//! component is downloaded) and the artifact cache; nothing about the sandbox or the
+//! controllers.
 //!
 //! An `oci://` reference is served from the cache when it can be: a pinned digest whose
 //! manifest and component are cached makes no request at all, so the manager starts with the
@@ -12,6 +14,7 @@ mod credentials;
 pub mod layout;
 mod reference;
 mod registry;
+pub mod signature;
 mod store;
 
 use std::collections::BTreeMap;
@@ -22,6 +25,10 @@ pub use credentials::{CredentialsError, RegistryCredentials};
 pub use layout::{ComponentWorld, LayoutError, ManifestSummary};
 pub use reference::{OciRef, ProviderRef, ReferenceError};
 pub use registry::RegistryError;
+pub use signature::{
+    KeyError, PublicKey, Signature, SignatureError, SignaturePolicy, SigningKey, TrustedKeys,
+    Verified,
+};
 pub use store::ArtifactStore;
 
 use registry::RegistryClient;
@@ -99,9 +106,13 @@ pub enum FetchError {
         /// What it is instead.
         error: LayoutError,
     },
+    /// The signature policy refuses the version (its message starts with the reference).
+    #[error(transparent)]
+    Signature(SignatureError),
 }
 
-/// How references are resolved: `--insecure-registry`, `--registry-config`, `--cache-dir`.
+/// How references are resolved: `--insecure-registry`, `--registry-config`, `--cache-dir`,
+/// and which signatures every version fetched must carry (`--provider-signature-key`).
 #[derive(Debug, Clone, Default)]
 pub struct DistributionSettings {
     /// Registries (`host:port`) reached over plain HTTP.
@@ -110,6 +121,9 @@ pub struct DistributionSettings {
     pub credentials: RegistryCredentials,
     /// The artifact cache, if any.
     pub cache: Option<ArtifactStore>,
+    /// The operator's signature policy: every version [`Distribution::fetch`] returns is
+    /// signed by one of its keys.
+    pub signatures: SignaturePolicy,
 }
 
 /// Fetches and publishes provider artifacts.
@@ -120,6 +134,7 @@ pub struct Distribution {
     /// loads the system's root certificates).
     registry: OnceLock<RegistryClient>,
     cache: Option<ArtifactStore>,
+    signatures: SignaturePolicy,
 }
 
 /// What `provider push` publishes besides the component.
@@ -143,6 +158,7 @@ impl Distribution {
             credentials: settings.credentials,
             registry: OnceLock::new(),
             cache: settings.cache,
+            signatures: settings.signatures,
         }
     }
 
@@ -152,8 +168,22 @@ impl Distribution {
         })
     }
 
-    /// The component `reference` names, verified.
+    /// The component `reference` names, verified: its digests, and the operator's
+    /// signature policy.
     pub async fn fetch(&self, reference: &ProviderRef) -> Result<Artifact, FetchError> {
+        self.fetch_signed(reference, &SignaturePolicy::default())
+            .await
+    }
+
+    /// As [`Distribution::fetch`], with the signatures `also` requires on top of the
+    /// operator's policy (a CloudProvider's `spec.signature`: it tightens, never loosens).
+    pub async fn fetch_signed(
+        &self,
+        reference: &ProviderRef,
+        also: &SignaturePolicy,
+    ) -> Result<Artifact, FetchError> {
+        let mut policy = self.signatures.clone();
+        policy.required.extend(also.required.iter().cloned());
         match reference {
             ProviderRef::File(path) => {
                 let wasm = tokio::fs::read(path)
@@ -162,13 +192,21 @@ impl Distribution {
                         reference: reference.to_string(),
                         error,
                     })?;
-                Ok(Artifact::from_bytes(reference.to_string(), wasm.into()))
+                let artifact = Artifact::from_bytes(reference.to_string(), wasm.into());
+                self.verify_signatures(reference, &artifact.identity.digest, &policy)
+                    .await
+                    .map_err(FetchError::Signature)?;
+                Ok(artifact)
             }
-            ProviderRef::Oci(oci) => self.fetch_oci(oci).await,
+            ProviderRef::Oci(oci) => self.fetch_oci(oci, &policy).await,
         }
     }
 
-    async fn fetch_oci(&self, oci: &OciRef) -> Result<Artifact, FetchError> {
+    async fn fetch_oci(
+        &self,
+        oci: &OciRef,
+        policy: &SignaturePolicy,
+    ) -> Result<Artifact, FetchError> {
         let registry_error = |error| FetchError::Registry {
             reference: oci.to_string(),
             error,
@@ -191,6 +229,11 @@ impl Distribution {
                 reference: oci.to_string(),
                 error,
             })?;
+        // Before the component is downloaded or anything cached: an unsigned version costs
+        // the manifest only.
+        self.verify_signatures(&ProviderRef::Oci(oci.clone()), &digest, policy)
+            .await
+            .map_err(FetchError::Signature)?;
         let cached_layer = self.cache.as_ref().and_then(|c| c.blob(&layer.digest));
         let wrote_layer = cached_layer.is_none();
         let wasm = match cached_layer {
@@ -234,6 +277,21 @@ impl Distribution {
         }
     }
 
+    /// The manifest digest `oci` names now (a tag resolved, a pinned digest checked): one
+    /// manifest request, never served from the cache, nothing downloaded or cached. Used by
+    /// `provider verify` and by the rollout's check for a moved tag.
+    pub async fn resolve(&self, oci: &OciRef) -> Result<String, FetchError> {
+        let (_, digest) =
+            self.registry()
+                .manifest(oci)
+                .await
+                .map_err(|error| FetchError::Registry {
+                    reference: oci.to_string(),
+                    error,
+                })?;
+        Ok(digest)
+    }
+
     /// Publish `wasm` as `oci` in the CNCF wasm layout; returns the manifest digest.
     pub async fn push(
         &self,
@@ -261,6 +319,232 @@ impl Distribution {
                 error,
             })?;
         Ok(packed.manifest.1)
+    }
+}
+
+/// Why a signature could not be made or published (`provider sign`).
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// The artifact to sign, or its signature artifact, could not be read or written.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The key could not sign.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The signature artifact there cannot take another signature.
+    #[error("{reference}: {problem}")]
+    Existing {
+        /// The signature artifact's reference.
+        reference: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// A signature `provider sign` published.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// The manifest digest signed.
+    pub digest: String,
+    /// Where the signatures live: `oci://REGISTRY/REPO:sha256-HEX.sig`.
+    pub signatures: OciRef,
+    /// How many signatures it now holds.
+    pub count: usize,
+}
+
+/// Why the signature artifact of a digest could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureReadError {
+    /// The registry failed (may pass).
+    Unavailable(String),
+    /// The artifact is there but malformed or over a bound.
+    Malformed(String),
+}
+
+impl std::fmt::Display for SignatureReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignatureReadError::Unavailable(text) | SignatureReadError::Malformed(text) => {
+                f.write_str(text)
+            }
+        }
+    }
+}
+
+/// The reference of the signature artifact of `digest` in `oci`'s repository.
+fn signature_ref(oci: &OciRef, digest: &str) -> OciRef {
+    OciRef {
+        registry: oci.registry.clone(),
+        repository: oci.repository.clone(),
+        tag: Some(signature::signature_tag(digest)),
+        digest: None,
+    }
+}
+
+impl Distribution {
+    /// The signatures of the manifest `digest` in `oci`'s repository (its `sha256-HEX.sig`
+    /// artifact); `None` when there is none. Payloads are read within
+    /// [`signature::MAX_PAYLOAD_BYTES`]; one that cannot be read is kept with its problem.
+    pub async fn signatures(
+        &self,
+        oci: &OciRef,
+        digest: &str,
+    ) -> Result<Option<Vec<Signature>>, SignatureReadError> {
+        let signatures = signature_ref(oci, digest);
+        let manifest = match self.registry().manifest(&signatures).await {
+            Ok((manifest, _)) => manifest,
+            Err(RegistryError::NotFound(_)) => return Ok(None),
+            Err(error) => return Err(SignatureReadError::Unavailable(error.to_string())),
+        };
+        let layers =
+            signature::signature_layers(&manifest).map_err(SignatureReadError::Malformed)?;
+        let mut found = Vec::with_capacity(layers.len());
+        for signature::SignatureLayer {
+            descriptor: layer,
+            signature,
+        } in layers
+        {
+            let payload = if layer.size < 0 || layer.size > signature::MAX_PAYLOAD_BYTES {
+                Err(format!(
+                    "layer {}: the payload is {} bytes; at most {} are read",
+                    layer.digest,
+                    layer.size,
+                    signature::MAX_PAYLOAD_BYTES
+                ))
+            } else {
+                match self.registry().blob(&signatures, &layer).await {
+                    Ok(payload) => Ok(payload),
+                    Err(
+                        error @ (RegistryError::Unreachable { .. }
+                        | RegistryError::Tls { .. }
+                        | RegistryError::Unauthorized(_)
+                        | RegistryError::Denied(_)),
+                    ) => return Err(SignatureReadError::Unavailable(error.to_string())),
+                    Err(error) => Err(format!("layer {}: {error}", layer.digest)),
+                }
+            };
+            found.push(Signature { payload, signature });
+        }
+        Ok(Some(found))
+    }
+
+    /// Check `policy` for the version `reference` resolved to `digest`. A digest the cache
+    /// records as verified with keys that meet the policy costs no request and no signature
+    /// check; a verdict reached here is recorded.
+    pub async fn verify_signatures(
+        &self,
+        reference: &ProviderRef,
+        digest: &str,
+        policy: &SignaturePolicy,
+    ) -> Result<Verified, SignatureError> {
+        if !policy.is_required() {
+            return Ok(Verified {
+                keys: Vec::new(),
+                cached: false,
+            });
+        }
+        let oci = match reference {
+            ProviderRef::File(_) => {
+                return Err(SignatureError::file(&reference.to_string(), digest, policy));
+            }
+            ProviderRef::Oci(oci) => oci,
+        };
+        if let Some(cache) = &self.cache {
+            let known = cache.verified_keys(digest);
+            if policy.met_by(&known) {
+                return Ok(Verified {
+                    keys: known,
+                    cached: true,
+                });
+            }
+        }
+        let found = match self.signatures(oci, digest).await {
+            Ok(found) => found,
+            Err(SignatureReadError::Unavailable(error)) => {
+                return Err(SignatureError::Unavailable {
+                    reference: reference.to_string(),
+                    digest: digest.to_string(),
+                    tag: signature::signature_tag(digest),
+                    error,
+                });
+            }
+            Err(SignatureReadError::Malformed(problem)) => {
+                return Err(SignatureError::Invalid {
+                    reference: reference.to_string(),
+                    digest: digest.to_string(),
+                    keys: policy.describe(),
+                    detail: problem,
+                });
+            }
+        };
+        let verified = signature::verify(policy, &reference.to_string(), digest, found.as_deref())?;
+        self.remember(|cache| cache.put_verified_keys(digest, &verified.keys));
+        Ok(verified)
+    }
+
+    /// Sign the provider `oci` names with `key` and publish the signature in the cosign
+    /// layout: appended to the signature artifact of its digest, which is made if missing.
+    pub async fn sign(&self, oci: &OciRef, key: &SigningKey) -> Result<Signed, SignError> {
+        let registry_error = |reference: &OciRef| {
+            let reference = reference.to_string();
+            move |error| FetchError::Registry { reference, error }
+        };
+        let (manifest, digest) = self
+            .registry()
+            .manifest(oci)
+            .await
+            .map_err(registry_error(oci))?;
+        layout::check_manifest(&manifest, &digest).map_err(|error| FetchError::Layout {
+            reference: oci.to_string(),
+            error,
+        })?;
+        let signatures = signature_ref(oci, &digest);
+        let mut layers: Vec<serde_json::Value> = match self.registry().manifest(&signatures).await {
+            Err(RegistryError::NotFound(_)) => Vec::new(),
+            Err(error) => return Err(registry_error(&signatures)(error).into()),
+            Ok((existing, _)) => {
+                let existing_error = |problem: String| SignError::Existing {
+                    reference: signatures.to_string(),
+                    problem,
+                };
+                signature::signature_layers(&existing).map_err(existing_error)?;
+                let value: serde_json::Value = serde_json::from_slice(&existing)
+                    .map_err(|error| existing_error(error.to_string()))?;
+                let layers = value["layers"].as_array().cloned().unwrap_or_default();
+                if layers.len() >= signature::MAX_SIGNATURES {
+                    return Err(existing_error(format!(
+                        "it holds {} signatures already, the most a verifier reads",
+                        layers.len()
+                    )));
+                }
+                layers
+            }
+        };
+        let repository = format!("{}/{}", oci.registry, oci.repository);
+        let payload = signature::Payload::new(&repository, &digest).to_bytes();
+        let signed = key.sign(&payload)?;
+        layers.push(signature::signature_layer(&payload, &signed));
+        let layer_digests: Vec<String> = layers
+            .iter()
+            .filter_map(|layer| layer["digest"].as_str().map(str::to_string))
+            .collect();
+        let config = signature::signature_config(&layer_digests);
+        let manifest = signature::signature_manifest(&config, &layers);
+        let payload_digest = layout::sha256_digest(&payload);
+        let config_digest = layout::sha256_digest(&config);
+        self.registry()
+            .push_manifest(
+                &signatures,
+                &[&(payload, payload_digest), &(config, config_digest)],
+                &manifest,
+            )
+            .await
+            .map_err(registry_error(&signatures))?;
+        Ok(Signed {
+            digest,
+            count: layers.len(),
+            signatures,
+        })
     }
 }
 

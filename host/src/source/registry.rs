@@ -242,19 +242,31 @@ impl RegistryClient {
                 actual: packed.manifest.1.clone(),
             });
         }
+        self.push_manifest(oci, &[&packed.layer, &packed.config], &packed.manifest.0)
+            .await
+    }
+
+    /// Push `blobs` (bytes and digest), then the OCI image `manifest` that names them, as
+    /// `oci` (its tag, or the digest of the manifest).
+    pub async fn push_manifest(
+        &self,
+        oci: &OciRef,
+        blobs: &[&(Vec<u8>, String)],
+        manifest: &[u8],
+    ) -> Result<(), RegistryError> {
         let reference = reference(oci);
         let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
         self.retrying(oci, || {
             client.auth(&reference, &auth, RegistryOperation::Push)
         })
         .await?;
-        for (bytes, digest) in [&packed.layer, &packed.config] {
+        for (bytes, digest) in blobs {
             self.retrying(oci, || client.push_blob(&reference, bytes.clone(), digest))
                 .await?;
         }
         let content_type = http_header(super::layout::OCI_MANIFEST);
         self.retrying(oci, || {
-            client.push_manifest_raw(&reference, packed.manifest.0.clone(), content_type.clone())
+            client.push_manifest_raw(&reference, manifest.to_vec(), content_type.clone())
         })
         .await?;
         Ok(())

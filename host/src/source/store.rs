@@ -6,6 +6,8 @@
 //! DIR/blobs/sha256/<hex>       the components (layers) those manifests name
 //! DIR/compiled/                precompiled code, `<component hex>-<engine>.cwasm` (the
 //!                              sandbox's compile cache)
+//! DIR/signatures/sha256/<hex>  fingerprints of the keys whose signatures of that manifest
+//!                              were verified, one a line (at most [`MAX_VERIFIED_KEYS`])
 //! DIR/tmp/                     files being written
 //! ```
 //!
@@ -15,13 +17,20 @@
 //! node): the worst a race does is make one of them download again.
 //!
 //! The cache is bounded (`--cache-max-size`): after a write, versions not in use are evicted,
-//! least recently used first, with their components and compiled code.
+//! least recently used first, with their components, compiled code and signature verdicts.
+//!
+//! A signature verdict is not content-addressed: it is the manager's own record that it
+//! checked signatures of that digest with those keys, trusted as the directory is (whoever
+//! may write it may also write the precompiled code the sandbox loads).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::layout::{check_manifest, digest_like};
+
+/// Most key fingerprints recorded as verified for one manifest.
+pub const MAX_VERIFIED_KEYS: usize = 16;
 
 /// A cache directory and its size bound.
 #[derive(Debug, Clone)]
@@ -47,6 +56,8 @@ impl ArtifactStore {
             "blobs/sha256",
             "blobs/sha512",
             "compiled",
+            "signatures/sha256",
+            "signatures/sha512",
             "tmp",
         ] {
             std::fs::create_dir_all(dir.join(sub))?;
@@ -87,6 +98,44 @@ impl ArtifactStore {
     /// Store a blob; `bytes` must hash to `digest`.
     pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> std::io::Result<()> {
         self.put("blobs", digest, bytes)
+    }
+
+    /// The fingerprints of the keys whose signatures of the manifest `digest` were verified.
+    pub fn verified_keys(&self, digest: &str) -> Vec<String> {
+        let Some(text) = self
+            .path("signatures", digest)
+            .and_then(|path| std::fs::read_to_string(path).ok())
+        else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter(|line| line.starts_with("sha256:"))
+            .take(MAX_VERIFIED_KEYS)
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Record that signatures of `digest` by the keys `fingerprints` were verified (added
+    /// to those recorded, [`MAX_VERIFIED_KEYS`] at most).
+    pub fn put_verified_keys(&self, digest: &str, fingerprints: &[String]) -> std::io::Result<()> {
+        let Some(path) = self.path("signatures", digest) else {
+            return Err(std::io::Error::other(format!(
+                "{digest} is not a sha256 digest"
+            )));
+        };
+        let mut keys = self.verified_keys(digest);
+        for fingerprint in fingerprints {
+            if !keys.contains(fingerprint) && keys.len() < MAX_VERIFIED_KEYS {
+                keys.push(fingerprint.clone());
+            }
+        }
+        let mut file = tempfile::NamedTempFile::new_in(self.dir.join("tmp"))?;
+        for key in &keys {
+            writeln!(file, "{key}")?;
+        }
+        file.as_file().sync_all()?;
+        file.persist(&path)?;
+        Ok(())
     }
 
     fn path(&self, kind: &str, digest: &str) -> Option<PathBuf> {
@@ -150,7 +199,13 @@ impl ArtifactStore {
             if protected {
                 continue;
             }
+            let verdict = version.manifest.as_ref().and_then(|manifest| {
+                let hex = manifest.file_name()?;
+                let algorithm = manifest.parent()?.file_name()?;
+                Some(self.dir.join("signatures").join(algorithm).join(hex))
+            });
             let mut files: Vec<PathBuf> = version.manifest.into_iter().collect();
+            files.extend(verdict.filter(|path| path.exists()));
             files.extend(self.path("blobs", &version.layer_digest));
             files.extend(self.compiled_files(&version.layer_digest));
             for file in files {
@@ -320,6 +375,18 @@ mod tests {
         pause();
         assert_eq!(store.evict(&[&active]), 0, "under the bound nothing goes");
         let recent = store_version(&store, 3, 50_000);
+        let fingerprint = sha256_digest(b"a key");
+        store
+            .put_verified_keys(&recent, std::slice::from_ref(&fingerprint))
+            .unwrap();
+        store
+            .put_verified_keys(&recent, std::slice::from_ref(&fingerprint))
+            .unwrap();
+        assert_eq!(
+            store.verified_keys(&recent),
+            vec![fingerprint],
+            "recorded once"
+        );
         pause();
         let newest = store_version(&store, 4, 50_000);
         pause();
@@ -328,6 +395,10 @@ mod tests {
         assert_eq!(store.evict(&[&active]), 2);
         assert!(store.manifest(&active).is_some(), "in use");
         assert!(store.manifest(&recent).is_none(), "least recently used");
+        assert!(
+            store.verified_keys(&recent).is_empty(),
+            "its signature verdict goes with it"
+        );
         assert!(
             store.manifest(&newest).is_none(),
             "used before `old` was read"

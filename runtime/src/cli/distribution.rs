@@ -55,6 +55,7 @@ impl DistributionFlags {
             insecure_registries: self.insecure_registries.clone(),
             credentials,
             cache,
+            signatures: Default::default(),
         })
     }
 

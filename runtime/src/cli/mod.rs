@@ -413,6 +413,35 @@ mod tests {
     }
 
     #[test]
+    fn the_tag_check_interval_defaults_to_five_minutes_and_zero_turns_it_off() {
+        let interval = |args: &[&str]| match run(args).config().unwrap().provider {
+            crate::manager::ProviderMode::Resource {
+                tag_check_interval, ..
+            } => tag_check_interval,
+            crate::manager::ProviderMode::Flags(_) => panic!("{args:?}: run from the resource"),
+        };
+        assert_eq!(
+            interval(&["--provider-resource=p"]),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            interval(&["--provider-resource=p", "--tag-check-interval=30s"]),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            interval(&["--provider-resource=p", "--tag-check-interval=0"]),
+            Duration::ZERO
+        );
+        let argv = [
+            "wasm-ccm",
+            "--provider-resource=p",
+            "--tag-check-interval=soon",
+        ];
+        let error = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(error.contains("--tag-check-interval"), "{error}");
+    }
+
+    #[test]
     fn the_grant_ceiling_takes_host_patterns_with_a_resource_only() {
         let ceiling = |args: &[&str]| match run(args).config().unwrap().provider {
             crate::manager::ProviderMode::Resource { grant_ceiling, .. } => {

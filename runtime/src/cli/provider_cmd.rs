@@ -1,6 +1,7 @@
-//! `wasm-ccm provider inspect|call|push|pull`: look inside a provider component, call one
-//! contract function by hand under the same sandbox and egress gate the manager uses, and
-//! publish or fetch providers in an OCI registry.
+//! `wasm-ccm provider inspect|call|push|pull|sign|verify`: look inside a provider
+//! component, call one contract function by hand under the same sandbox and egress gate the
+//! manager uses, publish or fetch providers in an OCI registry, and sign them (cosign's
+//! layout) or check their signatures as the manager does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,7 +21,8 @@ use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSource};
 use wasm_ccm_host::sandbox::Inspection;
 use wasm_ccm_host::source::{
-    Artifact, ComponentWorld, Distribution, Identity, ProviderRef, PushRequest,
+    Artifact, ComponentWorld, Distribution, Identity, OciRef, ProviderRef, PublicKey, PushRequest,
+    Signature, SignaturePolicy, Signed, SigningKey, TrustedKeys,
 };
 
 /// The `provider` subcommands. PROVIDER is a FILE, file://PATH or oci://REGISTRY/REPO:TAG
@@ -36,6 +38,9 @@ pub enum ProviderCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// A public key (PEM, ECDSA P-256) to check the listed signatures with; repeatable.
+        #[arg(long, value_name = "FILE")]
+        signature_key: Vec<PathBuf>,
         /// How the component is compiled (`--pooling-allocator`...).
         #[command(flatten)]
         sandbox: SandboxFlags,
@@ -89,6 +94,10 @@ pub enum ProviderCommand {
         /// default. Set it for reproducible digests.
         #[arg(long, value_name = "TIME", value_parser = rfc3339)]
         created: Option<String>,
+        /// Also sign the pushed version with this private key (PKCS#8 PEM, ECDSA P-256), as
+        /// `provider sign` does.
+        #[arg(long, value_name = "FILE")]
+        sign_key: Option<PathBuf>,
         /// How the component is checked (it is compiled as run mode would).
         #[command(flatten)]
         sandbox: SandboxFlags,
@@ -108,6 +117,32 @@ pub enum ProviderCommand {
         #[command(flatten)]
         distribution: DistributionFlags,
     },
+    /// Sign a provider in an OCI registry with a private key, in cosign's layout: a
+    /// signature of its manifest digest appended to the artifact tagged sha256-HEX.sig in
+    /// the same repository (`cosign verify --key` accepts it). Prints the digest signed.
+    Sign {
+        /// oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST.
+        reference: String,
+        /// The private key: PKCS#8 PEM of an ECDSA P-256 key, e.g. from `openssl genpkey
+        /// -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out signing.pem`.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// Registries and their credentials.
+        #[command(flatten)]
+        distribution: DistributionFlags,
+    },
+    /// Check a provider's signatures as the manager does with --provider-signature-key:
+    /// exit 0 if one of the keys signed its digest, 2 (with the reason) if not.
+    Verify {
+        /// oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST.
+        reference: String,
+        /// A public key (PEM, ECDSA P-256, as cosign.pub); repeatable: one must have signed.
+        #[arg(long, value_name = "FILE", required = true)]
+        key: Vec<PathBuf>,
+        /// Registries and their credentials.
+        #[command(flatten)]
+        distribution: DistributionFlags,
+    },
 }
 
 impl ProviderCommand {
@@ -119,9 +154,13 @@ impl ProviderCommand {
             ProviderCommand::Inspect {
                 provider,
                 json,
+                signature_key,
                 sandbox,
                 distribution,
-            } => inspect(&provider, json, &sandbox, &distribution).await,
+            } => {
+                let keys = public_keys(&signature_key, "--signature-key")?;
+                inspect(&provider, json, &keys, &sandbox, &distribution).await
+            }
             ProviderCommand::Call {
                 provider,
                 function,
@@ -188,9 +227,14 @@ impl ProviderCommand {
                 version,
                 source,
                 created,
+                sign_key,
                 sandbox,
                 distribution,
             } => {
+                let sign_key = match &sign_key {
+                    Some(path) => Some(signing_key(path, "--sign-key")?),
+                    None => None,
+                };
                 let oci = match parse_reference(&reference)? {
                     ProviderRef::Oci(oci) if oci.tag.is_some() => oci,
                     _ => bail!(
@@ -215,10 +259,8 @@ impl ProviderCommand {
                     source,
                     created,
                 };
-                let digest = distribution
-                    .distribution()?
-                    .push(wasm, &oci, &request)
-                    .await?;
+                let distribution = distribution.distribution()?;
+                let digest = distribution.push(wasm, &oci, &request).await?;
                 println!("{digest}");
                 eprintln!(
                     "pushed {} as {oci}; pin it with oci://{}/{}@{digest}",
@@ -226,8 +268,26 @@ impl ProviderCommand {
                     oci.registry,
                     oci.repository
                 );
+                if let Some(key) = &sign_key {
+                    let pinned = OciRef {
+                        digest: Some(digest),
+                        ..oci
+                    };
+                    let signed = distribution.sign(&pinned, key).await?;
+                    report_signed(&signed, key);
+                }
                 Ok(ExitCode::SUCCESS)
             }
+            ProviderCommand::Sign {
+                reference,
+                key,
+                distribution,
+            } => sign(&reference, &key, &distribution).await,
+            ProviderCommand::Verify {
+                reference,
+                key,
+                distribution,
+            } => verify(&reference, &key, &distribution).await,
             ProviderCommand::Pull {
                 reference,
                 output,
@@ -260,6 +320,87 @@ impl ProviderCommand {
             }
         }
     }
+}
+
+/// Sign `reference` with the key at `key`.
+async fn sign(
+    reference: &str,
+    key: &Path,
+    distribution: &DistributionFlags,
+) -> anyhow::Result<ExitCode> {
+    let key = signing_key(key, "--key")?;
+    let oci = oci_reference(reference, "sign")?;
+    let signed = distribution.distribution()?.sign(&oci, &key).await?;
+    println!("{}", signed.digest);
+    report_signed(&signed, &key);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_signed(signed: &Signed, key: &SigningKey) {
+    eprintln!(
+        "signed {} with {}; {} signature(s) in {}",
+        signed.digest,
+        key.public_key(),
+        signed.count,
+        signed.signatures
+    );
+}
+
+/// Check `reference`'s signatures against `keys`, as run mode does (never from the cache).
+async fn verify(
+    reference: &str,
+    keys: &[PathBuf],
+    distribution: &DistributionFlags,
+) -> anyhow::Result<ExitCode> {
+    let oci = oci_reference(reference, "verify")?;
+    let policy = SignaturePolicy::default().and(TrustedKeys {
+        source: "--key".into(),
+        keys: public_keys(keys, "--key")?,
+    });
+    let mut settings = distribution.settings()?;
+    settings.cache = None;
+    let distribution = Distribution::new(settings);
+    let reference = ProviderRef::Oci(oci.clone());
+    let digest = distribution.resolve(&oci).await?;
+    let verified = distribution
+        .verify_signatures(&reference, &digest, &policy)
+        .await?;
+    println!("{digest}");
+    let by: Vec<String> = policy
+        .required
+        .iter()
+        .flat_map(|set| &set.keys)
+        .filter(|key| verified.keys.iter().any(|f| f == key.fingerprint()))
+        .map(ToString::to_string)
+        .collect();
+    eprintln!("{oci} ({digest}) is signed by {}", by.join(", "));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn oci_reference(reference: &str, command: &str) -> anyhow::Result<OciRef> {
+    match parse_reference(reference)? {
+        ProviderRef::Oci(oci) => Ok(oci),
+        ProviderRef::File(_) => bail!(
+            "{reference}: {command} needs an oci:// reference (signatures live in the registry, beside the artifact)"
+        ),
+    }
+}
+
+fn signing_key(path: &Path, flag: &str) -> anyhow::Result<SigningKey> {
+    let pem = std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))?;
+    SigningKey::from_pem(path.display().to_string(), &pem)
+        .map_err(|error| anyhow::anyhow!("{flag} {error}"))
+}
+
+fn public_keys(paths: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PublicKey>> {
+    paths
+        .iter()
+        .map(|path| {
+            let pem = std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))?;
+            PublicKey::from_pem(path.display().to_string(), &pem)
+                .map_err(|error| anyhow::anyhow!("{flag} {error}"))
+        })
+        .collect()
 }
 
 /// The artifact `provider` names, as run mode would fetch it.
@@ -305,12 +446,25 @@ fn rfc3339(text: &str) -> Result<String, String> {
 async fn inspect(
     provider: &str,
     json: bool,
+    keys: &[PublicKey],
     sandbox: &SandboxFlags,
     distribution: &DistributionFlags,
 ) -> anyhow::Result<ExitCode> {
     let settings = distribution.settings()?;
     let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
-    let artifact = fetch(&Distribution::new(settings), provider).await?;
+    let distribution = Distribution::new(settings);
+    let reference = parse_reference(provider)?;
+    let artifact = distribution.fetch(&reference).await?;
+    let signatures = match &reference {
+        ProviderRef::Oci(oci) => Some(
+            distribution
+                .signatures(oci, &artifact.identity.digest)
+                .await
+                .map(|found| listed_signatures(found.unwrap_or_default(), keys))
+                .map_err(|error| error.to_string()),
+        ),
+        ProviderRef::File(_) => None,
+    };
     let sandbox = sandbox.sandbox(Arc::new(Metrics::default()), compiled_dir)?;
     let inspection = sandbox
         .inspect(artifact.wasm.clone(), &artifact.identity.reference)
@@ -321,9 +475,20 @@ async fn inspect(
         if let Some(manifest) = &artifact.identity.manifest {
             value["manifest"] = serde_json::to_value(manifest)?;
         }
+        match &signatures {
+            Some(Ok(listed)) => value["signatures"] = serde_json::to_value(listed)?,
+            Some(Err(error)) => value["signatureError"] = Value::String(error.clone()),
+            None => {}
+        }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", render(&artifact.identity, &inspection));
+        if let Some(signatures) = &signatures {
+            print!(
+                "{}",
+                render_signatures(&artifact.identity.digest, signatures)
+            );
+        }
     }
     Ok(if inspection.problem.is_none() {
         ExitCode::SUCCESS
@@ -368,6 +533,66 @@ fn render(identity: &Identity, inspection: &Inspection) -> String {
     match &inspection.problem {
         None => out.push_str("satisfies the host contract: yes\n"),
         Some(problem) => out.push_str(&format!("satisfies the host contract: no\n  {problem}\n")),
+    }
+    out
+}
+
+/// One signature as `provider inspect` lists it.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedSignature {
+    /// The digest its payload claims.
+    digest: Option<String>,
+    /// The repository its payload names.
+    repository: Option<String>,
+    /// The given keys it verifies with, as `NAME (sha256:…)`.
+    verified_by: Vec<String>,
+    /// Why it cannot be read, if it cannot.
+    problem: Option<String>,
+}
+
+fn listed_signatures(found: Vec<Signature>, keys: &[PublicKey]) -> Vec<ListedSignature> {
+    found
+        .iter()
+        .map(|signature| ListedSignature {
+            digest: signature.claimed_digest(),
+            repository: signature.claimed_repository(),
+            verified_by: keys
+                .iter()
+                .filter(|key| signature.verifies_with(key))
+                .map(ToString::to_string)
+                .collect(),
+            problem: signature
+                .payload
+                .as_ref()
+                .err()
+                .or(signature.signature.as_ref().err())
+                .cloned(),
+        })
+        .collect()
+}
+
+fn render_signatures(digest: &str, signatures: &Result<Vec<ListedSignature>, String>) -> String {
+    let tag = wasm_ccm_host::source::signature::signature_tag(digest);
+    let listed = match signatures {
+        Err(error) => return format!("signatures: cannot be read ({tag}): {error}\n"),
+        Ok(listed) => listed,
+    };
+    let mut out = format!("signatures: {} ({tag})\n", listed.len());
+    for signature in listed {
+        let claimed = signature.digest.as_deref().unwrap_or("no digest claimed");
+        let mark = if signature.digest.as_deref() == Some(digest) {
+            ""
+        } else {
+            " (not this digest)"
+        };
+        out.push_str(&format!("  {claimed}{mark}\n"));
+        for key in &signature.verified_by {
+            out.push_str(&format!("    verified with {key}\n"));
+        }
+        if let Some(problem) = &signature.problem {
+            out.push_str(&format!("    unreadable: {problem}\n"));
+        }
     }
     out
 }

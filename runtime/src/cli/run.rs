@@ -24,7 +24,7 @@ use crate::rollout::ceiling::GrantCeiling;
 use crate::serving::{ServingConfig, TlsSource};
 use wasm_ccm_host::cidr::{CidrList, DualStackCidrs};
 use wasm_ccm_host::egress::HostPattern;
-use wasm_ccm_host::source::ProviderRef;
+use wasm_ccm_host::source::{ProviderRef, PublicKey, SignaturePolicy, TrustedKeys};
 
 /// Run mode's flags, as upstream's where upstream has one.
 #[derive(Debug, Args)]
@@ -53,6 +53,21 @@ pub struct RunFlags {
         help_heading = "Provider"
     )]
     pub egress_grant_ceiling: Vec<HostPattern>,
+
+    /// With --provider-resource: how often the leader asks the registry which digest the
+    /// CloudProvider's tag names (one manifest request), when the spec names a tag and no
+    /// digest. A tag that moved is reported (condition TagCurrent, event TagMoved) and
+    /// rolled out only with spec.rollout.followTag; until then every replica runs the digest
+    /// recorded when the spec rolled out. 0: never.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero, help_heading = "Provider")]
+    pub tag_check_interval: Duration,
+
+    /// A public key (PEM, ECDSA P-256, as cosign.pub) that signs the providers this manager
+    /// runs. Repeatable: every version (--provider, and each CloudProvider version) must
+    /// carry a valid cosign signature by one of them, or is refused (SignatureMissing,
+    /// SignatureInvalid). A CloudProvider's spec.signature may require more, never less.
+    #[arg(long, value_name = "FILE", help_heading = "Provider")]
+    pub provider_signature_key: Vec<PathBuf>,
 
     /// The provider's name; the component must report this name from init.
     #[arg(long, value_name = "NAME", help_heading = "Provider")]
@@ -307,7 +322,8 @@ impl RunFlags {
         };
         let auth = self.serving_auth.config();
         auth.validate()?;
-        let distribution = self.distribution.settings()?;
+        let mut distribution = self.distribution.settings()?;
+        distribution.signatures = self.signature_policy()?;
         let compiled_dir = wasm_ccm_host::source::compiled_dir(&distribution);
         Ok(ManagerConfig {
             provider,
@@ -335,6 +351,7 @@ impl RunFlags {
                 concurrent_service_syncs: self.concurrent_service_syncs as usize,
                 load_balancer_drift_period: self.load_balancer_drift_period,
                 identity,
+                event_queue_length: crate::controllers::QUEUE_LENGTH,
             },
             leader_election,
             serving: ServingConfig {
@@ -344,6 +361,24 @@ impl RunFlags {
                 auth,
             },
         })
+    }
+
+    /// `--provider-signature-key`: read at start, so a bad key stops the manager before it
+    /// runs anything.
+    fn signature_policy(&self) -> anyhow::Result<SignaturePolicy> {
+        let mut keys = Vec::with_capacity(self.provider_signature_key.len());
+        for path in &self.provider_signature_key {
+            let pem = std::fs::read(path).map_err(|error| {
+                anyhow::anyhow!("--provider-signature-key {}: {error}", path.display())
+            })?;
+            let key = PublicKey::from_pem(path.display().to_string(), &pem)
+                .map_err(|error| anyhow::anyhow!("--provider-signature-key {error}"))?;
+            keys.push(key);
+        }
+        Ok(SignaturePolicy::default().and(TrustedKeys {
+            source: "--provider-signature-key".into(),
+            keys,
+        }))
     }
 
     /// `--provider` and its companions, or `--provider-resource`.
@@ -373,6 +408,7 @@ impl RunFlags {
                 name: name.clone(),
                 allow_untagged_cloud: self.allow_untagged_cloud,
                 grant_ceiling: GrantCeiling::new(self.egress_grant_ceiling.clone()),
+                tag_check_interval: self.tag_check_interval,
             });
         }
         if !self.egress_grant_ceiling.is_empty() {

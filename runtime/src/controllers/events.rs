@@ -1,9 +1,25 @@
 //! Kubernetes Events about nodes, services and the `CloudProvider`, with upstream's reasons
-//! where upstream has them, published in the background so a slow or failing API server
-//! never holds up a reconcile (as client-go's broadcaster). Repeats of one event become a
-//! series (`kube-runtime`'s recorder), and, as client-go's spam filter does, each object gets
-//! at most 25 events at once and one more every 5 minutes after that, so a sync retried in a
-//! loop cannot flood the API server with event writes.
+//! where upstream has them, recorded as client-go's event broadcaster does, so that no state
+//! write of a Node, Service or `CloudProvider` ever waits behind an event:
+//!
+//! - Recording never blocks and never awaits: an event goes into its component's bounded
+//!   queue ([`QUEUE_LENGTH`] events, client-go's `maxQueuedEvents`) or, when that queue is
+//!   full, is dropped, counted in `wasm_ccm_events_dropped_total{component}` and told in a
+//!   warning at most once a minute per component (client-go logs every drop).
+//! - Each component (a controller, or the rollout's `wasm-ccm`) has its own queue and one
+//!   worker writing its events one at a time, as upstream gives each controller its own
+//!   broadcaster; so a flood of one controller's events never drops another's.
+//! - The workers publish through the event recorder's own API client
+//!   ([`crate::cluster::EVENT_RECORDER`]), with its own `--kube-api-qps`/`--kube-api-burst`
+//!   token bucket: no controller's writes, no `CloudProvider` status write and no
+//!   service-account token request spends that budget or waits for an event's request.
+//! - Repeats of one event become a series (`kube-runtime`'s recorder), and, as client-go's
+//!   spam filter does, each object gets at most 25 events at once and one more every
+//!   5 minutes after that, so a sync retried in a loop cannot flood the API server. The
+//!   filter is applied before the queue, so a filtered event takes no place in it.
+//!
+//! The queues last as long as the manager; its shutdown ends the workers and drops the
+//! events still queued (as client-go's `Shutdown`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,29 +27,181 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use wasm_ccm_host::text::ellipsized;
 
-/// Publishes the events of one controller, as the component upstream names.
+/// Events each component may have waiting to be written: client-go's `maxQueuedEvents`.
+pub const QUEUE_LENGTH: usize = 1000;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ComponentLabels {
+    component: String,
+}
+
+/// `wasm_ccm_events_dropped_total`: events dropped because their component's queue was full.
+#[derive(Debug, Clone, Default)]
+pub struct EventMetrics {
+    dropped: Family<ComponentLabels, Counter>,
+}
+
+impl EventMetrics {
+    /// Register the metric under the `wasm_ccm` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.sub_registry_with_prefix("wasm_ccm").register(
+            "events_dropped",
+            "Events not recorded because the queue of the component that made them was full, by component",
+            self.dropped.clone(),
+        );
+    }
+
+    fn of(&self, component: &'static str) -> Counter {
+        self.dropped
+            .get_or_create(&ComponentLabels {
+                component: component.to_string(),
+            })
+            .clone()
+    }
+}
+
+/// The manager's event recording: one queue and worker per component, made on first use,
+/// publishing through one client. Cheap to clone.
 #[derive(Clone)]
-pub struct EventSink {
+pub struct EventBroadcaster {
+    shared: Arc<Broadcast>,
+}
+
+struct Broadcast {
+    client: kube::Client,
+    instance: String,
+    queue_length: usize,
+    metrics: EventMetrics,
+    stop: CancellationToken,
+    sinks: Mutex<HashMap<&'static str, EventSink>>,
+}
+
+impl EventBroadcaster {
+    /// Events written with `client` (the event recorder's own), reported by `instance` (this
+    /// process); each component queues at most `queue_length` ([`QUEUE_LENGTH`] but in
+    /// tests); the workers end when `stop` is cancelled.
+    pub fn new(
+        client: kube::Client,
+        instance: &str,
+        queue_length: usize,
+        metrics: EventMetrics,
+        stop: CancellationToken,
+    ) -> EventBroadcaster {
+        EventBroadcaster {
+            shared: Arc::new(Broadcast {
+                client,
+                instance: instance.to_string(),
+                queue_length: queue_length.max(1),
+                metrics,
+                stop,
+                sinks: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The sink of `component` (upstream's event source, e.g. `cloud-node-controller`): the
+    /// same queue, worker and spam filter however often it is asked for. Starts the worker
+    /// on first use, so it must be called within the runtime.
+    pub fn sink(&self, component: &'static str) -> EventSink {
+        let shared = &self.shared;
+        let mut sinks = shared.sinks.lock().unwrap_or_else(PoisonError::into_inner);
+        sinks
+            .entry(component)
+            .or_insert_with(|| {
+                let (sink, queue) =
+                    EventSink::queue(component, shared.queue_length, shared.metrics.of(component));
+                let reporter = Reporter {
+                    controller: component.to_string(),
+                    instance: Some(shared.instance.clone()),
+                };
+                let recorder = Recorder::new(shared.client.clone(), reporter);
+                tokio::spawn(publish(recorder, component, queue, shared.stop.clone()));
+                sink
+            })
+            .clone()
+    }
+}
+
+/// An event waiting in a queue.
+struct Pending {
+    regarding: ObjectReference,
+    event: Event,
+}
+
+/// Write the events of `queue` one at a time until `stop` (or until every sink is gone).
+async fn publish(
     recorder: Recorder,
     component: &'static str,
-    budget: Arc<Mutex<EventBudget>>,
+    mut queue: mpsc::Receiver<Pending>,
+    stop: CancellationToken,
+) {
+    loop {
+        let pending = tokio::select! {
+            () = stop.cancelled() => return,
+            next = queue.recv() => match next {
+                Some(pending) => pending,
+                None => return,
+            },
+        };
+        let published = tokio::select! {
+            () = stop.cancelled() => return,
+            published = recorder.publish(&pending.event, &pending.regarding) => published,
+        };
+        if let Err(error) = published {
+            tracing::warn!(
+                component,
+                reason = pending.event.reason,
+                object = pending.regarding.name.as_deref().unwrap_or_default(),
+                %error,
+                "could not record event"
+            );
+        }
+    }
+}
+
+/// Records the events of one component into its queue. Cheap to clone.
+#[derive(Clone)]
+pub struct EventSink {
+    queue: Arc<Queue>,
+}
+
+struct Queue {
+    component: &'static str,
+    sender: mpsc::Sender<Pending>,
+    length: usize,
+    budget: Mutex<EventBudget>,
+    drops: Mutex<DropLog>,
+    dropped: Counter,
 }
 
 impl EventSink {
-    /// `component` is upstream's event source, e.g. `cloud-node-controller`.
-    pub fn new(client: kube::Client, component: &'static str, instance: &str) -> EventSink {
-        let reporter = Reporter {
-            controller: component.to_string(),
-            instance: Some(instance.to_string()),
+    /// A sink of `component` holding at most `length` events, and the queue's other end.
+    fn queue(
+        component: &'static str,
+        length: usize,
+        dropped: Counter,
+    ) -> (EventSink, mpsc::Receiver<Pending>) {
+        let (sender, receiver) = mpsc::channel(length);
+        let sink = EventSink {
+            queue: Arc::new(Queue {
+                component,
+                sender,
+                length,
+                budget: Mutex::default(),
+                drops: Mutex::default(),
+                dropped,
+            }),
         };
-        EventSink {
-            recorder: Recorder::new(client, reporter),
-            component,
-            budget: Arc::default(),
-        }
+        (sink, receiver)
     }
 
     /// Record a `Normal` event about `regarding`.
@@ -60,7 +228,8 @@ impl EventSink {
 
     /// Record an event whose `action` tells it apart from others with the same reason:
     /// repeats of one (type, reason, action, object) become a series, keeping the first
-    /// note, so an action naming the subject (a provider version) keeps each note.
+    /// note, so an action naming the subject (a provider version) keeps each note. Never
+    /// waits: the event is queued, or dropped (and counted) if the queue is full.
     pub fn record(
         &self,
         regarding: ObjectReference,
@@ -69,42 +238,85 @@ impl EventSink {
         action: String,
         note: String,
     ) {
-        let allowed = self
+        let queue = &self.queue;
+        let allowed = queue
             .budget
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take(&regarding, Instant::now());
         if !allowed {
             tracing::debug!(
-                component = self.component,
+                component = queue.component,
                 reason,
                 object = regarding.name.as_deref().unwrap_or_default(),
                 "event dropped: the object had 25 events recently (one more every 5 minutes)"
             );
             return;
         }
-        let recorder = self.recorder.clone();
-        let component = self.component;
-        tokio::spawn(async move {
-            let event = Event {
-                type_,
-                reason: reason.to_string(),
-                // The API server rejects notes over 1 KiB.
-                note: Some(ellipsized(note, 1024)),
-                // The API server rejects actions over 128 bytes.
-                action: ellipsized(action, 128),
-                secondary: None,
-            };
-            if let Err(error) = recorder.publish(&event, &regarding).await {
-                tracing::warn!(
-                    component,
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            // The API server rejects notes over 1 KiB.
+            note: Some(ellipsized(note, 1024)),
+            // The API server rejects actions over 128 bytes.
+            action: ellipsized(action, 128),
+            secondary: None,
+        };
+        match queue.sender.try_send(Pending { regarding, event }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(pending)) => {
+                queue.dropped.inc();
+                let due = queue
+                    .drops
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .dropped(Instant::now());
+                if let Some(dropped) = due {
+                    tracing::warn!(
+                        component = queue.component,
+                        dropped,
+                        reason,
+                        object = pending.regarding.name.as_deref().unwrap_or_default(),
+                        "events dropped: {} events of {} are waiting for the API server already (the queue is full); counted in wasm_ccm_events_dropped_total, one warning a minute at most",
+                        queue.length,
+                        queue.component,
+                    );
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(pending)) => {
+                tracing::debug!(
+                    component = queue.component,
                     reason,
-                    object = regarding.name.as_deref().unwrap_or_default(),
-                    %error,
-                    "could not record event"
+                    object = pending.regarding.name.as_deref().unwrap_or_default(),
+                    "event dropped: the manager is stopping"
                 );
             }
-        });
+        }
+    }
+}
+
+/// When a full queue's drops are told: at most one warning per [`DropLog::EVERY`], saying how
+/// many were dropped since the last one.
+#[derive(Debug, Default)]
+struct DropLog {
+    since_warning: u64,
+    warned_at: Option<Instant>,
+}
+
+impl DropLog {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    /// Count an event dropped at `now`; if a warning is due, how many it tells of.
+    fn dropped(&mut self, now: Instant) -> Option<u64> {
+        self.since_warning += 1;
+        if self
+            .warned_at
+            .is_some_and(|at| now.duration_since(at) < Self::EVERY)
+        {
+            return None;
+        }
+        self.warned_at = Some(now);
+        Some(std::mem::take(&mut self.since_warning))
     }
 }
 
@@ -217,6 +429,116 @@ mod tests {
         let later = start + Duration::from_secs(302 + 3001);
         let allowed = (0..40).filter(|_| budget.take(&web, later)).count();
         assert_eq!(allowed, 10);
+    }
+
+    fn node(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            api_version: Some("v1".into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn exposition(metrics: &EventMetrics) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let metrics = EventMetrics::default();
+        let component = "cloud-node-controller";
+        let (sink, mut queue) = EventSink::queue(component, 3, metrics.of(component));
+        for i in 0..10 {
+            sink.normal(node(&format!("node-{i}")), "Synced", "Node synced".into());
+        }
+        assert_eq!(metrics.of(component).get(), 7);
+        let queued: Vec<String> = std::iter::from_fn(|| queue.try_recv().ok())
+            .filter_map(|pending| pending.regarding.name)
+            .collect();
+        assert_eq!(
+            queued,
+            ["node-0", "node-1", "node-2"],
+            "the first ones wait"
+        );
+        sink.normal(node("node-10"), "Synced", "Node synced".into());
+        assert_eq!(
+            queue
+                .try_recv()
+                .ok()
+                .and_then(|p| p.regarding.name)
+                .as_deref(),
+            Some("node-10"),
+            "a drained queue takes events again"
+        );
+        assert_eq!(metrics.of(component).get(), 7);
+        assert!(
+            exposition(&metrics)
+                .contains("wasm_ccm_events_dropped_total{component=\"cloud-node-controller\"} 7\n"),
+            "{}",
+            exposition(&metrics)
+        );
+    }
+
+    #[test]
+    fn the_spam_filter_comes_before_the_queue() {
+        let metrics = EventMetrics::default();
+        let (sink, mut queue) = EventSink::queue("service-controller", 100, metrics.of("x"));
+        for _ in 0..40 {
+            sink.warning(service("web"), "SyncLoadBalancerFailed", "failed".into());
+        }
+        assert_eq!(std::iter::from_fn(|| queue.try_recv().ok()).count(), 25);
+        assert_eq!(
+            metrics.of("x").get(),
+            0,
+            "filtered events are not queue drops"
+        );
+    }
+
+    #[test]
+    fn drops_are_told_at_most_once_a_minute_with_their_number() {
+        let mut log = DropLog::default();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        assert_eq!(log.dropped(start), Some(1));
+        assert_eq!(log.dropped(at(1)), None);
+        assert_eq!(log.dropped(at(59)), None);
+        assert_eq!(
+            log.dropped(at(60)),
+            Some(3),
+            "one warning for the three since"
+        );
+        assert_eq!(log.dropped(at(61)), None);
+        assert_eq!(log.dropped(at(300)), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_component_has_one_queue_however_often_its_sink_is_asked_for() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let metrics = EventMetrics::default();
+        let stop = CancellationToken::new();
+        let events = EventBroadcaster::new(client, "test", 2, metrics.clone(), stop.clone());
+        let first = events.sink("cloud-node-controller");
+        let again = events.sink("cloud-node-controller");
+        let other = events.sink("service-controller");
+        assert!(Arc::ptr_eq(&first.queue, &again.queue));
+        assert!(!Arc::ptr_eq(&first.queue, &other.queue));
+        let text = exposition(&metrics);
+        for component in ["cloud-node-controller", "service-controller"] {
+            assert!(
+                text.contains(&format!(
+                    "wasm_ccm_events_dropped_total{{component=\"{component}\"}} 0\n"
+                )),
+                "each component's counter shows from its start: {text}"
+            );
+        }
+        stop.cancel();
     }
 
     #[test]

@@ -26,7 +26,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
-pub use events::EventSink;
+pub use events::{EventBroadcaster, EventMetrics, EventSink, QUEUE_LENGTH};
 pub use informer::Informer;
 pub use metrics::ControllerMetrics;
 pub use selection::{Controller, ControllerSelection, SelectionError};
@@ -68,6 +68,10 @@ pub struct ControllerSettings {
     pub load_balancer_drift_period: Duration,
     /// This process, as events' reporting instance.
     pub identity: String,
+    /// Events each controller (and the rollout) may have waiting to be written, beyond which
+    /// they are dropped and counted: [`QUEUE_LENGTH`], client-go's, with no flag as upstream
+    /// has none (tests make it small).
+    pub event_queue_length: usize,
 }
 
 impl ControllerSettings {
@@ -81,21 +85,20 @@ impl ControllerSettings {
     }
 }
 
-/// The API clients of the controllers: one per controller and one for the events they
-/// record, each with its own QPS/burst budget and user agent (see [`crate::cluster`]).
+/// The API clients of the controllers, one per controller, each with its own QPS/burst
+/// budget and user agent (see [`crate::cluster`]); their events go through the
+/// [`EventBroadcaster`]'s client.
 #[derive(Clone)]
 pub struct ControllerClients {
     cloud_node: kube::Client,
     node_lifecycle: kube::Client,
     service_lb: kube::Client,
     node_route: kube::Client,
-    events: kube::Client,
 }
 
 impl ControllerClients {
     /// A client for each controller, named as [`Controller::client_name`] says (acting as
-    /// its [`Controller::service_account`] with `--use-service-account-credentials`), and
-    /// the manager's own client for the event recorders.
+    /// its [`Controller::service_account`] with `--use-service-account-credentials`).
     pub fn new(clients: &Clients) -> Result<ControllerClients, ClusterError> {
         let client = |controller: Controller| {
             clients.controller(controller.client_name(), controller.service_account())
@@ -105,7 +108,6 @@ impl ControllerClients {
             node_lifecycle: client(Controller::CloudNodeLifecycle)?,
             service_lb: client(Controller::ServiceLoadBalancer)?,
             node_route: client(Controller::NodeRoute)?,
-            events: clients.manager(),
         })
     }
 
@@ -121,8 +123,10 @@ impl ControllerClients {
 
 /// What every controller shares.
 pub struct Context {
-    /// The Kubernetes API: each controller's own client, and the event recorders'.
+    /// The Kubernetes API: each controller's own client.
     pub clients: ControllerClients,
+    /// Where the controllers' events are queued, apart from their state writes.
+    pub events: EventBroadcaster,
     /// The cloud: the active provider version, swapped under the controllers by a rollout.
     pub provider: ProviderSlot,
     /// From flags.
@@ -144,11 +148,7 @@ impl Context {
     }
 
     fn events(&self, controller: Controller) -> EventSink {
-        EventSink::new(
-            self.clients.events.clone(),
-            controller.event_component(),
-            &self.settings.identity,
-        )
+        self.events.sink(controller.event_component())
     }
 }
 

@@ -23,7 +23,8 @@
 //! [`ceiling`] holds its grants within the operator's `--egress-grant-ceiling`,
 //! [`references`] watches the Secrets and ConfigMaps it names, [`status`] writes conditions,
 //! [`shadowing`] runs a candidate beside the active version, [`rollback`] watches a new
-//! one and rolls it back, and [`record`] keeps the rollback window across restarts.
+//! one and rolls it back, [`record`] keeps the rollback window across restarts, and [`tag`]
+//! keeps a tag's digest across restarts and replicas and reports a moved tag.
 
 pub mod ceiling;
 mod record;
@@ -32,6 +33,7 @@ mod rollback;
 mod shadowing;
 pub mod spec;
 mod status;
+mod tag;
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -85,8 +87,9 @@ pub struct RolloutSettings {
     pub allow_untagged_cloud: bool,
     /// `--egress-grant-ceiling`: what the spec may grant; `None`, anything.
     pub grant_ceiling: Option<GrantCeiling>,
-    /// This process, as events' reporting instance.
-    pub identity: String,
+    /// `--tag-check-interval`: how often the leader asks which digest an unpinned tag
+    /// names; zero, never.
+    pub tag_check_interval: Duration,
 }
 
 /// What the manager holds of the rollout.
@@ -121,10 +124,11 @@ impl RolloutHandle {
 }
 
 /// Start following the resource; the returned handle yields the first active version.
-/// `leading` says whether this replica writes status and events.
+/// `leading` says whether this replica writes status and events (into `events`).
 pub fn start(
     settings: RolloutSettings,
     client: kube::Client,
+    events: EventSink,
     metrics: Arc<Metrics>,
     leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
@@ -143,7 +147,7 @@ pub fn start(
         api: Api::all(client.clone()),
         references: References::new(client.clone(), namespace),
         distribution: Distribution::new(settings.distribution.clone()),
-        events: EventSink::new(client, "wasm-ccm", &settings.identity),
+        events,
         settings,
         metrics,
         leading,
@@ -162,6 +166,7 @@ pub fn start(
         last_calls_write: Instant::now(),
         record: None,
         record_written: None,
+        tags: tag::Tags::default(),
     };
     tokio::spawn(rollout.run(shutdown));
     RolloutHandle {
@@ -245,6 +250,8 @@ struct Rollout {
     record: Option<RollbackRecord>,
     /// The record last written (or read from the object).
     record_written: Option<RollbackRecord>,
+    /// The digest an unpinned tag runs, and the checks of what it names.
+    tags: tag::Tags,
 }
 
 impl Rollout {
@@ -256,6 +263,11 @@ impl Rollout {
         let mut leading = self.leading.clone();
         let mut ticks = tokio::time::interval(ROLLBACK_TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first check comes with the first version active; then one per interval.
+        let mut tag_ticks =
+            tokio::time::interval(self.settings.tag_check_interval.max(Duration::from_secs(1)));
+        tag_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (tag_checked, mut tag_checks) = tokio::sync::mpsc::channel(1);
         loop {
             let retry_at = self
                 .failure
@@ -284,6 +296,17 @@ impl Rollout {
                     self.judge_window();
                     self.write_status().await;
                     continue;
+                }
+                _ = tag_ticks.tick(), if self.tag_check_due() => {
+                    self.start_tag_check(tag_checked.clone());
+                    continue;
+                }
+                Some(check) = tag_checks.recv() => {
+                    // A moved tag to follow is rolled out below, as a spec change is.
+                    if !self.tag_checked(check) {
+                        self.write_status().await;
+                        continue;
+                    }
                 }
             }
             self.reconcile().await;
@@ -318,6 +341,9 @@ impl Rollout {
                 }
                 _ => {}
             }
+        }
+        if let Some(object) = &object {
+            self.read_resolved(object, first);
         }
         self.object = object;
     }
@@ -402,9 +428,19 @@ impl Rollout {
         };
         self.spec_error = None;
         self.report_credentials(generation);
+        let mut desired = desired;
+        // An unpinned tag runs the digest recorded for this generation.
+        self.pin_tag(&object.spec, generation, &mut desired);
+        let pinned = desired.version.digest.clone();
+        let runs_pinned = |provider: &Provider| {
+            pinned
+                .as_ref()
+                .is_none_or(|digest| *digest == provider.identity().digest)
+        };
 
         if let Some(shadowing) = &self.shadowing {
             if shadowing.desired.version.same_as(&desired.version)
+                && runs_pinned(shadowing.shadow.candidate())
                 && shadowing.desired.rollout == desired.rollout
             {
                 // Still the same candidate; the active version follows the spec's egress
@@ -421,10 +457,12 @@ impl Rollout {
         }
         if let Some(active) = &self.active
             && active.version.same_as(&desired.version)
+            && runs_pinned(&active.provider)
         {
-            if active.version.engine_limits() != desired.version.engine_limits()
-                && !self.move_engine(&desired).await
-            {
+            let identity = active.provider.identity().clone();
+            let engine_moves = active.version.engine_limits() != desired.version.engine_limits();
+            self.carry_resolution(&object.spec, generation, &identity);
+            if engine_moves && !self.move_engine(&desired).await {
                 // Could not move it (the file changed, the registry is down): load the
                 // version afresh instead.
                 self.roll_out(desired, generation).await;
@@ -446,7 +484,6 @@ impl Rollout {
         {
             return;
         }
-        let mut desired = desired;
         if self.active.is_none()
             && let Some((reference, digest)) = self.rolled_back_to(generation)
         {
@@ -665,7 +702,7 @@ impl Rollout {
         let reference = version.reference.to_string();
         let artifact = self
             .distribution
-            .fetch(&version.reference)
+            .fetch_signed(&version.reference, &version.signature)
             .await
             .map_err(fetch_refusal)?;
         let digest = artifact.identity.digest.clone();
@@ -917,6 +954,9 @@ impl Rollout {
         }
         self.normal("Activated", &label, note);
         self.set_not_ready(None);
+        if let Some(object) = self.object.clone() {
+            self.resolved(&object.spec, generation, &identity);
+        }
         if let Some(previous) = previous {
             let policy = desired.rollout.rollback;
             if policy.window.is_zero() {
@@ -1041,6 +1081,7 @@ impl Rollout {
                 }
             }
         }
+        self.write_resolved().await;
         if self.written.as_ref() == Some(&self.status) {
             return;
         }
@@ -1081,6 +1122,21 @@ fn referenced(references: &References, spec: &CloudProviderSpec) -> Vec<ObjectKe
     let mut keys = Vec::new();
     if let Some(source) = &spec.cloud_config {
         keys.extend(cloud_config_keys(references, source));
+    }
+    let signature_keys = spec.signature.iter().flat_map(|signature| &signature.keys);
+    for source in signature_keys {
+        keys.extend(
+            source
+                .config_map_key_ref
+                .iter()
+                .map(|key| references.key(Kind::ConfigMap, key)),
+        );
+        keys.extend(
+            source
+                .secret_key_ref
+                .iter()
+                .map(|key| references.key(Kind::Secret, key)),
+        );
     }
     for credential in &spec.credentials {
         let aws = credential.aws.iter().flat_map(|aws| {
@@ -1157,6 +1213,12 @@ fn fetch_refusal(error: FetchError) -> Refusal {
         } => (Some(condition::VERIFIED), "DigestMismatch", false),
         FetchError::Layout { .. } => (Some(condition::VERIFIED), "NotAWasmArtifact", false),
         FetchError::Registry { .. } | FetchError::File { .. } => (None, "FetchFailed", true),
+        // A signature may be pushed (or the registry come back) later: tried again with
+        // backoff, as a failed fetch.
+        FetchError::Signature(signature) => match signature.reason() {
+            "FetchFailed" => (None, "FetchFailed", true),
+            reason => (Some(condition::VERIFIED), reason, true),
+        },
     };
     Refusal {
         condition,

@@ -29,7 +29,7 @@ use wasm_ccm_host::egress::{
     WebIdentityConfig, check_sts_endpoint, is_action_pattern,
 };
 use wasm_ccm_host::sandbox::SandboxConfig;
-use wasm_ccm_host::source::ProviderRef;
+use wasm_ccm_host::source::{ProviderRef, PublicKey, SignaturePolicy, TrustedKeys};
 
 /// A spec field the manager cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +62,9 @@ pub struct VersionSpec {
     pub cloud_config_source: Option<CloudConfigSource>,
     /// `spec.limits` over the flags.
     pub sandbox: SandboxConfig,
+    /// `spec.signature`: the signatures required on top of the manager's
+    /// `--provider-signature-key`.
+    pub signature: SignaturePolicy,
     /// The spec fields it was made from, to compare versions: the provider, digest and
     /// name.
     key: (String, Option<String>, String),
@@ -80,10 +83,13 @@ impl VersionSpec {
         self.key == other.key && self.cloud_config == other.cloud_config
     }
 
-    /// Whether `other` is the same version under the same limits: a rollout that failed
-    /// with these is not tried again until one of them changes.
+    /// Whether `other` is the same version under the same limits, pinned to the same
+    /// digest: a rollout that failed with these is not tried again until one of them
+    /// changes (a tag that moves again is another digest).
     pub fn identical(&self, other: &VersionSpec) -> bool {
         self.same_as(other)
+            && self.digest == other.digest
+            && self.signature == other.signature
             && self.engine_limits == other.engine_limits
             && self.sandbox.call_limits() == other.sandbox.call_limits()
     }
@@ -138,6 +144,8 @@ pub struct RolloutPolicy {
     pub shadow: ShadowPolicy,
     /// Automatic rollback.
     pub rollback: RollbackPolicy,
+    /// `rollout.followTag`: roll out the digest a moved tag names.
+    pub follow_tag: bool,
 }
 
 /// A spec, parsed.
@@ -179,6 +187,7 @@ pub fn parse(
         Some(source) => Some(cloud_config(source, references)?),
     };
     let sandbox = limits(spec.limits.as_ref(), &defaults.sandbox)?;
+    let signature = signature_keys(spec, references)?;
     let mut egress = egress(spec.egress.as_ref(), &defaults.egress)?;
     egress.credentials = spec
         .credentials
@@ -201,6 +210,7 @@ pub fn parse(
             cloud_config,
             cloud_config_source: spec.cloud_config.clone(),
             sandbox,
+            signature,
             key: (
                 spec.provider.clone(),
                 spec.digest.clone(),
@@ -245,6 +255,44 @@ fn reference(spec: &CloudProviderSpec) -> Result<ProviderRef, SpecError> {
         }
     }
     Ok(reference)
+}
+
+/// The keys of `spec.signature`, read from their ConfigMaps and Secrets.
+fn signature_keys(
+    spec: &CloudProviderSpec,
+    references: &References,
+) -> Result<SignaturePolicy, SpecError> {
+    let sources = spec.signature.iter().flat_map(|signature| &signature.keys);
+    let mut keys = Vec::new();
+    for (index, source) in sources.enumerate() {
+        let field = format!("spec.signature.keys[{index}]");
+        let (pem, name) = match (&source.config_map_key_ref, &source.secret_key_ref) {
+            (Some(key), None) => (
+                references
+                    .config_map_key(key)
+                    .map_err(refuse(format!("{field}.configMapKeyRef")))?,
+                format!("{} key {}", references.key(Kind::ConfigMap, key), key.key),
+            ),
+            (None, Some(key)) => (
+                references
+                    .secret_key(key)
+                    .map_err(refuse(format!("{field}.secretKeyRef")))?,
+                format!("{} key {}", references.key(Kind::Secret, key), key.key),
+            ),
+            _ => {
+                return Err(refuse(field)(
+                    "set exactly one of configMapKeyRef or secretKeyRef".into(),
+                ));
+            }
+        };
+        let key =
+            PublicKey::from_pem(name, &pem).map_err(|error| refuse(field)(error.to_string()))?;
+        keys.push(key);
+    }
+    Ok(SignaturePolicy::default().and(TrustedKeys {
+        source: "spec.signature.keys".into(),
+        keys,
+    }))
 }
 
 /// The bytes of the cloud config `source` names.
@@ -633,6 +681,7 @@ fn rollout(spec: &CloudProviderSpec) -> Result<RolloutPolicy, SpecError> {
             threshold: f64::from(threshold),
             minimum_calls,
         },
+        follow_tag: rollout.follow_tag.unwrap_or(false),
     })
 }
 
@@ -1047,5 +1096,77 @@ mod tests {
             assert_eq!(error.field, field, "{credential}: {error}");
             assert!(error.problem.contains(problem), "{credential}: {error}");
         }
+    }
+
+    #[tokio::test]
+    async fn signature_keys_are_read_from_their_config_maps_and_a_bad_one_is_refused_naming_it() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+
+        const P256: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEsw9XNcAt2MfrQj6Apj13Wpd4Fn4F
+R/Tt669XxeUcpmdyHC9ybsOds/av3zz9/Ub8516irDdTrJg4e43i7mhZxQ==
+-----END PUBLIC KEY-----
+";
+        const ED25519: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAYl/SX996xaU17+IBJ6Y9m0cJRhZf5CAEysudFI5hQNg=
+-----END PUBLIC KEY-----
+";
+        let (_emulator, client) = emulator().await;
+        let map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "release-keys"},
+            "data": {"cosign.pub": P256, "ed25519.pub": ED25519},
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+            .patch(
+                "release-keys",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&map),
+            )
+            .await
+            .unwrap();
+        let with_keys = |keys: &[&str]| {
+            let mut spec: CloudProviderSpec =
+                serde_json::from_value(json!({"provider": "file:///p.wasm", "name": "p"})).unwrap();
+            let keys: Vec<Value> = keys
+                .iter()
+                .map(|key| json!({"configMapKeyRef": {"name": "release-keys", "key": key}}))
+                .collect();
+            spec.signature = Some(serde_json::from_value(json!({"keys": keys})).unwrap());
+            spec
+        };
+        let references = References::new(client.clone(), "kube-system".into());
+        let spec = with_keys(&["cosign.pub", "ed25519.pub"]);
+        references.watch(&super::super::referenced(&references, &spec));
+        while !references.all_read() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let error = parse(&spec, &defaults(), &references).unwrap_err();
+        assert_eq!(error.field, "spec.signature.keys[1]");
+        assert!(
+            error.problem.starts_with(
+                "ConfigMap kube-system/release-keys key ed25519.pub: the key is 1.3.101.112"
+            ),
+            "{error}"
+        );
+
+        let desired = parse(&with_keys(&["cosign.pub"]), &defaults(), &references).unwrap();
+        let [required] = desired.version.signature.required.as_slice() else {
+            panic!("one set of keys: {:?}", desired.version.signature);
+        };
+        assert_eq!(required.source, "spec.signature.keys");
+        assert_eq!(
+            required.keys[0].to_string(),
+            format!(
+                "ConfigMap kube-system/release-keys key cosign.pub ({})",
+                required.keys[0].fingerprint()
+            )
+        );
+        // A spec without keys requires nothing; changing the keys makes another version to
+        // try (a refused one is tried again), not another version to load.
+        let plain = parse(&with_keys(&[]), &defaults(), &references).unwrap();
+        assert!(!plain.version.signature.is_required());
+        assert!(plain.version.same_as(&desired.version));
+        assert!(!plain.version.identical(&desired.version));
     }
 }

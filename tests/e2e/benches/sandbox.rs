@@ -20,7 +20,8 @@
 //!   native hyper client, pooled and not; with the server's count of full and resumed TLS
 //!   handshakes; and what SigV4 signing adds (goal: at most 10%): a form POST to that server
 //!   on loopback (no relay) over pooled connections, unsigned and signed by the gate, sent
-//!   from the host side and by a sandboxed provider;
+//!   from the host side and by a sandboxed provider, in wall time and in the process's CPU
+//!   time per request (which other processes' load does not inflate);
 //! - swapping simcloud v1 and v2 through the `CloudProvider` of a running manager: from the
 //!   spec change to the new version active, with an `oci://` reference not yet in
 //!   `--cache-dir` and with both versions in it, and the provider calls that fail while
@@ -28,7 +29,7 @@
 //!
 //! Run: `make bench` (or `cargo bench -p e2e --bench sandbox [-- GROUP]`, where GROUP is one
 //! of `calls`, `nodes`, `compile`, `distribution`, `egress`, `rtt`, `swap` to run only that
-//! group).
+//! group; `signing` runs the signing rows of `rtt` alone).
 
 #[path = "sandbox/distribution.rs"]
 mod distribution;
@@ -119,21 +120,31 @@ async fn run() {
         rows.push(("load simcloud from the compile cache".to_string(), cached));
     }
     if wanted("distribution") {
-        let (cold, warm) = distribution::measure().await;
+        let measured = distribution::measure().await;
         rows.push((
             "oci:// pinned to simcloud ready: pull + verify + compile + init (empty cache)"
                 .to_string(),
-            cold,
+            measured.cold,
         ));
         rows.push((
             "oci:// pinned to simcloud ready, restart from --cache-dir (no request)".to_string(),
-            warm,
+            measured.warm,
+        ));
+        rows.push((
+            "the same, signature required: + read and check the signature (empty cache)"
+                .to_string(),
+            measured.cold_signed,
+        ));
+        rows.push((
+            "the same, signature required, restart from --cache-dir (verdict cached, no request)"
+                .to_string(),
+            measured.warm_signed,
         ));
     }
     let mut rtt_summary = None;
-    if wanted("rtt") {
-        let measured = rtt::measure().await;
-        rtt_summary = Some(rtt::summary(&measured));
+    if wanted("rtt") || wanted("signing") {
+        let (measured, summary) = rtt::measure(wanted("rtt")).await;
+        rtt_summary = Some(summary);
         for row in measured {
             rows.push((row.name, row.stats));
         }

@@ -11,7 +11,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 use wasm_ccm::manager::{ManagerConfig, ProviderMode};
-use wasm_ccm::resource::{CloudProvider, CloudProviderStatus};
+use wasm_ccm::resource::{CloudProvider, CloudProviderStatus, ConditionStatus};
 
 use crate::testbed::{Testbed, eventually};
 
@@ -136,6 +136,7 @@ pub fn resource_config(bed: &Testbed) -> ManagerConfig {
         name: NAME.into(),
         allow_untagged_cloud: false,
         grant_ceiling: None,
+        tag_check_interval: Duration::from_secs(300),
     };
     config.egress.allow.clear();
     config.egress.credentials.clear();
@@ -159,4 +160,22 @@ pub async fn status_where(
 /// The reference of the active version, or "".
 pub fn active_reference(status: &CloudProviderStatus) -> &str {
     status.active.as_ref().map_or("", |a| a.reference.as_str())
+}
+
+/// The digest of the active version, or "".
+pub fn active_digest(status: &CloudProviderStatus) -> &str {
+    status.active.as_ref().map_or("", |a| a.digest.as_str())
+}
+
+/// Whether `status` has the condition `type_` at `value` with `reason`.
+pub fn condition_is(
+    status: &CloudProviderStatus,
+    type_: &str,
+    value: ConditionStatus,
+    reason: &str,
+) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == value && c.reason == reason)
 }

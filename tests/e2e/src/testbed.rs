@@ -143,6 +143,7 @@ impl Testbed {
                 concurrent_service_syncs: 2,
                 load_balancer_drift_period: Duration::ZERO,
                 identity: "test-manager".into(),
+                event_queue_length: wasm_ccm::controllers::QUEUE_LENGTH,
             },
             leader_election: None,
             serving: ServingConfig {

@@ -71,8 +71,24 @@ registry:
 "
             ),
         ),
+        ("signatures", SIGNATURES.to_string()),
     ]
 }
+
+/// The operator's signature keys from a ConfigMap, and the CloudProvider's own from a
+/// ConfigMap and a Secret in another namespace.
+const SIGNATURES: &str = "
+provider:
+  ref: oci://registry.example.com/acme/simcloud:v1
+  name: simcloud
+  signature:
+    keys:
+      - configMapKeyRef: {name: release-keys, key: cosign.pub}
+      - secretKeyRef: {name: vendor-keys, key: vendor.pub, namespace: keys-system}
+signatureKeys:
+  configMap: operator-keys
+  keys: [cosign.pub, backup.pub]
+";
 
 /// Credentials in the release namespace and in another one (AWS signing keys among them),
 /// and a cloud config from a ConfigMap.
@@ -344,6 +360,7 @@ fn chart_registry_config_is_mounted_and_insecure_registries_passed() {
         "--insecure-registry=registry.local:5000",
         "--insecure-registry=10.0.0.5:5000",
         "--registry-config=/etc/wasm-ccm/registry/config.json",
+        "--tag-check-interval=5m",
     ] {
         assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
     }
@@ -367,6 +384,75 @@ fn chart_registry_config_is_mounted_and_insecure_registries_passed() {
         .expect("mounted");
     assert_eq!(mount["mountPath"], "/etc/wasm-ccm/registry");
     assert_eq!(mount["readOnly"], true);
+}
+
+/// The operator's keys are mounted from their ConfigMap and passed as
+/// --provider-signature-key; the CloudProvider's keys are its spec.signature, and the manager
+/// may read exactly their objects.
+#[test]
+fn chart_signature_keys_reach_the_manager_and_the_cloud_provider() {
+    let objects = render("signatures", SIGNATURES).expect("renders");
+    let args = args(&objects);
+    for flag in [
+        "--provider-signature-key=/etc/wasm-ccm/signature-keys/cosign.pub",
+        "--provider-signature-key=/etc/wasm-ccm/signature-keys/backup.pub",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    let pod = &only(&objects, "Deployment").object["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "signature-keys")
+        .expect("the keys as a volume");
+    assert_eq!(
+        volume["configMap"],
+        json!({"name": "operator-keys", "items": [
+            {"key": "cosign.pub", "path": "cosign.pub"},
+            {"key": "backup.pub", "path": "backup.pub"},
+        ]})
+    );
+    let mount = container(&objects)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "signature-keys")
+        .expect("mounted");
+    assert_eq!(mount["mountPath"], "/etc/wasm-ccm/signature-keys");
+    assert_eq!(mount["readOnly"], true);
+
+    let spec = &only(&objects, "CloudProvider").object["spec"];
+    assert_eq!(
+        spec["signature"],
+        json!({"keys": [
+            {"configMapKeyRef": {"name": "release-keys", "key": "cosign.pub"}},
+            {"secretKeyRef": {"name": "vendor-keys", "key": "vendor.pub", "namespace": "keys-system"}},
+        ]})
+    );
+    let roles: BTreeMap<&str, &Value> = all(&objects, "Role")
+        .into_iter()
+        .map(|r| (r.namespace().expect("namespaced"), &r.object["rules"]))
+        .collect();
+    assert_eq!(
+        roles["keys-system"],
+        &json!([{"apiGroups": [""], "resources": ["secrets"],
+                 "resourceNames": ["vendor-keys"], "verbs": ["list", "watch"]}])
+    );
+    assert!(
+        roles[NAMESPACE].to_string().contains("release-keys"),
+        "{}",
+        roles[NAMESPACE]
+    );
+
+    // Without the values, no flag, no volume, no spec field.
+    let plain = render("plain", PROVIDER).expect("renders");
+    assert!(
+        !chart::args(&plain)
+            .iter()
+            .any(|arg| arg.starts_with("--provider-signature-key"))
+    );
+    assert!(only(&plain, "CloudProvider").object["spec"]["signature"].is_null());
 }
 
 /// The manager reads exactly the Secrets and ConfigMaps the CloudProvider names, in their
@@ -499,6 +585,7 @@ provider:
     strategy: Shadow
     shadow: {agreeingCalls: 20, methods: [{host: https://api.simcloud.example, methods: [POST, DELETE]}]}
     rollback: {window: 10m, failureRateThreshold: 5, minimumCalls: 30}
+    followTag: true
 ";
     let objects = render("spec", values).expect("renders");
     let rendered = &only(&objects, "CloudProvider").object;
@@ -535,6 +622,7 @@ provider:
             "shadow": {"agreeingCalls": 20,
                        "methods": [{"host": "https://api.simcloud.example", "methods": ["POST", "DELETE"]}]},
             "rollback": {"window": "10m", "failureRateThreshold": 5, "minimumCalls": 30},
+            "followTag": true,
         },
     }))
     .expect("the expected spec");
@@ -583,6 +671,18 @@ fn chart_schema_refuses_bad_values_by_name() {
             "registry: {insecure: ['http://registry.local']}",
             "/registry/insecure/0",
         ),
+        (
+            "registry: {tagCheckInterval: soon}",
+            "/registry/tagCheckInterval",
+        ),
+        (
+            "signatureKeys: {keys: ['../cosign.pub']}",
+            "/signatureKeys/keys/0",
+        ),
+        (
+            "provider: {signature: {keys: [{configMapKeyRef: {name: k, key: a}, secretKeyRef: {name: k, key: a}}]}}",
+            "/provider/signature/keys/0",
+        ),
         ("image: {pullPolicy: Sometimes}", "/image/pullPolicy"),
         ("imageTag: v1", "imageTag"),
         ("extraArgs: [verbose]", "/extraArgs/0"),
@@ -611,6 +711,10 @@ fn chart_schema_refuses_bad_values_by_name() {
         (
             "provider: {rollout: {strategy: Canary}}",
             "/provider/rollout/strategy",
+        ),
+        (
+            "provider: {rollout: {followTag: sometimes}}",
+            "/provider/rollout/followTag",
         ),
         (
             "provider: {rollout: {rollback: {failureRateThreshold: 150}}}",

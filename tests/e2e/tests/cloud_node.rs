@@ -7,6 +7,7 @@ use e2e::testbed::{NOT_READY, Testbed, eventually, is_uninitialized};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube_emulator::DelayRule;
 use wasm_ccm::controllers::ControllerSelection;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -277,7 +278,7 @@ async fn each_controller_calls_the_api_server_as_its_own_client() {
                 ("cloud-node-controller", "update", "nodes"),
                 ("service-controller", "patch", "services/status"),
                 ("route-controller", "patch", "nodes/status"),
-                ("cloud-controller-manager", "create", "events.events.k8s.io"),
+                ("event-recorder", "create", "events.events.k8s.io"),
             ],
         )
         .await;
@@ -307,6 +308,82 @@ async fn each_controller_calls_the_api_server_as_its_own_client() {
             + counts.client("service-controller").get("watch", "services"),
         0,
         "controllers read through the shared informers, not their own clients"
+    );
+    manager.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn nodes_are_initialised_while_event_writes_hang_and_a_full_queue_drops_events() {
+    // Every event write hangs for a minute. Nodes' state must not wait behind an event: all
+    // are initialised while the first event write is still held. With a queue of 4, the
+    // events that find it full are dropped and counted in /metrics, as client-go's
+    // broadcaster drops them.
+    const NODES: u64 = 50;
+    const QUEUE: u64 = 4;
+    let bed = Testbed::start().await;
+    bed.emulator.faults().delay(
+        DelayRule::new(Duration::from_secs(60))
+            .method("POST")
+            .path_contains("/events"),
+    );
+    for i in 0..NODES {
+        bed.add_node(&format!("worker-{i}"), "sim-central-1a").await;
+    }
+    let mut config = only("cloud-node", &bed);
+    config.settings.event_queue_length = QUEUE as usize;
+    let port = e2e::https::free_port();
+    config.serving.port = port;
+    let manager = bed.run(config);
+
+    for i in 0..NODES {
+        initialised(&bed, &format!("worker-{i}")).await;
+    }
+    let counts = bed
+        .requests_seen(
+            "an event write held by the emulator",
+            WAIT,
+            &[("event-recorder", "create", "events.events.k8s.io")],
+        )
+        .await;
+    assert_eq!(
+        counts
+            .client("event-recorder")
+            .get("create", "events.events.k8s.io"),
+        1,
+        "one event write at a time per controller: the first still hangs"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client.clone());
+    let written = events.list(&Default::default()).await.expect("list events");
+    assert!(
+        written.items.is_empty(),
+        "every node was initialised before any event was written: {:?}",
+        written.items
+    );
+
+    let addr = ([127, 0, 0, 1], port).into();
+    let dropped = eventually(
+        "wasm_ccm_events_dropped_total in /metrics",
+        WAIT,
+        || async {
+            let (_, metrics) = e2e::https::get_with_token(addr, "/metrics", bed.emulator.token())
+                .await
+                .ok()?;
+            metrics
+                .lines()
+                .find_map(|line| {
+                    line.strip_prefix(
+                        "wasm_ccm_events_dropped_total{component=\"cloud-node-controller\"} ",
+                    )
+                })?
+                .parse::<u64>()
+                .ok()
+                .filter(|&dropped| dropped >= NODES - QUEUE - 1)
+        },
+    )
+    .await;
+    assert!(
+        dropped <= NODES - QUEUE,
+        "{dropped} dropped: one Synced event per node, {QUEUE} queued, at most one being written"
     );
     manager.stop().await.unwrap();
 }

@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use e2e::cloud_provider::{
-    NAME, active_reference, api, apply, cloud_provider, install_crd, resource_config,
+    NAME, active_reference, api, apply, cloud_provider, condition_is, install_crd, resource_config,
     simcloud_config, status_where, token_secret,
 };
 use e2e::testbed::{Testbed, eventually, is_uninitialized};
@@ -61,18 +61,6 @@ async fn apply_v1(bed: &Testbed) {
         &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
     )
     .await;
-}
-
-fn condition_is(
-    status: &CloudProviderStatus,
-    type_: &str,
-    value: ConditionStatus,
-    reason: &str,
-) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == type_ && c.status == value && c.reason == reason)
 }
 
 /// Warning events about anything but the CloudProvider, except a load balancer with no
@@ -1285,6 +1273,7 @@ async fn hot_swap_a_grant_outside_the_ceiling_is_refused_and_the_active_version_
         name: NAME.into(),
         allow_untagged_cloud: false,
         grant_ceiling: ceiling,
+        tag_check_interval: Duration::from_secs(300),
     };
     let manager = bed.run(config);
     reached(

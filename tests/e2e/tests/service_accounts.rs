@@ -84,7 +84,7 @@ async fn each_controller_calls_as_its_own_service_account_created_if_missing() {
                 ("node-controller", "patch", "nodes"),
                 ("service-controller", "patch", "services/status"),
                 ("route-controller", "patch", "nodes/status"),
-                ("cloud-controller-manager", "create", "events.events.k8s.io"),
+                ("event-recorder", "create", "events.events.k8s.io"),
             ],
         )
         .await;
@@ -108,6 +108,7 @@ async fn each_controller_calls_as_its_own_service_account_created_if_missing() {
     for root in [
         "shared-informers",
         "leader-election",
+        "event-recorder",
         "cloud-controller-manager",
     ] {
         assert_eq!(

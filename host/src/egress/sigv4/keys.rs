@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::Credentials;
+use aws_smithy_runtime_api::client::identity::Identity;
 use http_body_util::BodyExt;
 
 use super::super::PooledClient;
@@ -89,14 +90,23 @@ impl fmt::Debug for AwsKeys {
 /// The keys one request is signed with (`Debug` shows the key id, never the secret or token).
 #[derive(Debug, Clone)]
 pub struct Keys {
-    credentials: Credentials,
+    /// The credentials as `aws-sigv4` takes them, made once with the keys rather than for
+    /// every request they sign.
+    identity: Identity,
     /// Which exchange of a web identity made them; `None` for static keys.
     generation: Option<u64>,
 }
 
 impl Keys {
-    pub(in super::super) fn credentials(&self) -> &Credentials {
-        &self.credentials
+    fn new(credentials: Credentials, generation: Option<u64>) -> Keys {
+        Keys {
+            identity: credentials.into(),
+            generation,
+        }
+    }
+
+    pub(in super::super) fn identity(&self) -> &Identity {
+        &self.identity
     }
 }
 
@@ -221,7 +231,7 @@ pub struct StaticKeys {
     secret_access_key: SecretSource,
     /// The session token's source, and whether it must have a value.
     session_token: Option<(SecretSource, bool)>,
-    read: Mutex<Option<(Read, Credentials)>>,
+    read: Mutex<Option<(Read, Keys)>>,
 }
 
 /// When static keys were read.
@@ -247,34 +257,25 @@ impl StaticKeys {
             }
         }
         let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
-        let current = match &*read {
-            Some((Read::Set(seen), credentials)) if in_memory && *seen == set => {
-                Some(credentials.clone())
+        match &*read {
+            Some((Read::Set(seen), keys)) if in_memory && *seen == set => {
+                return Ok(keys.clone());
             }
-            Some((Read::At(at), credentials))
+            Some((Read::At(at), keys))
                 if !in_memory && at.elapsed() < super::super::CREDENTIAL_REFRESH =>
             {
-                Some(credentials.clone())
+                return Ok(keys.clone());
             }
-            _ => None,
+            _ => {}
+        }
+        let keys = Keys::new(self.read()?, None);
+        let when = if in_memory {
+            Read::Set(set)
+        } else {
+            Read::At(Instant::now())
         };
-        let credentials = match current {
-            Some(credentials) => credentials,
-            None => {
-                let credentials = self.read()?;
-                let when = if in_memory {
-                    Read::Set(set)
-                } else {
-                    Read::At(Instant::now())
-                };
-                *read = Some((when, credentials.clone()));
-                credentials
-            }
-        };
-        Ok(Keys {
-            credentials,
-            generation: None,
-        })
+        *read = Some((when, keys.clone()));
+        Ok(keys)
     }
 
     fn read(&self) -> Result<Credentials, String> {
@@ -618,10 +619,7 @@ impl WebIdentity {
         match outcome {
             Ok((credentials, expires)) => {
                 *failure = None;
-                let keys = Keys {
-                    credentials,
-                    generation: Some(generation),
-                };
+                let keys = Keys::new(credentials, Some(generation));
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Temporary {
                     keys: keys.clone(),
                     expires,
@@ -750,12 +748,17 @@ impl WebIdentity {
 
 #[cfg(test)]
 impl Keys {
+    /// The credentials the identity holds.
+    fn credentials(&self) -> &Credentials {
+        self.identity.data().expect("keys hold credentials")
+    }
+
     /// Static keys, for tests of signing.
     pub(in super::super) fn for_test(id: &str, secret: &str, token: Option<&str>) -> Keys {
-        Keys {
-            credentials: Credentials::new(id, secret, token.map(String::from), None, "test"),
-            generation: None,
-        }
+        Keys::new(
+            Credentials::new(id, secret, token.map(String::from), None, "test"),
+            None,
+        )
     }
 }
 
@@ -896,7 +899,7 @@ mod tests {
     }
 
     fn key_id(keys: &Keys) -> &str {
-        keys.credentials.access_key_id()
+        keys.credentials().access_key_id()
     }
 
     fn token_file(token: &str) -> tempfile::NamedTempFile {
@@ -913,7 +916,7 @@ mod tests {
         let first = identity.current(sts.via()).await.unwrap();
         let second = identity.current(sts.via()).await.unwrap();
         assert_eq!((key_id(&first), key_id(&second)), ("ASIA1", "ASIA1"));
-        assert_eq!(first.credentials.session_token(), Some("token-1"));
+        assert_eq!(first.credentials().session_token(), Some("token-1"));
         let forms = sts.forms.lock().unwrap().clone();
         assert_eq!(forms.len(), 1, "{forms:?}");
         for field in [
@@ -1192,8 +1195,8 @@ mod tests {
         };
         let long_term = read.current().unwrap();
         assert_eq!(key_id(&long_term), "AKIDEXAMPLE");
-        assert_eq!(long_term.credentials.secret_access_key(), "the-secret");
-        assert_eq!(long_term.credentials.session_token(), None);
+        assert_eq!(long_term.credentials().secret_access_key(), "the-secret");
+        assert_eq!(long_term.credentials().session_token(), None);
         assert!(!format!("{keys:?}").contains("the-secret"), "{keys:?}");
 
         // A rotated file is read again (at most a second later).

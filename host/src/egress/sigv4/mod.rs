@@ -14,6 +14,7 @@
 mod actions;
 mod keys;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::SystemTime;
 
@@ -271,7 +272,7 @@ impl SigV4 {
         parts: &http::request::Parts,
         body: &[u8],
     ) -> Result<String, String> {
-        let granted = self.services.join(", ");
+        let granted = || self.services.join(", ");
         let mut inferred: Option<&str> = None;
         for version in versions(parts, body) {
             match API_VERSIONS.iter().find(|(known, _)| *known == version) {
@@ -285,8 +286,9 @@ impl SigV4 {
                 }
                 None if self.services.len() > 1 => {
                     return Err(format!(
-                        "API version {version} is not one the gate knows ({}); with several services granted for {dest} ({granted}), it must tell which service the request is for",
-                        known_versions()
+                        "API version {version} is not one the gate knows ({}); with several services granted for {dest} ({}), it must tell which service the request is for",
+                        known_versions(),
+                        granted()
                     ));
                 }
                 None => {}
@@ -295,11 +297,13 @@ impl SigV4 {
         match inferred {
             Some(service) if self.services.iter().any(|s| s == service) => Ok(service.into()),
             Some(service) => Err(format!(
-                "service {service} (from the request's Version) is not granted for {dest} (granted: {granted})"
+                "service {service} (from the request's Version) is not granted for {dest} (granted: {})",
+                granted()
             )),
             None if self.services.len() == 1 => Ok(self.services[0].clone()),
             None => Err(format!(
-                "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({granted}); the gate knows {}",
+                "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({}); the gate knows {}",
+                granted(),
                 known_versions()
             )),
         }
@@ -373,9 +377,8 @@ impl SigV4 {
         scope: &Scope,
         keys: &Keys,
     ) -> Result<(), String> {
-        let identity = keys.credentials().clone().into();
         let params = v4::SigningParams::builder()
-            .identity(&identity)
+            .identity(keys.identity())
             .region(&scope.region)
             .name(&scope.service)
             .time(SystemTime::now())
@@ -431,7 +434,10 @@ pub(super) fn xml_text<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
 }
 
 /// The `Version` parameters of a request: its query's, and its form body's.
-fn versions(parts: &http::request::Parts, body: &[u8]) -> Vec<String> {
+fn versions<'a>(
+    parts: &'a http::request::Parts,
+    body: &'a [u8],
+) -> impl Iterator<Item = Cow<'a, str>> + 'a {
     let query = parts.uri.query().unwrap_or_default().as_bytes();
     let form = parts
         .headers
@@ -446,8 +452,7 @@ fn versions(parts: &http::request::Parts, body: &[u8]) -> Vec<String> {
     form_urlencoded::parse(query)
         .chain(form_urlencoded::parse(body))
         .filter(|(name, _)| name == "Version")
-        .map(|(_, value)| value.into_owned())
-        .collect()
+        .map(|(_, value)| value)
 }
 
 fn known_versions() -> String {

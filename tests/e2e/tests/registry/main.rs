@@ -4,4 +4,6 @@
 
 mod harness;
 mod distribution;
+mod signatures;
+mod tag_drift;
 mod token_auth;

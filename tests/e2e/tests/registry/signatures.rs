@@ -1,0 +1,518 @@
+//! Signed providers against a real registry: keys made with openssl as the README tells an
+//! operator, `provider push --sign-key`, `provider sign`, `provider verify` and `provider
+//! inspect`; run mode with `--provider-signature-key` (signed, unsigned, signed by another
+//! key, from the cache with the registry down); a CloudProvider whose `spec.signature` keys
+//! come from a Secret; and an independent implementation of cosign's format (`cosign.py`,
+//! PyCA `cryptography`) whose signatures we accept and which accepts ours.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use e2e::cloud_provider::{
+    NAME, NAMESPACE, active_digest, apply, cloud_provider, condition_is, install_crd,
+    resource_config, simcloud_config, status_where, token_secret,
+};
+use e2e::registry::{Registry, RegistryOptions};
+use e2e::testbed::{ManagerProcess, Testbed, eventually, is_uninitialized};
+use e2e::{https, wasm_ccm_binary};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use wasm_ccm::resource::{ConditionStatus, condition};
+use wasm_ccm_host::source::{
+    ArtifactStore, DistributionSettings, PublicKey, SignaturePolicy, TrustedKeys,
+};
+
+use super::distribution::{args, assert_refused, insecure, push, stderr, stdout, wasm_ccm};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The Python with `cryptography`: the ORAS venv, where tests/install-test-tools.sh installs
+/// it.
+const PYTHON: &str = "target/test-tools/oras-venv/bin/python";
+
+/// A shell command as the README gives it, run in `dir`; what it printed.
+fn typed(dir: &Path, command: &str) -> String {
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh");
+    assert!(
+        output.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A key pair made as the README tells: `NAME.pem` (private, PKCS#8) and `NAME.pub`.
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    typed(
+        dir,
+        &format!("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {name}.pem"),
+    );
+    typed(
+        dir,
+        &format!("openssl pkey -in {name}.pem -pubout -out {name}.pub"),
+    );
+    (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.pub")),
+    )
+}
+
+/// Run `cosign.py` with `args` (plus the registry); its JSON answer.
+fn cosign_py(registry: &Registry, mut args: serde_json::Value) -> serde_json::Value {
+    args["registry"] = registry.addr().to_string().into();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = root.join(PYTHON);
+    assert!(
+        python.is_file(),
+        "{} is missing: `make test` (or `make setup`) installs it",
+        python.display()
+    );
+    let output = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(include_str!("cosign.py"))
+        .arg(args.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cosign.py");
+    assert!(
+        output.status.success(),
+        "cosign.py {args}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("cosign.py prints JSON")
+}
+
+fn oci(registry: &Registry, reference: &str) -> String {
+    format!("oci://{}", registry.reference(reference))
+}
+
+fn path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from_the_cache() {
+    let bed = Testbed::start().await;
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let keys = tempfile::tempdir().unwrap();
+    let (signing, signing_pub) = key_pair(keys.path(), "signing");
+    let (other, _) = key_pair(keys.path(), "other");
+    let insecure_flag = insecure(&registry);
+
+    // Signed at push; unsigned; signed by another key (three digests: the versions differ).
+    let signed = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "acme/simcloud:v1",
+        &["--version=v1", "--sign-key", &path(&signing)],
+    );
+    let unsigned = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "acme/simcloud:unsigned",
+        &["--version=unsigned"],
+    );
+    let wrongly = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "acme/simcloud:other",
+        &["--version=other"],
+    );
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "sign",
+        &oci(&registry, "acme/simcloud:other"),
+        "--key",
+        &path(&other),
+        &insecure_flag,
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), wrongly);
+    assert!(
+        stderr(&output).contains("1 signature(s)"),
+        "{}",
+        stderr(&output)
+    );
+
+    // provider verify: 0 when the key signed, 2 naming the reason when not.
+    let verify = |reference: &str| {
+        wasm_ccm(&args(&[
+            "provider",
+            "verify",
+            &oci(&registry, reference),
+            "--key",
+            &path(&signing_pub),
+            &insecure_flag,
+        ]))
+    };
+    let output = verify("acme/simcloud:v1");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), signed);
+    assert_refused(
+        &verify("acme/simcloud:unsigned"),
+        &["no signature by --key"],
+    );
+    assert_refused(
+        &verify("acme/simcloud:other"),
+        &["no valid signature by --key"],
+    );
+
+    // provider inspect lists the signatures, and the given key that verifies each.
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "inspect",
+        &oci(&registry, "acme/simcloud:v1"),
+        "--signature-key",
+        &path(&signing_pub),
+        &insecure_flag,
+    ]));
+    let text = stdout(&output);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(text.contains("signatures: 1 (sha256-"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  {signed}\n    verified with {}",
+            path(&signing_pub)
+        )),
+        "{text}"
+    );
+
+    let cache = tempfile::tempdir().unwrap();
+    let flags_for = |provider: &str, extra: &[String]| {
+        let mut flags: Vec<String> = bed
+            .provider_flags()
+            .into_iter()
+            .filter(|f| !f.starts_with("--provider="))
+            .collect();
+        flags.extend([
+            format!("--provider={provider}"),
+            format!("--provider-signature-key={}", path(&signing_pub)),
+            insecure_flag.clone(),
+            format!("--cache-dir={}", cache.path().display()),
+        ]);
+        flags.extend(extra.iter().cloned());
+        flags
+    };
+    let refused_at_start =
+        |provider: &str| wasm_ccm(&flags_for(provider, &["--secure-port=0".into()]));
+
+    // Unsigned, or signed by a key not given: the manager refuses to start, naming the flag,
+    // the key and the digest.
+    let key_named = format!("--provider-signature-key [{} (sha256:", path(&signing_pub));
+    assert_refused(
+        &refused_at_start(&oci(&registry, "acme/simcloud:unsigned")),
+        &["no signature by", &key_named, &unsigned, "sha256-"],
+    );
+    assert_refused(
+        &refused_at_start(&oci(&registry, "acme/simcloud:other")),
+        &["no valid signature by", &key_named, &wrongly],
+    );
+    // The fingerprint named is the one the README computes.
+    let fingerprint = typed(
+        keys.path(),
+        "openssl pkey -pubin -in signing.pub -outform DER | sha256sum",
+    );
+    let fingerprint = fingerprint.split_whitespace().next().unwrap_or_default();
+    assert_refused(
+        &refused_at_start(&oci(&registry, "acme/simcloud:unsigned")),
+        &[&format!("signing.pub (sha256:{fingerprint})")],
+    );
+    // A key that is not a public key stops it before anything runs.
+    let mut flags = flags_for(
+        &oci(&registry, "acme/simcloud:v1"),
+        &["--secure-port=0".into()],
+    );
+    flags.push(format!("--provider-signature-key={}", path(&signing)));
+    assert_refused(
+        &wasm_ccm(&flags),
+        &[
+            "--provider-signature-key",
+            "signing.pem",
+            "expected a \"PUBLIC KEY\"",
+        ],
+    );
+    // A file has no signature artifact.
+    assert_refused(
+        &refused_at_start(&format!("file://{}", guest_builds::SIMCLOUD)),
+        &["a file:// provider has no signature artifact"],
+    );
+
+    // Signed: it runs.
+    let run = |provider: String| {
+        let port = https::free_port();
+        let flags = flags_for(
+            &provider,
+            &[
+                "--controllers=cloud-node".into(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+            ],
+        );
+        ManagerProcess::spawn(&wasm_ccm_binary(), &flags, port, true)
+    };
+    let initialised = |name: &'static str| {
+        let bed = &bed;
+        async move {
+            bed.add_node(name, "sim-central-1a").await;
+            eventually(&format!("{name} initialised"), WAIT, || async {
+                bed.node(name).await.filter(|node| !is_uninitialized(node))
+            })
+            .await
+        }
+    };
+    let manager = run(oci(&registry, "acme/simcloud:v1"));
+    initialised("signed").await;
+    drop(manager);
+
+    // With the registry down, the pinned digest verified before starts from the cache: no
+    // request, so no signature read (any would fail).
+    registry.stop();
+    let manager = run(format!(
+        "oci://{}@{signed}",
+        registry.reference("acme/simcloud")
+    ));
+    initialised("from-cache").await;
+    drop(manager);
+    // The verdict is per key: another key must be checked, which needs the registry.
+    let mut flags = flags_for(
+        &format!("oci://{}@{signed}", registry.reference("acme/simcloud")),
+        &["--secure-port=0".into()],
+    );
+    flags.retain(|flag| !flag.starts_with("--provider-signature-key="));
+    flags.push(format!(
+        "--provider-signature-key={}",
+        path(&keys.path().join("other.pub"))
+    ));
+    assert_refused(&wasm_ccm(&flags), &["cannot read the signatures"]);
+}
+
+#[tokio::test]
+async fn signatures_interoperate_with_an_independent_cosign_implementation() {
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let keys = tempfile::tempdir().unwrap();
+    let (signing, signing_pub) = key_pair(keys.path(), "signing");
+    let insecure_flag = insecure(&registry);
+    let digest = push(&registry, guest_builds::SIMCLOUD, "acme/simcloud:v1", &[]);
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "sign",
+        &oci(&registry, "acme/simcloud:v1"),
+        "--key",
+        &path(&signing),
+        &insecure_flag,
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // Ours, read by an independent implementation: cosign's layout, and it verifies.
+    let checked = cosign_py(
+        &registry,
+        serde_json::json!({
+            "command": "verify",
+            "repository": "acme/simcloud",
+            "digest": digest,
+            "key": signing_pub,
+        }),
+    );
+    assert_eq!(checked, serde_json::json!({"layers": 1, "verified": 1}));
+
+    // Theirs (its own key, payload and push, appended to ours), verified by us.
+    let theirs = keys.path().join("theirs.pub");
+    let signed = cosign_py(
+        &registry,
+        serde_json::json!({
+            "command": "sign",
+            "repository": "acme/simcloud",
+            "digest": digest,
+            "key": theirs,
+        }),
+    );
+    assert_eq!(signed["signatures"], 2, "{signed}");
+    for key in [&theirs, &signing_pub] {
+        let output = wasm_ccm(&args(&[
+            "provider",
+            "verify",
+            &oci(&registry, "acme/simcloud:v1"),
+            "--key",
+            &path(key),
+            &insecure_flag,
+        ]));
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            key.display(),
+            stderr(&output)
+        );
+    }
+    // And the independent verifier still reads the artifact whole after our next append.
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "sign",
+        &oci(&registry, &format!("acme/simcloud@{digest}")),
+        "--key",
+        &path(&signing),
+        &insecure_flag,
+    ]));
+    assert!(
+        stderr(&output).contains("3 signature(s)"),
+        "{}",
+        stderr(&output)
+    );
+    let checked = cosign_py(
+        &registry,
+        serde_json::json!({
+            "command": "verify",
+            "repository": "acme/simcloud",
+            "digest": digest,
+            "key": signing_pub,
+        }),
+    );
+    assert_eq!(checked, serde_json::json!({"layers": 3, "verified": 2}));
+}
+
+/// The `Verified` condition's message once its reason is `reason` and the message contains
+/// `needle`; v1 still active.
+async fn refused_naming(bed: &Testbed, v1: &str, reason: &str, needle: &str) -> String {
+    let status = status_where(bed, &format!("refused naming {needle}"), |status| {
+        status.conditions.iter().any(|c| {
+            c.type_ == condition::VERIFIED
+                && c.status == ConditionStatus::False
+                && c.reason == reason
+                && c.message.contains(needle)
+        })
+    })
+    .await;
+    assert_eq!(active_digest(&status), v1, "{status:?}");
+    status
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == condition::VERIFIED)
+        .map(|c| c.message)
+        .unwrap_or_default()
+}
+
+/// The operator requires `operator.pub` (`--provider-signature-key`), the CloudProvider
+/// `release.pub` from a Secret (`spec.signature.keys`): v2 runs only once both signed it.
+#[tokio::test]
+async fn a_cloud_provider_with_signature_keys_keeps_v1_serving_until_v2_is_signed() {
+    let bed = Testbed::start().await;
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let keys = tempfile::tempdir().unwrap();
+    let (operator, operator_pub) = key_pair(keys.path(), "operator");
+    let (release, release_pub) = key_pair(keys.path(), "release");
+    let sign = |tag: &str, key: &Path| {
+        let output = wasm_ccm(&args(&[
+            "provider",
+            "sign",
+            &oci(&registry, tag),
+            "--key",
+            &path(key),
+            &insecure(&registry),
+        ]));
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    let v1 = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "acme/simcloud:v1",
+        &["--sign-key", &path(&operator)],
+    );
+    sign("acme/simcloud:v1", &release);
+    let v2 = push(
+        &registry,
+        guest_builds::SIMCLOUD_V2,
+        "acme/simcloud:v2",
+        &[],
+    );
+
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), NAMESPACE);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "release-keys"},
+        "stringData": {"cosign.pub": std::fs::read_to_string(&release_pub).unwrap()},
+    }))
+    .unwrap();
+    secrets
+        .patch(
+            "release-keys",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+    let spec = |tag: &str| {
+        let mut object = cloud_provider(&bed, guest_builds::SIMCLOUD, &simcloud_config(&bed));
+        object["spec"]["provider"] = oci(&registry, tag).into();
+        object["spec"]["signature"] = serde_json::json!({"keys": [
+            {"secretKeyRef": {"name": "release-keys", "key": "cosign.pub", "namespace": NAMESPACE}},
+        ]});
+        object
+    };
+    apply(&bed, &spec("acme/simcloud:v1")).await;
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = resource_config(&bed);
+    let operator_key =
+        PublicKey::from_pem(path(&operator_pub), &std::fs::read(&operator_pub).unwrap()).unwrap();
+    config.distribution = DistributionSettings {
+        insecure_registries: vec![registry.addr().to_string()],
+        cache: Some(ArtifactStore::open(cache.path(), 512 << 20).unwrap()),
+        signatures: SignaturePolicy::default().and(TrustedKeys {
+            source: "--provider-signature-key".into(),
+            keys: vec![operator_key],
+        }),
+        ..DistributionSettings::default()
+    };
+    let manager = bed.run(config);
+    status_where(&bed, "v1 running", |status| active_digest(status) == v1).await;
+
+    // v2 is not signed: refused naming both requirements and the digest; v1 serves.
+    apply(&bed, &spec("acme/simcloud:v2")).await;
+    let message = refused_naming(&bed, &v1, "SignatureMissing", &v2).await;
+    for needle in [
+        "--provider-signature-key [",
+        "operator.pub (sha256:",
+        " and spec.signature.keys [Secret kube-system/release-keys key cosign.pub (sha256:",
+        "sha256-",
+    ] {
+        assert!(message.contains(needle), "{needle} not in {message}");
+    }
+    eventually("a SignatureMissing event", WAIT, || async {
+        bed.event_reasons(NAME)
+            .await
+            .iter()
+            .any(|reason| reason == "SignatureMissing")
+            .then_some(())
+    })
+    .await;
+
+    // Signed by the CloudProvider's key only: the spec cannot loosen the operator's policy.
+    // A signature claims the digest now, but none by the operator's key: SignatureInvalid.
+    sign("acme/simcloud:v2", &release);
+    let message = refused_naming(&bed, &v1, "SignatureInvalid", "none verifies").await;
+    assert!(
+        message.contains("operator.pub") && !message.contains("spec.signature.keys"),
+        "only the unmet requirement: {message}"
+    );
+
+    // Signed by the operator's key too: the retry activates it.
+    sign("acme/simcloud:v2", &operator);
+    status_where(&bed, "v2 activated once signed", |status| {
+        active_digest(status) == v2
+            && condition_is(
+                status,
+                condition::VERIFIED,
+                ConditionStatus::True,
+                "Verified",
+            )
+    })
+    .await;
+    manager.stop().await.unwrap();
+}
