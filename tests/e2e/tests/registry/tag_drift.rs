@@ -74,6 +74,22 @@ fn tagged(bed: &Testbed, registry: &Registry, tag: &str, follow_tag: bool) -> se
     spec
 }
 
+/// A testbed with the CloudProvider CRD and the simulator's token, and a registry whose
+/// `acme/simcloud:stable` names simcloud v1; v1's digest.
+async fn stable_tag_on_v1() -> (Testbed, Registry, String) {
+    let bed = Testbed::start().await;
+    let registry = Registry::start(RegistryOptions::default()).await;
+    let v1 = push(
+        &registry,
+        guest_builds::SIMCLOUD,
+        "acme/simcloud:stable",
+        &[],
+    );
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    (bed, registry, v1)
+}
+
 /// The resolved-tag record on the resource, once it names `digest`.
 async fn recorded(bed: &Testbed, digest: &str) -> serde_json::Value {
     eventually(&format!("the record names {digest}"), WAIT, || async {
@@ -113,16 +129,7 @@ async fn events(bed: &Testbed, reason: &str) -> Vec<(String, i32)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_tag_is_reported_and_the_recorded_digest_runs_on_a_standby_after_failover_until_the_spec_changes()
  {
-    let bed = Testbed::start().await;
-    let registry = Registry::start(RegistryOptions::default()).await;
-    let v1 = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:stable",
-        &[],
-    );
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
+    let (bed, registry, v1) = stable_tag_on_v1().await;
     let spec = tagged(&bed, &registry, "acme/simcloud:stable", false);
     apply(&bed, &spec).await;
     let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -305,16 +312,7 @@ async fn a_moved_tag_is_reported_and_the_recorded_digest_runs_on_a_standby_after
 // Multi-threaded: pushes block a thread while the replicas renew their leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_follow_tag_a_moved_tag_is_rolled_out_and_a_restart_runs_it() {
-    let bed = Testbed::start().await;
-    let registry = Registry::start(RegistryOptions::default()).await;
-    let v1 = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:stable",
-        &[],
-    );
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
+    let (bed, registry, v1) = stable_tag_on_v1().await;
     apply(
         &bed,
         &tagged(&bed, &registry, "acme/simcloud:stable", false),
@@ -423,16 +421,7 @@ async fn with_follow_tag_a_moved_tag_is_rolled_out_and_a_restart_runs_it() {
 // Multi-threaded: pushes block a thread while the replicas renew their leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_follow_tag_under_the_shadow_strategy_a_moved_tag_is_shadowed_first() {
-    let bed = Testbed::start().await;
-    let registry = Registry::start(RegistryOptions::default()).await;
-    let v1 = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:stable",
-        &[],
-    );
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
+    let (bed, registry, v1) = stable_tag_on_v1().await;
     let mut spec = tagged(&bed, &registry, "acme/simcloud:stable", true);
     spec["spec"]["rollout"]["strategy"] = "Shadow".into();
     spec["spec"]["rollout"]["shadow"] = serde_json::json!({"agreeingCalls": 1_000_000});
@@ -473,16 +462,7 @@ async fn with_follow_tag_under_the_shadow_strategy_a_moved_tag_is_shadowed_first
 // Multi-threaded: pushes block a thread while the replicas renew their leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_follow_tag_a_standby_runs_the_digest_the_leader_shadowed_and_promoted() {
-    let bed = Testbed::start().await;
-    let registry = Registry::start(RegistryOptions::default()).await;
-    let v1 = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:stable",
-        &[],
-    );
-    install_crd(&bed).await;
-    token_secret(&bed, e2e::TOKEN).await;
+    let (bed, registry, v1) = stable_tag_on_v1().await;
     // Nodes whose lifecycle checks give the shadow read-only calls to agree on.
     for index in 0..3 {
         bed.add_node(&format!("node-{index}"), "zone-a").await;
