@@ -6,7 +6,7 @@
 //! PyCA `cryptography`) whose signatures we accept and which accepts ours.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use e2e::cloud_provider::{
@@ -97,6 +97,18 @@ fn path(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// `wasm-ccm provider sign oci://REFERENCE --key KEY --insecure-registry=…`, as typed.
+fn sign(registry: &Registry, reference: &str, key: &Path) -> Output {
+    wasm_ccm(&args(&[
+        "provider",
+        "sign",
+        &oci(registry, reference),
+        "--key",
+        &path(key),
+        &insecure(registry),
+    ]))
+}
+
 #[tokio::test]
 async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from_the_cache() {
     let bed = Testbed::start().await;
@@ -125,14 +137,7 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
         "acme/simcloud:other",
         &["--version=other"],
     );
-    let output = wasm_ccm(&args(&[
-        "provider",
-        "sign",
-        &oci(&registry, "acme/simcloud:other"),
-        "--key",
-        &path(&other),
-        &insecure_flag,
-    ]));
+    let output = sign(&registry, "acme/simcloud:other", &other);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output).trim(), wrongly);
     assert!(
@@ -301,14 +306,7 @@ async fn signatures_interoperate_with_an_independent_cosign_implementation() {
     let (signing, signing_pub) = key_pair(keys.path(), "signing");
     let insecure_flag = insecure(&registry);
     let digest = push(&registry, guest_builds::SIMCLOUD, "acme/simcloud:v1", &[]);
-    let output = wasm_ccm(&args(&[
-        "provider",
-        "sign",
-        &oci(&registry, "acme/simcloud:v1"),
-        "--key",
-        &path(&signing),
-        &insecure_flag,
-    ]));
+    let output = sign(&registry, "acme/simcloud:v1", &signing);
     assert!(output.status.success(), "{}", stderr(&output));
 
     // Ours, read by an independent implementation: cosign's layout, and it verifies.
@@ -352,14 +350,7 @@ async fn signatures_interoperate_with_an_independent_cosign_implementation() {
         );
     }
     // And the independent verifier still reads the artifact whole after our next append.
-    let output = wasm_ccm(&args(&[
-        "provider",
-        "sign",
-        &oci(&registry, &format!("acme/simcloud@{digest}")),
-        "--key",
-        &path(&signing),
-        &insecure_flag,
-    ]));
+    let output = sign(&registry, &format!("acme/simcloud@{digest}"), &signing);
     assert!(
         stderr(&output).contains("3 signature(s)"),
         "{}",
@@ -407,15 +398,8 @@ async fn a_cloud_provider_with_signature_keys_keeps_v1_serving_until_v2_is_signe
     let keys = tempfile::tempdir().unwrap();
     let (operator, operator_pub) = key_pair(keys.path(), "operator");
     let (release, release_pub) = key_pair(keys.path(), "release");
-    let sign = |tag: &str, key: &Path| {
-        let output = wasm_ccm(&args(&[
-            "provider",
-            "sign",
-            &oci(&registry, tag),
-            "--key",
-            &path(key),
-            &insecure(&registry),
-        ]));
+    let signed = |tag: &str, key: &Path| {
+        let output = sign(&registry, tag, key);
         assert!(output.status.success(), "{}", stderr(&output));
     };
     let v1 = push(
@@ -424,7 +408,7 @@ async fn a_cloud_provider_with_signature_keys_keeps_v1_serving_until_v2_is_signe
         "acme/simcloud:v1",
         &["--sign-key", &path(&operator)],
     );
-    sign("acme/simcloud:v1", &release);
+    signed("acme/simcloud:v1", &release);
     let v2 = push(
         &registry,
         guest_builds::SIMCLOUD_V2,
@@ -495,7 +479,7 @@ async fn a_cloud_provider_with_signature_keys_keeps_v1_serving_until_v2_is_signe
 
     // Signed by the CloudProvider's key only: the spec cannot loosen the operator's policy.
     // A signature claims the digest now, but none by the operator's key: SignatureInvalid.
-    sign("acme/simcloud:v2", &release);
+    signed("acme/simcloud:v2", &release);
     let message = refused_naming(&bed, &v1, "SignatureInvalid", "none verifies").await;
     assert!(
         message.contains("operator.pub") && !message.contains("spec.signature.keys"),
@@ -503,7 +487,7 @@ async fn a_cloud_provider_with_signature_keys_keeps_v1_serving_until_v2_is_signe
     );
 
     // Signed by the operator's key too: the retry activates it.
-    sign("acme/simcloud:v2", &operator);
+    signed("acme/simcloud:v2", &operator);
     status_where(&bed, "v2 activated once signed", |status| {
         active_digest(status) == v2
             && condition_is(
