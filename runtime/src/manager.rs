@@ -2,7 +2,9 @@
 //!
 //! 1. with flags: load the provider (`--provider`), `init` it with `--cloud-config`, and
 //!    check it is the `--cloud-provider` the operator named;
-//! 2. connect to the API server, serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
+//! 2. connect to the API server and start the shared informers (one list and watch of Nodes
+//!    and of Services), so their caches fill while the Lease is sought and stay warm on a
+//!    standby; serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
 //! 3. with `--provider-resource`: follow the `CloudProvider` ([`crate::rollout`]), reporting
 //!    not-ready with the reason until a version is active;
 //! 4. decide which controllers run (selected *and* supported);
@@ -10,9 +12,10 @@
 //!    lost or the process is asked to stop. They call the provider through a
 //!    [`ProviderSlot`], which a rollout swaps under them.
 //!
-//! Losing the lease stops every controller at once and drops their caches; the manager then
-//! campaigns again as a standby (upstream exits instead, to be restarted by the kubelet).
-//! A clean shutdown releases the lease so a standby takes over without waiting it out.
+//! Losing the lease stops every controller at once; the informers keep watching, and the
+//! manager campaigns again as a standby with its caches warm (upstream exits instead, to be
+//! restarted by the kubelet). A clean shutdown releases the lease so a standby takes over
+//! without waiting it out.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -201,7 +204,16 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         event_metrics,
         shutdown.clone(),
     );
-    let informers_client = clients.client(cluster::SHARED_INFORMERS)?;
+    // Started before the Lease is sought: a new leader's controllers find the caches
+    // filled, and a standby's stay warm. They keep the manager's own client, as upstream's
+    // shared informers do with --use-service-account-credentials.
+    let informers = {
+        let client = clients.client(cluster::SHARED_INFORMERS)?;
+        Informers {
+            nodes: Informer::start(kube::Api::all(client.clone()), shutdown.clone()),
+            services: Informer::start(kube::Api::all(client), shutdown.clone()),
+        }
+    };
 
     let elector = match config.leader_election.clone() {
         None => None,
@@ -267,7 +279,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     let term = Term {
         clients: controller_clients,
         events,
-        informers_client,
+        informers,
         provider,
         planned,
         selection: config.controllers.clone(),
@@ -363,14 +375,20 @@ enum Versions {
     Rollout(tokio::sync::Mutex<rollout::RolloutHandle>),
 }
 
+/// The caches and change feeds every controller reads, for the life of the process.
+struct Informers {
+    nodes: Informer<Node>,
+    services: Informer<Service>,
+}
+
 /// What one period of running the controllers needs (one leadership term, or the whole
 /// life of the process without leader election).
 struct Term {
     clients: ControllerClients,
     /// The controllers' event queues, kept across terms.
     events: EventBroadcaster,
-    /// The shared informers' own client.
-    informers_client: kube::Client,
+    /// The shared informers, kept across terms.
+    informers: Informers,
     provider: Versions,
     /// The controllers that run, decided with the first active version.
     planned: std::sync::OnceLock<Vec<Controller>>,
@@ -382,8 +400,8 @@ struct Term {
 }
 
 impl Term {
-    /// Wait for an active provider version, start informers and controllers; return once
-    /// `stop` is cancelled and all stopped.
+    /// Wait for an active provider version, start the controllers; return once `stop` is
+    /// cancelled and all stopped.
     async fn run(&self, stop: CancellationToken) -> Result<(), ManagerError> {
         let slot = match &self.provider {
             Versions::Fixed(slot) => slot.clone(),
@@ -414,7 +432,6 @@ impl Term {
                 self.planned.get_or_init(|| planned)
             }
         };
-        let informers_stop = stop.child_token();
         let context = Arc::new(Context {
             clients: self.clients.clone(),
             events: self.events.clone(),
@@ -422,17 +439,10 @@ impl Term {
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
             queues: self.queues.clone(),
-            nodes: Informer::start(
-                kube::Api::<Node>::all(self.informers_client.clone()),
-                informers_stop.clone(),
-            ),
-            services: Informer::start(
-                kube::Api::<Service>::all(self.informers_client.clone()),
-                informers_stop.clone(),
-            ),
+            nodes: self.informers.nodes.clone(),
+            services: self.informers.services.clone(),
         });
         controllers::run(planned, context, &self.health, stop).await;
-        informers_stop.cancel();
         Ok(())
     }
 }

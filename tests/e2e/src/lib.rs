@@ -1,7 +1,8 @@
 //! Shared set-up for the end-to-end tests and benchmarks: a cloud simulator on loopback, a
-//! bearer token in a file, providers loaded from the guests built from source, the
-//! `wasm-ccm` binary, a whole cluster for controller tests ([`testbed`]), an HTTPS
-//! client for the manager's secure port ([`https`]), a real OCI registry with ORAS as an
+//! bearer token in a file, providers loaded from the guests built from source (through one
+//! compile cache for every test, [`sandbox_config`]), the `wasm-ccm` binary, a whole cluster
+//! for controller tests ([`testbed`]), an HTTPS client for the manager's secure port
+//! ([`https`]), a real OCI registry with ORAS as an
 //! independent client of it ([`registry`]), moto as an independent AWS implementation
 //! ([`moto`]) and a cluster's AWS side seeded in it ([`aws`]), a `CloudProvider` resource
 //! for the testbed ([`cloud_provider`]), the Helm chart rendered by `helm template`
@@ -153,9 +154,31 @@ pub fn resident_bytes() -> u64 {
     kib * 1024
 }
 
+/// `target/<profile>/`, where the running test or benchmark was built.
+fn profile_dir() -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    test.parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The sandbox settings tests run providers with: the defaults, and one compile cache for
+/// every test of every run (`target/<profile>/compile-cache`, the host's own cache, keyed by
+/// the component's digest and the engine's settings), so a guest is compiled once per engine
+/// configuration instead of once per test: compiling was half the CPU time of the
+/// controller tests. A test about compiling or the cache sets a `cache_dir` of its own; the
+/// benchmarks keep the plain defaults, so what they time includes compiling.
+pub fn sandbox_config() -> SandboxConfig {
+    SandboxConfig {
+        cache_dir: Some(profile_dir().join("compile-cache")),
+        ..SandboxConfig::default()
+    }
+}
+
 /// simcloud loaded against `cloud`.
 pub async fn simcloud(cloud: &Cloud) -> Provider {
-    let sandbox = sandbox(SandboxConfig::default());
+    let sandbox = sandbox(sandbox_config());
     load(
         &sandbox,
         guest_builds::SIMCLOUD,
@@ -193,12 +216,7 @@ pub async fn hostile_report(provider: &Provider, command: &str) -> serde_json::V
 /// Cargo builds a package's binaries into `target/<profile>/` before it runs the package's
 /// integration tests and benchmarks, which run from `target/<profile>/deps/`.
 pub fn wasm_ccm_binary() -> PathBuf {
-    let test = std::env::current_exe().expect("the test's own path");
-    let profile_dir = test
-        .parent()
-        .and_then(Path::parent)
-        .expect("tests run from target/<profile>/deps");
-    let binary = profile_dir.join(format!(
+    let binary = profile_dir().join(format!(
         "wasm-ccm-under-test{}",
         std::env::consts::EXE_SUFFIX
     ));

@@ -22,7 +22,6 @@ use wasm_ccm::cluster::ClusterSettings;
 use wasm_ccm::controllers::{ControllerSelection, ControllerSettings};
 use wasm_ccm::manager::{self, ManagerConfig, ProviderMode, ProviderSettings};
 use wasm_ccm::serving::{AuthConfig, ServingConfig, TlsSource};
-use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::{DistributionSettings, ProviderRef};
 
 use crate::{Cloud, loopback};
@@ -121,7 +120,7 @@ impl Testbed {
             provider: self.provider(guest_builds::SIMCLOUD, "simcloud"),
             distribution: DistributionSettings::default(),
             egress: self.cloud.egress(),
-            sandbox: SandboxConfig::default(),
+            sandbox: crate::sandbox_config(),
             cluster: ClusterSettings {
                 kubeconfig: Some(self.kubeconfig()),
                 qps: 200.0,

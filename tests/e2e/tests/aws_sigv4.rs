@@ -21,7 +21,6 @@ use wasm_ccm_host::egress::{
 use wasm_ccm_host::metrics::{EgressSignedLabels, Metrics};
 use wasm_ccm_host::provider::{Provider, ProviderSource};
 use wasm_ccm_host::rate::RateBudget;
-use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::Artifact;
 
 const DESCRIBE_VPCS: &str = "Action=DescribeVpcs&Version=2016-11-15";
@@ -29,7 +28,7 @@ const DESCRIBE_LOAD_BALANCERS: &str = "Action=DescribeLoadBalancers&Version=2015
 
 async fn hostile(egress: EgressConfig) -> Provider {
     load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::HOSTILE,
         egress,
         None,
@@ -470,7 +469,7 @@ async fn an_action_that_issues_credentials_is_never_signed_whatever_the_rule() {
     };
     let gate = EgressGate::new(flag_egress(front.url(), &rule), metrics.clone());
     let provider = Provider::load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         gate,
         source,
         metrics.clone(),

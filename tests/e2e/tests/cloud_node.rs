@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use e2e::testbed::{NOT_READY, Testbed, eventually, is_uninitialized};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_emulator::DelayRule;
@@ -309,6 +311,111 @@ async fn each_controller_calls_the_api_server_as_its_own_client() {
         0,
         "controllers read through the shared informers, not their own clients"
     );
+    manager.stop().await.unwrap();
+}
+
+/// client-go's shared informer factory: one LIST and one WATCH of each resource for the
+/// whole manager, whichever controllers run, the LIST answered from the watch cache in one
+/// response (600 nodes are more than a page of 500). They start before the Lease is held, so
+/// a standby's caches are full before it leads, and the new leader lists nothing again.
+#[tokio::test]
+async fn one_list_and_one_watch_per_resource_filled_on_a_standby_and_kept_when_it_leads() {
+    const NODES: usize = 600;
+    let bed = Testbed::start().await;
+    for i in 0..NODES {
+        let name = format!("ready-{i}");
+        bed.add_instance(&name, "sim-central-1a");
+        let mut node = Testbed::kubelet_node(&name);
+        node.spec.get_or_insert_default().taints = None;
+        bed.create_node(&node).await;
+    }
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), "kube-system");
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let held = Lease {
+        metadata: ObjectMeta {
+            name: Some("cloud-controller-manager".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("another-replica".into()),
+            lease_duration_seconds: Some(60),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            ..Default::default()
+        }),
+    };
+    leases
+        .create(&Default::default(), &held)
+        .await
+        .expect("create lease");
+    let mut config = bed.config();
+    config.leader_election = Some(wasm_ccm::leader::LeaseSettings {
+        identity: "standby-test".into(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        ..Default::default()
+    });
+    let manager = bed.run(config);
+
+    let standby = bed
+        .requests_seen(
+            "the standby's informers watching",
+            WAIT,
+            &[
+                ("shared-informers", "watch", "nodes"),
+                ("shared-informers", "watch", "services"),
+            ],
+        )
+        .await;
+    let lease = leases.get("cloud-controller-manager").await.unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("another-replica"),
+        "still a standby"
+    );
+    for client in [
+        "cloud-node-controller",
+        "node-controller",
+        "service-controller",
+        "route-controller",
+    ] {
+        assert_eq!(
+            standby.client(client).total(),
+            0,
+            "{client} runs on a standby"
+        );
+    }
+
+    // The other replica steps down: its lease released, as a clean shutdown does.
+    let mut released = leases.get("cloud-controller-manager").await.unwrap();
+    released.spec.get_or_insert_default().holder_identity = None;
+    leases
+        .replace("cloud-controller-manager", &Default::default(), &released)
+        .await
+        .expect("release the lease");
+    bed.add_node("fresh-1", "sim-central-1a").await;
+    initialised(&bed, "fresh-1").await;
+
+    let counts = bed.emulator.requests();
+    let informers = counts.client("shared-informers");
+    for resource in ["nodes", "services"] {
+        assert_eq!(
+            (
+                informers.get("list", resource),
+                informers.get("watch", resource)
+            ),
+            (1, 1),
+            "one list and one watch of {resource}: {:?}",
+            counts.by_user_agent
+        );
+        let elsewhere: u64 = ["list", "watch"]
+            .iter()
+            .map(|verb| counts.get(verb, resource))
+            .sum::<u64>()
+            - 2;
+        assert_eq!(elsewhere, 0, "{resource} read only through the informers");
+    }
     manager.stop().await.unwrap();
 }
 

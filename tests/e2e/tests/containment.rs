@@ -88,7 +88,7 @@ fn grant(url: &str) -> EgressConfig {
 async fn a_slow_shadow_holds_at_most_its_bound_of_calls_and_never_delays_the_active_one() {
     let config = SandboxConfig {
         call_timeout: Duration::from_millis(1500),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let active = hostile(config.clone(), EgressConfig::default()).await;
     // The candidate's mirror of a looping call holds the shadow's only slot until its
@@ -123,7 +123,7 @@ async fn a_slow_shadow_holds_at_most_its_bound_of_calls_and_never_delays_the_act
 async fn looping_guest_hits_its_deadline_while_other_calls_are_served() {
     let config = SandboxConfig {
         call_timeout: Duration::from_millis(1500),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     let started = Instant::now();
@@ -153,7 +153,7 @@ async fn looping_guest_hits_its_deadline_while_other_calls_are_served() {
 async fn allocating_guest_hits_its_memory_cap_and_the_next_call_works() {
     let config = SandboxConfig {
         memory_limit: 24 * 1024 * 1024,
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     let error = provider
@@ -174,7 +174,7 @@ async fn allocating_guest_hits_its_memory_cap_and_the_next_call_works() {
 
 #[tokio::test]
 async fn panicking_guest_traps_with_its_message() {
-    let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let provider = hostile(e2e::sandbox_config(), EgressConfig::default()).await;
     let error = provider
         .instance_metadata(&command("trap"))
         .await
@@ -194,7 +194,7 @@ async fn panicking_guest_traps_with_its_message() {
 async fn host_not_granted_is_denied_and_receives_nothing() {
     let granted = target(ok_response("granted")).await;
     let other = target(ok_response("secret data")).await;
-    let provider = hostile(SandboxConfig::default(), grant(&granted.url)).await;
+    let provider = hostile(e2e::sandbox_config(), grant(&granted.url)).await;
 
     let denied = report(&provider, &format!("fetch:{}/steal", other.url)).await;
     assert_eq!(denied["kind"], "denied", "{denied}");
@@ -229,7 +229,7 @@ async fn granted_name_resolving_to_loopback_is_refused_at_connect() {
     let listener = target(ok_response("inside")).await;
     let port = listener.url.rsplit(':').next().unwrap().to_string();
     let by_name = format!("http://localhost:{port}");
-    let provider = hostile(SandboxConfig::default(), grant(&by_name)).await;
+    let provider = hostile(e2e::sandbox_config(), grant(&by_name)).await;
 
     let refused = report(&provider, &format!("fetch:{by_name}/")).await;
     assert_eq!(refused["kind"], "denied", "{refused}");
@@ -245,7 +245,7 @@ async fn granted_name_resolving_to_loopback_is_refused_at_connect() {
     );
 
     // Naming the address itself is the explicit opt-in.
-    let explicit = hostile(SandboxConfig::default(), grant(&listener.url)).await;
+    let explicit = hostile(e2e::sandbox_config(), grant(&listener.url)).await;
     let allowed = report(&explicit, &format!("fetch:{}/", listener.url)).await;
     assert_eq!(allowed["body"], "inside", "{allowed}");
     assert_eq!(listener.connections.load(Ordering::SeqCst), 1);
@@ -286,7 +286,7 @@ async fn keep_alive_target() -> Target {
 #[tokio::test]
 async fn calls_of_a_loaded_provider_share_a_keep_alive_connection_and_a_reload_gets_its_own() {
     let target = keep_alive_target().await;
-    let provider = hostile(SandboxConfig::default(), grant(&target.url)).await;
+    let provider = hostile(e2e::sandbox_config(), grant(&target.url)).await;
     for _ in 0..5 {
         let fetched = report(&provider, &format!("fetch:{}/", target.url)).await;
         assert_eq!(fetched["body"], "ok", "{fetched}");
@@ -305,7 +305,7 @@ async fn calls_of_a_loaded_provider_share_a_keep_alive_connection_and_a_reload_g
         "one record per request"
     );
 
-    let reloaded = hostile(SandboxConfig::default(), grant(&target.url)).await;
+    let reloaded = hostile(e2e::sandbox_config(), grant(&target.url)).await;
     let fetched = report(&reloaded, &format!("fetch:{}/", target.url)).await;
     assert_eq!(fetched["body"], "ok", "{fetched}");
     assert_eq!(target.connections.load(Ordering::SeqCst), 2);
@@ -363,7 +363,7 @@ async fn recording_target() -> (String, Arc<Mutex<Vec<String>>>) {
 #[tokio::test]
 async fn a_provider_request_body_is_sent_with_its_length() {
     let (url, requests) = recording_target().await;
-    let provider = hostile(SandboxConfig::default(), grant(&url)).await;
+    let provider = hostile(e2e::sandbox_config(), grant(&url)).await;
     let form = "Action=DescribeInstances&Version=2016-11-15";
     let spec = |headers: Value| json!({"method": "POST", "url": format!("{url}/"), "headers": headers, "body": form});
     let sent = report(&provider, &format!("request:{}", spec(json!([])))).await;
@@ -394,7 +394,7 @@ async fn a_provider_request_body_is_sent_with_its_length() {
 #[tokio::test]
 async fn raw_sockets_are_refused_even_to_a_granted_address() {
     let listener = target(ok_response("inside")).await;
-    let provider = hostile(SandboxConfig::default(), grant(&listener.url)).await;
+    let provider = hostile(e2e::sandbox_config(), grant(&listener.url)).await;
     let addr = listener.url.trim_start_matches("http://");
     let outcome = report(&provider, &format!("connect:{addr}")).await;
     assert_eq!(outcome["connected"], false, "{outcome}");
@@ -405,12 +405,12 @@ async fn raw_sockets_are_refused_even_to_a_granted_address() {
 #[tokio::test]
 async fn cloud_metadata_address_is_refused_even_through_a_granted_name() {
     // Not granted at all.
-    let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let provider = hostile(e2e::sandbox_config(), EgressConfig::default()).await;
     let refused = report(&provider, "fetch:http://169.254.169.254/latest/meta-data/").await;
     assert_eq!(refused["kind"], "denied", "{refused}");
 
     // "2852039166" is a valid host name that the resolver turns into 169.254.169.254.
-    let sneaky = hostile(SandboxConfig::default(), grant("http://2852039166")).await;
+    let sneaky = hostile(e2e::sandbox_config(), grant("http://2852039166")).await;
     let refused = report(&sneaky, "fetch:http://2852039166/latest/meta-data/").await;
     assert_eq!(refused["kind"], "denied", "{refused}");
     let record = sneaky.egress().audit().recent().pop().unwrap();
@@ -427,7 +427,7 @@ async fn cloud_metadata_address_is_refused_even_through_a_granted_name() {
 #[tokio::test]
 async fn guest_cannot_set_credential_headers() {
     let cloud = Cloud::start().await;
-    let provider = hostile(SandboxConfig::default(), cloud.egress()).await;
+    let provider = hostile(e2e::sandbox_config(), cloud.egress()).await;
     let report = report(
         &provider,
         &format!("set-auth:{}/v1/instances", cloud.sim.url()),
@@ -448,7 +448,7 @@ async fn guest_cannot_set_credential_headers() {
 #[tokio::test]
 async fn snooping_guest_sees_no_secret_no_files_no_environment() {
     let cloud = Cloud::start().await;
-    let provider = hostile(SandboxConfig::default(), cloud.egress()).await;
+    let provider = hostile(e2e::sandbox_config(), cloud.egress()).await;
     let report = report(
         &provider,
         &format!("snoop:{}/v1/instances", cloud.sim.url()),
@@ -494,7 +494,7 @@ async fn a_guest_sees_only_the_node_metadata_it_declared() {
     };
     let seen = async |cloud_config: Option<&str>| {
         let provider = load(
-            &sandbox(SandboxConfig::default()),
+            &sandbox(e2e::sandbox_config()),
             guest_builds::HOSTILE,
             EgressConfig::default(),
             cloud_config.map(|c| c.as_bytes().to_vec()),
@@ -552,7 +552,7 @@ async fn huge_response_is_cut_at_the_cap() {
     let mut declared = b"HTTP/1.1 200 OK\r\ncontent-length: 67108864\r\n\r\n".to_vec();
     declared.extend(vec![b'x'; 64 * 1024]);
     let declared = target(declared).await;
-    let provider = hostile(SandboxConfig::default(), egress_with_cap(&declared.url)).await;
+    let provider = hostile(e2e::sandbox_config(), egress_with_cap(&declared.url)).await;
     let outcome = report(&provider, &format!("huge:{}/", declared.url)).await;
     assert!(outcome.get("error").is_some(), "{outcome}");
     let record = provider.egress().audit().recent().pop().unwrap();
@@ -565,7 +565,7 @@ async fn huge_response_is_cut_at_the_cap() {
     let mut streamed = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec();
     streamed.extend(vec![b'x'; 4 * 1024 * 1024]);
     let streamed = target(streamed).await;
-    let provider = hostile(SandboxConfig::default(), egress_with_cap(&streamed.url)).await;
+    let provider = hostile(e2e::sandbox_config(), egress_with_cap(&streamed.url)).await;
     let outcome = report(&provider, &format!("huge:{}/", streamed.url)).await;
     assert!(outcome.get("error").is_some(), "{outcome}");
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -592,7 +592,7 @@ async fn exhausted_rate_budget_answers_429_with_retry_after() {
         },
         ..cloud.egress()
     };
-    let provider = hostile(SandboxConfig::default(), egress).await;
+    let provider = hostile(e2e::sandbox_config(), egress).await;
     let url = format!("fetch:{}/v1/instances", cloud.sim.url());
     for _ in 0..2 {
         assert_eq!(report(&provider, &url).await["status"], 200);
@@ -615,7 +615,7 @@ async fn provider_failing_on_a_denied_request_reports_egress_denied() {
     let cloud = Cloud::start().await;
     // simcloud points at the simulator, but nothing is granted.
     let result = load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::SIMCLOUD,
         EgressConfig::default(),
         Some(cloud.simcloud_config()),
@@ -647,7 +647,7 @@ async fn provider_failing_on_a_denied_request_reports_egress_denied() {
 #[tokio::test]
 async fn a_provider_retrying_refused_requests_is_kept_and_warned_about_16_times() {
     let target = target(ok_response("ok")).await;
-    let provider = hostile(SandboxConfig::default(), EgressConfig::default()).await;
+    let provider = hostile(e2e::sandbox_config(), EgressConfig::default()).await;
     let gate = provider.egress().clone();
     let (logs, _guard) = Logs::capture();
     let error = provider
@@ -688,7 +688,7 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
         },
         ..EgressConfig::default()
     };
-    let provider = hostile(SandboxConfig::default(), egress).await;
+    let provider = hostile(e2e::sandbox_config(), egress).await;
     let gate = provider.egress().clone();
     let (logs, _guard) = Logs::capture();
     let fetch = |n: usize| command(&format!("fetch-many:{n}:{}", target.url));
@@ -733,7 +733,7 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
 #[tokio::test]
 async fn component_importing_an_unknown_interface_is_refused_by_name() {
     let error = load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::OVERREACH,
         EgressConfig::default(),
         None,
@@ -811,7 +811,7 @@ async fn cache_flood_stays_within_the_byte_budget() {
     // busy machine: the push gets time enough.
     let config = SandboxConfig {
         call_timeout: Duration::from_secs(120),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     let budget = CacheLimits::default().max_bytes;
@@ -872,7 +872,7 @@ async fn log_flood_is_cut_at_the_call_budget_with_one_warning() {
     };
     let config = SandboxConfig {
         provider_logs: limits,
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     logs.take();
@@ -930,7 +930,7 @@ async fn stdout_and_stderr_share_the_call_budget_with_the_host_log() {
             lines_per_call: 2,
             ..LogLimits::default()
         },
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     logs.take();
@@ -957,7 +957,7 @@ async fn log_rate_is_shared_by_the_calls_of_a_provider_version() {
             },
             ..LogLimits::default()
         },
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     logs.take();
@@ -996,7 +996,7 @@ async fn an_answer_over_the_result_cap_fails_the_call_and_nothing_is_kept() {
     let limit = 4 * MIB;
     let config = SandboxConfig {
         max_result_bytes: limit,
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let provider = hostile(config, EgressConfig::default()).await;
     let small = report(&provider, "answer:1000").await;

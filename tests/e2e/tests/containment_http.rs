@@ -66,8 +66,7 @@ fn calls(metrics: &Metrics, provider: &Provider, outcome: &str) -> u64 {
 #[tokio::test]
 async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (provider, metrics) =
-        hostile_counted(SandboxConfig::default(), EgressConfig::default()).await;
+    let (provider, metrics) = hostile_counted(e2e::sandbox_config(), EgressConfig::default()).await;
     let limit = HttpLimits::default().max_memory;
 
     // 20,000 fields of one 60 KB header, all kept: 1.2 GB of host memory without a budget.
@@ -102,8 +101,7 @@ async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small(
 #[tokio::test]
 async fn a_request_body_flood_fails_at_the_http_memory_limit() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (provider, metrics) =
-        hostile_counted(SandboxConfig::default(), EgressConfig::default()).await;
+    let (provider, metrics) = hostile_counted(e2e::sandbox_config(), EgressConfig::default()).await;
     // 300 unsent requests whose bodies hold 2 MiB each: 600 MiB without a budget.
     let before = resident_bytes();
     let error = run(&provider, "bodies-flood:300").await.unwrap_err();
@@ -128,7 +126,7 @@ async fn a_resource_flood_fails_at_the_resource_limit() {
             max_resources: 200,
             ..HttpLimits::default()
         },
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let (provider, metrics) = hostile_counted(config, EgressConfig::default()).await;
     // Empty headers cost little memory each: the count stops them.
@@ -196,7 +194,7 @@ async fn ordinary_requests_one_after_another_stay_within_a_small_budget() {
             max_memory: 5 * MIB,
             max_resources: 100,
         },
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let egress = EgressConfig {
         allow: vec![url.parse::<HostPattern>().unwrap()],

@@ -8,7 +8,6 @@ use e2e::{load, sandbox};
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::EgressConfig;
-use wasm_ccm_host::sandbox::SandboxConfig;
 
 /// A record as the manager's log would print it, forged: a `\n` ends the provider's line
 /// and this one claims the egress gate granted a request; `\r` and an escape sequence
@@ -71,7 +70,7 @@ fn is_record(line: &str) -> bool {
 async fn a_provider_message_is_one_escaped_record_and_forges_none() {
     let (log, _guard) = Log::capture();
     let provider = load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::HOSTILE,
         EgressConfig::default(),
         None,

@@ -72,17 +72,18 @@ async fn name_flood(
 }
 
 /// Before the fix, each refused name became three series (one a histogram) labelled with
-/// it: 200,000 names grew the host by 250 MB in one call, and /metrics with it.
+/// it: 200,000 names grew the host by 250 MB in one call, and /metrics with it; 50,000 still
+/// grow it by about 90 MiB, far past the bound asserted.
 #[tokio::test]
-async fn a_provider_naming_200000_hosts_never_granted_grows_neither_metrics_nor_memory() {
+async fn a_provider_naming_50000_hosts_never_granted_grows_neither_metrics_nor_memory() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let config = SandboxConfig {
         call_timeout: Duration::from_secs(600),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let egress = grant("https://api.granted.test");
     let (provider, metrics) = hostile_counted(config, egress).await;
-    let names = 200_000;
+    let names = 50_000;
     let (flood, grown, before, after) =
         name_flood(&provider, &metrics, "http://{}.never-granted.test/", names).await;
     assert_eq!(flood["outcomes"], json!({"denied": names}), "{flood}");
@@ -104,7 +105,7 @@ async fn a_provider_naming_200000_hosts_never_granted_grows_neither_metrics_nor_
         after.len()
     );
     assert!(
-        after.contains(r#"grant="denied",outcome="denied"} 201000"#),
+        after.contains(r#"grant="denied",outcome="denied"} 51000"#),
         "every request is counted, under no grant:\n{after}"
     );
     assert!(
@@ -118,18 +119,18 @@ async fn a_provider_naming_200000_hosts_never_granted_grows_neither_metrics_nor_
 /// lookup (`.invalid` names fail without a query, RFC 6761; the name server given is a
 /// closed port on loopback, so nothing leaves the machine).
 #[tokio::test]
-async fn a_provider_naming_50000_hosts_under_a_wildcard_grant_grows_neither_metrics_nor_memory() {
+async fn a_provider_naming_20000_hosts_under_a_wildcard_grant_grows_neither_metrics_nor_memory() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let config = SandboxConfig {
         call_timeout: Duration::from_secs(600),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let egress = EgressConfig {
         name_server: Some(closed_name_server()),
         ..grant("http://*.invalid")
     };
     let (provider, metrics) = hostile_counted(config, egress).await;
-    let names = 50_000;
+    let names = 20_000;
     let (flood, grown, before, after) =
         name_flood(&provider, &metrics, "http://{}.invalid/", names).await;
     eprintln!(
@@ -170,7 +171,7 @@ async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
         max_destinations: 16,
         ..grant("http://*.invalid")
     };
-    let (provider, _metrics) = hostile_counted(SandboxConfig::default(), egress).await;
+    let (provider, _metrics) = hostile_counted(e2e::sandbox_config(), egress).await;
     let flood = report(&provider, "fetch-names:100:http://{}.invalid/").await;
     assert_eq!(flood["outcomes"]["429"], 84, "{flood}");
     let crowded = provider
@@ -194,7 +195,7 @@ async fn a_host_name_longer_than_dns_allows_is_refused_by_its_length() {
         name_server: Some(closed_name_server()),
         ..grant("http://*.granted.test")
     };
-    let (provider, _metrics) = hostile_counted(SandboxConfig::default(), egress).await;
+    let (provider, _metrics) = hostile_counted(e2e::sandbox_config(), egress).await;
     let long = format!("http://{}.granted.test/", "a.".repeat(150));
     let fetched = report(&provider, &format!("fetch:{long}")).await;
     assert_eq!(fetched["kind"], "denied", "{fetched}");

@@ -101,7 +101,7 @@ async fn simcloud_with(
     cloud: &Cloud,
     config: serde_json::Value,
 ) -> Result<Provider, ProviderLoadError> {
-    let sandbox = sandbox(SandboxConfig::default());
+    let sandbox = sandbox(e2e::sandbox_config());
     let config = Some(config.to_string().into_bytes());
     load(&sandbox, guest_builds::SIMCLOUD, cloud.egress(), config).await
 }
@@ -167,7 +167,7 @@ async fn init_reports_simcloud_with_every_capability() {
 #[tokio::test]
 async fn init_without_cloud_config_fails_naming_api_url() {
     let cloud = Cloud::start().await;
-    let sandbox = sandbox(SandboxConfig::default());
+    let sandbox = sandbox(e2e::sandbox_config());
     let error = load(&sandbox, guest_builds::SIMCLOUD, cloud.egress(), None)
         .await
         .err()
@@ -721,7 +721,7 @@ async fn a_load_balancer_with_thousands_of_targets_is_created_and_updated() {
     // guest), more than all slots, and must still run, not wait forever.
     let one_slot = sandbox(SandboxConfig {
         max_concurrent_calls: 1,
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     });
     let p = load(
         &one_slot,

@@ -377,7 +377,8 @@
 //!   (as with `force=true`), and `FieldsV1` marks list items with `.` but
 //!   not maps.
 //! - Paginated and exact lists are served from the change history rather
-//!   than etcd; `limit` is honoured even with `resourceVersion=0`. A list
+//!   than etcd. A list the watch cache serves (`resourceVersion=0`) ignores
+//!   `limit`, as upstream's does up to 1.32 (1.33 pages it). A list
 //!   or watch at a future resourceVersion fails at once with 504 (upstream
 //!   waits up to 3 s first).
 //! - Watches never time out unless `timeoutSeconds` is set; bookmarks come

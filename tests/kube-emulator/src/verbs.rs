@@ -228,9 +228,11 @@ pub fn list(
         .filter(|o| q.filter.matches(rt, None, o))
         .collect();
     let mut list_meta = json!({"resourceVersion": at.to_string()});
+    // The watch cache serves a whole list whatever the limit (upstream before
+    // 1.33's ListFromCacheSnapshot): only a list from etcd is paged.
     if let Some(limit) = q
         .limit
-        .filter(|l| *l > 0)
+        .filter(|l| *l > 0 && from_etcd)
         .and_then(|l| usize::try_from(l).ok())
         && items.len() > limit
     {

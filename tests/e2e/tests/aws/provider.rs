@@ -18,7 +18,6 @@ use wasm_ccm_host::contract::{
     AddressKind, Node, NodeAddress, NodeMetadataKeys, Protocol, Route, Service, ServicePort,
 };
 use wasm_ccm_host::provider::{Provider, ProviderError};
-use wasm_ccm_host::sandbox::SandboxConfig;
 
 // ---- moto's side ----------------------------------------------------------------------------
 
@@ -70,7 +69,7 @@ struct Aws {
 async fn aws_at(moto: &Moto, url: &str, config: serde_json::Value) -> Aws {
     let keys = keys(moto);
     let provider = load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::AWS,
         egress(url, &keys),
         Some(config.to_string().into_bytes()),
@@ -1356,7 +1355,7 @@ async fn a_wrong_secret_is_refused_by_moto_and_reported_as_a_credential_error() 
     std::fs::write(keys.path().join("AWS_ACCESS_KEY_ID"), &moto.access_key_id).unwrap();
     std::fs::write(keys.path().join("AWS_SECRET_ACCESS_KEY"), "not-the-secret").unwrap();
     let provider = load(
-        &sandbox(SandboxConfig::default()),
+        &sandbox(e2e::sandbox_config()),
         guest_builds::AWS,
         egress(moto.url(), &keys),
         Some(config(moto.url(), &network).to_string().into_bytes()),
@@ -1392,7 +1391,7 @@ async fn a_bad_cloud_config_is_refused_at_load_naming_the_field() {
         ),
     ] {
         let error = load(
-            &sandbox(SandboxConfig::default()),
+            &sandbox(e2e::sandbox_config()),
             guest_builds::AWS,
             egress(moto.url(), &keys),
             Some(config.to_string().into_bytes()),

@@ -64,7 +64,7 @@ async fn a_provider_copies_only_the_fields_it_reads_from_a_lent_node_set() {
     let only_zone = json!({"labels": [ZONE]});
     let hostile = provider(
         guest_builds::HOSTILE,
-        SandboxConfig::default(),
+        e2e::sandbox_config(),
         Some(only_zone),
     )
     .await;
@@ -106,7 +106,7 @@ async fn a_provider_built_without_node_sets_gets_the_nodes_as_a_list() {
     let nodes = nodes(30);
     let declared = provider(
         guest_builds::LEGACY,
-        SandboxConfig::default(),
+        e2e::sandbox_config(),
         Some(json!({"labels": [ZONE]})),
     )
     .await;
@@ -130,7 +130,7 @@ async fn a_provider_built_without_node_sets_gets_the_nodes_as_a_list() {
         ),
         expected
     );
-    let undeclared = provider(guest_builds::LEGACY, SandboxConfig::default(), None).await;
+    let undeclared = provider(guest_builds::LEGACY, e2e::sandbox_config(), None).await;
     assert_eq!(
         read(
             undeclared
@@ -146,7 +146,7 @@ async fn a_provider_built_without_node_sets_gets_the_nodes_as_a_list() {
 async fn a_provider_rereading_a_node_set_without_end_meets_its_deadline() {
     let config = SandboxConfig {
         call_timeout: Duration::from_millis(1500),
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let hostile = provider(guest_builds::HOSTILE, config, Some(json!({}))).await;
     let nodes = nodes(5000);
@@ -168,7 +168,7 @@ async fn a_provider_rereading_a_node_set_without_end_meets_its_deadline() {
 async fn a_provider_keeping_every_read_of_a_node_set_meets_its_memory_cap() {
     let config = SandboxConfig {
         memory_limit: 24 * 1024 * 1024,
-        ..SandboxConfig::default()
+        ..e2e::sandbox_config()
     };
     let hostile = provider(guest_builds::HOSTILE, config, Some(json!({}))).await;
     let nodes = nodes(5000);
