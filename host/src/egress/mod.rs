@@ -458,6 +458,16 @@ impl WasiHttpHooks for GateHooks {
     }
 }
 
+/// A copy of `head` to sign and send again: its method, URI, version and headers.
+fn unsigned_copy(head: &http::request::Parts) -> http::request::Parts {
+    let mut copy = http::Request::new(());
+    *copy.method_mut() = head.method.clone();
+    *copy.uri_mut() = head.uri.clone();
+    *copy.version_mut() = head.version;
+    *copy.headers_mut() = head.headers.clone();
+    copy.into_parts().0
+}
+
 /// The gate's pooled HTTP client of one grant.
 type PooledClient = hyper_util::client::legacy::Client<pool::GateConnector, WasiBody>;
 
@@ -653,30 +663,35 @@ impl Attempt {
                 return Err(self.failed(Error::HttpProtocolError, message));
             }
         };
+        // The query and form are read once, for the scope's `Version` and for the action.
+        let parameters = sigv4::Parameters::read(&head, &body);
         let scope = sigv4
-            .scope(dest, &head, &body)
+            .scope(dest, &parameters)
             .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
-        let read = sigv4::action(&head, &body, &scope.service);
-        let action = read.as_ref().ok().cloned().flatten();
-        let action_label = match &read {
-            Ok(action) => sigv4::action_label(&scope.service, action.as_deref(), sigv4.actions()),
-            Err(_) => sigv4::OTHER.to_string(),
+        let (action, unreadable) = match parameters.action(&head, scope.service) {
+            Ok(action) => (action, None),
+            Err(reason) => (None, Some(reason)),
+        };
+        let action_label = match unreadable {
+            None => sigv4::action_label(scope.service, action.as_deref(), sigv4.actions()),
+            Some(_) => sigv4::OTHER.to_string(),
         };
         self.aws = Some(AwsCall {
             labels: (
-                sigv4::service_label(&scope.service, sigv4.services()),
+                sigv4::service_label(scope.service, sigv4.services()),
                 action_label,
             ),
-            service: scope.service.clone(),
-            action: action.clone(),
+            service: scope.service.to_string(),
+            action,
         });
-        if let Err(reason) = read {
+        if let Some(reason) = unreadable {
             return Err(self.deny(format!("not signed: {reason}")));
         }
+        let action = self.aws.as_ref().and_then(|aws| aws.action.as_deref());
         let policy = &self.gate.config.methods;
         let shadow = policy.shadow_actions();
         sigv4
-            .permits(rule.target(), &scope, action.as_deref(), shadow)
+            .permits(rule.target(), &scope, action, shadow)
             .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
         if action.is_none() && shadow.is_some() {
             // A REST request names its action by method and route: a shadow's may read.
@@ -690,22 +705,18 @@ impl Attempt {
             .current(gate.sts_client(index))
             .await
             .map_err(|error| self.deny(format!("credential unavailable: {error}")))?;
-        if !sigv4.keys().refreshable() {
-            // Sent once: signed as it is, with no copy kept.
-            SigV4::sign(&mut head, &body, &scope, &keys)
-                .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
-            let request = http::Request::from_parts(head, transport::full_body(body));
-            let response = self.exchange(client, request).await?;
-            return self.read_answer(response).await;
-        }
-        let response = self
-            .send_signed(client, &head, &body, &scope, &keys)
-            .await?;
+        // Temporary keys may be refused and the request sent again, so an unsigned copy of its
+        // head is kept for them; with other keys it is signed and sent with no copy kept.
+        let resend = sigv4.keys().refreshable().then(|| unsigned_copy(&head));
+        SigV4::sign(&mut head, &body, &scope, &keys)
+            .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
+        let request = http::Request::from_parts(head, transport::full_body(body.clone()));
+        let response = self.exchange(client, request).await?;
         let refusable = matches!(response.status().as_u16(), 400 | 401 | 403);
         let (answer, answer_body) = self.read_answer(response).await?;
-        if !refusable {
+        let Some(mut head) = resend.filter(|_| refusable) else {
             return Ok((answer, answer_body));
-        }
+        };
         let Some(code) = sigv4::refused_keys(&answer_body) else {
             return Ok((answer, answer_body));
         };
@@ -732,31 +743,11 @@ impl Attempt {
             "AWS answered {code} to {} {}{}: sending it once more with refreshed keys",
             self.method, self.host, self.path
         );
-        let response = self
-            .send_signed(client, &head, &body, &scope, &refreshed)
-            .await?;
-        self.read_answer(response).await
-    }
-
-    /// Sign a copy of `head` with `body` for `scope` and send it.
-    async fn send_signed(
-        &mut self,
-        client: &PooledClient,
-        head: &http::request::Parts,
-        body: &Bytes,
-        scope: &sigv4::Scope,
-        keys: &sigv4::Keys,
-    ) -> Result<http::Response<hyper::body::Incoming>, Error> {
-        let mut copy = http::Request::new(());
-        *copy.method_mut() = head.method.clone();
-        *copy.uri_mut() = head.uri.clone();
-        *copy.version_mut() = head.version;
-        *copy.headers_mut() = head.headers.clone();
-        let (mut parts, ()) = copy.into_parts();
-        SigV4::sign(&mut parts, body, scope, keys)
+        SigV4::sign(&mut head, &body, &scope, &refreshed)
             .map_err(|reason| self.deny(format!("not signed: {reason}")))?;
-        let request = http::Request::from_parts(parts, transport::full_body(body.clone()));
-        self.exchange(client, request).await
+        let request = http::Request::from_parts(head, transport::full_body(body));
+        let response = self.exchange(client, request).await?;
+        self.read_answer(response).await
     }
 
     /// The whole of `response`, within the response cap and the between-bytes timeout.

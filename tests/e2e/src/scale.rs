@@ -3,32 +3,59 @@
 //! request, and the tables it prints ([`Report`]).
 //!
 //! Three phases, each reported with its wall time, the manager's CPU, its API requests by
-//! method (and writes per Service), its provider calls and the manager's peak RSS so far:
-//! the nodes are created and initialised, then the Services get their load balancers, then
-//! 100 more nodes join (each load balancer should be updated exactly once). Also: nodes
-//! initialised per second, provider calls per node and per Service, and cloud requests.
+//! method (and writes per Service, and its writes split into state, event and Lease writes),
+//! its provider calls and the manager's peak RSS so far:
+//! - start-up: the N nodes exist, uninitialised, before the manager process is spawned (with
+//!   leader election, as deployed); the phase runs from the spawn to every node initialised,
+//!   so its CPU includes the manager's start;
+//! - the Services get their load balancers;
+//! - 100 more nodes join (each load balancer should be updated exactly once).
+//!
+//! Also: when the first node was initialised, after the process started and after the Lease
+//! was acquired (a watch the bench starts before the spawn sees it; the Lease's `acquireTime`
+//! is the manager's clock, this machine's); the manager's LISTs and WATCHes of nodes and
+//! services at start; the node phase's events still written after it (events queue behind
+//! state writes; the bench waits for them before it creates the Services, so they do not
+//! count as the load balancers' writes); nodes initialised per second, provider calls per
+//! node and per Service, and cloud requests.
 //!
 //! Two modes ([`Target`]):
-//! - the API emulator and the cloud simulator in this process;
+//! - the API emulator and the cloud simulator in this process; the emulator counts the
+//!   manager's requests by client (user agent), which gives its LISTs and WATCHes and its
+//!   event writes apart from its state writes;
 //! - a cluster's kubeconfig and a `cloud-sim` started elsewhere (e.g. `cloud-sim --listen
 //!   0.0.0.0:8080 --token T`), so the numbers can be reproduced on a real kube-apiserver. The
-//!   cluster should run no other cloud-controller-manager; the bench creates its Nodes
-//!   (`bench-node-NNNNN`, labelled `wasm-ccm-bench=true`) and Services (in namespace
-//!   `wasm-ccm-bench`), and deletes them all at the end.
+//!   manager's LISTs come from the API server's `/metrics`, less the bench's own; event
+//!   writes cannot be told apart there. The cluster should run no other
+//!   cloud-controller-manager; the bench creates its Nodes (`bench-node-NNNNN`, labelled
+//!   `wasm-ccm-bench=true`) and Services (in namespace `wasm-ccm-bench`), and deletes them all
+//!   at the end, then stops the manager cleanly so that it releases the Lease.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::https;
 use crate::testbed::{ManagerProcess as Manager, Testbed, ingress_ip, is_uninitialized};
 use cloud_sim::{Faults, LoadBalancer, LoadBalancerList, NewInstance, RequestList, SimState};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use kube_emulator::RequestCounts;
+use wasm_ccm::cluster::{EVENT_RECORDER, LEADER_ELECTION};
 
 const ADDED_NODES: usize = 100;
+/// The manager's Lease, where it is by default (`--leader-elect-resource-*`).
+const LEASE_NAMESPACE: &str = "kube-system";
+const LEASE_NAME: &str = "cloud-controller-manager";
+/// What every user agent of the manager's clients contains (`wasm-ccm/0.1.0 (linux/amd64)
+/// shared-informers`).
+const MANAGER_AGENT: &str = "wasm-ccm/";
+/// The emulator's verbs that write.
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 /// Where the bench's Services live.
 pub const NAMESPACE: &str = "wasm-ccm-bench";
 /// The label on the bench's Nodes.
@@ -196,6 +223,14 @@ impl Setup {
         match self {
             Setup::Local(_) => None,
             Setup::Remote { cloud, .. } => Some(cloud),
+        }
+    }
+
+    /// The API requests the emulator has served so far, by client; `None` on a cluster.
+    fn served(&self) -> Option<RequestCounts> {
+        match self {
+            Setup::Local(bed) => Some(bed.emulator.requests()),
+            Setup::Remote { .. } => None,
         }
     }
 
@@ -378,6 +413,69 @@ impl Metrics {
     }
 }
 
+/// The manager's API requests as the emulator counted them by user agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ManagerRequests {
+    /// Writes of the Nodes, Services and anything else but events and the Lease.
+    pub state_writes: u64,
+    /// Writes of the event recorder's client ([`EVENT_RECORDER`]).
+    pub event_writes: u64,
+    /// Writes of the leader election's client ([`LEADER_ELECTION`]).
+    pub lease_writes: u64,
+    pub list_nodes: u64,
+    pub list_services: u64,
+    pub watch_nodes: u64,
+    pub watch_services: u64,
+}
+
+impl ManagerRequests {
+    /// The requests of the manager's clients (every user agent with [`MANAGER_AGENT`]) among
+    /// `served`.
+    fn of(served: &RequestCounts) -> ManagerRequests {
+        let writes = |counts: &RequestCounts| WRITE_VERBS.iter().map(|v| counts.verb(v)).sum();
+        let mut requests = ManagerRequests {
+            event_writes: writes(&served.client(EVENT_RECORDER)),
+            lease_writes: writes(&served.client(LEADER_ELECTION)),
+            ..ManagerRequests::default()
+        };
+        let mut all_writes = 0;
+        for (_, counts) in served
+            .by_user_agent
+            .iter()
+            .filter(|(agent, _)| agent.contains(MANAGER_AGENT))
+        {
+            for (request, n) in counts {
+                let (verb, resource) = request.split_once(' ').unwrap_or((request, ""));
+                match (verb, resource) {
+                    ("list", "nodes") => requests.list_nodes += n,
+                    ("list", "services") => requests.list_services += n,
+                    ("watch", "nodes") => requests.watch_nodes += n,
+                    ("watch", "services") => requests.watch_services += n,
+                    _ if WRITE_VERBS.contains(&verb) => all_writes += n,
+                    _ => {}
+                }
+            }
+        }
+        requests.state_writes = all_writes
+            .saturating_sub(requests.event_writes)
+            .saturating_sub(requests.lease_writes);
+        requests
+    }
+
+    /// What was made from `before` to `self`.
+    fn since(&self, before: &ManagerRequests) -> ManagerRequests {
+        ManagerRequests {
+            state_writes: self.state_writes - before.state_writes,
+            event_writes: self.event_writes - before.event_writes,
+            lease_writes: self.lease_writes - before.lease_writes,
+            list_nodes: self.list_nodes - before.list_nodes,
+            list_services: self.list_services - before.list_services,
+            watch_nodes: self.watch_nodes - before.watch_nodes,
+            watch_services: self.watch_services - before.watch_services,
+        }
+    }
+}
+
 /// The manager and this process at one moment.
 struct Sample {
     at: Instant,
@@ -385,10 +483,12 @@ struct Sample {
     bench_cpu: f64,
     requests: BTreeMap<String, f64>,
     provider_calls: f64,
+    /// As the emulator counted them; `None` on a cluster.
+    served: Option<ManagerRequests>,
 }
 
 impl Sample {
-    async fn take(manager: &Manager) -> Sample {
+    async fn take(manager: &Manager, setup: &Setup) -> Sample {
         let metrics = Metrics::scrape(manager).await;
         Sample {
             at: Instant::now(),
@@ -396,6 +496,20 @@ impl Sample {
             bench_cpu: cpu_seconds(std::process::id()),
             requests: metrics.requests_by_method(),
             provider_calls: metrics.sum("wasm_ccm_provider_calls_total", ""),
+            served: setup.served().as_ref().map(ManagerRequests::of),
+        }
+    }
+
+    /// The manager as it was spawned `at`: it has used no CPU and made no request yet (its
+    /// `/metrics` does not answer yet).
+    fn spawned(at: Instant, setup: &Setup) -> Sample {
+        Sample {
+            at,
+            manager_cpu: 0.0,
+            bench_cpu: cpu_seconds(std::process::id()),
+            requests: BTreeMap::new(),
+            provider_calls: 0.0,
+            served: setup.served().as_ref().map(ManagerRequests::of),
         }
     }
 }
@@ -408,6 +522,8 @@ pub struct Phase {
     bench_cpu: f64,
     /// API requests the manager made, by HTTP method.
     pub requests: BTreeMap<String, f64>,
+    /// The same as the emulator counted them by client; `None` on a cluster.
+    pub served: Option<ManagerRequests>,
     pub provider_calls: f64,
     peak_rss: f64,
     /// The Services the phase made load balancers for, if it did.
@@ -425,12 +541,17 @@ impl Phase {
             })
             .filter(|(_, n)| *n > 0.0)
             .collect();
+        let served = match (&before.served, &after.served) {
+            (Some(before), Some(after)) => Some(after.since(before)),
+            _ => None,
+        };
         Phase {
             name,
             wall: after.at - before.at,
             manager_cpu: after.manager_cpu - before.manager_cpu,
             bench_cpu: after.bench_cpu - before.bench_cpu,
             requests,
+            served,
             provider_calls: after.provider_calls - before.provider_calls,
             peak_rss: peak_rss_mib(manager),
             services: None,
@@ -465,13 +586,41 @@ pub async fn run(settings: Settings) -> Report {
         .await;
     setup.set_latency(latency).await;
     ensure_namespace(setup.client()).await;
+    let client = setup.client();
+    eprintln!("scale: {nodes} nodes, {services} services, {latency} ms cloud latency, on {mode}");
+
+    // The start-up measured is a restart's, with the compile cache warm (as upstream's Go
+    // binary has nothing to compile): a first start with no controller fills the cache.
+    let cache_dir = crate::wasm_ccm_binary()
+        .with_file_name("scale-compile-cache")
+        .display()
+        .to_string();
+    warm_compile_cache(&binary, setup.provider_flags(), &cache_dir).await;
+    if let Setup::Local(bed) = &setup {
+        // The warm-up's own list and watches are not the measured manager's.
+        bed.emulator.reset_requests();
+    }
+
+    // The nodes are there, uninitialised, before the manager starts: its start-up is measured.
+    let creating = Instant::now();
+    create_nodes(client, 0..nodes).await;
+    let created = creating.elapsed();
+    warn_if_lease_held(client).await;
+    let watch = NodeWatch::start(client).await;
+    let bench_lists_before = watch.lists();
+    let remote = matches!(setup, Setup::Remote { .. });
+    let server_before = if remote {
+        Some(server_lists(client).await)
+    } else {
+        None
+    };
 
     let port = https::free_port();
     let mut args = setup.provider_flags();
     args.extend(
         [
             "--controllers=cloud-node,service".to_string(),
-            "--leader-elect=false".into(),
+            format!("--cache-dir={cache_dir}"),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
             "--kube-api-qps=1000".into(),
@@ -487,31 +636,48 @@ pub async fn run(settings: Settings) -> Report {
         ]
         .map(String::from),
     );
-    let manager = Manager::spawn(&binary, &args, port, true);
-    while https::get(manager.addr, "/healthz").await.is_err() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!("scale: {nodes} nodes, {services} services, {latency} ms cloud latency, on {mode}");
-    let client = setup.client();
-
-    let start = Sample::take(&manager).await;
-    create_nodes(client, 0..nodes).await;
-    let created = start.at.elapsed();
-    wait_nodes_initialised(client, nodes).await;
-    let nodes_done = Sample::take(&manager).await;
+    let spawned = SystemTime::now();
+    let mut manager = Manager::spawn(&binary, &args, port, true);
+    let start = Sample::spawned(Instant::now(), &setup);
+    watch.wait_initialised(nodes, &mut manager).await;
+    let nodes_done = Sample::take(&manager, &setup).await;
+    let server_after = if remote {
+        Some(server_lists(client).await)
+    } else {
+        None
+    };
+    let bench_lists = watch.lists() - bench_lists_before;
+    let first_initialised = watch.first_initialised().expect("a node was initialised");
+    watch.stop();
     eprintln!(
-        "scale: nodes initialised after {:.1?}",
+        "scale: nodes initialised {:.1?} after the process started",
         nodes_done.at - start.at
     );
     let node_phase = Phase::between(
-        format!("{nodes} nodes initialised"),
+        format!("{nodes} nodes initialised from process start"),
         &start,
         &nodes_done,
         &manager,
     );
+    let start_up = StartUp {
+        first_after_start: seconds_between(spawned, first_initialised),
+        lease_acquired: lease_acquired(client)
+            .await
+            .map(|acquired| seconds_between(spawned, acquired)),
+        server_lists: match (server_before, server_after) {
+            (Some(Ok(before)), Some(Ok(after))) => Some(Ok([
+                after[0] - before[0] - bench_lists as f64,
+                after[1] - before[1],
+            ])),
+            (Some(Err(why)), _) | (_, Some(Err(why))) => Some(Err(why)),
+            _ => None,
+        },
+        bench_lists,
+    };
 
+    let trailing = trailing_events(&manager, &nodes_done).await;
     setup.clear_cloud_requests().await;
-    let lb_start = Sample::take(&manager).await;
+    let lb_start = Sample::take(&manager, &setup).await;
     futures::stream::iter(0..services)
         .for_each_concurrent(64, |i| {
             let mut service = Testbed::lb_service(&format!("svc-{i:04}"));
@@ -525,7 +691,7 @@ pub async fn run(settings: Settings) -> Report {
         })
         .await;
     wait_ingress(client, services).await;
-    let lbs_done = Sample::take(&manager).await;
+    let lbs_done = Sample::take(&manager, &setup).await;
     eprintln!(
         "scale: load balancers ready after {:.1?}",
         lbs_done.at - lb_start.at
@@ -548,7 +714,7 @@ pub async fn run(settings: Settings) -> Report {
     let cloud_requests_lbs = setup.cloud_requests().await.len();
 
     setup.clear_cloud_requests().await;
-    let churn_start = Sample::take(&manager).await;
+    let churn_start = Sample::take(&manager, &setup).await;
     create_nodes(client, nodes..nodes + ADDED_NODES).await;
     wait_nodes_initialised(client, nodes + ADDED_NODES).await;
     let targets = nodes + ADDED_NODES;
@@ -563,7 +729,7 @@ pub async fn run(settings: Settings) -> Report {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let churn_done = Sample::take(&manager).await;
+    let churn_done = Sample::take(&manager, &setup).await;
     let churn_phase = Phase::between(
         format!("+{ADDED_NODES} nodes: every load balancer updated"),
         &churn_start,
@@ -592,6 +758,7 @@ pub async fn run(settings: Settings) -> Report {
     if let Setup::Remote { .. } = setup {
         clean_up(client).await;
     }
+    stop(manager).await;
     Report {
         mode,
         other_cpu,
@@ -600,6 +767,9 @@ pub async fn run(settings: Settings) -> Report {
         latency_ms: latency,
         phases: vec![node_phase, lb_phase, churn_phase],
         created,
+        start_up,
+        trailing,
+        whole_run: churn_done.served,
         metadata_calls,
         lb_calls,
         cloud_requests_lbs,
@@ -609,6 +779,299 @@ pub async fn run(settings: Settings) -> Report {
     }
 }
 
+/// How the manager started: times from the process's start, in seconds (negative if the
+/// clock was stepped back between them).
+pub struct StartUp {
+    /// Until the bench's watch saw the first node initialised.
+    pub first_after_start: f64,
+    /// Until the Lease's `acquireTime`; Err says why it is not known.
+    pub lease_acquired: Result<f64, String>,
+    /// On a cluster, the manager's LISTs of nodes and of services from its start to every
+    /// node initialised, by the API server's `/metrics` (in this process the emulator's
+    /// counts are in the node phase); Err says why they are not known.
+    server_lists: Option<Result<[f64; 2], String>>,
+    /// LISTs of nodes the bench's watch made meanwhile (subtracted from the API server's).
+    bench_lists: u64,
+}
+
+/// The node phase's events the manager wrote after its last node was initialised (events
+/// queue behind state writes): its POSTs from then until none came for a second (with no
+/// Service yet, only events are POSTed), and how long they went on.
+pub struct Trailing {
+    pub posts: f64,
+    pub wall: Duration,
+}
+
+/// Wait for the node phase's events to be written, so that they do not count as the load
+/// balancers' writes; at most 2 minutes.
+async fn trailing_events(manager: &Manager, nodes_done: &Sample) -> Trailing {
+    let posts = |requests: &BTreeMap<String, f64>| requests.get("POST").copied().unwrap_or(0.0);
+    let (first, mut last, mut changed) = (
+        posts(&nodes_done.requests),
+        posts(&nodes_done.requests),
+        nodes_done.at,
+    );
+    while changed.elapsed() < Duration::from_secs(1)
+        && nodes_done.at.elapsed() < Duration::from_secs(120)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = posts(&Metrics::scrape(manager).await.requests_by_method());
+        if now != last {
+            (last, changed) = (now, Instant::now());
+        }
+    }
+    Trailing {
+        posts: last - first,
+        wall: changed - nodes_done.at,
+    }
+}
+
+/// `to` − `from` in seconds, negative if `to` is earlier.
+fn seconds_between(from: SystemTime, to: SystemTime) -> f64 {
+    match to.duration_since(from) {
+        Ok(after) => after.as_secs_f64(),
+        Err(before) => -before.duration().as_secs_f64(),
+    }
+}
+
+/// The bench's own watch of its Nodes, started before the manager: when it first saw one
+/// initialised, how many are initialised, and how many times it listed them.
+struct NodeWatch {
+    seen: tokio::sync::watch::Receiver<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The first list is done: every later change is seen.
+    listed: bool,
+    lists: u64,
+    first_initialised: Option<SystemTime>,
+    initialised: usize,
+}
+
+impl NodeWatch {
+    /// Start watching, and return once the Nodes are listed.
+    async fn start(client: &kube::Client) -> NodeWatch {
+        let api: Api<Node> = Api::all(client.clone());
+        // Without a page size, as the manager's informers: kube-rs sends `resourceVersion=0`
+        // only without a limit, and a list without a limit is one request, so the bench's
+        // own LISTs are counted exactly.
+        let config = watcher::Config {
+            page_size: None,
+            ..watcher::Config::default()
+        }
+        .labels(LABEL)
+        .any_semantic();
+        let (report, seen) = tokio::sync::watch::channel(Seen::default());
+        let task = tokio::spawn(async move {
+            let mut initialised = HashSet::new();
+            let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+            while let Some(event) = events.next().await {
+                let node = match event {
+                    Ok(watcher::Event::Init) => {
+                        report.send_modify(|seen| seen.lists += 1);
+                        continue;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        report.send_modify(|seen| seen.listed = true);
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(node) | watcher::Event::Apply(node)) => node,
+                    Ok(watcher::Event::Delete(node)) => {
+                        initialised.remove(&node.name_any());
+                        continue;
+                    }
+                    Err(error) => {
+                        eprintln!("scale: the bench's watch of its nodes: {error}");
+                        continue;
+                    }
+                };
+                if is_uninitialized(&node) {
+                    initialised.remove(&node.name_any());
+                } else if initialised.insert(node.name_any()) {
+                    let now = SystemTime::now();
+                    let count = initialised.len();
+                    report.send_modify(|seen| {
+                        seen.first_initialised.get_or_insert(now);
+                        seen.initialised = count;
+                    });
+                }
+            }
+        });
+        let mut watch = NodeWatch { seen, task };
+        tokio::time::timeout(
+            Duration::from_secs(120),
+            watch.seen.wait_for(|seen| seen.listed),
+        )
+        .await
+        .expect("the bench's watch listed its nodes within 2 minutes")
+        .expect("the bench's watch runs");
+        watch
+    }
+
+    fn lists(&self) -> u64 {
+        self.seen.borrow().lists
+    }
+
+    fn first_initialised(&self) -> Option<SystemTime> {
+        self.seen.borrow().first_initialised
+    }
+
+    /// Wait until `count` nodes are initialised, while the manager runs.
+    async fn wait_initialised(&self, count: usize, manager: &mut Manager) {
+        let mut seen = self.seen.clone();
+        let since = Instant::now();
+        loop {
+            let initialised = seen.borrow_and_update().initialised;
+            if initialised >= count {
+                return;
+            }
+            if let Some(status) = manager.child.try_wait().expect("wait on the manager") {
+                panic!(
+                    "the manager exited ({status}) with {initialised} of {count} nodes initialised"
+                );
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(600),
+                "only {initialised} of {count} nodes initialised after 10 minutes"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(250), seen.changed()).await;
+        }
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// Say so if the Lease is held: the manager then waits for it to expire, and the times from
+/// its start include that wait.
+/// Run the manager once with `--cache-dir` and no controller (nor leader election): it
+/// compiles the provider into the cache, finds nothing to run and exits, and nothing in the
+/// cluster changes.
+async fn warm_compile_cache(binary: &std::path::Path, mut args: Vec<String>, cache_dir: &str) {
+    let port = https::free_port();
+    args.extend([
+        "--controllers=-cloud-node".to_string(),
+        "--leader-elect=false".into(),
+        format!("--cache-dir={cache_dir}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ]);
+    let run = tokio::process::Command::new(binary)
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the warm-up manager exits within 2 minutes")
+        .expect("the warm-up manager runs");
+    assert!(status.success(), "the warm-up manager failed: {status}");
+}
+
+async fn warn_if_lease_held(client: &kube::Client) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let holder = match leases.get_opt(LEASE_NAME).await {
+        Ok(lease) => lease
+            .and_then(|lease| lease.spec?.holder_identity)
+            .filter(|holder| !holder.is_empty()),
+        Err(error) => {
+            eprintln!("scale: reading the Lease {LEASE_NAMESPACE}/{LEASE_NAME}: {error}");
+            None
+        }
+    };
+    if let Some(holder) = holder {
+        eprintln!(
+            "scale: the Lease {LEASE_NAMESPACE}/{LEASE_NAME} is held by {holder:?}: the manager waits until it expires, and the times from its start include that wait"
+        );
+    }
+}
+
+/// When the manager acquired the Lease (its `spec.acquireTime`, by the manager's clock).
+async fn lease_acquired(client: &kube::Client) -> Result<SystemTime, String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let lease = leases
+        .get_opt(LEASE_NAME)
+        .await
+        .map_err(|error| format!("reading the Lease {LEASE_NAMESPACE}/{LEASE_NAME}: {error}"))?
+        .ok_or(format!("no Lease {LEASE_NAMESPACE}/{LEASE_NAME}"))?;
+    let acquired = lease
+        .spec
+        .and_then(|spec| spec.acquire_time)
+        .ok_or(format!(
+            "the Lease {LEASE_NAMESPACE}/{LEASE_NAME} has no acquireTime"
+        ))?;
+    Ok(SystemTime::from(acquired.0))
+}
+
+/// The LISTs of nodes and of services (all namespaces or one) a cluster's API server has
+/// served, every client's, from its `/metrics`; Err says why they are not known.
+async fn server_lists(client: &kube::Client) -> Result<[f64; 2], String> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .map_err(|error| error.to_string())?;
+    let text = client
+        .request_text(request)
+        .await
+        .map_err(|error| match error {
+            kube::Error::Api(status) => format!(
+                "the API server's /metrics answered {} ({})",
+                status.code, status.message
+            ),
+            error => format!("the API server's /metrics: {error}"),
+        })?;
+    let lists = |resource: &str| {
+        let resource = format!("resource=\"{resource}\"");
+        text.lines()
+            .filter(|line| {
+                line.starts_with("apiserver_request_total{")
+                    && line.contains("verb=\"LIST\"")
+                    && line.contains("group=\"\"")
+                    && line.contains("subresource=\"\"")
+                    && line.contains(&resource)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    if !text.contains("apiserver_request_total{") {
+        return Err("the API server's /metrics has no apiserver_request_total".into());
+    }
+    Ok([lists("nodes"), lists("services")])
+}
+
+/// Stop the manager as a clean shutdown does (SIGTERM), so it releases the Lease and the
+/// next run need not wait for it to expire; kill it after 30 s.
+async fn stop(mut manager: Manager) {
+    if manager
+        .child
+        .try_wait()
+        .is_ok_and(|status| status.is_some())
+    {
+        eprintln!("scale: the manager had exited before the end");
+        return;
+    }
+    let pid = manager.child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .is_ok_and(|status| status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sent && Instant::now() < deadline {
+        if manager
+            .child
+            .try_wait()
+            .is_ok_and(|status| status.is_some())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("scale: the manager did not stop within 30 s of SIGTERM: killed");
+}
+
 /// What a run measured; `Display` prints its two tables.
 pub struct Report {
     mode: &'static str,
@@ -616,9 +1079,14 @@ pub struct Report {
     pub nodes: usize,
     pub services: usize,
     latency_ms: u64,
-    /// Nodes initialised, load balancers made, 100 more nodes.
+    /// Nodes initialised from the manager's start, load balancers made, 100 more nodes.
     pub phases: Vec<Phase>,
     created: Duration,
+    pub start_up: StartUp,
+    pub trailing: Trailing,
+    /// The manager's requests over the whole run, as the emulator counted them by client;
+    /// `None` on a cluster.
+    pub whole_run: Option<ManagerRequests>,
     metadata_calls: f64,
     lb_calls: f64,
     cloud_requests_lbs: usize,
@@ -628,6 +1096,9 @@ pub struct Report {
     pub updated_more: usize,
     pub complete: usize,
 }
+
+/// Why the emulator's counts by client are not there on a cluster.
+const NO_CLIENTS: &str = "not available (only the emulator counts requests by client)";
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -641,10 +1112,10 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "| phase | wall | manager CPU | {} CPU | API requests by method | writes per Service | provider calls | manager peak RSS so far |",
+            "| phase | wall | manager CPU | {} CPU | API requests by method | writes per Service | writes: state / events / Lease | provider calls | manager peak RSS so far |",
             self.other_cpu
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|")?;
         for phase in &self.phases {
             let per_service = phase.services.map_or(String::new(), |n| {
                 format!("{:.2}", phase.writes() / n as f64)
@@ -654,9 +1125,15 @@ impl std::fmt::Display for Report {
                 .iter()
                 .map(|(method, n)| format!("{method} {n:.0}"))
                 .collect();
+            let split = phase.served.map_or("not available".into(), |served| {
+                format!(
+                    "{} / {} / {}",
+                    served.state_writes, served.event_writes, served.lease_writes
+                )
+            });
             writeln!(
                 f,
-                "| {} | {:.1} s | {:.1} s | {:.1} s | {} | {per_service} | {:.0} | {:.0} MiB |",
+                "| {} | {:.1} s | {:.1} s | {:.1} s | {} | {per_service} | {split} | {:.0} | {:.0} MiB |",
                 phase.name,
                 phase.wall.as_secs_f64(),
                 phase.manager_cpu,
@@ -669,12 +1146,85 @@ impl std::fmt::Display for Report {
         writeln!(f, "\n| measurement | result |\n|---|---|")?;
         writeln!(
             f,
-            "| node objects created in | {:.1} s |",
+            "| node objects created (before the manager started) in | {:.1} s |",
             self.created.as_secs_f64()
+        )?;
+        let start_up = &self.start_up;
+        writeln!(
+            f,
+            "| first node initialised after process start | {:.2} s |",
+            start_up.first_after_start
+        )?;
+        let (acquired, after_lease) = match &start_up.lease_acquired {
+            Ok(acquired) => (
+                format!("{acquired:.2} s"),
+                format!("{:.2} s", start_up.first_after_start - acquired),
+            ),
+            Err(why) => (
+                format!("not available ({why})"),
+                format!("not available ({why})"),
+            ),
+        };
+        writeln!(
+            f,
+            "| first node initialised after the Lease was acquired | {after_lease} |"
+        )?;
+        writeln!(f, "| Lease acquired after process start | {acquired} |")?;
+        let pair = |requests: Option<ManagerRequests>, list: bool| {
+            requests.map_or(NO_CLIENTS.to_string(), |r| {
+                if list {
+                    format!("{} / {}", r.list_nodes, r.list_services)
+                } else {
+                    format!("{} / {}", r.watch_nodes, r.watch_services)
+                }
+            })
+        };
+        let at_start = self.phases[0].served;
+        let lists_at_start = match &start_up.server_lists {
+            None => pair(at_start, true),
+            Some(Ok([nodes, services])) => format!(
+                "{nodes:.0} / {services:.0} (the API server's count less the bench's {})",
+                start_up.bench_lists
+            ),
+            Some(Err(why)) => format!("not available ({why})"),
+        };
+        writeln!(
+            f,
+            "| LIST nodes / services by the manager, process start to all nodes initialised | {lists_at_start} |"
+        )?;
+        let watches_at_start = match at_start {
+            Some(_) => pair(at_start, false),
+            None => "not available (the API server counts a watch when it ends)".into(),
+        };
+        writeln!(
+            f,
+            "| WATCH nodes / services by the manager, process start to all nodes initialised | {watches_at_start} |"
         )?;
         writeln!(
             f,
-            "| nodes initialised per second | {:.0} |",
+            "| LIST nodes / services by the manager, whole run | {} |",
+            pair(self.whole_run, true)
+        )?;
+        writeln!(
+            f,
+            "| WATCH nodes / services by the manager, whole run | {} |",
+            pair(self.whole_run, false)
+        )?;
+        writeln!(
+            f,
+            "| events written after all nodes were initialised, before the Services (POSTs) | {:.0}, the last {:.1} s after |",
+            self.trailing.posts,
+            self.trailing.wall.as_secs_f64()
+        )?;
+        if self.whole_run.is_none() {
+            writeln!(
+                f,
+                "| event writes apart from state writes | not available (the manager's rest_client_requests_total does not name the client) |"
+            )?;
+        }
+        writeln!(
+            f,
+            "| nodes initialised per second, from process start | {:.0} |",
             nodes as f64 / self.phases[0].wall.as_secs_f64()
         )?;
         writeln!(

@@ -1,7 +1,8 @@
-//! Which AWS API action a signed request is for, and what the gate does with it: the
-//! actions it never signs (those that issue or manage credentials), the actions a shadow
-//! version may sign (reads), the answers it never hands to a provider (those carrying AWS
-//! keys), and the bounded label values metrics count signed requests under.
+//! Which AWS API action a signed request is for (read with its `Version`, in one pass over
+//! its query and form: [`Parameters`]), and what the gate does with it: the actions it never
+//! signs (those that issue or manage credentials), the actions a shadow version may sign
+//! (reads), the answers it never hands to a provider (those carrying AWS keys), and the
+//! bounded label values metrics count signed requests under.
 //!
 //! AWS names the action of a request in one of three places, by the service's protocol:
 //! - **Query** (EC2, ELB, STS, IAM, Auto Scaling…): the `Action` parameter, in the query
@@ -20,6 +21,7 @@
 //! Query or JSON, or REST services left out of the list: the SSO portal, SSO OIDC, EKS Pod
 //! Identity, S3 Express, IAM Roles Anywhere).
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Longest action name the gate reads (AWS's are far shorter).
@@ -210,78 +212,136 @@ impl fmt::Display for Source {
     }
 }
 
-/// The action a request to `service` names, `None` if it names none (REST), or why the
-/// gate cannot tell.
-pub fn action(
-    parts: &http::request::Parts,
-    body: &[u8],
-    service: &str,
-) -> Result<Option<String>, String> {
-    let mut named: Vec<(Source, String)> = Vec::new();
-    let query = parts.uri.query().unwrap_or_default().as_bytes();
-    let pairs = |bytes| {
-        form_urlencoded::parse(bytes)
-            .filter(|(name, _)| name.eq_ignore_ascii_case("Action"))
-            .map(|(_, value)| value.into_owned())
-    };
-    named.extend(pairs(query).map(|value| (Source::Query, value)));
-    if body_is_form(parts, service) {
-        named.extend(pairs(body).map(|value| (Source::Form, value)));
-    }
-    for target in parts.headers.get_all("x-amz-target") {
-        let target = String::from_utf8_lossy(target.as_bytes());
-        let action = target.rsplit('.').next().unwrap_or_default();
-        named.push((Source::Target, action.to_string()));
-    }
-    if let Some(rest) = parts.uri.path().strip_prefix("/service/")
-        && let Some((_, operation)) = rest.split_once("/operation/")
-    {
-        named.push((Source::Rpc, operation.to_string()));
-    }
-    let Some((source, first)) = named.first().cloned() else {
-        return Ok(None);
-    };
-    for (_, value) in &named {
-        if !is_action_name(value) {
-            return Err(format!(
-                "{:?} (from {source}) is not an API action name",
-                crate::text::cut(value, MAX_ACTION)
-            ));
-        }
-    }
-    if let Some((other_source, other)) = named.iter().find(|(_, value)| *value != first) {
-        return Err(format!(
-            "the request names two actions, {first} ({source}) and {other} ({other_source}); AWS would act on one of them"
-        ));
-    }
-    Ok(Some(first))
+/// Services (by signing name) of the Query protocol, whose front end may read a body as a
+/// form whatever its type says.
+const QUERY_SERVICES: [&str; 8] = [
+    "ec2",
+    "elasticloadbalancing",
+    "sts",
+    "iam",
+    "autoscaling",
+    "redshift",
+    "cloudformation",
+    "rds",
+];
+
+/// The `Version` and `Action` parameters of a request's query and form body, read in one
+/// pass for both what the request is signed for (its `Version`) and its action.
+#[derive(Debug)]
+pub struct Parameters<'a> {
+    /// The `Version` values: the query's, then the body's if it is typed as a form.
+    versions: Vec<Cow<'a, str>>,
+    /// The `Action` values (the name in any case), the query's then the body's, each with
+    /// where it came from.
+    actions: Vec<(Source, Cow<'a, str>)>,
+    /// A body of another stated type, not read yet: only a Query-protocol service reads it
+    /// as a form ([`Parameters::action`]).
+    typed: &'a [u8],
 }
 
-/// Whether the body of a request to `service` is read for `Action`: a form, a body of no
-/// stated type, or any body to a Query-protocol service (whose front end may read it as a
-/// form whatever its type says).
-fn body_is_form(parts: &http::request::Parts, service: &str) -> bool {
-    const QUERY_SERVICES: [&str; 8] = [
-        "ec2",
-        "elasticloadbalancing",
-        "sts",
-        "iam",
-        "autoscaling",
-        "redshift",
-        "cloudformation",
-        "rds",
-    ];
-    if QUERY_SERVICES.contains(&service) {
-        return true;
+impl<'a> Parameters<'a> {
+    /// The parameters of the request `parts` with `body`: its query's, and its body's if the
+    /// body is a form or of no stated type (which is read for `Action` only, and never for
+    /// `Version`).
+    pub fn read(parts: &'a http::request::Parts, body: &'a [u8]) -> Parameters<'a> {
+        let mut parameters = Parameters {
+            versions: Vec::new(),
+            actions: Vec::new(),
+            typed: &[],
+        };
+        parameters.add(
+            Source::Query,
+            parts.uri.query().unwrap_or_default().as_bytes(),
+        );
+        match parts.headers.get(http::header::CONTENT_TYPE) {
+            None => parameters.add_actions(Source::Form, body),
+            Some(value) if is_form(value) => parameters.add(Source::Form, body),
+            Some(_) => parameters.typed = body,
+        }
+        parameters
     }
-    match parts.headers.get(http::header::CONTENT_TYPE) {
-        None => true,
-        Some(value) => value.to_str().is_ok_and(|value| {
-            value
-                .to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        }),
+
+    /// Add the `Version` and `Action` pairs of `form`.
+    fn add(&mut self, source: Source, form: &'a [u8]) {
+        for (name, value) in form_urlencoded::parse(form) {
+            if name == "Version" {
+                self.versions.push(value);
+            } else if name.eq_ignore_ascii_case("Action") {
+                self.actions.push((source, value));
+            }
+        }
     }
+
+    /// Add the `Action` pairs of `form`.
+    fn add_actions(&mut self, source: Source, form: &'a [u8]) {
+        let actions = form_urlencoded::parse(form)
+            .filter(|(name, _)| name.eq_ignore_ascii_case("Action"))
+            .map(|(_, value)| (source, value));
+        self.actions.extend(actions);
+    }
+
+    /// The `Version` parameters: the query's, and a form body's.
+    pub fn versions(&self) -> impl Iterator<Item = &str> {
+        self.versions.iter().map(|version| version.as_ref())
+    }
+
+    /// The action the request `parts` (whose parameters these are) to `service` names,
+    /// `None` if it names none (REST), or why the gate cannot tell. Its body is read for
+    /// `Action` if it is a form, of no stated type, or of any type to a Query-protocol
+    /// service.
+    pub fn action(
+        mut self,
+        parts: &'a http::request::Parts,
+        service: &str,
+    ) -> Result<Option<String>, String> {
+        if QUERY_SERVICES.contains(&service) {
+            self.add_actions(Source::Form, self.typed);
+        }
+        for target in parts.headers.get_all("x-amz-target") {
+            let action = match String::from_utf8_lossy(target.as_bytes()) {
+                Cow::Borrowed(target) => Cow::Borrowed(last_dotted(target)),
+                Cow::Owned(target) => Cow::Owned(last_dotted(&target).to_string()),
+            };
+            self.actions.push((Source::Target, action));
+        }
+        if let Some(rest) = parts.uri.path().strip_prefix("/service/")
+            && let Some((_, operation)) = rest.split_once("/operation/")
+        {
+            self.actions.push((Source::Rpc, Cow::Borrowed(operation)));
+        }
+        let Some((source, first)) = self.actions.first() else {
+            return Ok(None);
+        };
+        for (_, value) in &self.actions {
+            if !is_action_name(value) {
+                return Err(format!(
+                    "{:?} (from {source}) is not an API action name",
+                    crate::text::cut(value, MAX_ACTION)
+                ));
+            }
+        }
+        if let Some((other_source, other)) = self.actions.iter().find(|(_, value)| value != first) {
+            return Err(format!(
+                "the request names two actions, {first} ({source}) and {other} ({other_source}); AWS would act on one of them"
+            ));
+        }
+        Ok(Some(self.actions.swap_remove(0).1.into_owned()))
+    }
+}
+
+/// What follows the last `.` of `text` (an `X-Amz-Target`'s action), or all of it.
+fn last_dotted(text: &str) -> &str {
+    text.rsplit('.').next().unwrap_or_default()
+}
+
+/// Whether a `Content-Type` says the body is a form.
+fn is_form(content_type: &http::HeaderValue) -> bool {
+    const FORM: &[u8] = b"application/x-www-form-urlencoded";
+    content_type.to_str().is_ok_and(|text| {
+        text.as_bytes()
+            .get(..FORM.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(FORM))
+    })
 }
 
 fn is_action_name(text: &str) -> bool {
@@ -418,6 +478,14 @@ mod tests {
     }
 
     const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+    fn action(
+        parts: &http::request::Parts,
+        body: &[u8],
+        service: &str,
+    ) -> Result<Option<String>, String> {
+        Parameters::read(parts, body).action(parts, service)
+    }
 
     #[test]
     fn the_action_is_read_from_the_query_the_form_the_target_or_the_rpc_path() {

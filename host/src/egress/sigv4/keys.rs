@@ -91,8 +91,8 @@ impl fmt::Debug for AwsKeys {
 #[derive(Debug, Clone)]
 pub struct Keys {
     /// The credentials as `aws-sigv4` takes them, made once with the keys rather than for
-    /// every request they sign.
-    identity: Identity,
+    /// every request they sign, and shared by the requests they sign.
+    identity: Arc<Identity>,
     /// Which exchange of a web identity made them; `None` for static keys.
     generation: Option<u64>,
 }
@@ -100,7 +100,7 @@ pub struct Keys {
 impl Keys {
     fn new(credentials: Credentials, generation: Option<u64>) -> Keys {
         Keys {
-            identity: credentials.into(),
+            identity: Arc::new(credentials.into()),
             generation,
         }
     }

@@ -14,8 +14,8 @@
 mod actions;
 mod keys;
 
-use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::SystemTime;
 
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings};
@@ -23,7 +23,7 @@ use aws_sigv4::sign::v4;
 use http::{HeaderName, HeaderValue};
 
 pub use actions::{CREDENTIAL_ACTIONS, REST_SERVICES, is_action_pattern};
-pub(super) use actions::{OTHER, action, action_label, carried_credential, service_label};
+pub(super) use actions::{OTHER, Parameters, action_label, carried_credential, service_label};
 pub use keys::{
     AwsKeys, MAX_STS_ANSWER, WebIdentityConfig, check_sts_endpoint, sts_endpoint_allowed,
 };
@@ -82,11 +82,12 @@ impl fmt::Debug for SigV4 {
     }
 }
 
-/// The region and service one request is signed for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Scope {
-    pub region: String,
-    pub service: String,
+/// The region and service one request is signed for, as the rule or the endpoint name
+/// spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Scope<'a> {
+    pub region: &'a str,
+    pub service: &'a str,
 }
 
 impl SigV4 {
@@ -228,14 +229,13 @@ impl SigV4 {
     ///
     /// An AWS endpoint name gives both, and they must be among those the rule names, if it
     /// names any. Any other name gets the rule's region and one of its services: the only
-    /// one, or the one the request's `Version` (query or form) belongs to. A request whose
-    /// `Version` belongs to a service the rule does not name is refused.
-    pub(super) fn scope(
-        &self,
-        dest: &Destination,
-        parts: &http::request::Parts,
-        body: &[u8],
-    ) -> Result<Scope, String> {
+    /// one, or the one the request's `Version` (query or form, from `parameters`) belongs
+    /// to. A request whose `Version` belongs to a service the rule does not name is refused.
+    pub(super) fn scope<'a>(
+        &'a self,
+        dest: &'a Destination,
+        parameters: &Parameters<'_>,
+    ) -> Result<Scope<'a>, String> {
         let host = &dest.host;
         if let Some((service, region)) = aws_endpoint(host) {
             if let Some(granted) = &self.region
@@ -251,30 +251,23 @@ impl SigV4 {
                     self.services.join(", ")
                 ));
             }
-            return Ok(Scope {
-                region: region.to_string(),
-                service: service.to_string(),
-            });
+            return Ok(Scope { region, service });
         }
-        let Some(region) = self.region.clone().filter(|_| !self.services.is_empty()) else {
+        let Some(region) = self.region.as_deref().filter(|_| !self.services.is_empty()) else {
             return Err(format!(
                 "cannot tell the region and service of {host} from its name; the rule must state them"
             ));
         };
-        let service = self.service_for(dest, parts, body)?;
+        let service = self.service_for(dest, parameters)?;
         Ok(Scope { region, service })
     }
 
-    /// The granted service a request to a custom endpoint is for.
-    fn service_for(
-        &self,
-        dest: &Destination,
-        parts: &http::request::Parts,
-        body: &[u8],
-    ) -> Result<String, String> {
+    /// The granted service a request to a custom endpoint is for, by the `Version`s of
+    /// `parameters`.
+    fn service_for(&self, dest: &Destination, parameters: &Parameters<'_>) -> Result<&str, String> {
         let granted = || self.services.join(", ");
-        let mut inferred: Option<&str> = None;
-        for version in versions(parts, body) {
+        let mut inferred: Option<&'static str> = None;
+        for version in parameters.versions() {
             match API_VERSIONS.iter().find(|(known, _)| *known == version) {
                 Some((_, service)) => {
                     if let Some(other) = inferred.filter(|other| other != service) {
@@ -295,12 +288,12 @@ impl SigV4 {
             }
         }
         match inferred {
-            Some(service) if self.services.iter().any(|s| s == service) => Ok(service.into()),
+            Some(service) if self.services.iter().any(|s| s == service) => Ok(service),
             Some(service) => Err(format!(
                 "service {service} (from the request's Version) is not granted for {dest} (granted: {})",
                 granted()
             )),
-            None if self.services.len() == 1 => Ok(self.services[0].clone()),
+            None if self.services.len() == 1 => Ok(&self.services[0]),
             None => Err(format!(
                 "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({}); the gate knows {}",
                 granted(),
@@ -317,11 +310,11 @@ impl SigV4 {
     pub(super) fn permits(
         &self,
         target: &HostPattern,
-        scope: &Scope,
+        scope: &Scope<'_>,
         action: Option<&str>,
         shadow: Option<&[String]>,
     ) -> Result<(), String> {
-        let service = &scope.service;
+        let service = scope.service;
         let Some(action) = action else {
             if !actions::is_rest_service(service) {
                 return Err(format!(
@@ -374,15 +367,15 @@ impl SigV4 {
     pub(super) fn sign(
         parts: &mut http::request::Parts,
         body: &[u8],
-        scope: &Scope,
+        scope: &Scope<'_>,
         keys: &Keys,
     ) -> Result<(), String> {
         let params = v4::SigningParams::builder()
             .identity(keys.identity())
-            .region(&scope.region)
-            .name(&scope.service)
+            .region(scope.region)
+            .name(scope.service)
             .time(SystemTime::now())
-            .settings(SigningSettings::default())
+            .settings(signing_settings())
             .build()
             .map_err(|error| format!("cannot sign: {error}"))?
             .into();
@@ -419,6 +412,19 @@ impl SigV4 {
     }
 }
 
+/// How `aws-sigv4` signs for the gate: its defaults, made once rather than for every request,
+/// less their list of headers left out of the signature (`authorization`, `user-agent`,
+/// `x-amzn-trace-id`, `transfer-encoding`), which [`SigV4::sign`] never hands it: the same
+/// signature, without comparing every signed header with the list.
+fn signing_settings() -> SigningSettings {
+    static SETTINGS: LazyLock<SigningSettings> = LazyLock::new(|| {
+        let mut settings = SigningSettings::default();
+        settings.excluded_headers = None;
+        settings
+    });
+    SETTINGS.clone()
+}
+
 /// The code of an AWS error answer that says the keys were refused, if `body` is one.
 pub(super) fn refused_keys(body: &[u8]) -> Option<&'static str> {
     let code = xml_text(std::str::from_utf8(body).ok()?, "Code")?;
@@ -431,28 +437,6 @@ pub(super) fn xml_text<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let length = xml[start..].find(&format!("</{tag}>"))?;
     Some(xml[start..start + length].trim())
-}
-
-/// The `Version` parameters of a request: its query's, and its form body's.
-fn versions<'a>(
-    parts: &'a http::request::Parts,
-    body: &'a [u8],
-) -> impl Iterator<Item = Cow<'a, str>> + 'a {
-    let query = parts.uri.query().unwrap_or_default().as_bytes();
-    let form = parts
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| {
-            value
-                .to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        });
-    let body = if form { body } else { &[] };
-    form_urlencoded::parse(query)
-        .chain(form_urlencoded::parse(body))
-        .filter(|(name, _)| name == "Version")
-        .map(|(_, value)| value)
 }
 
 fn known_versions() -> String {
@@ -521,17 +505,26 @@ mod tests {
         builder.body(()).unwrap().into_parts().0
     }
 
-    fn scope(rule: &SigV4, uri: &str, form: &str) -> Result<Scope, String> {
-        let parts = request(uri, Some("application/x-www-form-urlencoded"));
-        let dest = Destination::from_uri(&parts.uri).unwrap();
-        rule.scope(&dest, &parts, form.as_bytes())
+    /// The region and service `rule` signs a request to `uri` with `form` for.
+    fn scope(rule: &SigV4, uri: &str, form: &str) -> Result<(String, String), String> {
+        scope_of(rule, uri, Some("application/x-www-form-urlencoded"), form)
     }
 
-    fn scoped(region: &str, service: &str) -> Result<Scope, String> {
-        Ok(Scope {
-            region: region.into(),
-            service: service.into(),
-        })
+    fn scope_of(
+        rule: &SigV4,
+        uri: &str,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Result<(String, String), String> {
+        let parts = request(uri, content_type);
+        let dest = Destination::from_uri(&parts.uri).unwrap();
+        let parameters = Parameters::read(&parts, body.as_bytes());
+        let scope = rule.scope(&dest, &parameters)?;
+        Ok((scope.region.into(), scope.service.into()))
+    }
+
+    fn scoped(region: &str, service: &str) -> Result<(String, String), String> {
+        Ok((region.into(), service.into()))
     }
 
     #[test]
@@ -717,10 +710,13 @@ mod tests {
             assert!(error.contains(problem), "{form}: {error}");
         }
         // A form's Version counts only in a form.
-        let parts = request(url, Some("application/json"));
-        let dest = Destination::from_uri(&parts.uri).unwrap();
-        let json = moto.scope(&dest, &parts, ec2.as_bytes()).unwrap_err();
-        assert!(json.contains("no Version parameter"), "{json}");
+        for content_type in [Some("application/json"), None] {
+            let error = scope_of(&moto, url, content_type, ec2).unwrap_err();
+            assert!(
+                error.contains("no Version parameter"),
+                "{content_type:?}: {error}"
+            );
+        }
 
         let only_ec2 = rule("env,region=us-east-1,services=ec2", "http://127.0.0.1:5000").unwrap();
         assert_eq!(
@@ -742,7 +738,10 @@ mod tests {
         shadow: Option<&[String]>,
     ) -> Result<(), String> {
         let target: HostPattern = "https://*.amazonaws.com".parse().unwrap();
-        let scope = scoped("us-east-1", service).unwrap();
+        let scope = Scope {
+            region: "us-east-1",
+            service,
+        };
         rule.permits(&target, &scope, action, shadow)
     }
 
@@ -831,8 +830,8 @@ mod tests {
             .into_parts()
             .0;
         let scope = Scope {
-            region: "us-east-1".into(),
-            service: "ec2".into(),
+            region: "us-east-1",
+            service: "ec2",
         };
         SigV4::sign(&mut parts, b"Action=DescribeVpcs", &scope, &keys).unwrap();
         let authorization = parts.headers["authorization"].to_str().unwrap();
