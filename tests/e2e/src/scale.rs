@@ -6,8 +6,9 @@
 //! method (and writes per Service, and its writes split into state, event and Lease writes),
 //! its provider calls and the manager's peak RSS so far:
 //! - start-up: the N nodes exist, uninitialised, before the manager process is spawned (with
-//!   leader election, as deployed); the phase runs from the spawn to every node initialised,
-//!   so its CPU includes the manager's start;
+//!   leader election, as deployed, and its compile cache warm from a first start with no
+//!   controller); the phase runs from the spawn to every node initialised, so its CPU
+//!   includes the manager's start;
 //! - the Services get their load balancers;
 //! - 100 more nodes join (each load balancer should be updated exactly once).
 //!
