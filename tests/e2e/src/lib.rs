@@ -154,6 +154,31 @@ pub fn resident_bytes() -> u64 {
     kib * 1024
 }
 
+/// Stop `child` as a clean shutdown is asked for (SIGTERM, as the kubelet and Ctrl-C do) and
+/// wait up to `grace` for it to exit: how it exited, or `None` if it still runs (or the
+/// signal could not be sent).
+pub async fn terminate(
+    child: &mut std::process::Child,
+    grace: Duration,
+) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .is_ok_and(|status| status.success());
+    let deadline = std::time::Instant::now() + grace;
+    while sent && std::time::Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
 /// `target/<profile>/`, where the running test or benchmark was built.
 fn profile_dir() -> PathBuf {
     let test = std::env::current_exe().expect("the test's own path");

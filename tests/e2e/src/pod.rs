@@ -143,24 +143,9 @@ impl Pod {
     /// Stop it as the kubelet stops a deleted pod's container: SIGTERM, then wait (up to the
     /// default 30 s grace period). How it exited.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "SIGTERM to {}", self.name);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait on the pod") {
-                return status;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} still running 30 s after SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        crate::terminate(&mut self.child, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("{} still running 30 s after SIGTERM", self.name))
     }
 
     /// What it logged so far.

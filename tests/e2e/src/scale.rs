@@ -946,8 +946,6 @@ impl NodeWatch {
     }
 }
 
-/// Say so if the Lease is held: the manager then waits for it to expire, and the times from
-/// its start include that wait.
 /// Run the manager once with `--cache-dir` and no controller (nor leader election): it
 /// compiles the provider into the cache, finds nothing to run and exits, and nothing in the
 /// cluster changes.
@@ -973,6 +971,8 @@ async fn warm_compile_cache(binary: &std::path::Path, mut args: Vec<String>, cac
     assert!(status.success(), "the warm-up manager failed: {status}");
 }
 
+/// Say so if the Lease is held: the manager then waits for it to expire, and the times from
+/// its start include that wait.
 async fn warn_if_lease_held(client: &kube::Client) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let holder = match leases.get_opt(LEASE_NAME).await {
@@ -1046,31 +1046,16 @@ async fn server_lists(client: &kube::Client) -> Result<[f64; 2], String> {
 /// Stop the manager as a clean shutdown does (SIGTERM), so it releases the Lease and the
 /// next run need not wait for it to expire; kill it after 30 s.
 async fn stop(mut manager: Manager) {
-    if manager
-        .child
-        .try_wait()
-        .is_ok_and(|status| status.is_some())
-    {
-        eprintln!("scale: the manager had exited before the end");
+    if let Ok(Some(status)) = manager.child.try_wait() {
+        eprintln!("scale: the manager had exited before the end ({status})");
         return;
     }
-    let pid = manager.child.id().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .is_ok_and(|status| status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sent && Instant::now() < deadline {
-        if manager
-            .child
-            .try_wait()
-            .is_ok_and(|status| status.is_some())
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if crate::terminate(&mut manager.child, Duration::from_secs(30))
+        .await
+        .is_none()
+    {
+        eprintln!("scale: the manager did not stop within 30 s of SIGTERM: killed");
     }
-    eprintln!("scale: the manager did not stop within 30 s of SIGTERM: killed");
 }
 
 /// What a run measured; `Display` prints its two tables.
