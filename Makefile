@@ -19,11 +19,14 @@ setup:
 demo: setup
 	$(CARGO) run --locked -p e2e --bin demo -- $(ARGS)
 
-# The aws guest's unit tests (recorded AWS answers moto cannot give) run natively: the guest
-# is no default member, so the plain `cargo test` builds it only as a component.
+# cargo-nextest (installed by setup) runs every test of the workspace in a process of its
+# own, test binaries side by side (.config/nextest.toml); the aws guest's unit tests (recorded
+# AWS answers moto cannot give) run natively with them. Doc tests are cargo's own.
+NEXTEST = target/test-tools/nextest-venv/bin/cargo-nextest nextest
+
 test: setup
-	$(CARGO) test --locked
-	$(CARGO) test --locked -p aws --lib
+	$(NEXTEST) run --locked --workspace
+	$(CARGO) test --locked --doc
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox

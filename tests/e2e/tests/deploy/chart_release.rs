@@ -274,6 +274,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         .items
         .into_iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| !route_of_a_node_whose_instance_is_gone(e))
         .map(|e| format!("{:?}: {:?}", e.reason, e.note))
         .collect();
     assert!(warnings.is_empty(), "no reconcile may fail: {warnings:#?}");
@@ -394,6 +395,14 @@ async fn live_a_little(bed: &Testbed) {
         (has_taint(&b, SHUTDOWN) && bed.node("node-c").await.is_none()).then_some(())
     })
     .await;
+}
+
+/// node-c's instance is deleted before the lifecycle controller deletes the Node: in that
+/// window the route controller, as upstream's, removes the blackholed route and may try to
+/// make it again for the Node still there, which the cloud refuses (`FailedToCreateRoute`).
+fn route_of_a_node_whose_instance_is_gone(event: &Event) -> bool {
+    event.reason.as_deref() == Some("FailedToCreateRoute")
+        && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("node-c")
 }
 
 /// Report the node's Ready condition Unknown, as the node-lifecycle controller does when
