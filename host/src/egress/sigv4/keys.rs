@@ -108,6 +108,11 @@ impl Keys {
     pub(in super::super) fn identity(&self) -> &Identity {
         &self.identity
     }
+
+    /// The keys themselves, as the identity holds them.
+    pub(super) fn credentials(&self) -> &Credentials {
+        self.identity.data().expect("keys hold credentials")
+    }
 }
 
 impl AwsKeys {
@@ -748,11 +753,6 @@ impl WebIdentity {
 
 #[cfg(test)]
 impl Keys {
-    /// The credentials the identity holds.
-    fn credentials(&self) -> &Credentials {
-        self.identity.data().expect("keys hold credentials")
-    }
-
     /// Static keys, for tests of signing.
     pub(in super::super) fn for_test(id: &str, secret: &str, token: Option<&str>) -> Keys {
         Keys::new(

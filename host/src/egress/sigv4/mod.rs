@@ -9,9 +9,12 @@
 //! the AWS error codes that mean the keys were refused, and which API actions a rule signs
 //! (its `actions=` allow-list). [`actions`] owns how a request's action is read and the
 //! actions and answers the gate never lets through; [`keys`] owns where the keys come from
-//! and when they are refreshed. Signing itself is the `aws-sigv4` crate's.
+//! and when they are refreshed. [`canonical`] writes the canonical request of a request to `/`
+//! with no query (every Query and JSON-protocol call); `aws-sigv4` signs any other, and derives
+//! the keys and computes the HMAC for all.
 
 mod actions;
+mod canonical;
 mod keys;
 
 use std::fmt;
@@ -370,51 +373,65 @@ impl SigV4 {
         scope: &Scope<'_>,
         keys: &Keys,
     ) -> Result<(), String> {
-        let params = v4::SigningParams::builder()
-            .identity(keys.identity())
-            .region(scope.region)
-            .name(scope.service)
-            .time(SystemTime::now())
-            .settings(signing_settings())
-            .build()
-            .map_err(|error| format!("cannot sign: {error}"))?
-            .into();
-        let uri = parts.uri.to_string();
-        let signed_headers = parts.headers.iter().filter_map(|(name, value)| {
-            let name = name.as_str();
-            let signed = name == "content-type" || name.starts_with("x-amz-");
-            signed.then(|| value.to_str().ok().map(|value| (name, value)))?
-        });
-        let request = SignableRequest::new(
-            parts.method.as_str(),
-            uri.as_str(),
-            signed_headers,
-            SignableBody::Bytes(body),
-        )
-        .map_err(|error| format!("cannot sign {uri}: {error}"))?;
-        let (instructions, _) = aws_sigv4::http_request::sign(request, &params)
-            .map_err(|error| format!("cannot sign {uri}: {error}"))?
-            .into_parts();
-        let (headers, _) = instructions.into_parts();
-        for header in headers {
-            let mut value = HeaderValue::from_str(header.value()).map_err(|_| {
-                format!(
-                    "the {} header of the signature is not a valid header value",
-                    header.name()
-                )
+        let time = SystemTime::now();
+        let headers = match canonical::signing_headers(parts, body, scope, keys, time) {
+            Some(headers) => headers,
+            None => signing_headers(parts, body, scope, keys, time)?,
+        };
+        for (name, value) in headers {
+            let mut value = HeaderValue::try_from(value).map_err(|_| {
+                format!("the {name} header of the signature is not a valid header value")
             })?;
             value.set_sensitive(true);
-            parts
-                .headers
-                .insert(HeaderName::from_static(header.name()), value);
+            parts.headers.insert(HeaderName::from_static(name), value);
         }
         Ok(())
     }
 }
 
+/// The headers that sign `parts` with `body` for `scope` at `time`, made by `aws-sigv4`.
+fn signing_headers(
+    parts: &http::request::Parts,
+    body: &[u8],
+    scope: &Scope<'_>,
+    keys: &Keys,
+    time: SystemTime,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let params = v4::SigningParams::builder()
+        .identity(keys.identity())
+        .region(scope.region)
+        .name(scope.service)
+        .time(time)
+        .settings(signing_settings())
+        .build()
+        .map_err(|error| format!("cannot sign: {error}"))?
+        .into();
+    let uri = parts.uri.to_string();
+    let signed_headers = parts.headers.iter().filter_map(|(name, value)| {
+        let name = name.as_str();
+        let signed = name == "content-type" || name.starts_with("x-amz-");
+        signed.then(|| value.to_str().ok().map(|value| (name, value)))?
+    });
+    let request = SignableRequest::new(
+        parts.method.as_str(),
+        uri.as_str(),
+        signed_headers,
+        SignableBody::Bytes(body),
+    )
+    .map_err(|error| format!("cannot sign {uri}: {error}"))?;
+    let (instructions, _) = aws_sigv4::http_request::sign(request, &params)
+        .map_err(|error| format!("cannot sign {uri}: {error}"))?
+        .into_parts();
+    let (headers, _) = instructions.into_parts();
+    Ok(headers
+        .into_iter()
+        .map(|header| (header.name(), header.value().to_string()))
+        .collect())
+}
+
 /// How `aws-sigv4` signs for the gate: its defaults, made once rather than for every request,
 /// less their list of headers left out of the signature (`authorization`, `user-agent`,
-/// `x-amzn-trace-id`, `transfer-encoding`), which [`SigV4::sign`] never hands it: the same
+/// `x-amzn-trace-id`, `transfer-encoding`), which [`signing_headers`] never hands it: the same
 /// signature, without comparing every signed header with the list.
 fn signing_settings() -> SigningSettings {
     static SETTINGS: LazyLock<SigningSettings> = LazyLock::new(|| {
@@ -852,6 +869,126 @@ mod tests {
         assert_eq!(parts.headers["x-amz-security-token"], "the-session-token");
         assert!(parts.headers["authorization"].is_sensitive());
         assert!(parts.headers["x-amz-security-token"].is_sensitive());
+    }
+
+    #[test]
+    fn requests_to_the_root_are_signed_as_aws_sigv4_signs_them() {
+        let time = SystemTime::UNIX_EPOCH + std::time::Duration::new(1_795_000_123, 987_654_321);
+        let keys = [
+            Keys::for_test(
+                "AKIDEXAMPLE",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                None,
+            ),
+            Keys::for_test("ASIAEXAMPLE", "another/secret", Some("the+session/token=")),
+        ];
+        const FORM: &[u8] = b"application/x-www-form-urlencoded; charset=utf-8";
+        // Method, URI, headers, body.
+        type Request = (
+            &'static str,
+            &'static str,
+            &'static [(&'static str, &'static [u8])],
+            &'static [u8],
+        );
+        let requests: [Request; 9] = [
+            (
+                "POST",
+                "https://ec2.us-east-1.amazonaws.com/",
+                &[("content-type", FORM)],
+                b"Action=DescribeVpcs&Version=2016-11-15",
+            ),
+            (
+                "POST",
+                "https://sts.amazonaws.com",
+                &[("content-type", FORM)],
+                b"Action=GetCallerIdentity&Version=2011-06-15",
+            ),
+            (
+                "POST",
+                "https://ec2.us-east-1.amazonaws.com:443/?",
+                &[],
+                b"",
+            ),
+            (
+                "POST",
+                "http://127.0.0.1:4566/",
+                &[
+                    ("content-type", b"application/x-amz-json-1.1"),
+                    ("x-amz-target", b"Logs_20140328.DescribeLogGroups"),
+                ],
+                b"{}",
+            ),
+            (
+                "GET",
+                "http://localhost:80/",
+                &[
+                    ("accept", b"application/json"),
+                    ("user-agent", b"provider/1"),
+                ],
+                b"",
+            ),
+            (
+                "PUT",
+                "https://elasticloadbalancing.eu-west-1.amazonaws.com/",
+                &[
+                    ("content-type", b"  text/plain   with  runs   "),
+                    ("x-amz-meta-a", b"one"),
+                    ("x-amz-meta-b", b"\tx "),
+                    ("x-amz-meta-a", b"two"),
+                ],
+                &[0, 255, 10, 13],
+            ),
+            (
+                "POST",
+                "https://ec2.us-east-1.amazonaws.com/",
+                &[
+                    ("x-amz-date", b"20000101T000000Z"),
+                    ("x-amz-security-token", b"the provider's"),
+                ],
+                b"Action=DescribeVpcs",
+            ),
+            (
+                "POST",
+                "https://ec2.us-east-1.amazonaws.com/",
+                &[("x-amz-meta-latin", b"caf\xe9"), ("content-type", FORM)],
+                b"Action=DescribeVpcs",
+            ),
+            (
+                "DELETE",
+                "https://user@ec2.us-east-1.amazonaws.com:8443/",
+                &[],
+                b"",
+            ),
+        ];
+        let scope = Scope {
+            region: "us-east-1",
+            service: "ec2",
+        };
+        for keys in &keys {
+            for (method, uri, headers, body) in requests {
+                let mut request = http::Request::builder().method(method).uri(uri);
+                for (name, value) in headers {
+                    request = request.header(*name, HeaderValue::from_bytes(value).unwrap());
+                }
+                let parts = request.body(()).unwrap().into_parts().0;
+                let mut ours = canonical::signing_headers(&parts, body, &scope, keys, time)
+                    .unwrap_or_else(|| panic!("{method} {uri} is a request to the root"));
+                let mut theirs = signing_headers(&parts, body, &scope, keys, time).unwrap();
+                ours.sort();
+                theirs.sort();
+                assert_eq!(ours, theirs, "{method} {uri} {headers:?}");
+            }
+        }
+        for uri in [
+            "https://ec2.us-east-1.amazonaws.com/?Action=DescribeVpcs",
+            "https://lambda.us-east-1.amazonaws.com/2015-03-31/functions",
+        ] {
+            let parts = http::Request::get(uri).body(()).unwrap().into_parts().0;
+            assert!(
+                canonical::signing_headers(&parts, b"", &scope, &keys[0], time).is_none(),
+                "{uri} is aws-sigv4's to sign"
+            );
+        }
     }
 
     #[test]
