@@ -210,8 +210,16 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     let informers = {
         let client = clients.client(cluster::SHARED_INFORMERS)?;
         Informers {
-            nodes: Informer::start(kube::Api::all(client.clone()), shutdown.clone()),
-            services: Informer::start(kube::Api::all(client), shutdown.clone()),
+            nodes: Informer::start(
+                kube::Api::all(client.clone()),
+                controllers::node_addresses,
+                shutdown.clone(),
+            ),
+            services: Informer::start(
+                kube::Api::all(client),
+                controllers::service_cluster_ips,
+                shutdown.clone(),
+            ),
         }
     };
 

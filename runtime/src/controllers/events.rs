@@ -21,7 +21,7 @@
 //! The queues last as long as the manager; its shutdown ends the workers and drops the
 //! events still queued (as client-go's `Shutdown`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -322,11 +322,15 @@ impl DropLog {
 
 /// client-go's `EventSourceObjectSpamFilter`: a token bucket per object, holding
 /// [`EventBudget::BURST`] events and refilled with one every [`EventBudget::REFILL`]; at most
-/// [`EventBudget::OBJECTS`] objects are tracked (an object whose bucket is full again is as if
-/// untracked, so it goes first).
+/// [`EventBudget::OBJECTS`] objects are tracked, the one seen least recently forgotten first
+/// (client-go's LRU cache; a forgotten object starts again with a full bucket). Each event
+/// costs a hash lookup and a move in the recency order, whatever the number tracked.
 #[derive(Debug, Default)]
 struct EventBudget {
-    buckets: HashMap<ObjectKey, Bucket>,
+    buckets: HashMap<ObjectKey, Tracked>,
+    /// The tracked objects by when each was last seen (a counter), oldest first.
+    recency: BTreeMap<u64, ObjectKey>,
+    seen: u64,
 }
 
 /// An object as client-go's spam filter tells objects apart.
@@ -340,9 +344,11 @@ struct ObjectKey {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+struct Tracked {
     tokens: f64,
     at: Instant,
+    /// Its key in [`EventBudget::recency`].
+    seen: u64,
 }
 
 impl EventBudget {
@@ -359,13 +365,29 @@ impl EventBudget {
             uid: object.uid.clone(),
             api_version: object.api_version.clone(),
         };
-        if !self.buckets.contains_key(&key) && self.buckets.len() >= Self::OBJECTS {
-            self.forget_refilled(now);
-        }
-        let bucket = self.buckets.entry(key).or_insert(Bucket {
-            tokens: Self::BURST,
-            at: now,
-        });
+        self.seen += 1;
+        let seen = self.seen;
+        let bucket = match self.buckets.get_mut(&key) {
+            Some(bucket) => {
+                self.recency.remove(&bucket.seen);
+                bucket.seen = seen;
+                self.recency.insert(seen, key);
+                bucket
+            }
+            None => {
+                if self.buckets.len() >= Self::OBJECTS
+                    && let Some((_, oldest)) = self.recency.pop_first()
+                {
+                    self.buckets.remove(&oldest);
+                }
+                self.recency.insert(seen, key.clone());
+                self.buckets.entry(key).or_insert(Tracked {
+                    tokens: Self::BURST,
+                    at: now,
+                    seen,
+                })
+            }
+        };
         let refilled = now.duration_since(bucket.at).as_secs_f64() / Self::REFILL.as_secs_f64();
         bucket.tokens = (bucket.tokens + refilled).min(Self::BURST);
         bucket.at = now;
@@ -374,25 +396,6 @@ impl EventBudget {
         }
         bucket.tokens -= 1.0;
         true
-    }
-
-    /// Drop the buckets that are full again; if none is, the one idle longest.
-    fn forget_refilled(&mut self, now: Instant) {
-        let full_after = Self::REFILL.mul_f64(Self::BURST);
-        self.buckets.retain(|_, bucket| {
-            let refilled = now.duration_since(bucket.at).as_secs_f64() / Self::REFILL.as_secs_f64();
-            bucket.tokens + refilled < Self::BURST && now.duration_since(bucket.at) < full_after
-        });
-        if self.buckets.len() >= Self::OBJECTS {
-            let oldest = self
-                .buckets
-                .iter()
-                .min_by_key(|(_, bucket)| bucket.at)
-                .map(|(key, _)| key.clone());
-            if let Some(oldest) = oldest {
-                self.buckets.remove(&oldest);
-            }
-        }
     }
 }
 
@@ -542,14 +545,27 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_tracks_a_bounded_number_of_objects() {
+    fn the_budget_tracks_a_bounded_number_of_objects_forgetting_the_least_recent() {
         let mut budget = EventBudget::default();
         let start = Instant::now();
-        let flooded = service("flooded");
-        while budget.take(&flooded, start) {}
+        let (spamming, quiet) = (service("spamming"), service("quiet"));
+        while budget.take(&spamming, start) {}
+        while budget.take(&quiet, start) {}
         for i in 0..EventBudget::OBJECTS * 2 {
             budget.take(&service(&format!("svc-{i}")), start);
+            if i % 1000 == 0 {
+                assert!(
+                    !budget.take(&spamming, start),
+                    "an object still sending stays throttled"
+                );
+            }
         }
-        assert!(budget.buckets.len() <= EventBudget::OBJECTS);
+        assert_eq!(budget.buckets.len(), EventBudget::OBJECTS);
+        assert_eq!(budget.recency.len(), EventBudget::OBJECTS);
+        assert!(!budget.take(&spamming, start));
+        assert!(
+            budget.take(&quiet, start),
+            "the object seen least recently was forgotten: a full bucket again"
+        );
     }
 }

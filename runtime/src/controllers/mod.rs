@@ -17,6 +17,7 @@ mod views;
 mod workqueue;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -444,6 +445,27 @@ fn labels(node: &Node) -> &BTreeMap<String, String> {
 
 fn name_of(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The IP addresses in a node's `status.addresses` (hostnames left out), by which the node
+/// cache is indexed.
+pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
+    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+    let texts = addresses.unwrap_or_default().iter().map(|a| &a.address);
+    texts.filter_map(|text| text.parse().ok()).collect()
+}
+
+/// A Service's cluster IPs (`clusterIP` and `clusterIPs`; `None` is no IP), by which the
+/// service cache is indexed.
+pub fn service_cluster_ips(service: &Service) -> Vec<IpAddr> {
+    let Some(spec) = service.spec.as_ref() else {
+        return Vec::new();
+    };
+    let texts = spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip);
+    let mut ips: Vec<IpAddr> = texts.filter_map(|text| text.parse().ok()).collect();
+    ips.sort_unstable();
+    ips.dedup();
+    ips
 }
 
 #[cfg(test)]

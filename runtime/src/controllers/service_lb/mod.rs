@@ -530,37 +530,19 @@ async fn sync_load_balancer(
 
 /// What in the cluster already holds `ip`, as the caches know it: an address of a node, or
 /// a cluster IP of a Service. A load balancer answered with one would capture its traffic.
-///
-/// One pass over the caches per ingress IP; an IPv4 address has one textual form, so most
-/// entries cost a string comparison, not a parse.
+/// One lookup in each cache's address index.
 fn address_holder(context: &Context, ip: IpAddr) -> Option<String> {
-    let canonical = ip.to_string();
-    let is_ip =
-        |text: &str| text == canonical || (text.contains(':') && text.parse::<IpAddr>() == Ok(ip));
-    for node in context.nodes.store().state() {
+    if let Some(node) = context.nodes.holding(ip) {
         let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-        if let Some(address) = addresses
+        let address = addresses
             .unwrap_or_default()
             .iter()
-            .find(|a| is_ip(&a.address))
-        {
-            return Some(format!(
-                "the {} of node {}",
-                address.type_,
-                super::name_of(&node)
-            ));
-        }
+            .find(|address| address.address.parse() == Ok(ip));
+        let type_ = address.map_or("address", |address| address.type_.as_str());
+        return Some(format!("the {type_} of node {}", super::name_of(&node)));
     }
-    for service in context.services.store().state() {
-        let Some(spec) = service.spec.as_ref() else {
-            continue;
-        };
-        let mut cluster_ips = spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip);
-        if cluster_ips.any(|cluster_ip| is_ip(cluster_ip)) {
-            return Some(format!("the cluster IP of Service {}", key_of(&service)));
-        }
-    }
-    None
+    let service = context.services.holding(ip)?;
+    Some(format!("the cluster IP of Service {}", key_of(&service)))
 }
 
 /// Write `status.loadBalancer` if it differs (ingress, ipMode and ports all count).

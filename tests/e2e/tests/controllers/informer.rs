@@ -32,7 +32,7 @@ async fn the_cache_keeps_objects_without_their_managed_fields() {
     );
 
     let stop = CancellationToken::new();
-    let informer = Informer::start(nodes, stop.clone());
+    let informer = Informer::start(nodes, wasm_ccm::controllers::node_addresses, stop.clone());
     informer.wait_synced().await;
     let cached = informer.get("applied").expect("cached");
     assert_eq!(cached.metadata.managed_fields, None);
