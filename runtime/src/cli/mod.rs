@@ -9,6 +9,7 @@
 //! append `extraArgs` after a chart's own arguments to override them. List flags append
 //! instead (`--allow`, `--credential`, and `--controllers` as upstream's string slices).
 
+mod conformance;
 mod distribution;
 mod provider_cmd;
 mod run;
@@ -721,21 +722,16 @@ mod tests {
             "--allow=https://b.example.com",
         ]);
         let Some(Command::Provider(ProviderCommand::Call {
-            args,
-            config,
-            audit,
-            egress,
-            sandbox,
-            ..
+            args, audit, load, ..
         })) = call.command
         else {
             panic!("not provider call: {call:?}");
         };
         assert_eq!(args, r#"{"node": {}}"#);
-        assert_eq!(config.as_deref(), Some(Path::new("/b.json")));
+        assert_eq!(load.config.as_deref(), Some(Path::new("/b.json")));
         assert!(audit);
-        assert_eq!(sandbox.timeout, Duration::from_secs(2));
-        assert_eq!(egress.allow.len(), 2);
+        assert_eq!(load.sandbox.timeout, Duration::from_secs(2));
+        assert_eq!(load.egress.allow.len(), 2);
 
         let inspect = parse(&[
             "provider",

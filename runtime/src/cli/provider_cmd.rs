@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::conformance::{self, Fixture, Verdict};
 use super::distribution::parse_reference;
 use super::{DistributionFlags, EgressFlags, SandboxFlags};
 use wasm_ccm_host::answers::{self, AnswerPolicy, Refusals};
@@ -59,22 +60,30 @@ pub enum ProviderCommand {
         /// '{"node": {"name": "node-1", "providerID": "simcloud://i-1"}}'.
         #[arg(long, value_name = "JSON", default_value = "{}")]
         args: String,
-        /// The cloud configuration file passed to init (as --cloud-config would be).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// Also print the egress audit records of the call to stderr, as JSON lines.
         #[arg(long)]
         audit: bool,
-        /// What `init` and the call may reach, and with which credentials (boxed: the
-        /// largest group of flags).
+        /// The configuration, grants, limits and registries it is loaded with.
         #[command(flatten)]
-        egress: Box<EgressFlags>,
-        /// Limits `init` and the call run under.
+        load: LoadFlags,
+    },
+    /// Check a provider against the contract's behavioural rules with its cloud (a real one
+    /// or a simulator): one row per rule (PASS, FAIL or SKIP, with what was seen); exit 1 if
+    /// a rule fails. The rules create a load balancer and a route and delete them again.
+    Conformance {
+        /// The provider component.
+        provider: String,
+        /// What the rules need from the cloud (YAML or JSON): instances.existing and
+        /// instances.missing (nodes), loadBalancer.service, .nodes and .updatedNodes,
+        /// routes.route, clusterName; a section left out skips its rules.
+        #[arg(long, value_name = "FILE")]
+        fixture: PathBuf,
+        /// `text` (a table) or `json`.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The configuration, grants, limits and registries it is loaded with.
         #[command(flatten)]
-        sandbox: SandboxFlags,
-        /// Registries and the cache.
-        #[command(flatten)]
-        distribution: DistributionFlags,
+        load: LoadFlags,
     },
     /// Publish a component to an OCI registry in the CNCF wasm layout (config
     /// application/vnd.wasm.config.v0+json, one application/wasm layer) and print the
@@ -165,39 +174,12 @@ impl ProviderCommand {
                 provider,
                 function,
                 args,
-                config,
                 audit,
-                egress,
-                sandbox,
-                distribution,
+                load,
             } => {
                 let call = CallRequest::parse(&function, &args)?;
-                let cloud_config = match &config {
-                    Some(path) => Some(
-                        std::fs::read(path)
-                            .with_context(|| format!("--config: cannot read {}", path.display()))?,
-                    ),
-                    None => None,
-                };
-                egress.check_grants()?;
-                egress.check_credentials()?;
-                let settings = distribution.settings()?;
-                let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
-                let artifact = fetch(&Distribution::new(settings), &provider).await?;
-                let metrics = Arc::new(Metrics::default());
-                let gate = EgressGate::new(egress.config(), metrics.clone());
-                let source = ProviderSource {
-                    artifact,
-                    cloud_config,
-                };
-                let provider = Provider::load(
-                    &sandbox.sandbox(metrics.clone(), compiled_dir)?,
-                    gate.clone(),
-                    source,
-                    metrics,
-                )
-                .await;
-                let outcome = match provider {
+                let (loaded, gate) = load.load(&provider).await?;
+                let outcome = match loaded {
                     Ok(provider) => {
                         let outcome = call.invoke(&provider).await;
                         if let Ok(answer) = &outcome
@@ -220,6 +202,36 @@ impl ProviderCommand {
                     }
                 }
                 Ok(report(outcome))
+            }
+            ProviderCommand::Conformance {
+                provider,
+                fixture,
+                output,
+                load,
+            } => {
+                let fixture = Fixture::read(&fixture)?;
+                let (loaded, _gate) = load.load(&provider).await?;
+                let provider = match loaded {
+                    Ok(provider) => provider,
+                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => {
+                        eprintln!(
+                            "FAIL  init  answered {} ({error}): no rule can run without capabilities",
+                            error.outcome()
+                        );
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Err(error) => return Err(error.into()),
+                };
+                let report = conformance::run(&provider, &fixture).await;
+                match output {
+                    Output::Text => print!("{}", report.render()),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                }
+                Ok(if report.count(Verdict::Fail) == 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
             }
             ProviderCommand::Push {
                 file,
@@ -595,6 +607,70 @@ fn render_signatures(digest: &str, signatures: &Result<Vec<ListedSignature>, Str
         }
     }
     out
+}
+
+/// How `provider conformance` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// How `provider call` and `provider conformance` load a provider.
+#[derive(Debug, Args)]
+pub struct LoadFlags {
+    /// The cloud configuration file passed to init (as --cloud-config would be).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// What `init` and the calls may reach, and with which credentials (boxed: the largest
+    /// group of flags).
+    #[command(flatten)]
+    pub egress: Box<EgressFlags>,
+    /// Limits `init` and the calls run under.
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
+    /// Registries and the cache.
+    #[command(flatten)]
+    pub distribution: DistributionFlags,
+}
+
+impl LoadFlags {
+    /// Load `provider` as the manager would, under these grants and limits, `init` called
+    /// with the configuration file; also the egress gate its calls go through.
+    async fn load(
+        &self,
+        provider: &str,
+    ) -> anyhow::Result<(
+        Result<Provider, wasm_ccm_host::provider::ProviderLoadError>,
+        Arc<EgressGate>,
+    )> {
+        let cloud_config = match &self.config {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("--config: cannot read {}", path.display()))?,
+            ),
+            None => None,
+        };
+        self.egress.check_grants()?;
+        self.egress.check_credentials()?;
+        let settings = self.distribution.settings()?;
+        let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
+        let artifact = fetch(&Distribution::new(settings), provider).await?;
+        let metrics = Arc::new(Metrics::default());
+        let gate = EgressGate::new(self.egress.config(), metrics.clone());
+        let source = ProviderSource {
+            artifact,
+            cloud_config,
+        };
+        let loaded = Provider::load(
+            &self.sandbox.sandbox(metrics.clone(), compiled_dir)?,
+            gate.clone(),
+            source,
+            metrics,
+        )
+        .await;
+        Ok((loaded, gate))
+    }
 }
 
 /// Print the outcome of a call: JSON on stdout, or the error on stderr.

@@ -1090,3 +1090,165 @@ fn crd_prints_the_committed_cloudprovider_crd() {
     );
     assert!(run.stdout.contains("kind: CustomResourceDefinition"));
 }
+
+/// `provider conformance FILE --fixture FIXTURE` and `extra`.
+fn conformance_args(
+    file: &str,
+    fixture: &tempfile::NamedTempFile,
+    extra: &[String],
+) -> Vec<String> {
+    let mut all: Vec<String> = ["provider", "conformance", file, "--fixture", &path(fixture)]
+        .map(String::from)
+        .to_vec();
+    all.extend(extra.iter().cloned());
+    all
+}
+
+fn fixture_file(yaml: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), yaml).expect("write fixture");
+    file
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_of_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud() {
+    let (cloud, first, config) = cloud_with_node().await;
+    let second = cloud.sim.state().add_instance(NewInstance {
+        name: "node-2".into(),
+        instance_type: "sim.large".into(),
+        zone: "sim-central-1c".into(),
+        private_ip: Some("10.0.3.8".into()),
+        ..NewInstance::default()
+    });
+    let fixture = fixture_file(&format!(
+        r#"
+clusterName: kubernetes
+instances:
+  existing: {{name: node-1}}
+  missing: {{name: gone, providerID: "simcloud://i-0000000000000gone"}}
+loadBalancer:
+  service:
+    name: web
+    namespace: default
+    uid: 11112222-3333-4444-5555-666677778888
+    type: LoadBalancer
+    ports: [{{name: http, protocol: TCP, port: 80, nodePort: 30080}}]
+  nodes: [{{name: node-1, providerID: "simcloud://{first}"}}]
+  updatedNodes:
+    - {{name: node-1, providerID: "simcloud://{first}"}}
+    - {{name: node-2, providerID: "simcloud://{second}"}}
+routes:
+  route: {{targetNode: node-1, destinationCidr: 10.244.1.0/24}}
+  nameHint: 5f1e9a2c-node-1
+"#,
+        first = first.id,
+        second = second.id,
+    ));
+    let granted = granted_with_env_token(&cloud, &config);
+    let token = vec![("SIM_TOKEN", TOKEN.to_string())];
+    let run = wasm_ccm_async(
+        conformance_args(guest_builds::SIMCLOUD, &fixture, &granted),
+        token.clone(),
+    )
+    .await;
+    assert!(run.succeeded(), "{run:#?}");
+    for rule in [
+        "instances/exists",
+        "instances/missing-does-not-exist",
+        "instances/metadata-valid",
+        "instances/metadata-by-name-and-by-provider-id-agree",
+        "errors/missing-instance-is-not-found",
+        "load-balancers/absent-before-ensure",
+        "load-balancers/ensure-answers-a-valid-status",
+        "load-balancers/ensure-again-is-idempotent",
+        "load-balancers/update-with-other-nodes",
+        "load-balancers/delete-again-succeeds",
+        "routes/listed-after-create",
+        "routes/create-again-is-idempotent",
+        "routes/delete-again-succeeds",
+    ] {
+        assert!(
+            run.stdout.contains(&format!("PASS  {rule} ")),
+            "{rule}:\n{}",
+            run.stdout
+        );
+    }
+    assert!(run.stdout.contains("0 failed, 0 skipped"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("retry-after"),
+        "simcloud's provisioning load balancer was waited for as the controller would: {}",
+        run.stdout
+    );
+    run.assert_no_token();
+    assert!(
+        cloud.sim.state().load_balancers().is_empty(),
+        "no load balancer left"
+    );
+    assert!(cloud.sim.state().routes().is_empty(), "no route left");
+
+    let mut json = granted.clone();
+    json.extend(["--output".to_string(), "json".to_string()]);
+    let run = wasm_ccm_async(
+        conformance_args(guest_builds::SIMCLOUD, &fixture, &json),
+        token,
+    )
+    .await;
+    assert!(run.succeeded(), "{run:#?}");
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON report");
+    let rules = report["rules"].as_array().expect("rules");
+    assert!(rules.len() >= 20, "{report:#}");
+    assert!(
+        rules.iter().all(|rule| rule["verdict"] == "pass"),
+        "{report:#}"
+    );
+    assert!(
+        report["provider"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("simcloud@sha256:"),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits_1() {
+    let metadata = r#"{"providerID": "othercloud://i-1", "instanceType": "x", "addresses": [["InternalIP", "127.0.0.1"]]}"#;
+    let fixture = fixture_file(&format!(
+        "instances:\n  existing: {{name: node-1, annotations: [[\"hostile.wasm-ccm.io/metadata\", {}]]}}\n  missing: {{name: gone}}\n",
+        serde_json::to_string(metadata).unwrap()
+    ));
+    let run = wasm_ccm(conformance_args(guest_builds::HOSTILE, &fixture, &[]), &[]);
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let row = |verdict: &str, rule: &str| {
+        run.stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("{verdict}  {rule} ")))
+            .unwrap_or_else(|| panic!("no {verdict} row for {rule}:\n{}", run.stdout))
+            .to_string()
+    };
+    let invalid = row("FAIL", "instances/metadata-valid");
+    assert!(invalid.contains("would refuse"), "{invalid}");
+    assert!(invalid.contains("127.0.0.1"), "{invalid}");
+    assert!(row("FAIL", "instances/provider-id-stable").contains("othercloud://i-1"));
+    assert!(
+        row("FAIL", "instances/missing-does-not-exist").contains("= true"),
+        "hostile says every instance exists"
+    );
+    assert!(
+        row("SKIP", "load-balancers/ensure-answers-a-valid-status")
+            .contains("no loadBalancer section")
+    );
+    assert!(run.stdout.contains("failed"), "{}", run.stdout);
+}
+
+#[test]
+fn conformance_with_a_bad_fixture_is_refused_naming_the_field() {
+    let fixture =
+        fixture_file("routes: {route: {targetNode: node-1, destinationCIDR: 10.0.0.0/24}}\n");
+    let run = wasm_ccm(conformance_args(guest_builds::SIMCLOUD, &fixture, &[]), &[]);
+    run.assert_usage_error(&["--fixture", "routes.route.destinationCidr is missing"]);
+    let fixture = fixture_file("instance: {}\n");
+    let run = wasm_ccm(conformance_args(guest_builds::SIMCLOUD, &fixture, &[]), &[]);
+    run.assert_usage_error(&["--fixture", "instance"]);
+}
