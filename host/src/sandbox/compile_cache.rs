@@ -5,6 +5,11 @@
 //! file carries the sha256 of its artifact and is loaded only when that matches; a truncated
 //! or corrupted file is removed and rebuilt, never loaded. The directory must be writable by
 //! the manager alone (the digest guards against corruption, not against a hostile writer).
+//!
+//! Processes sharing the directory compile a component once: a miss takes an exclusive lock
+//! on the entry's `.lock` file, looks again, and only then compiles. Big components (a
+//! JavaScript or Python runtime) take 10-25 s and 400 MB to compile; without the lock every
+//! process that missed at once compiled its own copy.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -67,11 +72,32 @@ impl CompileCache {
         if let Some(component) = self.load(engine, &path) {
             return Ok((component, Origin::Cache));
         }
+        // Held until the entry is stored; released when dropped (the file stays, empty).
+        let _compiling = self.lock(&path);
+        if let Some(component) = self.load(engine, &path) {
+            return Ok((component, Origin::Cache));
+        }
         let component = Component::new(engine, wasm)?;
         if let Err(err) = self.store(&component, &path) {
             tracing::warn!(path = %path.display(), "cannot write compile cache: {err:#}");
         }
         Ok((component, Origin::Compiled))
+    }
+
+    /// An exclusive lock on the entry at `path`, waiting for another process's compile; none
+    /// if the lock file cannot be made (then this process compiles regardless).
+    fn lock(&self, path: &Path) -> Option<std::fs::File> {
+        let lock_path = path.with_extension("lock");
+        let locked = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| std::fs::File::create(&lock_path))
+            .and_then(|file| file.lock().map(|()| file));
+        match locked {
+            Ok(file) => Some(file),
+            Err(err) => {
+                tracing::debug!(path = %lock_path.display(), "cannot lock compile cache entry: {err}");
+                None
+            }
+        }
     }
 
     // The one audited `unsafe` of the workspace (`unsafe_code` is denied everywhere else).

@@ -1,5 +1,5 @@
-//! Loading providers: the on-disk compile cache is used, and a corrupted entry is detected and
-//! rebuilt rather than loaded; bytes that are not a component, and a
+//! Loading providers: the on-disk compile cache is used, one compile serves loads that miss
+//! at once, and a corrupted entry is detected and rebuilt rather than loaded; bytes that are not a component, and a
 //! component that is not a provider, are refused with a clear error.
 
 use std::path::PathBuf;
@@ -75,6 +75,20 @@ async fn precompiled_code_is_reused_and_a_corrupted_entry_is_rebuilt() {
         .await
         .unwrap();
     assert_eq!(rebuilt.origin(), Origin::Compiled);
+}
+
+/// Processes sharing a cache directory (here two sandboxes, each its own engine, loading
+/// at the same moment) compile a component once: the second waits for the first's entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_that_miss_at_once_compile_the_component_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm: Arc<[u8]> = guest_builds::read(guest_builds::SIMCLOUD).into();
+    let (a, b) = (cached_sandbox(dir.path()), cached_sandbox(dir.path()));
+    let (a, b) = tokio::join!(a.load(wasm.clone(), "simcloud"), b.load(wasm, "simcloud"));
+    let mut origins = [a.unwrap().origin(), b.unwrap().origin()];
+    origins.sort_by_key(|origin| origin.label());
+    assert_eq!(origins, [Origin::Cache, Origin::Compiled]);
+    assert_eq!(cache_files(dir.path()).len(), 1);
 }
 
 #[tokio::test]
