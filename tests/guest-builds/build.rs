@@ -1,6 +1,9 @@
 //! Compile every guest component (guests/* and the test guests) for wasm32-wasip2 from
 //! source, so tests and benchmarks always run the code in this tree; and simcloud a second
-//! time with a build stamp, as a second version for hot-swap tests.
+//! time with a build stamp, as a second version for hot-swap tests; and the Python provider
+//! (`guests/simcloud-py`) with componentize-py and the TypeScript provider
+//! (`guests/simcloud-ts`) with componentize-js, both from `target/test-tools` (see
+//! `build_python`, `build_typescript`).
 //!
 //! The nested cargo uses its own target directory (`target/guests`) so it never waits on the
 //! lock of the cargo that runs this script.
@@ -41,7 +44,15 @@ fn main() {
         .nth(2)
         .expect("tests/guest-builds sits two levels below the workspace root")
         .to_path_buf();
-    for watched in ["wit", "guest-sdk", "guests", "tests/guests", "Cargo.lock"] {
+    for watched in [
+        "wit",
+        "guest-sdk",
+        "guest-sdk-py",
+        "guest-sdk-js",
+        "guests",
+        "tests/guests",
+        "Cargo.lock",
+    ] {
         println!(
             "cargo:rerun-if-changed={}",
             workspace.join(watched).display()
@@ -90,6 +101,199 @@ fn main() {
     let (stamp_var, path_var) = SIMCLOUD_V2_VARS;
     println!("cargo:rustc-env={stamp_var}={SIMCLOUD_V2_STAMP}");
     println!("cargo:rustc-env={path_var}={}", simcloud_v2.display());
+
+    let simcloud_ts = build_typescript(&workspace, &target_dir);
+    println!(
+        "cargo:rustc-env=GUEST_SIMCLOUD_TS={}",
+        simcloud_ts.display()
+    );
+
+    let simcloud_py = build_python(&workspace, &target_dir);
+    println!(
+        "cargo:rustc-env=GUEST_SIMCLOUD_PY={}",
+        simcloud_py.display()
+    );
+}
+
+/// The node packages tests/install-test-tools.sh installs with `npm ci` from
+/// guest-sdk-js/package-lock.json (`JS_TOOLS` there), relative to the workspace.
+const JS_TOOLS: &str = "target/test-tools/js";
+/// The TypeScript SDK (with its build script, `build.mjs`) and provider.
+const TYPESCRIPT_SDK: &str = "guest-sdk-js";
+const SIMCLOUD_TS: &str = "guests/simcloud-ts";
+
+/// `guests/simcloud-ts` built by guest-sdk-js/build.mjs (types from the WIT, tsc, esbuild,
+/// componentize-js) into `target/guests/simcloud-ts.wasm`, unless that is newer than every
+/// input: a build takes 15-50 s, and this script reruns for any change under `guests/`.
+fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
+    let tools = workspace.join(JS_TOOLS);
+    let modules = tools.join("node_modules");
+    // npm ci writes it last: it stands for the whole installed tree.
+    let installed = modules.join(".package-lock.json");
+    let output = target_dir.join("simcloud-ts.wasm");
+    let inputs = [
+        workspace.join(TYPESCRIPT_SDK),
+        workspace.join(SIMCLOUD_TS),
+        workspace.join("wit"),
+        installed.clone(),
+    ];
+    if modified(&output).is_some_and(|built| inputs.iter().all(|input| newest(input) <= built)) {
+        return output;
+    }
+    assert!(
+        installed.is_file(),
+        "the TypeScript provider toolchain (componentize-js, jco, tsc, esbuild) is missing at \
+         {}: run `make setup` (or tests/install-test-tools.sh) to install it",
+        modules.display()
+    );
+    let node = std::env::var_os("NODE").unwrap_or_else(|| "node".into());
+    let status = Command::new(&node)
+        .current_dir(workspace)
+        .arg(workspace.join(TYPESCRIPT_SDK).join("build.mjs"))
+        .arg(&modules)
+        .arg(workspace.join("wit").join("provider.wit"))
+        .arg(workspace.join(SIMCLOUD_TS))
+        .arg(target_dir.join("simcloud-ts"))
+        .arg(&output)
+        .status()
+        .unwrap_or_else(|err| {
+            panic!(
+                "cannot run node ({err}): install Node.js 20 or later, or run `make setup` \
+                 (tests/install-test-tools.sh)"
+            )
+        });
+    if !status.success() {
+        panic!("building guests/simcloud-ts with guest-sdk-js/build.mjs failed (see above)");
+    }
+    output
+}
+
+/// The componentize-py that tests/install-test-tools.sh installs (`COMPONENTIZE_PY_VENV`
+/// there), relative to the workspace.
+const COMPONENTIZE_PY_VENV: &str = "target/test-tools/componentize-py-venv";
+/// The Python provider's sources: the SDK package and the provider package, and the world it
+/// is built for (the contract's `cloud-provider` plus `wasi:http`, see guest-sdk-py/wit).
+const PYTHON_SDK: &str = "guest-sdk-py/wasm_ccm_sdk";
+const PYTHON_WIT: &str = "guest-sdk-py/wit";
+const SIMCLOUD_PY: &str = "guests/simcloud-py/simcloud";
+
+/// `guests/simcloud-py` built with componentize-py into `target/guests/simcloud-py.wasm`,
+/// unless that is newer than every input (a build takes 20-35 s, and this script reruns for
+/// any change under `guests/`).
+///
+/// componentize-py writes `__pycache__` next to the modules it bundles, which would make
+/// cargo rerun this script on every build: it builds from a copy of the packages under
+/// `target/guests/python-src`. `VIRTUAL_ENV` names its own venv, so that it looks for
+/// packages there instead of in whatever Python is first on `PATH`.
+fn build_python(workspace: &Path, target_dir: &Path) -> PathBuf {
+    let venv = workspace.join(COMPONENTIZE_PY_VENV);
+    let tool = venv.join("bin").join("componentize-py");
+    let output = target_dir.join("simcloud-py.wasm");
+    let inputs = [
+        workspace.join(PYTHON_SDK),
+        workspace.join(SIMCLOUD_PY),
+        workspace.join(PYTHON_WIT),
+        workspace.join("wit"),
+        tool.clone(),
+    ];
+    assert!(
+        tool.is_file(),
+        "componentize-py is missing at {}: run `make setup` (or tests/install-test-tools.sh) to \
+         install it",
+        tool.display()
+    );
+    if modified(&output).is_some_and(|built| inputs.iter().all(|input| newest(input) <= built)) {
+        return output;
+    }
+
+    let staging = target_dir.join("python-src").join("simcloud-py");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)
+            .unwrap_or_else(|err| panic!("cannot remove {}: {err}", staging.display()));
+    }
+    for package in [PYTHON_SDK, SIMCLOUD_PY] {
+        let from = workspace.join(package);
+        let name = from.file_name().expect("a package directory");
+        copy_package(&from, &staging.join(name));
+    }
+
+    let partial = output.with_extension("wasm.partial");
+    let status = Command::new(&tool)
+        .current_dir(workspace)
+        .env("VIRTUAL_ENV", &venv)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg("--quiet")
+        .arg("-d")
+        .arg(workspace.join(PYTHON_WIT))
+        .args(["-w", "cloud-provider-py"])
+        .args([
+            "--import-interface-name",
+            "wasm-ccm:provider/types@0.1.0=ccm_types",
+            "--import-interface-name",
+            "wasi:http/types@0.2.12=types",
+            "componentize",
+        ])
+        .arg("-p")
+        .arg(&staging)
+        .arg("-o")
+        .arg(&partial)
+        .arg("simcloud")
+        .status()
+        .unwrap_or_else(|err| panic!("cannot run {}: {err}", tool.display()));
+    if !status.success() {
+        panic!("building guests/simcloud-py with componentize-py failed (see above)");
+    }
+    std::fs::rename(&partial, &output).unwrap_or_else(|err| {
+        panic!(
+            "cannot rename {} to {}: {err}",
+            partial.display(),
+            output.display()
+        )
+    });
+    output
+}
+
+/// Copy the Python package `from` to `to`, without `__pycache__`.
+fn copy_package(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to)
+        .unwrap_or_else(|err| panic!("cannot create {}: {err}", to.display()));
+    let entries = std::fs::read_dir(from)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", from.display()));
+    for entry in entries {
+        let entry = entry.unwrap_or_else(|err| panic!("cannot read {}: {err}", from.display()));
+        let path = entry.path();
+        if entry.file_name() == "__pycache__" {
+            continue;
+        }
+        if path.is_dir() {
+            copy_package(&path, &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name())).unwrap_or_else(|err| {
+                panic!("cannot copy {} to {}: {err}", path.display(), to.display())
+            });
+        }
+    }
+}
+
+/// When `path` was last modified, if it exists.
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+}
+
+/// The newest modification time of `path` and everything under it (symbolic links
+/// followed), skipping `__pycache__`; the Unix epoch if it does not exist.
+fn newest(path: &Path) -> std::time::SystemTime {
+    let mut latest = modified(path).unwrap_or(std::time::UNIX_EPOCH);
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            if entry.file_name() != "__pycache__" {
+                latest = latest.max(newest(&entry.path()));
+            }
+        }
+    }
+    latest
 }
 
 /// `cargo build --release` of `packages` for wasm32-wasip2, with simcloud's build stamp set

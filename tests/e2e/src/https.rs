@@ -90,7 +90,27 @@ pub async fn get_with_certificate(
     request(addr, path, None, Some((chain, key))).await
 }
 
+/// How long one request may take, handshake included: a port taken by another test's server
+/// (ports are free only a moment ago) can hold a TLS handshake forever.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn request(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> std::io::Result<(u16, String)> {
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange(addr, path, token, identity))
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from {addr} within {REQUEST_TIMEOUT:?}"),
+            )
+        })?
+}
+
+async fn exchange(
     addr: SocketAddr,
     path: &str,
     token: Option<&str>,

@@ -29,6 +29,7 @@ pub mod moto;
 pub mod pod;
 pub mod registry;
 pub mod scale;
+pub mod simcloud_fixtures;
 pub mod testbed;
 
 /// The token every test cloud requires; tests assert it never reaches a provider.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use cloud_sim::{
     Faults, Instance, InstanceStatus, LoadBalancerStatus, NewInstance, Protocol as SimProtocol,
 };
+use e2e::simcloud_fixtures::{add_instance, node_named, node_with_id};
 use e2e::{Cloud, TOKEN, load, sandbox, simcloud};
 use wasm_ccm_host::contract::{
     AddressKind, IpMode, LbStatus, Node, NodeAddress, PortStatus, Protocol, Route, Service,
@@ -24,34 +25,9 @@ const PROVISIONED: Duration = Duration::from_millis(450);
 
 // ---- fixtures -------------------------------------------------------------------------------
 
-/// A running instance named `name` with every kind of address.
-fn add_instance(cloud: &Cloud, name: &str, octet: u8) -> Instance {
-    cloud.sim.state().add_instance(NewInstance {
-        name: name.into(),
-        instance_type: "sim.medium".into(),
-        zone: "sim-central-1b".into(),
-        private_ip: Some(format!("10.0.1.{octet}")),
-        public_ip: Some(format!("203.0.113.{octet}")),
-        public_ipv6: Some(format!("2001:db8::{octet}")),
-        hostname: Some(format!("{name}.sim.internal")),
-    })
-}
-
-/// A node the kubelet registered, not yet initialised: a name and no provider ID.
-fn node_named(name: &str) -> Node {
-    Node {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        ..Node::default()
-    }
-}
-
 /// An initialised node: its provider ID points at `instance`.
 fn node_of(instance: &Instance) -> Node {
-    Node {
-        provider_id: Some(format!("simcloud://{}", instance.id)),
-        ..node_named(&instance.name)
-    }
+    node_with_id(&instance.name, &instance.id)
 }
 
 fn port(name: &str, protocol: Protocol, port: i32, node_port: Option<i32>) -> ServicePort {

@@ -19,6 +19,14 @@ pub const SIMCLOUD_V2_BUILD: &str = env!("GUEST_SIMCLOUD_V2_BUILD");
 /// `guests/aws`: the provider for Amazon Web Services (EC2, ELBv2), signed by the host.
 pub const AWS: &str = env!("GUEST_AWS");
 
+/// `guests/simcloud-py`: simcloud ported to Python (the `cloud-provider` world: instances,
+/// load balancers, routes), built with componentize-py (a CPython inside: about 18.5 MB).
+pub const SIMCLOUD_PY: &str = env!("GUEST_SIMCLOUD_PY");
+
+/// `guests/simcloud-ts`: simcloud's `init` and instances ported to TypeScript, built with
+/// componentize-js (a SpiderMonkey inside the component: about 12.7 MB).
+pub const SIMCLOUD_TS: &str = env!("GUEST_SIMCLOUD_TS");
+
 /// `tests/guests/hostile`: a provider that misbehaves on purpose.
 pub const HOSTILE: &str = env!("GUEST_HOSTILE");
 
