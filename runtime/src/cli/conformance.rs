@@ -221,7 +221,7 @@ pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
     };
     let capabilities = provider.capabilities().clone();
     let probe = Probe::new(&capabilities.name);
-    for (declared, interface, run) in [
+    for (declared, name, interface) in [
         (capabilities.instances, "instances", Interface::Instances),
         (
             capabilities.load_balancer,
@@ -231,7 +231,7 @@ pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
         (capabilities.routes, "routes", Interface::Routes),
     ] {
         if !declared {
-            undeclared(provider, &probe, fixture, run, interface, &mut report).await;
+            undeclared(provider, &probe, fixture, interface, name, &mut report).await;
         }
     }
     if capabilities.instances {
