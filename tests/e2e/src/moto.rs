@@ -31,7 +31,6 @@
 //!   Query API as form `POST`s, as the AWS SDKs do.
 
 use std::convert::Infallible;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -43,11 +42,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-
-use crate::https::free_port;
-
-/// Where `tests/install-test-tools.sh` puts moto's venv, under the workspace root.
-const MOTO_VENV: &str = "target/test-tools/moto-venv";
 
 /// How long a starting moto may take to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,6 +58,13 @@ const POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","
 /// Who may assume the role: any web identity (moto does not check the token).
 const TRUST: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Federated":"arn:aws:iam::123456789012:oidc-provider/oidc.example"},"Action":"sts:AssumeRoleWithWebIdentity"}]}"#;
 
+/// The URL in werkzeug's ` * Running on http://127.0.0.1:PORT` line of moto's log.
+fn serving_url(log: &str) -> Option<String> {
+    log.lines()
+        .find_map(|line| line.trim().strip_prefix("* Running on "))
+        .map(|url| url.trim().to_owned())
+}
+
 /// A `moto_server` child process, killed on drop, and the key it was seeded with.
 pub struct Moto {
     url: String,
@@ -77,19 +78,16 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// moto on a free port of 127.0.0.1 with signature checking on, seeded.
+    /// moto on a port of 127.0.0.1 with signature checking on, seeded.
+    ///
+    /// moto binds port 0 and the port it got is read from its log: a port picked free
+    /// beforehand could be taken meanwhile by another test's moto, which this one would then
+    /// seed and sign for.
     pub async fn start() -> Moto {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let server = root.join(MOTO_VENV).join("bin/moto_server");
-        assert!(
-            server.is_file(),
-            "moto is not installed ({} is missing): `make test` (or `make setup`) installs it",
-            server.display()
-        );
-        let port = free_port();
+        let server = crate::python_tool("moto_server");
         let log = tempfile::NamedTempFile::new().expect("moto log");
         let child = Command::new(&server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-H", "127.0.0.1", "-p", "0"])
             .env("INITIAL_NO_AUTH_ACTION_COUNT", "0")
             .stdin(Stdio::null())
             .stdout(log.reopen().expect("moto log"))
@@ -97,7 +95,7 @@ impl Moto {
             .spawn()
             .unwrap_or_else(|err| panic!("cannot run {}: {err}", server.display()));
         let mut moto = Moto {
-            url: format!("http://127.0.0.1:{port}"),
+            url: String::new(),
             child: Mutex::new(Some(child)),
             log,
             http: Client::builder(TokioExecutor::new()).build_http(),
@@ -163,7 +161,9 @@ impl Moto {
         Front::start(self, false, handler).await
     }
 
-    async fn wait_ready(&self) {
+    /// Wait for moto to say where it serves (werkzeug's ` * Running on URL`), then for it
+    /// to answer there.
+    async fn wait_ready(&mut self) {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let exited = self
@@ -174,6 +174,18 @@ impl Moto {
                 .and_then(|child| child.try_wait().expect("moto status"));
             if let Some(status) = exited {
                 panic!("moto exited ({status}) before serving:\n{}", self.log());
+            }
+            if self.url.is_empty() {
+                self.url = serving_url(&self.log()).unwrap_or_default();
+            }
+            if self.url.is_empty() {
+                assert!(
+                    Instant::now() < deadline,
+                    "moto did not say where it serves within {READY_TIMEOUT:?}:\n{}",
+                    self.log()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
             let request = http::Request::get(format!("{}/moto-api/data.json", self.url))
                 .body(Full::new(Bytes::new()))

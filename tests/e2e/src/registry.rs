@@ -51,9 +51,6 @@ pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// How long a starting registry may take to answer `/v2/`.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Where `tests/install-test-tools.sh` puts ORAS's venv, under the workspace root.
-const ORAS_VENV: &str = "target/test-tools/oras-venv";
-
 /// A registry user (for htpasswd) or a client's login.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credentials {
@@ -527,14 +524,7 @@ impl Oras {
         let command = args["command"].as_str().expect("a command").to_owned();
         args["registry"] = self.registry.to_string().into();
         args["docker_config"] = serde_json::json!(self.docker_config);
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let python = root.join(ORAS_VENV).join("bin/python");
-        assert!(
-            python.is_file(),
-            "ORAS's Python SDK is not installed ({} is missing): `make test` (or `make setup`) \
-             installs it",
-            python.display()
-        );
+        let python = crate::python_tool("python");
         let output = tokio::process::Command::new(&python)
             .arg("-c")
             .arg(include_str!("registry/oras.py"))

@@ -4,8 +4,8 @@
 //! within a stated bound, and calls that make ordinary requests, one after another, are not
 //! affected.
 //!
-//! The tests of this file measure the resident memory of their own process, so they run one
-//! at a time.
+//! The tests of this file measure the resident memory of their own process
+//! ([`e2e::resident_bytes`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +14,6 @@ use e2e::{hostile_counted, loopback, resident_bytes};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::Mutex;
 use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::{EgressConfig, HostPattern};
 use wasm_ccm_host::metrics::{CallLabels, Metrics};
@@ -22,9 +21,6 @@ use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError};
 use wasm_ccm_host::sandbox::{CallFailure, HttpBudget, HttpLimits, SandboxConfig};
 
 const MIB: u64 = 1024 * 1024;
-
-/// Held by each test while it runs: resident memory is the process's.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 async fn run(provider: &Provider, command: &str) -> Result<Value, ProviderError> {
     let node = Node {
@@ -65,7 +61,6 @@ fn calls(metrics: &Metrics, provider: &Provider, outcome: &str) -> u64 {
 
 #[tokio::test]
 async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let (provider, metrics) = hostile_counted(e2e::sandbox_config(), EgressConfig::default()).await;
     let limit = HttpLimits::default().max_memory;
 
@@ -100,7 +95,6 @@ async fn a_fields_flood_fails_at_the_http_memory_limit_and_the_host_stays_small(
 
 #[tokio::test]
 async fn a_request_body_flood_fails_at_the_http_memory_limit() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let (provider, metrics) = hostile_counted(e2e::sandbox_config(), EgressConfig::default()).await;
     // 300 unsent requests whose bodies hold 2 MiB each: 600 MiB without a budget.
     let before = resident_bytes();
@@ -120,7 +114,6 @@ async fn a_request_body_flood_fails_at_the_http_memory_limit() {
 
 #[tokio::test]
 async fn a_resource_flood_fails_at_the_resource_limit() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let config = SandboxConfig {
         http: HttpLimits {
             max_resources: 200,
@@ -185,7 +178,6 @@ async fn counting_server() -> (String, Arc<AtomicUsize>) {
 
 #[tokio::test]
 async fn ordinary_requests_one_after_another_stay_within_a_small_budget() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let (url, requests) = counting_server().await;
     // Room for two request bodies' buffers at once: a budget that counted what was
     // written, rather than what is held, would end this call after two requests.

@@ -1,13 +1,12 @@
 //! A provider naming endless destinations grows neither the host's memory nor its metrics:
 //! a refused name is never a label value, and the per-destination state a wildcard grant
-//! lets a provider create is bounded. These tests measure the process's resident memory, so
-//! they run in a binary of their own, one at a time.
+//! lets a provider create is bounded. These tests measure the process's resident memory
+//! ([`e2e::resident_bytes`]).
 
 use std::time::Duration;
 
 use e2e::{hostile_counted, hostile_report, loopback, resident_bytes};
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 use wasm_ccm_host::egress::{EgressConfig, HostPattern};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::Provider;
@@ -15,9 +14,6 @@ use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::SandboxConfig;
 
 const MIB: u64 = 1024 * 1024;
-
-/// Held by each test while it runs: resident memory is the process's.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 fn grant(url: &str) -> EgressConfig {
     EgressConfig {
@@ -76,7 +72,6 @@ async fn name_flood(
 /// grow it by about 90 MiB, far past the bound asserted.
 #[tokio::test]
 async fn a_provider_naming_50000_hosts_never_granted_grows_neither_metrics_nor_memory() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let config = SandboxConfig {
         call_timeout: Duration::from_secs(600),
         ..e2e::sandbox_config()
@@ -120,7 +115,6 @@ async fn a_provider_naming_50000_hosts_never_granted_grows_neither_metrics_nor_m
 /// closed port on loopback, so nothing leaves the machine).
 #[tokio::test]
 async fn a_provider_naming_20000_hosts_under_a_wildcard_grant_grows_neither_metrics_nor_memory() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let config = SandboxConfig {
         call_timeout: Duration::from_secs(600),
         ..e2e::sandbox_config()
@@ -161,7 +155,6 @@ async fn a_provider_naming_20000_hosts_under_a_wildcard_grant_grows_neither_metr
 /// destination is answered 429, naming the flag, and the host holds no more budgets.
 #[tokio::test]
 async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let egress = EgressConfig {
         name_server: Some(closed_name_server()),
         budget: RateBudget {
@@ -190,7 +183,6 @@ async fn past_its_bound_on_destinations_a_new_destination_is_answered_429() {
 /// A host name longer than any DNS name is refused before it is looked up, kept or counted.
 #[tokio::test]
 async fn a_host_name_longer_than_dns_allows_is_refused_by_its_length() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let egress = EgressConfig {
         name_server: Some(closed_name_server()),
         ..grant("http://*.granted.test")

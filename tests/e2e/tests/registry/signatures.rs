@@ -27,10 +27,6 @@ use super::distribution::{args, assert_refused, insecure, push, stderr, stdout, 
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The Python with `cryptography`: the ORAS venv, where tests/install-test-tools.sh installs
-/// it.
-const PYTHON: &str = "target/test-tools/oras-venv/bin/python";
-
 /// A shell command as the README gives it, run in `dir`; what it printed.
 fn typed(dir: &Path, command: &str) -> String {
     let output = std::process::Command::new("sh")
@@ -67,13 +63,7 @@ fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 /// Run `cosign.py` with `args` (plus the registry); its JSON answer.
 fn cosign_py(registry: &Registry, mut args: serde_json::Value) -> serde_json::Value {
     args["registry"] = registry.addr().to_string().into();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = root.join(PYTHON);
-    assert!(
-        python.is_file(),
-        "{} is missing: `make test` (or `make setup`) installs it",
-        python.display()
-    );
+    let python = e2e::python_tool("python");
     let output = std::process::Command::new(&python)
         .arg("-c")
         .arg(include_str!("cosign.py"))

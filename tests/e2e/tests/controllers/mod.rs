@@ -2,7 +2,7 @@
 //! cloud simulator: node lifecycle and routes, the nodes a provider reads, load balancers,
 //! the informer's cache, leader election, the validation of a provider's answers and the
 //! authenticated secure port; and providers written in Python and in TypeScript, through
-//! the host and a manager. One test binary, so the manager is linked once for them.
+//! the host and a manager.
 
 mod answers;
 mod informer;

@@ -1,6 +1,5 @@
 //! Providers from an OCI registry, against Debian's `docker-registry` on loopback and ORAS's
-//! Python SDK as an independent client (`e2e::registry`; `make test` installs both). One test
-//! binary for all registry tests, so the manager is linked once for them.
+//! Python SDK as an independent client (`e2e::registry`; `make test` installs both).
 
 mod harness;
 mod distribution;
