@@ -13,6 +13,7 @@ CARGO ?= cargo
 # tests/install-test-tools.sh; helm: see tests/install-chart-tools.sh.
 setup:
 	rustup target add wasm32-wasip2
+	rustup component add rustfmt
 	bash tests/install-test-tools.sh
 	bash tests/install-chart-tools.sh
 
@@ -21,10 +22,12 @@ demo: setup
 
 # cargo-nextest (installed by setup) runs every test of the workspace in a process of its
 # own, test binaries side by side (.config/nextest.toml); the aws guest's unit tests (recorded
-# AWS answers moto cannot give) run natively with them. Doc tests are cargo's own.
+# AWS answers moto cannot give) run natively with them. Doc tests are cargo's own. Formatting
+# is checked first: seconds, and a misformatted tree fails before anything is built.
 NEXTEST = target/test-tools/python/bin/cargo-nextest nextest
 
 test: setup
+	$(CARGO) fmt --all --check
 	$(NEXTEST) run --locked --workspace
 	$(CARGO) test --locked --doc
 

@@ -9,6 +9,7 @@ export type {
   AddressKind,
   Capabilities,
   InstanceMetadata,
+  IpMode,
   LbIngress,
   LbStatus,
   Node,

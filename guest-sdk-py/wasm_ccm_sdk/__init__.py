@@ -10,6 +10,8 @@ egress gate (`wasm_ccm_sdk.http`).
 
 A provider module defines one class per exported interface, named as componentize-py
 expects (`Provider`, `Instances`, `LoadBalancer`, `Routes`), each subclassing the base
-class of the same name here. Build it against the world in `guest-sdk-py/wit` (see
+class of the same name here, and re-exports `LoadBalancerNodeSets` from
+`wasm_ccm_sdk.provider` as it is (the load-balancer calls with their nodes lent as a node
+set, passed on to its `LoadBalancer` as `Nodes`). Build it against the world in `guest-sdk-py/wit` (see
 `guests/simcloud-py` and tests/guest-builds/build.rs for the command).
 """

@@ -200,7 +200,7 @@ def request(
         types.OutgoingBody.finish(outgoing_body, None)
         future = outgoing_handler.handle(outgoing, None)
     except Err as err:
-        raise _error_code(url, err.value)
+        raise _error_code(method, url, err.value)
 
     with future:
         with future.subscribe() as pollable:
@@ -212,7 +212,7 @@ def request(
         raise HttpError("transport", url, f"request to {url} failed: response already taken")
     inner = answer.value
     if isinstance(inner, Err):
-        raise _error_code(url, inner.value)
+        raise _error_code(method, url, inner.value)
     with inner.value as response:
         status = response.status()
         with response.headers() as fields:
@@ -221,11 +221,11 @@ def request(
             ]
         incoming = response.consume()
         with incoming:
-            received_body = _read_body(url, incoming)
+            received_body = _read_body(method, url, incoming)
     return Response(url, status, received, received_body)
 
 
-def _read_body(url: str, incoming: types.IncomingBody) -> bytes:
+def _read_body(method: str, url: str, incoming: types.IncomingBody) -> bytes:
     chunks = []
     size = 0
     with incoming.stream() as stream:
@@ -238,7 +238,7 @@ def _read_body(url: str, incoming: types.IncomingBody) -> bytes:
                 with err.value.value as failure:
                     code = types.http_error_code(failure)
                     if code is not None:
-                        raise _error_code(url, code)
+                        raise _error_code(method, url, code)
                     raise HttpError(
                         "transport",
                         url,
@@ -274,9 +274,11 @@ def _forbidden(url: str, name: str) -> HttpError:
     )
 
 
-def _error_code(url: str, code) -> HttpError:
+def _error_code(method: str, url: str, code) -> HttpError:
     if isinstance(code, types.ErrorCode_HttpRequestDenied):
-        return HttpError("denied", url, f"egress denied by the host: {url}")
+        return HttpError(
+            "denied", url, f"request {method.upper()} {url} refused: egress denied by the host"
+        )
     return HttpError("transport", url, f"request to {url} failed: {code}")
 
 

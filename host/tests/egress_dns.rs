@@ -16,7 +16,9 @@ use hickory_resolver::proto::op::{Message, OpCode, ResponseCode};
 use hickory_resolver::proto::rr::rdata::{A, SOA};
 use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 use tokio::net::UdpSocket;
-use wasm_ccm_host::egress::{Caller, DNS_CACHE_ANSWERS, EgressConfig, EgressGate, PoolLimits};
+use wasm_ccm_host::egress::{
+    Caller, DNS_CACHE_ANSWERS, EgressConfig, EgressGate, PoolLimits, SendError,
+};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::rate::RateBudget;
 
@@ -151,7 +153,7 @@ async fn one_name(
 }
 
 /// Send a request to `url` through `gate` from the host side; the error if it fails.
-async fn send(gate: &Arc<EgressGate>, url: &str) -> Result<(), String> {
+async fn send(gate: &Arc<EgressGate>, url: &str) -> Result<(), SendError> {
     let caller = Arc::new(Caller {
         provider: "resolving".into(),
         version: "sha256:0123456789ab".into(),
@@ -279,7 +281,8 @@ async fn a_name_that_does_not_exist_fails_as_a_dns_error_naming_it() {
     let gate = gate(&server, &["http://missing.cache.test:9"]);
     let error = send(&gate, "http://missing.cache.test:9/")
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(error.starts_with("DNS error: rcode NXDOMAIN"), "{error}");
     let record = gate.audit().recent().pop().unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 //! time with a build stamp, as a second version for hot-swap tests; and the Python provider
 //! (`guests/simcloud-py`) with componentize-py and the TypeScript provider
 //! (`guests/simcloud-ts`) with componentize-js, both from `target/test-tools` (see
-//! `build_python`, `build_typescript`).
+//! `build_python`, `build_typescript`), each on a thread of its own beside the Rust guests.
 //!
 //! The nested cargo uses its own target directory (`target/guests`) so it never waits on the
 //! lock of the cargo that runs this script.
@@ -68,13 +68,36 @@ fn main() {
     lock.lock()
         .unwrap_or_else(|err| panic!("cannot lock {}: {err}", lock_path.display()));
 
+    // The TypeScript and Python providers build beside the Rust guests: each is mostly one
+    // single-threaded tool (node, componentize-py) that would otherwise wait its turn.
+    let (simcloud_ts, simcloud_py) = std::thread::scope(|scope| {
+        let typescript = scope.spawn(|| build_typescript(&workspace, &target_dir));
+        let python = scope.spawn(|| build_python(&workspace, &target_dir));
+        build_rust_guests(&workspace, &target_dir);
+        (
+            typescript.join().expect("the TypeScript build panicked"),
+            python.join().expect("the Python build panicked"),
+        )
+    });
+    println!(
+        "cargo:rustc-env=GUEST_SIMCLOUD_TS={}",
+        simcloud_ts.display()
+    );
+    println!(
+        "cargo:rustc-env=GUEST_SIMCLOUD_PY={}",
+        simcloud_py.display()
+    );
+}
+
+/// The Rust guests, simcloud twice (stamped and not); their paths as env vars.
+fn build_rust_guests(workspace: &Path, target_dir: &Path) {
     let out = target_dir.join("wasm32-wasip2").join("release");
     let simcloud = out.join("simcloud.wasm");
 
     // The stamped build first, so the shared file is left unstamped.
     build(
-        &workspace,
-        &target_dir,
+        workspace,
+        target_dir,
         &["simcloud"],
         Some(SIMCLOUD_V2_STAMP),
     );
@@ -82,7 +105,7 @@ fn main() {
     publish(&simcloud, &simcloud_v2);
 
     let packages: Vec<&str> = GUESTS.iter().map(|(package, _)| *package).collect();
-    build(&workspace, &target_dir, &packages, None);
+    build(workspace, target_dir, &packages, None);
     let simcloud_v1 = target_dir.join("simcloud.wasm");
     publish(&simcloud, &simcloud_v1);
 
@@ -101,18 +124,6 @@ fn main() {
     let (stamp_var, path_var) = SIMCLOUD_V2_VARS;
     println!("cargo:rustc-env={stamp_var}={SIMCLOUD_V2_STAMP}");
     println!("cargo:rustc-env={path_var}={}", simcloud_v2.display());
-
-    let simcloud_ts = build_typescript(&workspace, &target_dir);
-    println!(
-        "cargo:rustc-env=GUEST_SIMCLOUD_TS={}",
-        simcloud_ts.display()
-    );
-
-    let simcloud_py = build_python(&workspace, &target_dir);
-    println!(
-        "cargo:rustc-env=GUEST_SIMCLOUD_PY={}",
-        simcloud_py.display()
-    );
 }
 
 /// The node packages tests/install-test-tools.sh installs with `npm ci` from

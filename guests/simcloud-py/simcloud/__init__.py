@@ -6,14 +6,15 @@ each interface lives in its own module.
 It reads the same cloud config (`{"api_url": ..., "proxy_protocol": false}`, see
 `config.py`), answers the same provider IDs (`simcloud://<instance-id>`) and makes the same
 requests to the simulator as the Rust simcloud for every function of the `cloud-provider`
-world (`init`, instances, load balancers, routes). It targets that world, not
-`cloud-provider-node-sets`: load-balancer calls get the nodes as a list. It has no build
-stamp.
+world (`init`, instances, load balancers, routes). Load-balancer calls get the nodes lent
+as a node set (`cloud-provider-node-sets`), of which it reads the provider IDs, and the
+names only of nodes it skips. It has no build stamp.
 """
 
 from typing import List, Optional
 
 from wasm_ccm_sdk import host, provider
+from wasm_ccm_sdk.provider import LoadBalancerNodeSets  # noqa: F401 - exported as it is
 from wit_world.imports import ccm_types
 
 from . import config, instances, load_balancers, routes
@@ -52,12 +53,12 @@ class LoadBalancer(provider.LoadBalancer):
         return load_balancers.get_load_balancer(cluster_name, svc)
 
     def ensure_load_balancer(
-        self, cluster_name: str, svc: ccm_types.Service, nodes: List[ccm_types.Node]
+        self, cluster_name: str, svc: ccm_types.Service, nodes: provider.Nodes
     ) -> ccm_types.LbStatus:
         return load_balancers.ensure_load_balancer(cluster_name, svc, nodes)
 
     def update_load_balancer(
-        self, cluster_name: str, svc: ccm_types.Service, nodes: List[ccm_types.Node]
+        self, cluster_name: str, svc: ccm_types.Service, nodes: provider.Nodes
     ) -> None:
         load_balancers.update_load_balancer(cluster_name, svc, nodes)
 

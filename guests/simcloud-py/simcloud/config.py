@@ -3,6 +3,7 @@
 path prefix, no query) and `proxy_protocol` (a boolean, default false). Unknown fields are
 refused. Parsed by `init`, re-read by every call."""
 
+import json
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,7 +31,7 @@ def parse(raw: Optional[bytes]) -> Config:
     for name in fields:
         if name not in _FIELDS:
             raise errors.other(
-                f"invalid cloud config: unknown field {name!r}, expected one of "
+                f"invalid cloud config: unknown field {json.dumps(name)}, expected one of "
                 + ", ".join(repr(field) for field in _FIELDS)
             )
     api_url = fields.get("api_url")

@@ -3,6 +3,7 @@ it. Also owns provider IDs (`simcloud://<instance-id>`) and the instance cache, 
 simcloud does: lookups by id are cached for 5 s under `instance/<id>`, absence never is;
 `instance-exists` and `instance-shutdown` always read fresh (refreshing the cache)."""
 
+import json
 from typing import Optional
 
 from wasm_ccm_sdk import errors, host
@@ -36,7 +37,8 @@ def find(node: ccm_types.Node, freshness: str) -> Optional[dict]:
         instance_id = instance_id_of(node.provider_id)
         if instance_id is None:
             raise errors.other(
-                f"node {node.name} has provider ID {node.provider_id!r}, not a simcloud:// one"
+                f"node {node.name} has provider ID {json.dumps(node.provider_id)}, not a "
+                "simcloud:// one"
             )
         return _by_id(api, instance_id, freshness)
     return by_name(api, node.name)

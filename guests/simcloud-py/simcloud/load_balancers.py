@@ -6,6 +6,7 @@ from a load balancer to the Service's status."""
 from typing import List, Optional
 
 from wasm_ccm_sdk import errors, host
+from wasm_ccm_sdk.provider import Nodes
 from wit_world.imports import ccm_types
 
 from . import config
@@ -40,7 +41,7 @@ def get_load_balancer(cluster_name: str, svc: ccm_types.Service) -> Optional[ccm
 
 
 def ensure_load_balancer(
-    cluster_name: str, svc: ccm_types.Service, nodes: List[ccm_types.Node]
+    cluster_name: str, svc: ccm_types.Service, nodes: Nodes
 ) -> ccm_types.LbStatus:
     settings = config.load()
     api = Api(settings.api_url)
@@ -57,9 +58,7 @@ def ensure_load_balancer(
     return _ready_status(lb)
 
 
-def update_load_balancer(
-    cluster_name: str, svc: ccm_types.Service, nodes: List[ccm_types.Node]
-) -> None:
+def update_load_balancer(cluster_name: str, svc: ccm_types.Service, nodes: Nodes) -> None:
     api = Api.load()
     lb = _existing(api, cluster_name, svc)
     targets = _target_ids(nodes)
@@ -107,7 +106,7 @@ def _update(api: Api, lb: dict, spec: dict) -> dict:
     return updated
 
 
-def _desired(svc: ccm_types.Service, nodes: List[ccm_types.Node], proxy_protocol: bool) -> dict:
+def _desired(svc: ccm_types.Service, nodes: Nodes, proxy_protocol: bool) -> dict:
     """What the load balancer of `svc` should look like for `nodes`, in the order of the
     simulator's request body."""
     return {
@@ -165,19 +164,28 @@ def _unless_stale(write):
         raise
 
 
-def _target_ids(nodes: List[ccm_types.Node]) -> List[str]:
+def _target_ids(nodes: Nodes) -> List[str]:
     """The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
-    provider ID are skipped."""
+    provider ID are skipped. Only the provider IDs are read (and the names, to report a
+    skipped node)."""
+    provider_ids = nodes.provider_ids()
     ids: List[str] = []
-    for node in nodes:
-        instance_id = instance_id_of(node.provider_id) if node.provider_id is not None else None
+    seen = set()
+    skipped = []
+    for index, provider_id in enumerate(provider_ids):
+        instance_id = instance_id_of(provider_id) if provider_id is not None else None
         if instance_id is None:
-            host.info(
-                f"node {node.name} is not a load-balancer target: provider ID "
-                f"{node.provider_id!r} is not simcloud://"
-            )
-        elif instance_id not in ids:
+            skipped.append(index)
+        elif instance_id not in seen:
+            seen.add(instance_id)
             ids.append(instance_id)
+    if skipped:
+        names = nodes.names()
+        for index in skipped:
+            host.info(
+                f"node {names[index]} is not a load-balancer target: provider ID "
+                f"{provider_ids[index]!r} is not simcloud://"
+            )
     return ids
 
 

@@ -10,8 +10,16 @@ import type { HttpResponse } from '@wasm-ccm/provider-sdk';
 
 import type { Config } from './config.js';
 import { parseConfig } from './config.js';
-import type { Instance } from './model.js';
-import { instanceFrom, instanceListFrom, isNotFoundBody } from './model.js';
+import type { Instance, LbSpec, LoadBalancer, NewLoadBalancer, NewRoute, Route } from './model.js';
+import {
+  instanceFrom,
+  instanceListFrom,
+  isNotFoundBody,
+  loadBalancerFrom,
+  loadBalancerListFrom,
+  routeFrom,
+  routeListFrom,
+} from './model.js';
 
 /** A client for one simulator. */
 export class Api {
@@ -45,6 +53,63 @@ export class Api {
     const response = await http.get(this.url(`instances${query}`));
     return instanceListFrom(response.json(), response.url);
   }
+
+  /** The load balancer named `name` in `cluster`, if any. */
+  async loadBalancerNamed(name: string, cluster: string): Promise<LoadBalancer | undefined> {
+    const path = `load-balancers?name=${encode(name)}&cluster=${encode(cluster)}`;
+    const response = await http.get(this.url(path));
+    return loadBalancerListFrom(response.json(), response.url).find((lb) => lb.name === name);
+  }
+
+  /** `POST /v1/load-balancers`: the new load balancer, still provisioning. */
+  async createLoadBalancer(created: NewLoadBalancer): Promise<LoadBalancer> {
+    const response = await http.postJson(this.url('load-balancers'), created);
+    return loadBalancerFrom(response.json(), response.url);
+  }
+
+  /** `PUT /v1/load-balancers/{id}`: replace listeners, targets, source ranges and protocol. */
+  async updateLoadBalancer(id: string, spec: LbSpec): Promise<LoadBalancer> {
+    const response = await http.putJson(this.url(`load-balancers/${encode(id)}`), spec);
+    return loadBalancerFrom(response.json(), response.url);
+  }
+
+  /** `PUT /v1/load-balancers/{id}/targets`. */
+  async setTargets(id: string, targets: string[]): Promise<LoadBalancer> {
+    const url = this.url(`load-balancers/${encode(id)}/targets`);
+    const response = await http.putJson(url, { targets });
+    return loadBalancerFrom(response.json(), response.url);
+  }
+
+  /** `DELETE /v1/load-balancers/{id}`: `true` if deleted now, `false` if already gone. */
+  async deleteLoadBalancer(id: string): Promise<boolean> {
+    return deleted(await http.del(this.url(`load-balancers/${encode(id)}`)));
+  }
+
+  /** `GET /v1/routes?cluster=C`: the routes of `cluster`. */
+  async routes(cluster: string): Promise<Route[]> {
+    const response = await http.get(this.url(`routes?cluster=${encode(cluster)}`));
+    return routeListFrom(response.json(), response.url);
+  }
+
+  /** `POST /v1/routes`; a 409 (an `HttpError` with that status) means the cluster already routes the CIDR. */
+  async createRoute(created: NewRoute): Promise<Route> {
+    const response = await http.postJson(this.url('routes'), created);
+    return routeFrom(response.json(), response.url);
+  }
+
+  /** `DELETE /v1/routes/{id}`: `true` if deleted now, `false` if already gone. */
+  async deleteRoute(id: string): Promise<boolean> {
+    return deleted(await http.del(this.url(`routes/${encode(id)}`)));
+  }
+}
+
+/** `true` for a 2xx answer to a DELETE, `false` for the simulator's "not found". */
+function deleted(response: HttpResponse): boolean {
+  if (isNotFound(response)) {
+    return false;
+  }
+  response.success();
+  return true;
 }
 
 /** A 404 with the simulator's own `not_found` body; a bare 404 (a proxy, a wrong `api_url`) is not proof of absence. */

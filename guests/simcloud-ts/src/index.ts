@@ -4,9 +4,11 @@
  * Rust simcloud (`guests/simcloud`). This file owns the provider's identity (`init` and its
  * capabilities) and the component's exports.
  *
- * It implements `init` and the instances functions; load balancers and routes answer
- * `not-implemented` and the capabilities say so. Cloud config and provider IDs are the Rust
- * simcloud's (see `config.ts`, `instances.ts`); it has no build stamp.
+ * It implements every function of the `cloud-provider` world: `init`, instances
+ * (`instances.ts`), load balancers (`loadBalancers.ts`) and routes (`routes.ts`), with the
+ * Rust simcloud's cloud config, provider IDs, load-balancer and route names (see
+ * `config.ts`). Load-balancer calls get the nodes as a list: it targets that world, not
+ * `cloud-provider-node-sets`. It has no build stamp.
  */
 
 import { exportProvider, log } from '@wasm-ccm/provider-sdk';
@@ -14,6 +16,8 @@ import type { Provider } from '@wasm-ccm/provider-sdk';
 
 import { parseConfig } from './config.js';
 import { simcloudInstances } from './instances.js';
+import { simcloudLoadBalancer } from './loadBalancers.js';
+import { simcloudRoutes } from './routes.js';
 
 const simcloud: Provider = {
   init(config) {
@@ -22,14 +26,16 @@ const simcloud: Provider = {
     return {
       name: 'simcloud',
       instances: true,
-      loadBalancer: false,
-      routes: false,
+      loadBalancer: true,
+      routes: true,
       hasClusterId: true,
       // Nodes are found by provider ID and name: no label or annotation is read.
       nodeMetadata: { labels: [], annotations: [] },
     };
   },
   instances: simcloudInstances,
+  loadBalancer: simcloudLoadBalancer,
+  routes: simcloudRoutes,
 };
 
 export const { provider, instances, loadBalancer, routes } = exportProvider(simcloud);

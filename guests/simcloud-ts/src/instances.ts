@@ -3,7 +3,8 @@
  * provider ID, else by name) and describe it. Owns provider IDs (`simcloud://<instance-id>`)
  * and the instance cache: lookups by id are cached for 5 s under `instance/<id>`; absence is
  * never cached. `instance-exists` and `instance-shutdown` always read fresh (refreshing the
- * cache); metadata may use the cache.
+ * cache); metadata may use the cache. Load balancers and routes find instances with
+ * `instanceIdOf` and `byName`.
  */
 
 import { ProviderError, cache } from '@wasm-ccm/provider-sdk';
@@ -38,7 +39,7 @@ export const simcloudInstances: Instances = {
 };
 
 /** The instance id inside a simcloud provider ID, or `undefined` for another scheme or no id. */
-function instanceIdOf(providerId: string): string | undefined {
+export function instanceIdOf(providerId: string): string | undefined {
   if (!providerId.startsWith(SCHEME)) {
     return undefined;
   }
@@ -96,7 +97,7 @@ async function byId(api: Api, id: string, freshness: Freshness): Promise<Instanc
 }
 
 /** The live instance named `name`; `undefined` if there is none. */
-async function byName(api: Api, name: string): Promise<Instance | undefined> {
+export async function byName(api: Api, name: string): Promise<Instance | undefined> {
   const live = (await api.instances(name)).filter(
     (instance) => instance.name === name && instance.status !== 'deleted',
   );

@@ -798,10 +798,7 @@ impl Guest {
                 if let Some(budget) = http_budget::exceeded(&err, &self.env.limits.http) {
                     return Err(CallFailure::HttpBudget { budget });
                 }
-                let reason = match err.downcast_ref::<Trap>() {
-                    Some(trap) => trap.to_string(),
-                    None => format!("{err:#}"),
-                };
+                let reason = failure_reason(&err);
                 return Err(CallFailure::Trap {
                     message: trap_message(&reason, &state.stderr.contents()),
                 });
@@ -853,6 +850,29 @@ fn escape_message(error: CloudError) -> CloudError {
     }
 }
 
+/// Why a started call failed: a wasm trap by its name; any other error (the host's bindings
+/// refusing a resource drop, say) by every cause in its chain. wasmtime's backtrace context
+/// ("error while executing at wasm backtrace:" and the frames) is left out: its first line
+/// alone was all that once reached the message, hiding the cause.
+fn failure_reason(err: &wasmtime::Error) -> String {
+    if let Some(trap) = err.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    let backtrace = err
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(ToString::to_string);
+    let causes: Vec<String> = err
+        .chain()
+        .map(ToString::to_string)
+        .filter(|cause| Some(cause) != backtrace.as_ref())
+        .collect();
+    if causes.is_empty() {
+        format!("{err:#}")
+    } else {
+        causes.join(": ")
+    }
+}
+
 /// The trap reason plus the guest's last words on stderr (a Rust panic message lands there),
 /// escaped.
 fn trap_message(reason: &str, stderr: &[u8]) -> String {
@@ -862,7 +882,6 @@ fn trap_message(reason: &str, stderr: &[u8]) -> String {
 fn unescaped_trap_message(reason: &str, stderr: &[u8]) -> String {
     let stderr = String::from_utf8_lossy(stderr);
     let last: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    let reason = reason.lines().next().unwrap_or(reason);
     match last.len() {
         0 => reason.to_string(),
         n => format!(

@@ -163,6 +163,24 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report when `init` of the provider from `origin` failed with `error`: one failed
+    /// `init` row, since no rule can run without the capabilities `init` answers.
+    pub fn init_failed(origin: &str, error: &ProviderError) -> Report {
+        let mut report = Report {
+            provider: origin.to_owned(),
+            ..Report::default()
+        };
+        report.row(
+            "init",
+            Verdict::Fail,
+            format!(
+                "answered {} ({error}): no rule can run without capabilities",
+                error.outcome()
+            ),
+        );
+        report
+    }
+
     fn row(&mut self, rule: &'static str, verdict: Verdict, evidence: impl Into<String>) {
         self.rules.push(Row {
             rule,

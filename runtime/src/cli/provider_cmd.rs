@@ -211,18 +211,13 @@ impl ProviderCommand {
             } => {
                 let fixture = Fixture::read(&fixture)?;
                 let (loaded, _gate) = load.load(&provider).await?;
-                let provider = match loaded {
-                    Ok(provider) => provider,
-                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { error, .. }) => {
-                        eprintln!(
-                            "FAIL  init  answered {} ({error}): no rule can run without capabilities",
-                            error.outcome()
-                        );
-                        return Ok(ExitCode::FAILURE);
+                let report = match loaded {
+                    Ok(provider) => conformance::run(&provider, &fixture).await,
+                    Err(wasm_ccm_host::provider::ProviderLoadError::Init { origin, error }) => {
+                        conformance::Report::init_failed(&origin, &error)
                     }
                     Err(error) => return Err(error.into()),
                 };
-                let report = conformance::run(&provider, &fixture).await;
                 match output {
                     Output::Text => print!("{}", report.render()),
                     Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),

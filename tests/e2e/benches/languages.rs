@@ -4,9 +4,12 @@
 //! its compiled code from the cache (a new sandbox), a fresh-store trivial call
 //! (get-load-balancer-name), `instance-exists` (one GET to the cloud simulator every call)
 //! and `instance-metadata` (the instance from the host cache after the first call), and the
-//! process's resident memory after loading and calling it.
+//! process's resident memory after loading and calling it. Then a loaded Rust simcloud's
+//! calls while nothing else runs and while the TypeScript component compiles beside them (a
+//! compile runs off the async worker threads: the calls go on, slowed only by sharing the
+//! CPU).
 //!
-//! Run: `cargo bench -p e2e --bench languages [-- rust|typescript|python]`.
+//! Run: `cargo bench -p e2e --bench languages [-- rust|typescript|python|compile]`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,17 +93,14 @@ async fn run() {
             loads.push(started.elapsed());
             assert_eq!(image.origin(), Origin::Cache);
         }
-        // The egress budget (50 requests/s by default) would throttle the loop, not measure it.
-        let egress = EgressConfig {
-            budget: RateBudget {
-                per_second: 1e6,
-                burst: 1_000_000,
-            },
-            ..cloud.egress()
-        };
-        let provider = load(&sandbox(), path, egress, Some(cloud.simcloud_config()))
-            .await
-            .expect("the provider loads");
+        let provider = load(
+            &sandbox(),
+            path,
+            unthrottled(&cloud),
+            Some(cloud.simcloud_config()),
+        )
+        .await
+        .expect("the provider loads");
         let svc = Service {
             uid: "6c1f3e2a-5b7d-4e8f-9a0b-1c2d3e4f5a6b".into(),
             ..Service::default()
@@ -137,6 +137,96 @@ async fn run() {
         "(medians; compile: one run with an empty cache; RSS: the whole benchmark process \
          after the row, compiles included)"
     );
+    if only.as_deref().is_none_or(|only| only == "compile") {
+        calls_during_a_compile(&cloud, &node).await;
+    }
+}
+
+/// The simulator's grant without its egress budget (50 requests/s by default), which would
+/// throttle the loops, not measure them.
+fn unthrottled(cloud: &Cloud) -> EgressConfig {
+    EgressConfig {
+        budget: RateBudget {
+            per_second: 1e6,
+            burst: 1_000_000,
+        },
+        ..cloud.egress()
+    }
+}
+
+/// `instance-exists` of a loaded Rust simcloud, one call after another: while nothing else
+/// runs, then for as long as the TypeScript component compiles with an empty cache.
+async fn calls_during_a_compile(cloud: &Cloud, node: &Node) {
+    let sandbox =
+        Sandbox::new(SandboxConfig::default(), Arc::new(Metrics::default())).expect("sandbox");
+    let provider = load(
+        &sandbox,
+        guest_builds::SIMCLOUD,
+        unthrottled(cloud),
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("the provider loads");
+    let call = || async {
+        let started = Instant::now();
+        assert!(provider.instance_exists(node).await.expect("an answer"));
+        started.elapsed()
+    };
+    call().await;
+    let mut idle = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        idle.push(call().await);
+    }
+
+    let cache = tempfile::tempdir().expect("temp dir");
+    let compiling = Sandbox::new(
+        SandboxConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..SandboxConfig::default()
+        },
+        Arc::new(Metrics::default()),
+    )
+    .expect("sandbox");
+    let wasm: Arc<[u8]> = guest_builds::read(guest_builds::SIMCLOUD_TS).into();
+    let compile = tokio::spawn(async move {
+        let started = Instant::now();
+        let image = compiling.load(wasm, "typescript").await.expect("compiles");
+        assert_eq!(image.origin(), Origin::Compiled);
+        started.elapsed()
+    });
+    let mut during = Vec::new();
+    while !compile.is_finished() {
+        during.push(call().await);
+    }
+    let compiled_in = compile.await.expect("the compile task");
+
+    println!();
+    println!(
+        "{:<44} {:>7} {:>10} {:>10} {:>10}",
+        "rust simcloud instance-exists", "calls", "median", "p99", "max"
+    );
+    for (label, samples) in [
+        ("alone".to_string(), idle),
+        (
+            format!("while typescript compiles ({})", show(compiled_in)),
+            during,
+        ),
+    ] {
+        let sorted = sorted(samples);
+        println!(
+            "{:<44} {:>7} {:>10} {:>10} {:>10}",
+            label,
+            sorted.len(),
+            show(sorted[sorted.len() / 2]),
+            show(sorted[sorted.len() * 99 / 100]),
+            show(sorted[sorted.len() - 1]),
+        );
+    }
+}
+
+fn sorted(mut samples: Vec<Duration>) -> Vec<Duration> {
+    samples.sort();
+    samples
 }
 
 /// The median time of `runs` calls of `call`, after one unmeasured call.
@@ -155,9 +245,9 @@ where
     median(samples)
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
+fn median(samples: Vec<Duration>) -> Duration {
+    let sorted = sorted(samples);
+    sorted[sorted.len() / 2]
 }
 
 fn show(d: Duration) -> String {

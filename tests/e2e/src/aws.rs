@@ -129,6 +129,21 @@ pub async fn network(moto: &Moto) -> Network {
     Network { vpc, subnet }
 }
 
+/// A route table in `network`'s VPC, with the cluster tag when `in_cluster`.
+pub async fn route_table(moto: &Moto, network: &Network, in_cluster: bool) -> String {
+    let xml = ec2(moto, "CreateRouteTable", &[("VpcId", &network.vpc)]).await;
+    let id = field(&xml, "routeTableId");
+    if in_cluster {
+        let tag = [
+            ("ResourceId.1", id.as_str()),
+            ("Tag.1.Key", CLUSTER_TAG),
+            ("Tag.1.Value", "owned"),
+        ];
+        ec2(moto, "CreateTags", &tag).await;
+    }
+    id
+}
+
 /// An instance in `network`'s subnet, with the cluster tag when `in_cluster`.
 pub async fn run_instance(moto: &Moto, network: &Network, in_cluster: bool) -> Instance {
     let mut params = vec![

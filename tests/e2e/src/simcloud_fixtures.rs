@@ -1,4 +1,4 @@
-//! What the tests of simcloud in every language (`tests/e2e/tests/controllers/*_provider.rs`)
+//! What the tests of simcloud in every language (`tests/e2e/tests/controllers/languages.rs`)
 //! set up and read: instances with every kind of address, nodes as the kubelet registers
 //! them and as they are once initialised, a port of simcloud loaded against the simulator,
 //! and the requests the simulator received.
@@ -34,8 +34,13 @@ pub fn node_named(name: &str) -> Node {
 
 /// An initialised node whose provider ID is `simcloud://instance_id`.
 pub fn node_with_id(name: &str, instance_id: &str) -> Node {
+    node_with_provider_id(name, &format!("simcloud://{instance_id}"))
+}
+
+/// A node whose provider ID is `provider_id`, as written (another scheme, extra slashes).
+pub fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
     Node {
-        provider_id: Some(format!("simcloud://{instance_id}")),
+        provider_id: Some(provider_id.into()),
         ..node_named(name)
     }
 }

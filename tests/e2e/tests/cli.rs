@@ -6,11 +6,14 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloud_sim::{Instance, NewInstance};
-use e2e::aws::{ZONE, all_target_groups, config, nlb, public_network, run_node, zone_id};
+use e2e::aws::{
+    ZONE, all_target_groups, config, ec2, fields, nlb, public_network, route_table, run_node,
+    zone_id,
+};
 use e2e::moto::Moto;
 use e2e::{Cloud, TOKEN, wasm_ccm_binary};
 use sha2::{Digest, Sha256};
@@ -190,6 +193,30 @@ fn inspect_describes_simcloud_and_says_it_satisfies_the_contract() {
         );
     }
     assert!(out.contains("satisfies the host contract: yes"), "{out}");
+}
+
+/// The Rust and Python simclouds are built for node sets: they import `node-sets` and export
+/// `load-balancer-node-sets`, so the host lends them load-balancer nodes to read a field at a
+/// time instead of copying every node in (the Python SDK's `Nodes`).
+#[test]
+fn inspect_shows_the_rust_and_python_simclouds_read_nodes_from_node_sets() {
+    for component in [guest_builds::SIMCLOUD, guest_builds::SIMCLOUD_PY] {
+        let run = wasm_ccm(["provider", "inspect", component], &[]);
+        assert!(run.succeeded(), "{run:#?}");
+        let (imports, exports) = run
+            .stdout
+            .split_once("exports:")
+            .expect("an exports section");
+        assert!(
+            imports.contains("wasm-ccm:provider/node-sets@0.1.0"),
+            "{component}: {imports}"
+        );
+        assert!(
+            exports.contains("wasm-ccm:provider/load-balancer-node-sets@0.1.0"),
+            "{component}: {exports}"
+        );
+        assert!(run.stdout.contains("satisfies the host contract: yes"));
+    }
 }
 
 #[test]
@@ -1110,8 +1137,36 @@ fn fixture_file(yaml: &str) -> tempfile::NamedTempFile {
     file
 }
 
+/// `--cache-dir` for conformance runs: one directory for every test's CLI processes, beside
+/// the tests' own compile cache, so a component is compiled once per test run (the
+/// TypeScript and Python ones take 15-25 s each) rather than once per process.
+fn conformance_cache() -> [String; 2] {
+    let compile_cache = e2e::sandbox_config()
+        .cache_dir
+        .expect("the tests' compile cache");
+    let dir = compile_cache.with_file_name("cli-cache");
+    ["--cache-dir".to_string(), dir.display().to_string()]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_of_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud() {
+async fn conformance_of_the_rust_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud() {
+    conformance_passes_every_rule_and_leaves_nothing_in_the_cloud(guest_builds::SIMCLOUD).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_of_the_typescript_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud()
+{
+    conformance_passes_every_rule_and_leaves_nothing_in_the_cloud(guest_builds::SIMCLOUD_TS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_of_the_python_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud() {
+    conformance_passes_every_rule_and_leaves_nothing_in_the_cloud(guest_builds::SIMCLOUD_PY).await;
+}
+
+/// The conformance kit on `component`, a simcloud, against the cloud simulator: every rule
+/// passes, in text and in JSON, and the cloud is left as it was.
+async fn conformance_passes_every_rule_and_leaves_nothing_in_the_cloud(component: &str) {
     let (cloud, first, config) = cloud_with_node().await;
     let second = cloud.sim.state().add_instance(NewInstance {
         name: "node-2".into(),
@@ -1144,10 +1199,11 @@ routes:
         first = first.id,
         second = second.id,
     ));
-    let granted = granted_with_env_token(&cloud, &config);
+    let mut granted = granted_with_env_token(&cloud, &config);
+    granted.extend(conformance_cache());
     let token = vec![("SIM_TOKEN", TOKEN.to_string())];
     let run = wasm_ccm_async(
-        conformance_args(guest_builds::SIMCLOUD, &fixture, &granted),
+        conformance_args(component, &fixture, &granted),
         token.clone(),
     )
     .await;
@@ -1188,11 +1244,7 @@ routes:
 
     let mut json = granted.clone();
     json.extend(["--output".to_string(), "json".to_string()]);
-    let run = wasm_ccm_async(
-        conformance_args(guest_builds::SIMCLOUD, &fixture, &json),
-        token,
-    )
-    .await;
+    let run = wasm_ccm_async(conformance_args(component, &fixture, &json), token).await;
     assert!(run.succeeded(), "{run:#?}");
     let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON report");
     let rules = report["rules"].as_array().expect("rules");
@@ -1207,6 +1259,145 @@ routes:
             .unwrap_or_default()
             .starts_with("simcloud@sha256:"),
         "{report:#}"
+    );
+}
+
+/// The conformance kit on the AWS provider against moto with signature checking on, with
+/// the keys of a user holding the README's IAM policy: every rule passes (instances by
+/// private DNS name and by provider ID, an NLB made, updated and deleted, a pod route in the
+/// cluster's route table), and nothing it made is left in moto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_of_the_aws_provider_against_moto_passes_every_rule() {
+    let moto = Moto::start().await;
+    let net = public_network(&moto).await;
+    let first = run_node(&moto, &net).await;
+    let second = run_node(&moto, &net).await;
+    let table = route_table(&moto, &net.network, true).await;
+    let keys = moto.user("ccm", &readme_iam_policy().to_string()).await;
+    let cloud_json = tempfile::NamedTempFile::new().expect("cloud.json");
+    std::fs::write(
+        cloud_json.path(),
+        config(moto.url(), &net.network).to_string(),
+    )
+    .expect("write cloud.json");
+    let node = |instance: &e2e::aws::Instance| {
+        serde_json::json!({"name": instance.private_dns,
+                           "providerID": format!("aws:///{ZONE}/{}", instance.id)})
+    };
+    let fixture = fixture_file(
+        &serde_json::json!({
+            "clusterName": "kubernetes",
+            "instances": {
+                "existing": {"name": first.private_dns},
+                "missing": {"name": "ip-10-0-1-250.ec2.internal",
+                            "providerID": format!("aws:///{ZONE}/i-0123456789abcdef0")},
+            },
+            "loadBalancer": {
+                "service": {
+                    "name": "web", "namespace": "shop",
+                    "uid": "6c1f3e2a-5b7d-4e8f-9a0b-1c2d3e4f5a6b", "type": "LoadBalancer",
+                    "annotations": [["service.beta.kubernetes.io/aws-load-balancer-type", "nlb"]],
+                    "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}],
+                },
+                "nodes": [node(&first)],
+                "updatedNodes": [node(&first), node(&second)],
+            },
+            "routes": {
+                "route": {"targetNode": first.private_dns, "destinationCidr": "10.244.1.0/24"},
+                "nameHint": "5f1e9a2c-node-1",
+            },
+        })
+        .to_string(),
+    );
+    let url = moto.url();
+    let extra = [
+        "--config".to_string(),
+        path(&cloud_json),
+        "--allow".to_string(),
+        url.to_string(),
+        "--credential".to_string(),
+        format!("{url}=aws-sigv4:env,region=us-east-1,services=ec2+elasticloadbalancing"),
+    ];
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID", keys.0.clone()),
+        ("AWS_SECRET_ACCESS_KEY", keys.1.clone()),
+    ];
+    let run = wasm_ccm_async(conformance_args(guest_builds::AWS, &fixture, &extra), env).await;
+    assert!(run.succeeded(), "{run:#?}");
+    assert!(run.stdout.contains("0 failed, 0 skipped"), "{}", run.stdout);
+    assert!(!run.stdout.contains(&keys.1) && !run.stderr.contains(&keys.1));
+    assert_eq!(nlb(&moto).await, None, "the NLB was deleted");
+    assert!(
+        all_target_groups(&moto).await.is_empty(),
+        "and its target groups"
+    );
+    let routes = ec2(&moto, "DescribeRouteTables", &[("RouteTableId.1", &table)]).await;
+    assert!(
+        !fields(&routes, "destinationCidrBlock").contains(&"10.244.1.0/24".to_string()),
+        "the pod route was deleted: {routes}"
+    );
+}
+
+/// The README's conformance example as a user types it: its fixture saved as
+/// `conformance.yaml` beside `simcloud.wasm` and `cloud.json`, its command run by `sh` there
+/// with `wasm-ccm` on `PATH`, against the cloud simulator in place of the README's
+/// `http://127.0.0.1:8080` (and its token in place of `s3cret`): every rule passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_conformance_example_passes_as_typed() {
+    let (cloud, _node, config) = cloud_with_node().await;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let (_, section) = readme
+        .split_once("### Checking a provider: `provider conformance`")
+        .expect("the README's conformance section");
+    let block = |fence: &str| {
+        section
+            .split_once(fence)
+            .and_then(|(_, block)| block.split_once("```"))
+            .map(|(block, _)| block.to_owned())
+            .unwrap_or_else(|| panic!("the conformance section shows a {fence:?} block"))
+    };
+    let fixture = block("```yaml\n");
+    let typed = block("```sh\n");
+    let command = typed
+        .replace("http://127.0.0.1:8080", &cloud.sim.url())
+        .replace("s3cret", TOKEN);
+    assert!(
+        !command.contains("8080") && command.contains(TOKEN),
+        "the README's command names the simulator and its token as the test expects: {typed}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("conformance.yaml"), fixture).expect("write fixture");
+    std::fs::copy(config.path(), dir.path().join("cloud.json")).expect("copy config");
+    std::fs::copy(guest_builds::SIMCLOUD, dir.path().join("simcloud.wasm")).expect("copy");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    std::os::unix::fs::symlink(e2e::wasm_ccm_binary(), bin.join("wasm-ccm")).expect("symlink");
+    let search_path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(dir.path())
+        .env("PATH", search_path)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run sh");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{command}\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("0 failed, 0 skipped"), "{stdout}");
+    assert!(
+        cloud.sim.state().load_balancers().is_empty() && cloud.sim.state().routes().is_empty(),
+        "nothing left in the cloud"
     );
 }
 
@@ -1240,6 +1431,50 @@ fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits
             .contains("no loadBalancer section")
     );
     assert!(run.stdout.contains("failed"), "{}", run.stdout);
+}
+
+/// A provider whose `init` refuses its configuration fails conformance with one `init` row,
+/// in the text report and in the JSON one (where a script reads it), exit 1.
+#[test]
+fn conformance_of_a_provider_whose_init_fails_reports_a_failed_init_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cloud.json");
+    std::fs::write(&config, r#"{"api_url": "ftp://nowhere"}"#).unwrap();
+    let fixture = fixture_file("instances:\n  existing: {name: node-1}\n  missing: {name: gone}\n");
+    let config_args = ["--config".to_string(), config.display().to_string()];
+
+    let run = wasm_ccm(
+        conformance_args(guest_builds::SIMCLOUD, &fixture, &config_args),
+        &[],
+    );
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let init = run
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("FAIL  init "))
+        .unwrap_or_else(|| panic!("no failed init row:\n{}", run.stdout));
+    assert!(init.contains("api_url"), "{init}");
+    assert!(
+        run.stdout.contains("0 passed, 1 failed, 0 skipped"),
+        "{}",
+        run.stdout
+    );
+
+    let mut json = config_args.to_vec();
+    json.extend(["--output".to_string(), "json".to_string()]);
+    let run = wasm_ccm(
+        conformance_args(guest_builds::SIMCLOUD, &fixture, &json),
+        &[],
+    );
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("a JSON report");
+    assert_eq!(report["rules"][0]["rule"], "init", "{report:#}");
+    assert_eq!(report["rules"][0]["verdict"], "fail", "{report:#}");
+    assert_eq!(
+        report["rules"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
 }
 
 #[test]

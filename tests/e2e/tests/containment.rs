@@ -191,6 +191,24 @@ async fn panicking_guest_traps_with_its_message() {
 }
 
 #[tokio::test]
+async fn a_failure_that_is_not_a_wasm_trap_says_its_cause() {
+    // The host refuses to drop a stream whose pollable lives: an error from its bindings,
+    // not a wasm trap, whose cause once hid behind wasmtime's backtrace heading.
+    let provider = hostile(e2e::sandbox_config(), EgressConfig::default()).await;
+    let error = provider
+        .instance_metadata(&command("orphan-pollable"))
+        .await
+        .unwrap_err();
+    let CallFailure::Trap { message } = sandbox_failure(error) else {
+        panic!("expected the call to fail as a trap");
+    };
+    assert!(message.contains("children"), "{message}");
+    assert!(!message.contains("wasm backtrace"), "{message}");
+    assert!(!message.contains('\n'), "one line: {message}");
+    assert!(provider.instance_exists(&command("x")).await.unwrap());
+}
+
+#[tokio::test]
 async fn host_not_granted_is_denied_and_receives_nothing() {
     let granted = target(ok_response("granted")).await;
     let other = target(ok_response("secret data")).await;

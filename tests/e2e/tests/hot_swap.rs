@@ -2,8 +2,9 @@
 //! emulator and the cloud simulator: the first version comes from the resource, a spec
 //! change swaps it under running controllers without one failed reconcile, every refused
 //! rollout leaves the active version serving with a condition and an Event, credentials
-//! come from a watched Secret, and a version failing more than the one before it is rolled
-//! back.
+//! come from a watched Secret, a version failing more than the one before it is rolled
+//! back, and the Rust simcloud is swapped for its TypeScript and then its Python port as for
+//! a new version of itself.
 
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use e2e::cloud_provider::{
-    NAME, active_reference, api, apply, cloud_provider, condition_is, install_crd, resource_config,
-    simcloud_config, status_where, token_secret,
+    NAME, active_digest, active_reference, api, apply, cloud_provider, condition_is, install_crd,
+    resource_config, simcloud_config, status_where, token_secret,
 };
 use e2e::testbed::{Testbed, eventually, is_uninitialized};
 use wasm_ccm::resource::{CandidatePhase, CloudProviderStatus, ConditionStatus, condition};
@@ -61,6 +62,32 @@ async fn apply_v1(bed: &Testbed) {
         &cloud_provider(bed, guest_builds::SIMCLOUD, &simcloud_config(bed)),
     )
     .await;
+}
+
+/// `count` nodes and LoadBalancer Services (`node-N`, `svc-N`), then a manager running
+/// simcloud v1 from the CloudProvider, once every Service has v1's ingress.
+async fn v1_serving(bed: &Testbed, count: usize) -> e2e::testbed::RunningManager {
+    for index in 0..count {
+        bed.add_node(&format!("node-{index}"), "zone-a").await;
+        bed.services()
+            .create(
+                &PostParams::default(),
+                &Testbed::lb_service(&format!("svc-{index}")),
+            )
+            .await
+            .unwrap();
+    }
+    apply_v1(bed).await;
+    let manager = bed.run(resource_config(bed));
+    for index in 0..count {
+        eventually("every service has an ingress from v1", WAIT, || async {
+            bed.service(&format!("svc-{index}"))
+                .await
+                .filter(|service| e2e::testbed::ingress_ip(service).is_some())
+        })
+        .await;
+    }
+    manager
 }
 
 /// Warning events about anything but the CloudProvider, except a load balancer with no
@@ -214,26 +241,7 @@ async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
         latency_ms: 20,
         ..Faults::default()
     });
-    for index in 0..4 {
-        bed.add_node(&format!("node-{index}"), "zone-a").await;
-        bed.services()
-            .create(
-                &PostParams::default(),
-                &Testbed::lb_service(&format!("svc-{index}")),
-            )
-            .await
-            .unwrap();
-    }
-    apply_v1(&bed).await;
-    let manager = bed.run(resource_config(&bed));
-    for index in 0..4 {
-        eventually("every service has an ingress from v1", WAIT, || async {
-            bed.service(&format!("svc-{index}"))
-                .await
-                .filter(|service| e2e::testbed::ingress_ip(service).is_some())
-        })
-        .await;
-    }
+    let manager = v1_serving(&bed, 4).await;
     let lbs_before = bed.cloud.sim.state().load_balancers().len();
 
     // Keep nodes and services changing while the version is swapped.
@@ -308,6 +316,91 @@ async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
         bed.cloud.sim.state().load_balancers().len(),
         lbs_before + 6,
         "v2 adopted v1's load balancers and made only the new services'"
+    );
+    assert_eq!(failed_reconciles(&bed).await, Vec::<String>::new());
+    manager.stop().await.unwrap();
+}
+
+/// `sha256:<hex>` of the component at `path`, as the CloudProvider's status names versions.
+fn digest_of(path: &str) -> String {
+    use sha2::Digest;
+    let bytes = guest_builds::read(path);
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)))
+}
+
+/// Swap the running manager to the component at `path` (`language` names it in waits), then
+/// add a node and a LoadBalancer Service: once the version is active, both are served by
+/// it, and its calls so far have no failure.
+async fn swap_to(bed: &Testbed, path: &str, language: &str, node: &str, service: &str) {
+    let digest = digest_of(path);
+    apply(bed, &cloud_provider(bed, path, &simcloud_config(bed))).await;
+    bed.add_node(node, "zone-b").await;
+    bed.services()
+        .create(&PostParams::default(), &Testbed::lb_service(service))
+        .await
+        .unwrap();
+    status_where(bed, &format!("the {language} simcloud active"), |status| {
+        active_digest(status) == digest
+    })
+    .await;
+    initialised(bed, node, &format!("{node} initialised")).await;
+    eventually(&format!("{service} has an ingress"), WAIT, || async {
+        bed.service(service)
+            .await
+            .filter(|service| e2e::testbed::ingress_ip(service).is_some())
+    })
+    .await;
+    let status = status_where(
+        bed,
+        &format!("calls of the {language} simcloud"),
+        |status| {
+            status
+                .version_calls
+                .iter()
+                .any(|version| version.digest == digest && version.calls > 0)
+        },
+    )
+    .await;
+    let calls = status
+        .version_calls
+        .iter()
+        .find(|version| version.digest == digest)
+        .expect("the version's calls");
+    assert_eq!(calls.failures, 0, "{language}: {status:?}");
+}
+
+/// A provider is swapped for one written in another language as for a new version of
+/// itself: the Rust simcloud, then its TypeScript port, then its Python port, under running
+/// controllers with nodes and Services arriving, without one failed reconcile, and each
+/// port adopts the load balancers the version before it made.
+#[tokio::test]
+async fn hot_swap_rust_to_typescript_to_python_with_no_failed_reconcile() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    let manager = v1_serving(&bed, 3).await;
+
+    swap_to(
+        &bed,
+        guest_builds::SIMCLOUD_TS,
+        "TypeScript",
+        "node-ts",
+        "svc-ts",
+    )
+    .await;
+    swap_to(
+        &bed,
+        guest_builds::SIMCLOUD_PY,
+        "Python",
+        "node-py",
+        "svc-py",
+    )
+    .await;
+
+    assert_eq!(
+        bed.cloud.sim.state().load_balancers().len(),
+        5,
+        "one load balancer per Service: each port adopted those made before it"
     );
     assert_eq!(failed_reconciles(&bed).await, Vec::<String>::new());
     manager.stop().await.unwrap();

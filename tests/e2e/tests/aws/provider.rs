@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 
 use e2e::aws::{
-    CLUSTER_TAG, Instance, Network, ZONE, all_target_groups, config, ec2, egress, elb, field,
-    fields, keys, network, nlb, public_network, run_instance, run_node, zone_id,
+    CLUSTER_TAG, Instance, ZONE, all_target_groups, config, ec2, egress, elb, field, fields, keys,
+    network, nlb, public_network, route_table, run_instance, run_node, zone_id,
 };
 use e2e::moto::{Front, Moto, REGION, Seen};
 use e2e::{load, sandbox};
@@ -20,21 +20,6 @@ use wasm_ccm_host::contract::{
 use wasm_ccm_host::provider::{Provider, ProviderError};
 
 // ---- moto's side ----------------------------------------------------------------------------
-
-/// A route table in `network`'s VPC, with the cluster tag when `in_cluster`.
-async fn route_table(moto: &Moto, network: &Network, in_cluster: bool) -> String {
-    let xml = ec2(moto, "CreateRouteTable", &[("VpcId", &network.vpc)]).await;
-    let id = field(&xml, "routeTableId");
-    if in_cluster {
-        let tag = [
-            ("ResourceId.1", id.as_str()),
-            ("Tag.1.Key", CLUSTER_TAG),
-            ("Tag.1.Value", "owned"),
-        ];
-        ec2(moto, "CreateTags", &tag).await;
-    }
-    id
-}
 
 /// The routes of table `id` as moto holds them: (destination, instance, state).
 async fn table_routes(moto: &Moto, id: &str) -> Vec<(String, String, String)> {

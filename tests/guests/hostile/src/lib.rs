@@ -13,6 +13,7 @@
 //! | `loop` | spins forever on pure CPU, never yields | — |
 //! | `alloc` | keeps 1 MiB buffers, touching every page, until allocation fails (trap) | — |
 //! | `trap` | `panic!("hostile guest panics on purpose")` | — |
+//! | `orphan-pollable` | drops stdout's stream before the pollable made from it (the host refuses) | — |
 //! | `fetch:URL` | `GET URL` with the SDK | `{"status","headers":[[name,value]…],"body"}` or `{"error","kind"}` |
 //! | `request:JSON` | the request `{"method","url","headers":[[name,value]…],"body"}` (or `"body_bytes": N`) with the SDK | the fetch report; with a forbidden header also `"raw"`, as `set-auth`'s, for each header named |
 //! | `set-auth:URL` | `GET URL` setting `Authorization: Bearer stolen` with the SDK, then raw `wasi:http` header attempts | `{"sdk": <fetch report>, "raw": [{"header","via","result"}…]}` |
@@ -60,6 +61,7 @@ mod answers;
 mod exhaust;
 mod host;
 mod http_flood;
+mod misuse;
 mod names;
 mod net;
 mod nodes;
@@ -156,6 +158,7 @@ fn run(command: &str) -> Result<Value, Error> {
         "loop" => exhaust::spin(),
         "alloc" => exhaust::hoard(),
         "trap" => panic!("hostile guest panics on purpose"),
+        "orphan-pollable" => misuse::orphan_pollable(),
         "fetch" => Ok(net::fetch(arg)),
         "request" => Ok(net::request(arg)),
         "set-auth" => Ok(net::set_auth(arg)),

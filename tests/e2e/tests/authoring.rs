@@ -1,0 +1,92 @@
+//! The README's commands for building a provider in TypeScript and in Python ("Writing a
+//! provider"), typed as written from the root of a copy of the sources they read (so the
+//! `__pycache__` componentize-py writes lands in the copy), with the tools `make setup`
+//! installs: each makes a wasm component.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// The workspace root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `sh` block of the README that starts with `first_line`.
+fn readme_command(first_line: &str) -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("```").map(|(block, _)| block))
+        .find(|block| block.starts_with(first_line))
+        .unwrap_or_else(|| panic!("the README shows a sh block starting {first_line:?}"))
+        .to_owned()
+}
+
+/// `dirs` of the repository copied into a new directory (symbolic links followed), and
+/// `target/test-tools/<tool>` linked there: a root to type a README command in.
+fn workspace_copy(dirs: &[&str], tool: &str) -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("temp dir");
+    for dir in dirs {
+        let to = root.path().join(dir);
+        std::fs::create_dir_all(to.parent().expect("a parent")).expect("mkdir");
+        let status = std::process::Command::new("cp")
+            .args(["-RL"])
+            .arg(repo().join(dir))
+            .arg(&to)
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "copy {dir}");
+    }
+    let tools = root.path().join("target/test-tools");
+    std::fs::create_dir_all(&tools).expect("mkdir");
+    let installed = repo().join("target/test-tools").join(tool);
+    assert!(
+        installed.exists(),
+        "{} is missing: `make setup` installs it",
+        installed.display()
+    );
+    std::os::unix::fs::symlink(installed, tools.join(tool)).expect("symlink");
+    root
+}
+
+/// Run `command` with `sh` in `dir`; it must succeed.
+async fn typed(dir: &Path, command: &str) {
+    let output = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run sh");
+    assert!(
+        output.status.success(),
+        "{command}\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Whether `path` holds a wasm component (the preamble of the component model's binary
+/// format: `\0asm`, version 0x0d, layer 1).
+fn is_component(path: &Path) -> bool {
+    std::fs::read(path)
+        .is_ok_and(|bytes| bytes.starts_with(b"\0asm\x0d\x00\x01\x00") && bytes.len() > 1_000_000)
+}
+
+#[tokio::test]
+async fn the_readmes_typescript_build_command_makes_a_component() {
+    let command = readme_command("node guest-sdk-js/build.mjs");
+    let root = workspace_copy(&["wit", "guest-sdk-js", "guests/simcloud-ts"], "js");
+    typed(root.path(), &command).await;
+    assert!(is_component(&root.path().join("simcloud-ts.wasm")));
+}
+
+#[tokio::test]
+async fn the_readmes_python_build_command_makes_a_component() {
+    let command = readme_command("VIRTUAL_ENV=target/test-tools/python");
+    let root = workspace_copy(&["wit", "guest-sdk-py", "guests/simcloud-py"], "python");
+    typed(root.path(), &command).await;
+    assert!(is_component(&root.path().join("simcloud-py.wasm")));
+}
