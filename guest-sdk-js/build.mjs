@@ -9,7 +9,8 @@
 // 2. `tsc --noEmit` over the guest, this SDK and those types (strict),
 // 3. esbuild bundles `<guest dir>/src/index.ts` and the SDK into one ES module, leaving the
 //    contract's `wasm-ccm:` imports to componentize-js,
-// 4. componentize-js makes it a component of the `cloud-provider` world.
+// 4. componentize-js makes it a component of the `cloud-provider-node-sets` world (the
+//    contract's, with load-balancer nodes lent as node sets, as the Rust SDK builds).
 //
 // Every failure exits non-zero with the step that failed.
 
@@ -18,7 +19,7 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const WORLD = 'cloud-provider';
+const WORLD = 'cloud-provider-node-sets';
 
 const [modules, wit, guest, work, out] = process.argv.slice(2).map((arg) => resolve(arg));
 if (!out) {
@@ -64,7 +65,8 @@ writeFileSync(
       target: 'es2022',
       module: 'es2022',
       moduleResolution: 'bundler',
-      lib: ['es2022', 'dom'],
+      // esnext.disposable: the node-set resource's generated class is `Disposable`.
+      lib: ['es2022', 'dom', 'esnext.disposable'],
       strict: true,
       noEmit: true,
       noUnusedLocals: true,

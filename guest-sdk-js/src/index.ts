@@ -25,5 +25,14 @@ export { ProviderError, toProviderError } from './errors.js';
 export { cache, config, log } from './host.js';
 export * as http from './http.js';
 export { HttpError, HttpResponse } from './http.js';
-export type { Answer, Exports, Instances, LoadBalancer, Provider, Routes } from './provider.js';
-export { defaultLoadBalancerName, exportProvider } from './provider.js';
+export type {
+  Answer,
+  Exports,
+  Instances,
+  LoadBalancer,
+  LoadBalancerExport,
+  LoadBalancerNodeSetsExport,
+  Provider,
+  Routes,
+} from './provider.js';
+export { Nodes, defaultLoadBalancerName, exportProvider } from './provider.js';

@@ -7,8 +7,9 @@
  * It implements every function of the `cloud-provider` world: `init`, instances
  * (`instances.ts`), load balancers (`loadBalancers.ts`) and routes (`routes.ts`), with the
  * Rust simcloud's cloud config, provider IDs, load-balancer and route names (see
- * `config.ts`). Load-balancer calls get the nodes as a list: it targets that world, not
- * `cloud-provider-node-sets`. It has no build stamp.
+ * `config.ts`). Load-balancer calls get the nodes lent as a node set
+ * (`cloud-provider-node-sets`), of which it reads the provider IDs, and the names only of
+ * nodes it skips. It has no build stamp.
  */
 
 import { exportProvider, log } from '@wasm-ccm/provider-sdk';
@@ -38,4 +39,5 @@ const simcloud: Provider = {
   routes: simcloudRoutes,
 };
 
-export const { provider, instances, loadBalancer, routes } = exportProvider(simcloud);
+export const { provider, instances, loadBalancer, loadBalancerNodeSets, routes } =
+  exportProvider(simcloud);

@@ -17,7 +17,7 @@ import type {
   LbIngress,
   LbStatus,
   LoadBalancer as LoadBalancerFunctions,
-  Node,
+  Nodes,
   Service,
   ServicePort,
 } from '@wasm-ccm/provider-sdk';
@@ -120,7 +120,7 @@ async function update(api: Api, lb: LoadBalancer, spec: LbSpec): Promise<LoadBal
 }
 
 /** What the load balancer of `svc` should look like for `nodes`, fields in the wire order. */
-function desired(svc: Service, nodes: Node[], proxyProtocol: boolean): LbSpec {
+function desired(svc: Service, nodes: Nodes, proxyProtocol: boolean): LbSpec {
   return {
     listeners: svc.ports.map(listener),
     targets: targetIds(nodes),
@@ -202,19 +202,28 @@ async function unlessStale<T>(write: () => Promise<T>): Promise<T> {
 
 /**
  * The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
- * provider ID are skipped (and logged).
+ * provider ID are skipped (and logged). Only the provider IDs are read (and the names, to
+ * report a skipped node).
  */
-function targetIds(nodes: Node[]): string[] {
+function targetIds(nodes: Nodes): string[] {
+  const providerIds = nodes.providerIds();
   const ids = new Set<string>();
-  for (const node of nodes) {
-    const id = node.providerId === undefined ? undefined : instanceIdOf(node.providerId);
+  const skipped: number[] = [];
+  providerIds.forEach((providerId, index) => {
+    const id = providerId === undefined ? undefined : instanceIdOf(providerId);
     if (id === undefined) {
-      log.info(
-        `node ${node.name} is not a load-balancer target: provider ID ` +
-          `${JSON.stringify(node.providerId ?? null)} is not simcloud://`,
-      );
+      skipped.push(index);
     } else {
       ids.add(id);
+    }
+  });
+  if (skipped.length > 0) {
+    const names = nodes.names();
+    for (const index of skipped) {
+      log.info(
+        `node ${names[index]} is not a load-balancer target: provider ID ` +
+          `${JSON.stringify(providerIds[index] ?? null)} is not simcloud://`,
+      );
     }
   }
   // A Set keeps the order of first insertion.

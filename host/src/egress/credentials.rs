@@ -11,8 +11,8 @@ use std::sync::{Arc, RwLock};
 
 use http::HeaderName;
 
-use super::policy::{Destination, HostPattern};
-use super::sigv4::{SIGNING_HEADERS, SigV4, WebIdentityConfig};
+use super::policy::{Destination, HostPattern, PatternError};
+use super::sigv4::{KeyError, RuleError, SIGNING_HEADERS, SigV4, WebIdentityConfig};
 
 /// Where a secret value comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -31,8 +31,34 @@ pub enum SecretSource {
 pub struct SharedSecret {
     /// What it is, for errors and `Debug`: e.g. `Secret kube-system/simcloud key token`.
     name: Arc<str>,
-    /// How many times it was set, and the value.
+    /// How many times it was set, and the value or why there is none.
     value: Arc<RwLock<(u64, Result<String, String>)>>,
+}
+
+/// Why a secret's value cannot be had now; the message names the source, never the value.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SecretError {
+    /// The environment variable is not set (or not Unicode).
+    #[error("environment variable {0} is not set")]
+    EnvUnset(String),
+    /// The file cannot be read.
+    #[error("cannot read {}: {error}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        error: Arc<std::io::Error>,
+    },
+    /// A shared value has none, for the reason its owner gave (e.g. `Secret
+    /// kube-system/simcloud not found`).
+    #[error("{0}")]
+    Unset(String),
+    /// The value is empty once trimmed.
+    #[error("{0:?} is empty")]
+    Empty(SecretSource),
+    /// The value holds characters a header may not carry.
+    #[error("{0:?} holds characters not allowed in a header")]
+    NotHeaderSafe(SecretSource),
 }
 
 impl SharedSecret {
@@ -45,18 +71,20 @@ impl SharedSecret {
         }
     }
 
-    /// The value now, or why there is none (e.g. `Secret kube-system/simcloud not found`).
+    /// The value now, or why there is none (e.g. `Secret kube-system/simcloud not found`):
+    /// the owner's own words, which reading it fails with ([`SecretError::Unset`]).
     pub fn set(&self, value: Result<String, String>) {
         let mut current = self.value.write().unwrap_or_else(|p| p.into_inner());
         *current = (current.0 + 1, value);
     }
 
-    fn get(&self) -> Result<String, String> {
+    fn get(&self) -> Result<String, SecretError> {
         self.value
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .1
             .clone()
+            .map_err(SecretError::Unset)
     }
 
     /// How many times the value was set: what was derived from it is current while this
@@ -92,19 +120,22 @@ impl fmt::Debug for SecretSource {
 
 impl SecretSource {
     /// Read the value now.
-    pub fn read(&self) -> Result<String, String> {
+    pub fn read(&self) -> Result<String, SecretError> {
         let value = match self {
             SecretSource::Env(var) => {
-                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?
+                std::env::var(var).map_err(|_| SecretError::EnvUnset(var.clone()))?
             }
             SecretSource::File(path) => std::fs::read_to_string(path)
-                .map_err(|err| format!("cannot read {}: {err}", path.display()))?
+                .map_err(|error| SecretError::Unreadable {
+                    path: path.clone(),
+                    error: Arc::new(error),
+                })?
                 .trim()
                 .to_string(),
             SecretSource::Shared(secret) => secret.get()?.trim().to_string(),
         };
         if value.is_empty() {
-            return Err(format!("{self:?} is empty"));
+            return Err(SecretError::Empty(self.clone()));
         }
         Ok(value)
     }
@@ -156,25 +187,68 @@ pub struct CredentialError {
     /// The rule as given, e.g. to `--credential`.
     pub rule: String,
     /// What is wrong with it.
-    pub problem: String,
+    pub problem: RuleProblem,
+}
+
+/// What is wrong with a credential rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleProblem {
+    /// No `=` after the host pattern.
+    #[error("missing '=' between host pattern and value")]
+    MissingEquals,
+    /// The host pattern does not parse.
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+    /// The `aws-sigv4:` part does not make a signing rule.
+    #[error(transparent)]
+    SigV4(#[from] RuleError),
+    /// `header:NAME` with nothing after the name.
+    #[error("header:NAME must be followed by :env:VAR or :file:PATH")]
+    HeaderSource,
+    /// The header name as given, not a valid one.
+    #[error("{0:?} is not a valid header name")]
+    HeaderName(String),
+    /// A form other than `bearer:`, `header:` and `aws-sigv4:`.
+    #[error("value must start with bearer:, header: or aws-sigv4:")]
+    Form,
+    /// `env:` with no variable.
+    #[error("env: needs a variable name")]
+    EmptyVar,
+    /// `file:` with no path.
+    #[error("file: needs a path")]
+    EmptyPath,
+    /// The source as given, neither `env:` nor `file:`.
+    #[error("{0:?} must be env:VAR or file:PATH")]
+    Source(String),
+}
+
+/// Why a credential rule's secret or keys cannot be had now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unavailable {
+    /// A header rule's secret.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// A signing rule's keys.
+    #[error(transparent)]
+    Keys(#[from] KeyError),
 }
 
 impl FromStr for CredentialRule {
     type Err = CredentialError;
 
     fn from_str(rule: &str) -> Result<Self, Self::Err> {
-        let fail = |problem: String| CredentialError {
+        let fail = |problem: RuleProblem| CredentialError {
             rule: rule.to_string(),
             problem,
         };
         let (target, spec) = rule
             .split_once('=')
-            .ok_or_else(|| fail("missing '=' between host pattern and value".into()))?;
+            .ok_or_else(|| fail(RuleProblem::MissingEquals))?;
         let target: HostPattern = target
             .parse()
-            .map_err(|err: super::PatternError| fail(err.to_string()))?;
+            .map_err(|error: PatternError| fail(error.into()))?;
         if let Some(sigv4) = spec.strip_prefix("aws-sigv4:") {
-            let sigv4 = SigV4::parse(sigv4, &target).map_err(fail)?;
+            let sigv4 = SigV4::parse(sigv4, &target).map_err(|error| fail(error.into()))?;
             return Ok(CredentialRule {
                 target,
                 form: Form::SigV4(sigv4),
@@ -183,29 +257,27 @@ impl FromStr for CredentialRule {
         let (header, format, source) = if let Some(source) = spec.strip_prefix("bearer:") {
             (http::header::AUTHORIZATION, Format::Bearer, source)
         } else if let Some(rest) = spec.strip_prefix("header:") {
-            let (name, source) = rest.split_once(':').ok_or_else(|| {
-                fail("header:NAME must be followed by :env:VAR or :file:PATH".into())
-            })?;
+            let (name, source) = rest
+                .split_once(':')
+                .ok_or_else(|| fail(RuleProblem::HeaderSource))?;
             let header = HeaderName::from_str(name)
-                .map_err(|_| fail(format!("{name:?} is not a valid header name")))?;
+                .map_err(|_| fail(RuleProblem::HeaderName(name.to_string())))?;
             (header, Format::Raw, source)
         } else {
-            return Err(fail(
-                "value must start with bearer:, header: or aws-sigv4:".into(),
-            ));
+            return Err(fail(RuleProblem::Form));
         };
         let source = if let Some(var) = source.strip_prefix("env:") {
             if var.is_empty() {
-                return Err(fail("env: needs a variable name".into()));
+                return Err(fail(RuleProblem::EmptyVar));
             }
             SecretSource::Env(var.to_string())
         } else if let Some(path) = source.strip_prefix("file:") {
             if path.is_empty() {
-                return Err(fail("file: needs a path".into()));
+                return Err(fail(RuleProblem::EmptyPath));
             }
             SecretSource::File(PathBuf::from(path))
         } else {
-            return Err(fail(format!("{source:?} must be env:VAR or file:PATH")));
+            return Err(fail(RuleProblem::Source(source.to_string())));
         };
         Ok(CredentialRule {
             target,
@@ -238,7 +310,7 @@ impl CredentialRule {
 
     /// Sign requests to hosts matching `target` with `sigv4`; refused when `target` is not
     /// an AWS endpoint name and `sigv4` does not state its region and services.
-    pub fn aws_sigv4(target: HostPattern, sigv4: SigV4) -> Result<Self, String> {
+    pub fn aws_sigv4(target: HostPattern, sigv4: SigV4) -> Result<Self, RuleError> {
         sigv4.check_target(&target)?;
         Ok(CredentialRule {
             target,
@@ -293,15 +365,15 @@ impl CredentialRule {
     }
 
     /// Check now that the secret can be read, so a bad rule fails at start-up.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Unavailable> {
         match &self.form {
-            Form::Header { source, .. } => source.read().map(drop),
-            Form::SigV4(sigv4) => sigv4.keys().check(),
+            Form::Header { source, .. } => Ok(source.read().map(drop)?),
+            Form::SigV4(sigv4) => Ok(sigv4.keys().check()?),
         }
     }
 
     /// The header value to send, read from the source now; `None` for a signing rule.
-    pub fn header_value(&self) -> Result<Option<http::HeaderValue>, String> {
+    pub fn header_value(&self) -> Result<Option<http::HeaderValue>, SecretError> {
         let Form::Header { format, source, .. } = &self.form else {
             return Ok(None);
         };
@@ -311,7 +383,7 @@ impl CredentialRule {
             Format::Raw => secret,
         };
         let mut value = http::HeaderValue::from_str(&value)
-            .map_err(|_| format!("{source:?} holds characters not allowed in a header"))?;
+            .map_err(|_| SecretError::NotHeaderSafe(source.clone()))?;
         value.set_sensitive(true);
         Ok(Some(value))
     }
@@ -391,7 +463,12 @@ mod tests {
         assert_eq!(value(&rule), "Bearer second");
         assert!(value(&rule).is_sensitive());
         std::fs::remove_file(&path).unwrap();
-        assert!(rule.check().unwrap_err().contains("cannot read"));
+        assert!(
+            rule.check()
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
     }
 
     #[test]

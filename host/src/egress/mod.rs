@@ -49,13 +49,17 @@ use wasmtime_wasi_http::{
 };
 
 pub use audit::{Audit, AuditLogLimits, AuditRecord, AwsCall};
-pub use credentials::{CredentialError, CredentialRule, SecretSource, SharedSecret};
+pub use credentials::{
+    CredentialError, CredentialRule, RuleProblem, SecretError, SecretSource, SharedSecret,
+    Unavailable,
+};
 pub use dns::{DNS_CACHE_ANSWERS, DNS_MAX_POSITIVE_TTL};
-pub use policy::{HostPattern, MethodPolicy, PatternError};
+pub use policy::{HostPattern, MethodPolicy, MethodRefused, PatternError, PatternProblem};
 pub use pool::{Connections, PoolLimits};
 pub use sigv4::{
-    AwsKeys, CREDENTIAL_ACTIONS, MAX_SIGNED_BODY, MAX_STS_ANSWER, REST_SERVICES, SigV4,
-    WebIdentityConfig, check_sts_endpoint, is_action_pattern, sts_endpoint_allowed,
+    AwsKeys, CREDENTIAL_ACTIONS, ExchangeProblem, KeyError, MAX_SIGNED_BODY, MAX_STS_ANSWER,
+    REST_SERVICES, RuleError, SigV4, SigningError, StsEndpointError, WebIdentityConfig,
+    WebIdentityError, check_sts_endpoint, is_action_pattern, sts_endpoint_allowed,
 };
 pub use transport::Limits;
 
@@ -179,7 +183,10 @@ impl EgressConfig {
             .find_map(|(index, rule)| {
                 let config = rule.web_identity()?;
                 let problem = config.check_endpoint(&self.sts_endpoints).err()?;
-                Some(StsEndpointRefused { index, problem })
+                Some(StsEndpointRefused {
+                    index,
+                    problem: problem.to_string(),
+                })
             })
             .map_or(Ok(()), Err)
     }
@@ -321,7 +328,7 @@ impl EgressGate {
         self: &Arc<Self>,
         caller: Arc<Caller>,
         request: http::Request<bytes::Bytes>,
-    ) -> Result<(http::StatusCode, bytes::Bytes), String> {
+    ) -> Result<(http::StatusCode, bytes::Bytes), SendError> {
         let hooks = self.hooks(caller, self.host_connections.clone());
         send_through(hooks, request).await
     }
@@ -343,7 +350,7 @@ impl EgressGate {
     /// The header value of credential rule `index`, read from its source at most once per
     /// [`CREDENTIAL_REFRESH`] (an in-memory value, on every request); `None` for a signing
     /// rule.
-    fn credential_value(&self, index: usize) -> Result<Option<http::HeaderValue>, String> {
+    fn credential_value(&self, index: usize) -> Result<Option<http::HeaderValue>, SecretError> {
         let rule = &self.config.credentials[index];
         if rule.is_in_memory() {
             return rule.header_value();
@@ -383,25 +390,42 @@ impl EgressGate {
     }
 }
 
+/// Why a request sent from the host side ([`EgressGate::send`]) got no whole answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The gate refused or failed the request: its error code, and the reasons of the
+    /// refusals during the call.
+    #[error("{error}: {}", .reasons.join("; "))]
+    Refused {
+        /// The `wasi:http` error code a guest would get.
+        error: Error,
+        /// Each refusal's reason.
+        reasons: Vec<String>,
+    },
+    /// Reading the answer's body failed.
+    #[error("{0}")]
+    Body(Error),
+}
+
 /// Send `request` through `hooks` as a guest's request would go, and read the whole response.
 async fn send_through(
     mut hooks: GateHooks,
     request: http::Request<bytes::Bytes>,
-) -> Result<(http::StatusCode, bytes::Bytes), String> {
+) -> Result<(http::StatusCode, bytes::Bytes), SendError> {
     let request = request.map(transport::full_body);
     let sent = hooks.send_request(request, None, Box::new(async { Ok(()) }));
     let (response, connection) = match Box::into_pin(sent).await {
         Ok(exchanged) => exchanged,
         Err(error) => {
-            let reasons: Vec<String> = hooks.denials().into_iter().map(|d| d.reason).collect();
-            return Err(format!("{error}: {}", reasons.join("; ")));
+            let reasons = hooks.denials().into_iter().map(|d| d.reason).collect();
+            return Err(SendError::Refused { error, reasons });
         }
     };
     let connection = tokio::spawn(Box::into_pin(connection));
     let status = response.status();
     let body = response.into_body().collect().await;
     connection.abort();
-    Ok((status, body.map_err(|e| e.to_string())?.to_bytes()))
+    Ok((status, body.map_err(SendError::Body)?.to_bytes()))
 }
 
 /// The gate as seen by one call's `wasi:http` implementation; also collects the call's denials.
@@ -518,7 +542,7 @@ impl Attempt {
             .iter()
             .any(|rule| rule.applies_to(&dest) && matches!(rule.applied(), Applied::SigV4(_)));
         if !signed && let Err(reason) = gate.config.methods.permits(request.method(), &dest) {
-            return Err(self.deny(reason));
+            return Err(self.deny(reason.to_string()));
         }
         let limits = gate.config.limits;
         match gate.budgets.take(&self.host) {
@@ -697,7 +721,7 @@ impl Attempt {
             // A REST request names its action by method and route: a shadow's may read.
             policy
                 .permits(&head.method, dest)
-                .map_err(|reason| self.deny(reason))?;
+                .map_err(|reason| self.deny(reason.to_string()))?;
         }
         let gate = self.gate.clone();
         let keys = sigv4

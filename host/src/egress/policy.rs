@@ -92,36 +92,75 @@ pub struct PatternError {
     /// The pattern as given, e.g. to `--allow`.
     pub pattern: String,
     /// What is wrong with it.
-    pub problem: String,
+    pub problem: PatternProblem,
+}
+
+/// What is wrong with a host pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternProblem {
+    /// No `://`.
+    #[error("missing scheme")]
+    MissingScheme,
+    /// A scheme other than `http` and `https`.
+    #[error("scheme must be http or https")]
+    Scheme,
+    /// A path, query, fragment or user part.
+    #[error("only scheme, host and port are allowed, no path or user")]
+    NotOrigin,
+    /// `[` without `]`.
+    #[error("unclosed [ in IPv6 address")]
+    UnclosedBracket,
+    /// Something other than `:PORT` after `]`.
+    #[error("junk after ]")]
+    AfterBracket,
+    /// No host before the port.
+    #[error("missing host")]
+    MissingHost,
+    /// The port as given, not 1 to 65535.
+    #[error("port {0:?} is not a number from 1 to 65535")]
+    Port(String),
+    /// The name (or the domain under `*.`) as given.
+    #[error("{0:?} is not a valid DNS name")]
+    DnsName(String),
+}
+
+/// A shadow version's request with a method its policy does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a shadow version may only use GET and HEAD towards {dest}; spec.rollout.shadow.methods can allow {method}"
+)]
+pub struct MethodRefused {
+    /// The method the request used.
+    pub method: http::Method,
+    /// Where it was bound.
+    pub dest: Destination,
 }
 
 impl FromStr for HostPattern {
     type Err = PatternError;
 
     fn from_str(pattern: &str) -> Result<Self, Self::Err> {
-        let fail = |problem: &str| PatternError {
+        let fail = |problem: PatternProblem| PatternError {
             pattern: pattern.to_string(),
-            problem: problem.to_string(),
+            problem,
         };
         let (scheme, rest) = pattern
             .split_once("://")
-            .ok_or_else(|| fail("missing scheme"))?;
-        let scheme = Scheme::parse(scheme).ok_or_else(|| fail("scheme must be http or https"))?;
+            .ok_or_else(|| fail(PatternProblem::MissingScheme))?;
+        let scheme = Scheme::parse(scheme).ok_or_else(|| fail(PatternProblem::Scheme))?;
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.contains(['/', '?', '#', '@']) {
-            return Err(fail(
-                "only scheme, host and port are allowed, no path or user",
-            ));
+            return Err(fail(PatternProblem::NotOrigin));
         }
-        let (host, port) = split_host_port(rest).map_err(|problem| fail(&problem))?;
+        let (host, port) = split_host_port(rest).map_err(fail)?;
         let port = port.unwrap_or(scheme.default_port());
         let host = if let Some(suffix) = host.strip_prefix("*.") {
-            validate_dns_name(suffix).map_err(|problem| fail(&problem))?;
+            validate_dns_name(suffix).map_err(fail)?;
             HostMatch::Subdomains(suffix.to_ascii_lowercase())
         } else if let Ok(ip) = host.parse::<IpAddr>() {
             HostMatch::Address(ip)
         } else {
-            validate_dns_name(host).map_err(|problem| fail(&problem))?;
+            validate_dns_name(host).map_err(fail)?;
             HostMatch::Name(host.to_ascii_lowercase())
         };
         Ok(HostPattern { scheme, host, port })
@@ -227,14 +266,21 @@ impl Destination {
     }
 }
 
-fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
+fn split_host_port(text: &str) -> Result<(&str, Option<u16>), PatternProblem> {
     let (host, port) = if let Some(bracketed) = text.strip_prefix('[') {
         let (host, after) = bracketed
             .split_once(']')
-            .ok_or("unclosed [ in IPv6 address")?;
+            .ok_or(PatternProblem::UnclosedBracket)?;
         match after {
             "" => (host, None),
-            _ => (host, Some(after.strip_prefix(':').ok_or("junk after ]")?)),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or(PatternProblem::AfterBracket)?,
+                ),
+            ),
         }
     } else {
         match text.rsplit_once(':') {
@@ -243,19 +289,19 @@ fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
         }
     };
     if host.is_empty() {
-        return Err("missing host".into());
+        return Err(PatternProblem::MissingHost);
     }
     let port = match port {
         None => None,
         Some(port) => match port.parse::<u16>() {
-            Ok(0) | Err(_) => return Err(format!("port {port:?} is not a number from 1 to 65535")),
+            Ok(0) | Err(_) => return Err(PatternProblem::Port(port.to_string())),
             Ok(port) => Some(port),
         },
     };
     Ok((host, port))
 }
 
-fn validate_dns_name(name: &str) -> Result<(), String> {
+fn validate_dns_name(name: &str) -> Result<(), PatternProblem> {
     let valid_label = |label: &str| {
         !label.is_empty()
             && label.len() <= 63
@@ -264,7 +310,7 @@ fn validate_dns_name(name: &str) -> Result<(), String> {
             && !label.ends_with('-')
     };
     if name.len() > 253 || !name.split('.').all(valid_label) {
-        return Err(format!("{name:?} is not a valid DNS name"));
+        return Err(PatternProblem::DnsName(name.to_string()));
     }
     Ok(())
 }
@@ -296,7 +342,7 @@ pub enum MethodPolicy {
 
 impl MethodPolicy {
     /// Whether `method` may be sent to `dest`, or why not.
-    pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), String> {
+    pub fn permits(&self, method: &http::Method, dest: &Destination) -> Result<(), MethodRefused> {
         let MethodPolicy::SafeOnly {
             methods: widened, ..
         } = self
@@ -312,10 +358,10 @@ impl MethodPolicy {
         if allowed {
             Ok(())
         } else {
-            Err(format!(
-                "a shadow version may only use GET and HEAD towards {dest}; \
-                 spec.rollout.shadow.methods can allow {method}"
-            ))
+            Err(MethodRefused {
+                method: method.clone(),
+                dest: dest.clone(),
+            })
         }
     }
 
@@ -400,7 +446,10 @@ mod tests {
         assert!(policy.permits(&http::Method::GET, &other).is_ok());
         assert!(policy.permits(&http::Method::HEAD, &other).is_ok());
         assert!(policy.permits(&http::Method::POST, &api).is_ok());
-        let refused = policy.permits(&http::Method::POST, &other).unwrap_err();
+        let refused = policy
+            .permits(&http::Method::POST, &other)
+            .unwrap_err()
+            .to_string();
         assert!(
             refused.contains("only use GET and HEAD towards https://other.example.com"),
             "{refused}"

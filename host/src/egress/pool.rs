@@ -411,7 +411,9 @@ mod tests {
     use tokio_rustls::rustls::HandshakeKind;
 
     use super::*;
-    use crate::egress::{AuditRecord, Caller, EgressConfig, EgressGate, RateBudget, send_through};
+    use crate::egress::{
+        AuditRecord, Caller, EgressConfig, EgressGate, RateBudget, SendError, send_through,
+    };
     use crate::metrics::Metrics;
 
     /// A keep-alive HTTP/1.1 server on loopback that counts the connections it accepted and
@@ -597,7 +599,7 @@ mod tests {
         gate: &Arc<EgressGate>,
         connections: &Arc<Connections>,
         url: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         let caller = Arc::new(Caller {
             provider: "pooled".into(),
             version: "sha256:0123456789ab".into(),
@@ -729,7 +731,7 @@ mod tests {
         connections: &Arc<Connections>,
         method: http::Method,
         url: &str,
-    ) -> Result<(http::StatusCode, bytes::Bytes), String> {
+    ) -> Result<(http::StatusCode, bytes::Bytes), SendError> {
         let caller = Arc::new(Caller {
             provider: "pooled".into(),
             version: "sha256:0123456789ab".into(),

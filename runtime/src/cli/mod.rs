@@ -224,7 +224,7 @@ impl EgressFlags {
             credential.rule.check().map_err(|problem| UnreadableSecret {
                 flag: "--credential",
                 rule: credential.text.clone(),
-                problem,
+                problem: problem.to_string(),
             })
         })
     }

@@ -509,15 +509,16 @@ fn aws_rule(
     ) {
         (Some(identity), None, None) if aws.session_token_ref.is_none() => {
             if let Some(endpoint) = &identity.sts_endpoint {
-                check_sts_endpoint(endpoint, sts_endpoints)
-                    .map_err(refuse(format!("{field}.webIdentity.stsEndpoint")))?;
+                check_sts_endpoint(endpoint, sts_endpoints).map_err(|error| {
+                    refuse(format!("{field}.webIdentity.stsEndpoint"))(error.to_string())
+                })?;
             }
             let config = WebIdentityConfig::from_env(
                 identity.sts_endpoint.as_deref(),
                 aws.region.as_deref(),
                 &target,
             )
-            .map_err(refuse(format!("{field}.webIdentity")))?;
+            .map_err(|error| refuse(format!("{field}.webIdentity"))(error.to_string()))?;
             AwsKeys::web_identity(config)
         }
         (None, Some(access_key_id), Some(secret_access_key)) => AwsKeys::from_sources(
@@ -532,10 +533,10 @@ fn aws_rule(
         }
     };
     let sigv4 = SigV4::new(aws.region.clone(), aws.services.clone(), keys)
-        .map_err(refuse(field.clone()))?
+        .map_err(|error| refuse(field.clone())(error.to_string()))?
         .with_actions(aws.actions.clone())
-        .map_err(refuse(format!("{field}.actions")))?;
-    CredentialRule::aws_sigv4(target, sigv4).map_err(refuse(field))
+        .map_err(|error| refuse(format!("{field}.actions"))(error.to_string()))?;
+    CredentialRule::aws_sigv4(target, sigv4).map_err(|error| refuse(field)(error.to_string()))
 }
 
 fn limits(spec: Option<&LimitsSpec>, defaults: &SandboxConfig) -> Result<SandboxConfig, SpecError> {

@@ -1,5 +1,5 @@
 //! The README's commands for building a provider in TypeScript and in Python ("Writing a
-//! provider"), typed as written from the root of a copy of the sources they read (so the
+//! provider"; the TypeScript one also in `guest-sdk-js/README.md`), typed as written from the root of a copy of the sources they read (so the
 //! `__pycache__` componentize-py writes lands in the copy), with the tools `make setup`
 //! installs: each makes a wasm component.
 
@@ -11,9 +11,10 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The `sh` block of the README that starts with `first_line`.
-fn readme_command(first_line: &str) -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+/// The `sh` block of the README at `readme` (relative to the workspace) that starts with
+/// `first_line`.
+fn readme_command(readme: &str, first_line: &str) -> String {
+    let readme = std::fs::read_to_string(repo().join(readme)).expect("the README");
     readme
         .split("```sh\n")
         .skip(1)
@@ -77,7 +78,12 @@ fn is_component(path: &Path) -> bool {
 
 #[tokio::test]
 async fn the_readmes_typescript_build_command_makes_a_component() {
-    let command = readme_command("node guest-sdk-js/build.mjs");
+    let command = readme_command("README.md", "node guest-sdk-js/build.mjs");
+    assert_eq!(
+        readme_command("guest-sdk-js/README.md", "node guest-sdk-js/build.mjs"),
+        command,
+        "the SDK's README gives the same command"
+    );
     let root = workspace_copy(&["wit", "guest-sdk-js", "guests/simcloud-ts"], "js");
     typed(root.path(), &command).await;
     assert!(is_component(&root.path().join("simcloud-ts.wasm")));
@@ -85,7 +91,7 @@ async fn the_readmes_typescript_build_command_makes_a_component() {
 
 #[tokio::test]
 async fn the_readmes_python_build_command_makes_a_component() {
-    let command = readme_command("VIRTUAL_ENV=target/test-tools/python");
+    let command = readme_command("README.md", "VIRTUAL_ENV=target/test-tools/python");
     let root = workspace_copy(&["wit", "guest-sdk-py", "guests/simcloud-py"], "python");
     typed(root.path(), &command).await;
     assert!(is_component(&root.path().join("simcloud-py.wasm")));

@@ -195,12 +195,16 @@ fn inspect_describes_simcloud_and_says_it_satisfies_the_contract() {
     assert!(out.contains("satisfies the host contract: yes"), "{out}");
 }
 
-/// The Rust and Python simclouds are built for node sets: they import `node-sets` and export
-/// `load-balancer-node-sets`, so the host lends them load-balancer nodes to read a field at a
-/// time instead of copying every node in (the Python SDK's `Nodes`).
+/// Every simcloud (Rust, TypeScript, Python) is built for node sets: it imports `node-sets`
+/// and exports `load-balancer-node-sets`, so the host lends it load-balancer nodes to read a
+/// field at a time instead of copying every node in (each SDK's `Nodes`).
 #[test]
-fn inspect_shows_the_rust_and_python_simclouds_read_nodes_from_node_sets() {
-    for component in [guest_builds::SIMCLOUD, guest_builds::SIMCLOUD_PY] {
+fn inspect_shows_every_simcloud_reads_nodes_from_node_sets() {
+    for component in [
+        guest_builds::SIMCLOUD,
+        guest_builds::SIMCLOUD_TS,
+        guest_builds::SIMCLOUD_PY,
+    ] {
         let run = wasm_ccm(["provider", "inspect", component], &[]);
         assert!(run.succeeded(), "{run:#?}");
         let (imports, exports) = run

@@ -23,8 +23,8 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use http_body_util::BodyExt;
 
 use super::super::PooledClient;
-use super::super::credentials::SecretSource;
-use super::super::policy::HostPattern;
+use super::super::credentials::{SecretError, SecretSource};
+use super::super::policy::{HostPattern, PatternError};
 use super::super::transport::{self, Limits};
 use super::{aws_endpoint, is_region, xml_text};
 
@@ -56,6 +56,168 @@ pub const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
 
 /// The session name sent to STS when `AWS_ROLE_SESSION_NAME` is not set.
 const DEFAULT_SESSION_NAME: &str = "wasm-ccm";
+
+/// Why a URL does not parse.
+type UrlError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// Why the keys to sign with cannot be had now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KeyError {
+    /// A static key's source cannot be read, or its value cannot go in a header.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The web identity token file cannot be read.
+    #[error("cannot read the web identity token file {}: {error}", path.display())]
+    TokenUnreadable {
+        /// The token file.
+        path: PathBuf,
+        /// Why not.
+        error: Arc<std::io::Error>,
+    },
+    /// The web identity token file is empty.
+    #[error("the web identity token file {} is empty", path.display())]
+    TokenEmpty {
+        /// The token file.
+        path: PathBuf,
+    },
+    /// `AssumeRoleWithWebIdentity` failed; the message names the role and endpoint, never
+    /// the token.
+    #[error("STS AssumeRoleWithWebIdentity for {role_arn} at {endpoint} failed: {problem}")]
+    Exchange {
+        /// The role to assume.
+        role_arn: String,
+        /// The STS endpoint.
+        endpoint: String,
+        /// What went wrong.
+        problem: ExchangeProblem,
+    },
+    /// An exchange another request waited for ended with neither keys nor a failure.
+    #[error("no keys")]
+    NoKeys,
+}
+
+/// What went wrong in one `AssumeRoleWithWebIdentity` exchange.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExchangeProblem {
+    /// The gate may not send the token to the endpoint.
+    #[error(
+        "the endpoint is not one the manager sends its web identity token to (an AWS STS endpoint, or one --sts-endpoint-allow lists)"
+    )]
+    EndpointRefused,
+    /// The request could not be made.
+    #[error("cannot make the request: {0}")]
+    Request(Arc<http::Error>),
+    /// Sending failed: each cause in turn (an internal address refused, a TLS or connect
+    /// failure).
+    #[error("{0}")]
+    Send(String),
+    /// The answer is over [`MAX_STS_ANSWER`] bytes.
+    #[error("the answer is over {MAX_STS_ANSWER} bytes")]
+    TooLarge,
+    /// Reading the answer failed.
+    #[error("reading the answer failed: {0}")]
+    Read(Arc<dyn std::error::Error + Send + Sync>),
+    /// No whole answer within the connect, first-byte and between-bytes timeouts.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// STS answered an error: the status and the answer's code and message.
+    #[error("{status}: {code}: {message}")]
+    Refused {
+        /// The HTTP status.
+        status: http::StatusCode,
+        /// The AWS error code, or `no error code`.
+        code: String,
+        /// The AWS error message, if any.
+        message: String,
+    },
+    /// The answer lacks a field (or it is empty).
+    #[error("the answer has no {0}")]
+    Missing(&'static str),
+    /// The answer's `Expiration` is not an RFC 3339 time.
+    #[error("Expiration {value:?}: {error}")]
+    Expiration {
+        /// The field as answered.
+        value: String,
+        /// Why it does not parse.
+        error: chrono::ParseError,
+    },
+    /// The key id or session token cannot go in a header.
+    #[error("the key id or session token holds characters not allowed in a header")]
+    NotHeaderSafe,
+}
+
+/// Why a web identity configuration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebIdentityError {
+    /// An environment variable the exchange needs is not set (or empty).
+    #[error("web identity needs {0} set in the environment")]
+    MissingVar(&'static str),
+    /// No endpoint is stated and no region gives one.
+    #[error(
+        "web identity needs the STS region: state the region, the STS endpoint, or set AWS_REGION"
+    )]
+    NoRegion,
+    /// The STS endpoint is not a URL.
+    #[error(transparent)]
+    Endpoint(#[from] StsEndpointError),
+    /// The STS endpoint is a URL, but not an http(s) one with a host.
+    #[error("STS endpoint {0:?} is not an http(s) URL")]
+    EndpointScheme(String),
+    /// The session name is not what STS takes.
+    #[error("role session name {0:?} must be 2 to 64 letters, digits or +=,.@_-")]
+    SessionName(String),
+    /// The role ARN is empty.
+    #[error("the role ARN is empty")]
+    EmptyRoleArn,
+}
+
+/// Why the manager does not send its web identity token to an STS endpoint, or an
+/// `--sts-endpoint-allow` entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StsEndpointError {
+    /// The endpoint is not a URL.
+    #[error("STS endpoint {endpoint:?} is not a URL: {error}")]
+    NotUrl {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it does not parse.
+        error: UrlError,
+    },
+    /// The endpoint's origin, or an entry, is not a host pattern.
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+    /// Neither an AWS STS endpoint over HTTPS nor one the operator lists.
+    #[error(
+        "STS endpoint {endpoint} is not an AWS STS endpoint (https://sts.REGION.amazonaws.com, https://sts.amazonaws.com, …) nor one the manager lists with --sts-endpoint-allow ({}): the manager sends its web identity token only there",
+        listed(.allowed)
+    )]
+    NotAllowed {
+        /// The endpoint as given.
+        endpoint: String,
+        /// The endpoints the operator lists.
+        allowed: Vec<HostPattern>,
+    },
+    /// An `--sts-endpoint-allow` entry that is not a URL.
+    #[error("{0:?} is not a URL")]
+    EntryNotUrl(String),
+    /// An `--sts-endpoint-allow` entry naming `*.`.
+    #[error("{0} names every subdomain: an STS endpoint entry names one host")]
+    EntryWildcard(String),
+    /// An `--sts-endpoint-allow` entry over plain HTTP to a host not loopback.
+    #[error(
+        "{0} is plain HTTP: the web identity token goes over HTTPS, or over HTTP to a loopback address only"
+    )]
+    EntryPlainHttp(String),
+}
+
+/// `allowed` as an error lists it: `none`, or the entries joined by commas.
+fn listed(allowed: &[HostPattern]) -> String {
+    if allowed.is_empty() {
+        return "none".to_string();
+    }
+    let listed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+    listed.join(", ")
+}
 
 /// The keys a rule signs with.
 #[derive(Clone)]
@@ -184,9 +346,9 @@ impl AwsKeys {
 
     /// Check now that the keys can be had (static keys read, a token file readable), so a
     /// bad rule fails at start-up. Web identity keys are not exchanged here.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), KeyError> {
         match self {
-            AwsKeys::Static(keys) => keys.read().map(drop),
+            AwsKeys::Static(keys) => Ok(keys.read().map(drop)?),
             AwsKeys::WebIdentity(identity) => identity.token().map(drop),
         }
     }
@@ -200,7 +362,7 @@ impl AwsKeys {
     pub(in super::super) async fn current(
         &self,
         sts: Option<StsClient<'_>>,
-    ) -> Result<Keys, String> {
+    ) -> Result<Keys, KeyError> {
         match self {
             AwsKeys::Static(keys) => keys.current(),
             AwsKeys::WebIdentity(identity) => identity.current(sts).await,
@@ -222,7 +384,7 @@ impl AwsKeys {
         &self,
         used: &Keys,
         sts: Option<StsClient<'_>>,
-    ) -> Option<Result<Keys, String>> {
+    ) -> Option<Result<Keys, KeyError>> {
         match self {
             AwsKeys::Static(_) => None,
             AwsKeys::WebIdentity(identity) => Some(identity.after_refusal(used, sts).await),
@@ -249,7 +411,7 @@ enum Read {
 }
 
 impl StaticKeys {
-    fn current(&self) -> Result<Keys, String> {
+    fn current(&self) -> Result<Keys, KeyError> {
         let sources = [&self.access_key_id, &self.secret_access_key]
             .into_iter()
             .chain(self.session_token.as_ref().map(|(source, _)| source));
@@ -283,7 +445,7 @@ impl StaticKeys {
         Ok(keys)
     }
 
-    fn read(&self) -> Result<Credentials, String> {
+    fn read(&self) -> Result<Credentials, SecretError> {
         let access_key_id = header_safe(&self.access_key_id, self.access_key_id.read()?)?;
         let secret_access_key = self.secret_access_key.read()?;
         // An optional token that is not there (no variable, no file) means long-term keys.
@@ -306,13 +468,11 @@ impl StaticKeys {
 }
 
 /// `value` of `source` if it can go in a header (the key id and token do), else why not.
-fn header_safe(source: &SecretSource, value: String) -> Result<String, String> {
+fn header_safe(source: &SecretSource, value: String) -> Result<String, SecretError> {
     if value.bytes().all(|b| b.is_ascii_graphic()) {
         Ok(value)
     } else {
-        Err(format!(
-            "{source:?} holds characters not allowed in a header"
-        ))
+        Err(SecretError::NotHeaderSafe(source.clone()))
     }
 }
 
@@ -339,7 +499,7 @@ impl WebIdentityConfig {
         sts: Option<&str>,
         region: Option<&str>,
         target: &HostPattern,
-    ) -> Result<WebIdentityConfig, String> {
+    ) -> Result<WebIdentityConfig, WebIdentityError> {
         WebIdentityConfig::from_vars(|name| std::env::var(name).ok(), sts, region, target)
     }
 
@@ -349,9 +509,9 @@ impl WebIdentityConfig {
         sts: Option<&str>,
         region: Option<&str>,
         target: &HostPattern,
-    ) -> Result<WebIdentityConfig, String> {
+    ) -> Result<WebIdentityConfig, WebIdentityError> {
         let var = |name: &str| var(name).filter(|value| !value.is_empty());
-        let missing = |name: &str| format!("web identity needs {name} set in the environment");
+        let missing = WebIdentityError::MissingVar;
         let role_arn = var("AWS_ROLE_ARN").ok_or_else(|| missing("AWS_ROLE_ARN"))?;
         let token_file = var("AWS_WEB_IDENTITY_TOKEN_FILE")
             .ok_or_else(|| missing("AWS_WEB_IDENTITY_TOKEN_FILE"))?;
@@ -369,9 +529,7 @@ impl WebIdentityConfig {
                     .or(from_target)
                     .or_else(|| var("AWS_REGION"))
                     .or_else(|| var("AWS_DEFAULT_REGION"))
-                    .ok_or(
-                        "web identity needs the STS region: state the region, the STS endpoint, or set AWS_REGION",
-                    )?;
+                    .ok_or(WebIdentityError::NoRegion)?;
                 regional_sts(&region)
             }
         };
@@ -385,25 +543,20 @@ impl WebIdentityConfig {
         token_file: PathBuf,
         session_name: String,
         sts_endpoint: String,
-    ) -> Result<WebIdentityConfig, String> {
-        let url = reqwest::Url::parse(&sts_endpoint)
-            .map_err(|error| format!("STS endpoint {sts_endpoint:?} is not a URL: {error}"))?;
+    ) -> Result<WebIdentityConfig, WebIdentityError> {
+        let url = parse_endpoint(&sts_endpoint)?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(format!(
-                "STS endpoint {sts_endpoint:?} is not an http(s) URL"
-            ));
+            return Err(WebIdentityError::EndpointScheme(sts_endpoint));
         }
         let session_ok = (2..=64).contains(&session_name.len())
             && session_name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c));
         if !session_ok {
-            return Err(format!(
-                "role session name {session_name:?} must be 2 to 64 letters, digits or +=,.@_-"
-            ));
+            return Err(WebIdentityError::SessionName(session_name));
         }
         if role_arn.is_empty() {
-            return Err("the role ARN is empty".into());
+            return Err(WebIdentityError::EmptyRoleArn);
         }
         Ok(WebIdentityConfig {
             role_arn,
@@ -416,54 +569,53 @@ impl WebIdentityConfig {
     /// Whether the manager may send its web identity token to the STS endpoint: an AWS STS
     /// endpoint name over HTTPS on port 443, or an endpoint `allowed` names (the operator's
     /// `--sts-endpoint-allow`).
-    pub fn check_endpoint(&self, allowed: &[HostPattern]) -> Result<(), String> {
+    pub fn check_endpoint(&self, allowed: &[HostPattern]) -> Result<(), StsEndpointError> {
         check_sts_endpoint(&self.sts_endpoint, allowed)
     }
 
     /// The endpoint's scheme, host and port, as a grant of its own.
-    pub(in super::super) fn endpoint_pattern(&self) -> Result<HostPattern, String> {
-        endpoint_pattern(&self.sts_endpoint)
+    pub(in super::super) fn endpoint_pattern(&self) -> Result<HostPattern, StsEndpointError> {
+        endpoint_pattern(&parse_endpoint(&self.sts_endpoint)?)
     }
 }
 
 /// Whether the manager may send its web identity token to `endpoint` (a URL): an AWS STS
 /// endpoint name over HTTPS on port 443, or an endpoint `allowed` names (the operator's
 /// `--sts-endpoint-allow`).
-pub fn check_sts_endpoint(endpoint: &str, allowed: &[HostPattern]) -> Result<(), String> {
-    let pattern = endpoint_pattern(endpoint)?;
+pub fn check_sts_endpoint(endpoint: &str, allowed: &[HostPattern]) -> Result<(), StsEndpointError> {
+    let url = parse_endpoint(endpoint)?;
+    let pattern = endpoint_pattern(&url)?;
     if allowed.iter().any(|allowed| allowed == &pattern) {
         return Ok(());
     }
-    let url = reqwest::Url::parse(endpoint).map_err(|error| error.to_string())?;
     let host = url.host_str().unwrap_or_default();
     let aws =
         url.scheme() == "https" && url.port_or_known_default() == Some(443) && is_sts_host(host);
     if aws {
         return Ok(());
     }
-    let listed = if allowed.is_empty() {
-        "none".to_string()
-    } else {
-        let listed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
-        listed.join(", ")
-    };
-    Err(format!(
-        "STS endpoint {endpoint} is not an AWS STS endpoint (https://sts.REGION.amazonaws.com, https://sts.amazonaws.com, …) nor one the manager lists with --sts-endpoint-allow ({listed}): the manager sends its web identity token only there"
-    ))
+    Err(StsEndpointError::NotAllowed {
+        endpoint: endpoint.to_string(),
+        allowed: allowed.to_vec(),
+    })
 }
 
-/// The scheme, host and port of the URL `endpoint`, as a host pattern.
-fn endpoint_pattern(endpoint: &str) -> Result<HostPattern, String> {
-    let url = reqwest::Url::parse(endpoint)
-        .map_err(|error| format!("STS endpoint {endpoint:?} is not a URL: {error}"))?;
+/// The STS endpoint `endpoint` as a URL.
+fn parse_endpoint(endpoint: &str) -> Result<reqwest::Url, StsEndpointError> {
+    reqwest::Url::parse(endpoint).map_err(|error| StsEndpointError::NotUrl {
+        endpoint: endpoint.to_string(),
+        error,
+    })
+}
+
+/// The scheme, host and port of `url`, as a host pattern.
+fn endpoint_pattern(url: &reqwest::Url) -> Result<HostPattern, StsEndpointError> {
     let host = url.host_str().unwrap_or_default();
     let origin = match url.port() {
         Some(port) => format!("{}://{host}:{port}", url.scheme()),
         None => format!("{}://{host}", url.scheme()),
     };
-    origin
-        .parse()
-        .map_err(|error: super::super::PatternError| error.to_string())
+    Ok(origin.parse()?)
 }
 
 /// Whether `host` is an AWS STS endpoint name: `sts.amazonaws.com`, or `sts.REGION.DOMAIN`
@@ -489,16 +641,14 @@ fn is_sts_host(host: &str) -> bool {
 /// An `--sts-endpoint-allow` entry: `https://HOST[:PORT]` naming one host (no `*.`), or
 /// `http://` with a loopback address (a test's STS on the same host: the token never leaves
 /// it).
-pub fn sts_endpoint_allowed(text: &str) -> Result<HostPattern, String> {
-    let pattern: HostPattern = text
+pub fn sts_endpoint_allowed(text: &str) -> Result<HostPattern, StsEndpointError> {
+    let pattern: HostPattern = text.parse()?;
+    let uri: http::Uri = text
         .parse()
-        .map_err(|error: super::super::PatternError| error.to_string())?;
-    let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+        .map_err(|_| StsEndpointError::EntryNotUrl(text.to_string()))?;
     let host = uri.host().unwrap_or_default();
     if host.starts_with("*.") {
-        return Err(format!(
-            "{text} names every subdomain: an STS endpoint entry names one host"
-        ));
+        return Err(StsEndpointError::EntryWildcard(text.to_string()));
     }
     let loopback = host
         .trim_start_matches('[')
@@ -506,9 +656,7 @@ pub fn sts_endpoint_allowed(text: &str) -> Result<HostPattern, String> {
         .parse::<std::net::IpAddr>()
         .is_ok_and(|ip| ip.is_loopback());
     if uri.scheme_str() == Some("http") && !loopback {
-        return Err(format!(
-            "{text} is plain HTTP: the web identity token goes over HTTPS, or over HTTP to a loopback address only"
-        ));
+        return Err(StsEndpointError::EntryPlainHttp(text.to_string()));
     }
     Ok(pattern)
 }
@@ -539,7 +687,7 @@ pub struct WebIdentity {
     config: WebIdentityConfig,
     current: RwLock<Option<Temporary>>,
     /// Held by the one exchange running; the last exchange's failure, if it failed.
-    exchange: tokio::sync::Mutex<Option<String>>,
+    exchange: tokio::sync::Mutex<Option<KeyError>>,
     /// Exchanges finished, successful or not.
     exchanges: AtomicU64,
 }
@@ -564,7 +712,7 @@ impl Temporary {
 }
 
 impl WebIdentity {
-    async fn current(&self, sts: Option<StsClient<'_>>) -> Result<Keys, String> {
+    async fn current(&self, sts: Option<StsClient<'_>>) -> Result<Keys, KeyError> {
         let seen = self.exchanges.load(Ordering::SeqCst);
         if let Some(current) = self.temporary().filter(Temporary::fresh) {
             return Ok(current.keys);
@@ -575,7 +723,7 @@ impl WebIdentity {
             if let Some(current) = self.temporary().filter(Temporary::unexpired) {
                 return Ok(current.keys);
             }
-            return Err(failure.clone().unwrap_or_else(|| "no keys".into()));
+            return Err(failure.clone().unwrap_or(KeyError::NoKeys));
         }
         match self.exchange_now(&mut failure, sts).await {
             Ok(keys) => Ok(keys),
@@ -590,7 +738,11 @@ impl WebIdentity {
         }
     }
 
-    async fn after_refusal(&self, used: &Keys, sts: Option<StsClient<'_>>) -> Result<Keys, String> {
+    async fn after_refusal(
+        &self,
+        used: &Keys,
+        sts: Option<StsClient<'_>>,
+    ) -> Result<Keys, KeyError> {
         let replaced = |current: &Temporary| current.keys.generation != used.generation;
         let seen = self.exchanges.load(Ordering::SeqCst);
         if let Some(current) = self.temporary().filter(replaced) {
@@ -601,7 +753,7 @@ impl WebIdentity {
             if let Some(current) = self.temporary().filter(replaced) {
                 return Ok(current.keys);
             }
-            return Err(failure.clone().unwrap_or_else(|| "no keys".into()));
+            return Err(failure.clone().unwrap_or(KeyError::NoKeys));
         }
         self.exchange_now(&mut failure, sts).await
     }
@@ -616,9 +768,9 @@ impl WebIdentity {
     /// Exchange the token for new keys, holding the exchange lock (`failure`).
     async fn exchange_now(
         &self,
-        failure: &mut Option<String>,
+        failure: &mut Option<KeyError>,
         sts: Option<StsClient<'_>>,
-    ) -> Result<Keys, String> {
+    ) -> Result<Keys, KeyError> {
         let outcome = self.assume_role(sts).await;
         let generation = self.exchanges.fetch_add(1, Ordering::SeqCst) + 1;
         match outcome {
@@ -639,20 +791,15 @@ impl WebIdentity {
     }
 
     /// The token file's contents now.
-    fn token(&self) -> Result<String, String> {
+    fn token(&self) -> Result<String, KeyError> {
         let path = &self.config.token_file;
-        let token = std::fs::read_to_string(path).map_err(|error| {
-            format!(
-                "cannot read the web identity token file {}: {error}",
-                path.display()
-            )
+        let token = std::fs::read_to_string(path).map_err(|error| KeyError::TokenUnreadable {
+            path: path.clone(),
+            error: Arc::new(error),
         })?;
         let token = token.trim();
         if token.is_empty() {
-            return Err(format!(
-                "the web identity token file {} is empty",
-                path.display()
-            ));
+            return Err(KeyError::TokenEmpty { path: path.clone() });
         }
         Ok(token.to_string())
     }
@@ -661,18 +808,15 @@ impl WebIdentity {
     async fn assume_role(
         &self,
         sts: Option<StsClient<'_>>,
-    ) -> Result<(Credentials, SystemTime), String> {
+    ) -> Result<(Credentials, SystemTime), KeyError> {
         let config = &self.config;
-        let failed = |problem: String| {
-            format!(
-                "STS AssumeRoleWithWebIdentity for {} at {} failed: {problem}",
-                config.role_arn, config.sts_endpoint
-            )
+        let failed = |problem: ExchangeProblem| KeyError::Exchange {
+            role_arn: config.role_arn.clone(),
+            endpoint: config.sts_endpoint.clone(),
+            problem,
         };
         let Some(sts) = sts else {
-            return Err(failed(
-                "the endpoint is not one the manager sends its web identity token to (an AWS STS endpoint, or one --sts-endpoint-allow lists)".into(),
-            ));
+            return Err(failed(ExchangeProblem::EndpointRefused));
         };
         let token = self.token()?;
         let form = form_urlencoded::Serializer::new(String::new())
@@ -689,7 +833,7 @@ impl WebIdentity {
             )
             .header(http::header::USER_AGENT, "wasm-ccm")
             .body(transport::full_body(form))
-            .map_err(|error| failed(format!("cannot make the request: {error}")))?;
+            .map_err(|error| failed(ExchangeProblem::Request(Arc::new(error))))?;
         let limits = sts.limits;
         let deadline =
             limits.connect_timeout + limits.first_byte_timeout + limits.between_bytes_timeout;
@@ -698,47 +842,53 @@ impl WebIdentity {
                 .client
                 .request(request)
                 .await
-                .map_err(|error| failed(exchange_error(&error)))?;
+                .map_err(|error| failed(ExchangeProblem::Send(exchange_error(&error))))?;
             let status = response.status();
             let body = http_body_util::Limited::new(response.into_body(), MAX_STS_ANSWER)
                 .collect()
                 .await
                 .map_err(|error| {
                     if error.is::<http_body_util::LengthLimitError>() {
-                        failed(format!("the answer is over {MAX_STS_ANSWER} bytes"))
+                        failed(ExchangeProblem::TooLarge)
                     } else {
-                        failed(format!("reading the answer failed: {error}"))
+                        failed(ExchangeProblem::Read(Arc::from(error)))
                     }
                 })?
                 .to_bytes();
-            Ok::<_, String>((status, body))
+            Ok::<_, KeyError>((status, body))
         };
         let (status, body) = tokio::time::timeout(deadline, exchange)
             .await
-            .map_err(|_| failed(format!("no answer within {deadline:?}")))??;
+            .map_err(|_| failed(ExchangeProblem::Timeout(deadline)))??;
         let body = String::from_utf8_lossy(&body);
         if !status.is_success() {
             let code = xml_text(&body, "Code").unwrap_or("no error code");
             let message = xml_text(&body, "Message").unwrap_or_default();
-            return Err(failed(format!("{status}: {code}: {message}")));
+            return Err(failed(ExchangeProblem::Refused {
+                status,
+                code: code.to_string(),
+                message: message.to_string(),
+            }));
         }
-        let field = |tag: &str| {
+        let field = |tag: &'static str| {
             xml_text(&body, tag)
                 .filter(|value| !value.is_empty())
-                .ok_or_else(|| failed(format!("the answer has no {tag}")))
+                .ok_or_else(|| failed(ExchangeProblem::Missing(tag)))
         };
         let expiration = field("Expiration")?;
-        let expires = chrono::DateTime::parse_from_rfc3339(expiration)
-            .map_err(|error| failed(format!("Expiration {expiration:?}: {error}")))?;
+        let expires = chrono::DateTime::parse_from_rfc3339(expiration).map_err(|error| {
+            failed(ExchangeProblem::Expiration {
+                value: expiration.to_string(),
+                error,
+            })
+        })?;
         let expires = SystemTime::UNIX_EPOCH
             + Duration::from_secs(u64::try_from(expires.timestamp()).unwrap_or(0));
         let access_key_id = field("AccessKeyId")?;
         let session_token = field("SessionToken")?;
         let header_ok = |value: &str| value.bytes().all(|b| b.is_ascii_graphic());
         if !header_ok(access_key_id) || !header_ok(session_token) {
-            return Err(failed(
-                "the key id or session token holds characters not allowed in a header".into(),
-            ));
+            return Err(failed(ExchangeProblem::NotHeaderSafe));
         }
         let credentials = Credentials::new(
             access_key_id,
@@ -990,7 +1140,7 @@ mod tests {
         let sts = fake_sts(403, 0, false).await;
         let token = token_file("the-secret-token");
         let identity = identity(&sts, token.path());
-        let error = identity.current(sts.via()).await.unwrap_err();
+        let error = identity.current(sts.via()).await.unwrap_err().to_string();
         for part in [
             "STS AssumeRoleWithWebIdentity for arn:aws:iam::123456789012:role/ccm",
             &sts.url,
@@ -1000,7 +1150,7 @@ mod tests {
         }
         assert!(!error.contains("the-secret-token"), "{error}");
         std::fs::remove_file(token.path()).unwrap();
-        let unreadable = identity.current(sts.via()).await.unwrap_err();
+        let unreadable = identity.current(sts.via()).await.unwrap_err().to_string();
         assert!(
             unreadable.contains("cannot read the web identity token file"),
             "{unreadable}"
@@ -1059,15 +1209,22 @@ mod tests {
             [IRSA[0], IRSA[1], ("AWS_DEFAULT_REGION", "ap-south-1")];
         let default = endpoint(&DEFAULT_REGION, None, None, &any);
         assert_eq!(default.unwrap(), "https://sts.ap-south-1.amazonaws.com");
-        let none = endpoint(&IRSA, None, None, &any).unwrap_err();
+        let none = endpoint(&IRSA, None, None, &any).unwrap_err().to_string();
         assert!(none.contains("needs the STS region"), "{none}");
 
         let config = WebIdentityConfig::from_vars(env(&IRSA), None, None, &ec2).unwrap();
         assert_eq!(config.session_name, "wasm-ccm");
         assert_eq!(config.role_arn, IRSA[0].1);
         let missing = WebIdentityConfig::from_vars(env(&IRSA[1..]), None, None, &ec2);
-        assert!(missing.unwrap_err().contains("needs AWS_ROLE_ARN set"));
-        let bad = endpoint(&IRSA, Some("sts.example.com"), None, &any).unwrap_err();
+        assert!(
+            missing
+                .unwrap_err()
+                .to_string()
+                .contains("needs AWS_ROLE_ARN set")
+        );
+        let bad = endpoint(&IRSA, Some("sts.example.com"), None, &any)
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("is not a URL"), "{bad}");
     }
 
@@ -1093,7 +1250,7 @@ mod tests {
             "https://attacker.example.com",
             "http://127.0.0.1:5000",
         ] {
-            let error = check_sts_endpoint(other, &[]).unwrap_err();
+            let error = check_sts_endpoint(other, &[]).unwrap_err().to_string();
             assert!(
                 error.contains("is not an AWS STS endpoint")
                     && error.contains("--sts-endpoint-allow (none)"),
@@ -1120,7 +1277,7 @@ mod tests {
             ("https://*.example.com", "names every subdomain"),
             ("sts.example.com", "missing scheme"),
         ] {
-            let error = sts_endpoint_allowed(entry).unwrap_err();
+            let error = sts_endpoint_allowed(entry).unwrap_err().to_string();
             assert!(error.contains(problem), "{entry}: {error}");
         }
         assert!(sts_endpoint_allowed("http://[::1]:5000").is_ok());
@@ -1145,11 +1302,11 @@ mod tests {
         let AwsKeys::WebIdentity(named) = AwsKeys::web_identity(named) else {
             unreachable!()
         };
-        let refused = named.current(via(&by_name)).await.unwrap_err();
+        let refused = named.current(via(&by_name)).await.unwrap_err().to_string();
         assert!(refused.contains("loopback"), "{refused}");
         assert!(sts.forms.lock().unwrap().is_empty(), "the token never left");
         // Not allowed at all: nothing is sent.
-        let error = identity.current(None).await.unwrap_err();
+        let error = identity.current(None).await.unwrap_err().to_string();
         assert!(
             error.contains("not one the manager sends its web identity token to"),
             "{error}"
@@ -1180,7 +1337,7 @@ mod tests {
         let AwsKeys::WebIdentity(identity) = AwsKeys::web_identity(config) else {
             unreachable!()
         };
-        let error = identity.current(via(&large)).await.unwrap_err();
+        let error = identity.current(via(&large)).await.unwrap_err().to_string();
         assert!(error.contains("the answer is over 65536 bytes"), "{error}");
     }
 
@@ -1209,11 +1366,14 @@ mod tests {
 
         std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKID\nEXAMPLE").unwrap();
         let keys = AwsKeys::from_dir(dir.path());
-        let error = keys.check().unwrap_err();
+        let error = keys.check().unwrap_err().to_string();
         assert!(error.contains("not allowed in a header"), "{error}");
         std::fs::write(dir.path().join("AWS_ACCESS_KEY_ID"), "AKIDEXAMPLE").unwrap();
         std::fs::remove_file(dir.path().join("AWS_SECRET_ACCESS_KEY")).unwrap();
-        let error = AwsKeys::from_dir(dir.path()).check().unwrap_err();
+        let error = AwsKeys::from_dir(dir.path())
+            .check()
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("cannot read"), "{error}");
     }
 }

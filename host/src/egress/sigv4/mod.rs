@@ -28,7 +28,8 @@ use http::{HeaderName, HeaderValue};
 pub use actions::{CREDENTIAL_ACTIONS, REST_SERVICES, is_action_pattern};
 pub(super) use actions::{OTHER, Parameters, action_label, carried_credential, service_label};
 pub use keys::{
-    AwsKeys, MAX_STS_ANSWER, WebIdentityConfig, check_sts_endpoint, sts_endpoint_allowed,
+    AwsKeys, ExchangeProblem, KeyError, MAX_STS_ANSWER, StsEndpointError, WebIdentityConfig,
+    WebIdentityError, check_sts_endpoint, sts_endpoint_allowed,
 };
 pub(super) use keys::{Keys, StsClient};
 
@@ -61,6 +62,210 @@ const REFUSED_KEYS: [&str; 4] = [
     "AuthFailure",
     "SignatureDoesNotMatch",
 ];
+
+/// Why a SigV4 rule is refused: as `--credential …=aws-sigv4:…` text, or as parts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// The region as given, not an AWS region name.
+    #[error("{0:?} is not an AWS region name (e.g. us-east-1)")]
+    Region(String),
+    /// The service as given, not a signing name.
+    #[error("{0:?} is not an AWS service signing name (e.g. ec2, elasticloadbalancing, sts)")]
+    Service(String),
+    /// A service listed twice.
+    #[error("service {0} is named twice")]
+    ServiceTwice(String),
+    /// The action as given, neither a name nor a name's start followed by `*`.
+    #[error(
+        "{0:?} is not an API action name (e.g. DescribeInstances) or a name's start followed by * (e.g. Describe*)"
+    )]
+    Action(String),
+    /// An action listed twice (without regard to case).
+    #[error("action {0} is named twice")]
+    ActionTwice(String),
+    /// An option as given, with no `=`.
+    #[error("{0:?} is not region=REGION, services=SERVICE+…, actions=ACTION+… or sts=URL")]
+    Option(String),
+    /// An option name the rule does not know.
+    #[error("unknown option {0}= (expected region=, services=, actions= or sts=)")]
+    UnknownOption(String),
+    /// `dir:` with no directory.
+    #[error("dir: needs a directory")]
+    EmptyDir,
+    /// The keys as given, not `env`, `dir:PATH` or `web-identity`.
+    #[error("the keys {0:?} must be env, dir:PATH or web-identity")]
+    Keys(String),
+    /// `sts=` with keys other than a web identity.
+    #[error("sts= goes with web-identity only")]
+    StsWithoutWebIdentity,
+    /// The web identity cannot be configured.
+    #[error(transparent)]
+    WebIdentity(#[from] WebIdentityError),
+    /// A target not an AWS endpoint name, with the region or services unstated.
+    #[error(
+        "{0} is not an AWS endpoint name (SERVICE.REGION.amazonaws.com), so the rule must state the region and the services to sign for"
+    )]
+    Target(HostPattern),
+}
+
+/// Why the gate does not sign one request: its scope or action is not granted, or the
+/// signature cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningError {
+    /// The endpoint name's region is not the rule's.
+    #[error("region {region} of {host} is not granted: the rule signs for {granted} only")]
+    Region {
+        /// The region the name gives.
+        region: String,
+        /// The request's host.
+        host: String,
+        /// The rule's region.
+        granted: String,
+    },
+    /// The endpoint name's service is not among the rule's.
+    #[error("service {service} of {host} is not granted (granted: {})", .granted.join(", "))]
+    Service {
+        /// The service the name gives.
+        service: String,
+        /// The request's host.
+        host: String,
+        /// The rule's services.
+        granted: Vec<String>,
+    },
+    /// A name not AWS's, with the rule's region or services unstated.
+    #[error("cannot tell the region and service of {0} from its name; the rule must state them")]
+    Unnamed(String),
+    /// The request's `Version`s belong to two services.
+    #[error("the request names API versions of two services, {first} and {second}")]
+    TwoServices {
+        /// The service of the first version.
+        first: &'static str,
+        /// The service of another.
+        second: &'static str,
+    },
+    /// A `Version` the gate does not know, with several services granted.
+    #[error(
+        "API version {version} is not one the gate knows ({}); with several services granted for {dest} ({}), it must tell which service the request is for",
+        known_versions(),
+        .granted.join(", ")
+    )]
+    UnknownVersion {
+        /// The version as the request names it.
+        version: String,
+        /// Where the request is bound.
+        dest: Destination,
+        /// The rule's services.
+        granted: Vec<String>,
+    },
+    /// The service of the request's `Version` is not the rule's.
+    #[error(
+        "service {service} (from the request's Version) is not granted for {dest} (granted: {})",
+        .granted.join(", ")
+    )]
+    VersionNotGranted {
+        /// The service of the version.
+        service: &'static str,
+        /// Where the request is bound.
+        dest: Destination,
+        /// The rule's services.
+        granted: Vec<String>,
+    },
+    /// No `Version`, with several services granted.
+    #[error(
+        "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({}); the gate knows {}",
+        .granted.join(", "),
+        known_versions()
+    )]
+    NoVersion {
+        /// Where the request is bound.
+        dest: Destination,
+        /// The rule's services.
+        granted: Vec<String>,
+    },
+    /// No API action, to a service that is not REST.
+    #[error(
+        "the request to {service} names no API action (a Query Action parameter, X-Amz-Target or an RPC path); the gate signs a request without one only for the REST services {}",
+        REST_SERVICES.join(", ")
+    )]
+    NoAction {
+        /// The service.
+        service: String,
+    },
+    /// No API action, under a rule with an allow-list.
+    #[error(
+        "the request to {service} names no API action (a REST request), and the aws-sigv4 rule for {target} signs only the actions it lists ({})",
+        .actions.join(", ")
+    )]
+    NoListedAction {
+        /// The service.
+        service: String,
+        /// The rule's host pattern.
+        target: HostPattern,
+        /// The rule's allow-list.
+        actions: Vec<String>,
+    },
+    /// An action that issues or manages credentials.
+    #[error(
+        "{service} {action} issues or manages credentials, which the gate never signs, whatever the rule"
+    )]
+    IssuesCredentials {
+        /// The service.
+        service: String,
+        /// The action.
+        action: String,
+    },
+    /// An action the rule's allow-list leaves out.
+    #[error(
+        "{service} {action} is not among the actions the aws-sigv4 rule for {target} signs ({})",
+        .actions.join(", ")
+    )]
+    NotListed {
+        /// The service.
+        service: String,
+        /// The action.
+        action: String,
+        /// The rule's host pattern.
+        target: HostPattern,
+        /// The rule's allow-list.
+        actions: Vec<String>,
+    },
+    /// A shadow version's action that is not a read.
+    #[error(
+        "{service} {action} is not a read: a shadow version may only sign Describe*, Get* and List* actions{}; spec.rollout.shadow.actions can allow more",
+        also(.extra)
+    )]
+    NotRead {
+        /// The service.
+        service: String,
+        /// The action.
+        action: String,
+        /// The actions the shadow may sign besides reads.
+        extra: Vec<String>,
+    },
+    /// `aws-sigv4` refused the signing parameters.
+    #[error("cannot sign: {0}")]
+    Params(aws_sigv4::sign::v4::signing_params::BuildError),
+    /// `aws-sigv4` could not sign the request.
+    #[error("cannot sign {uri}: {error}")]
+    Sign {
+        /// The request's URI.
+        uri: String,
+        /// Why not.
+        error: aws_sigv4::http_request::SigningError,
+    },
+    /// A signature header is not a valid header value.
+    #[error("the {0} header of the signature is not a valid header value")]
+    Header(&'static str),
+}
+
+/// ` and A, B` after the reads a shadow may sign, or nothing.
+fn also(extra: &[String]) -> String {
+    if extra.is_empty() {
+        String::new()
+    } else {
+        format!(" and {}", extra.join(", "))
+    }
+}
 
 /// A SigV4 signing rule: the keys, and the region and services it may sign for.
 #[derive(Clone)]
@@ -100,13 +305,11 @@ impl SigV4 {
         region: Option<String>,
         services: Vec<String>,
         keys: AwsKeys,
-    ) -> Result<SigV4, String> {
+    ) -> Result<SigV4, RuleError> {
         if let Some(region) = &region
             && !is_region(region)
         {
-            return Err(format!(
-                "{region:?} is not an AWS region name (e.g. us-east-1)"
-            ));
+            return Err(RuleError::Region(region.clone()));
         }
         for (index, service) in services.iter().enumerate() {
             let valid = !service.is_empty()
@@ -114,12 +317,10 @@ impl SigV4 {
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
             if !valid {
-                return Err(format!(
-                    "{service:?} is not an AWS service signing name (e.g. ec2, elasticloadbalancing, sts)"
-                ));
+                return Err(RuleError::Service(service.clone()));
             }
             if services[..index].contains(service) {
-                return Err(format!("service {service} is named twice"));
+                return Err(RuleError::ServiceTwice(service.clone()));
             }
         }
         Ok(SigV4 {
@@ -133,18 +334,16 @@ impl SigV4 {
     /// The rule signing only `actions` (API action names, or `Prefix*` for every action
     /// starting so), compared without regard to case; any action when empty. Actions that
     /// issue or manage credentials are never signed, listed or not.
-    pub fn with_actions(mut self, actions: Vec<String>) -> Result<SigV4, String> {
+    pub fn with_actions(mut self, actions: Vec<String>) -> Result<SigV4, RuleError> {
         for (index, action) in actions.iter().enumerate() {
             if !actions::is_action_pattern(action) {
-                return Err(format!(
-                    "{action:?} is not an API action name (e.g. DescribeInstances) or a name's start followed by * (e.g. Describe*)"
-                ));
+                return Err(RuleError::Action(action.clone()));
             }
             if actions[..index]
                 .iter()
                 .any(|a| a.eq_ignore_ascii_case(action))
             {
-                return Err(format!("action {action} is named twice"));
+                return Err(RuleError::ActionTwice(action.clone()));
             }
         }
         self.actions = actions;
@@ -164,26 +363,20 @@ impl SigV4 {
     /// The rule of `--credential HOSTPATTERN=aws-sigv4:TEXT` for `target`: `TEXT` is the keys
     /// (`env`, `dir:PATH` or `web-identity`), then `,region=REGION`, `,services=A+B`,
     /// `,actions=A+B` and, with web identity, `,sts=URL`.
-    pub(super) fn parse(text: &str, target: &HostPattern) -> Result<SigV4, String> {
+    pub(super) fn parse(text: &str, target: &HostPattern) -> Result<SigV4, RuleError> {
         let mut options = text.split(',');
         let keys = options.next().unwrap_or_default();
         let (mut region, mut services, mut actions, mut sts) = (None, Vec::new(), Vec::new(), None);
         for option in options {
             let Some((name, value)) = option.split_once('=') else {
-                return Err(format!(
-                    "{option:?} is not region=REGION, services=SERVICE+…, actions=ACTION+… or sts=URL"
-                ));
+                return Err(RuleError::Option(option.to_string()));
             };
             match name {
                 "region" => region = Some(value.to_string()),
                 "services" => services = value.split('+').map(String::from).collect(),
                 "actions" => actions = value.split('+').map(String::from).collect(),
                 "sts" => sts = Some(value),
-                _ => {
-                    return Err(format!(
-                        "unknown option {name}= (expected region=, services=, actions= or sts=)"
-                    ));
-                }
+                _ => return Err(RuleError::UnknownOption(name.to_string())),
             }
         }
         let keys = match keys {
@@ -193,17 +386,13 @@ impl SigV4 {
                 AwsKeys::web_identity(config)
             }
             _ => match keys.strip_prefix("dir:") {
-                Some("") => return Err("dir: needs a directory".into()),
+                Some("") => return Err(RuleError::EmptyDir),
                 Some(dir) => AwsKeys::from_dir(dir.as_ref()),
-                None => {
-                    return Err(format!(
-                        "the keys {keys:?} must be env, dir:PATH or web-identity"
-                    ));
-                }
+                None => return Err(RuleError::Keys(keys.to_string())),
             },
         };
         if sts.is_some() && !keys.refreshable() {
-            return Err("sts= goes with web-identity only".into());
+            return Err(RuleError::StsWithoutWebIdentity);
         }
         let sigv4 = SigV4::new(region, services, keys)?.with_actions(actions)?;
         sigv4.check_target(target)?;
@@ -213,12 +402,10 @@ impl SigV4 {
     /// Whether requests to `target` can be signed: a pattern that is not an AWS endpoint
     /// name (an address, a VPC endpoint's own name, a test server) needs the region and
     /// services stated.
-    pub fn check_target(&self, target: &HostPattern) -> Result<(), String> {
+    pub fn check_target(&self, target: &HostPattern) -> Result<(), RuleError> {
         let aws = target.dns_name().is_some_and(is_aws_domain);
         if !aws && (self.region.is_none() || self.services.is_empty()) {
-            return Err(format!(
-                "{target} is not an AWS endpoint name (SERVICE.REGION.amazonaws.com), so the rule must state the region and the services to sign for"
-            ));
+            return Err(RuleError::Target(target.clone()));
         }
         Ok(())
     }
@@ -238,28 +425,29 @@ impl SigV4 {
         &'a self,
         dest: &'a Destination,
         parameters: &Parameters<'_>,
-    ) -> Result<Scope<'a>, String> {
+    ) -> Result<Scope<'a>, SigningError> {
         let host = &dest.host;
         if let Some((service, region)) = aws_endpoint(host) {
             if let Some(granted) = &self.region
                 && granted != region
             {
-                return Err(format!(
-                    "region {region} of {host} is not granted: the rule signs for {granted} only"
-                ));
+                return Err(SigningError::Region {
+                    region: region.to_string(),
+                    host: host.clone(),
+                    granted: granted.clone(),
+                });
             }
             if !self.services.is_empty() && !self.services.iter().any(|s| s == service) {
-                return Err(format!(
-                    "service {service} of {host} is not granted (granted: {})",
-                    self.services.join(", ")
-                ));
+                return Err(SigningError::Service {
+                    service: service.to_string(),
+                    host: host.clone(),
+                    granted: self.services.clone(),
+                });
             }
             return Ok(Scope { region, service });
         }
         let Some(region) = self.region.as_deref().filter(|_| !self.services.is_empty()) else {
-            return Err(format!(
-                "cannot tell the region and service of {host} from its name; the rule must state them"
-            ));
+            return Err(SigningError::Unnamed(host.clone()));
         };
         let service = self.service_for(dest, parameters)?;
         Ok(Scope { region, service })
@@ -267,41 +455,46 @@ impl SigV4 {
 
     /// The granted service a request to a custom endpoint is for, by the `Version`s of
     /// `parameters`.
-    fn service_for(&self, dest: &Destination, parameters: &Parameters<'_>) -> Result<&str, String> {
-        let granted = || self.services.join(", ");
+    fn service_for(
+        &self,
+        dest: &Destination,
+        parameters: &Parameters<'_>,
+    ) -> Result<&str, SigningError> {
+        let granted = || self.services.clone();
         let mut inferred: Option<&'static str> = None;
         for version in parameters.versions() {
             match API_VERSIONS.iter().find(|(known, _)| *known == version) {
                 Some((_, service)) => {
-                    if let Some(other) = inferred.filter(|other| other != service) {
-                        return Err(format!(
-                            "the request names API versions of two services, {other} and {service}"
-                        ));
+                    if let Some(first) = inferred.filter(|other| other != service) {
+                        return Err(SigningError::TwoServices {
+                            first,
+                            second: service,
+                        });
                     }
                     inferred = Some(service);
                 }
                 None if self.services.len() > 1 => {
-                    return Err(format!(
-                        "API version {version} is not one the gate knows ({}); with several services granted for {dest} ({}), it must tell which service the request is for",
-                        known_versions(),
-                        granted()
-                    ));
+                    return Err(SigningError::UnknownVersion {
+                        version: version.to_string(),
+                        dest: dest.clone(),
+                        granted: granted(),
+                    });
                 }
                 None => {}
             }
         }
         match inferred {
             Some(service) if self.services.iter().any(|s| s == service) => Ok(service),
-            Some(service) => Err(format!(
-                "service {service} (from the request's Version) is not granted for {dest} (granted: {})",
-                granted()
-            )),
+            Some(service) => Err(SigningError::VersionNotGranted {
+                service,
+                dest: dest.clone(),
+                granted: granted(),
+            }),
             None if self.services.len() == 1 => Ok(&self.services[0]),
-            None => Err(format!(
-                "cannot tell which service a request to {dest} is for: it has no Version parameter, and several services are granted ({}); the gate knows {}",
-                granted(),
-                known_versions()
-            )),
+            None => Err(SigningError::NoVersion {
+                dest: dest.clone(),
+                granted: granted(),
+            }),
         }
     }
 
@@ -316,27 +509,28 @@ impl SigV4 {
         scope: &Scope<'_>,
         action: Option<&str>,
         shadow: Option<&[String]>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SigningError> {
         let service = scope.service;
         let Some(action) = action else {
             if !actions::is_rest_service(service) {
-                return Err(format!(
-                    "the request to {service} names no API action (a Query Action parameter, X-Amz-Target or an RPC path); the gate signs a request without one only for the REST services {}",
-                    REST_SERVICES.join(", ")
-                ));
+                return Err(SigningError::NoAction {
+                    service: service.to_string(),
+                });
             }
             if !self.actions.is_empty() {
-                return Err(format!(
-                    "the request to {service} names no API action (a REST request), and the aws-sigv4 rule for {target} signs only the actions it lists ({})",
-                    self.actions.join(", ")
-                ));
+                return Err(SigningError::NoListedAction {
+                    service: service.to_string(),
+                    target: target.clone(),
+                    actions: self.actions.clone(),
+                });
             }
             return Ok(());
         };
         if actions::issues_credentials(service, action) {
-            return Err(format!(
-                "{service} {action} issues or manages credentials, which the gate never signs, whatever the rule"
-            ));
+            return Err(SigningError::IssuesCredentials {
+                service: service.to_string(),
+                action: action.to_string(),
+            });
         }
         if !self.actions.is_empty()
             && !self
@@ -344,22 +538,21 @@ impl SigV4 {
                 .iter()
                 .any(|pattern| actions::matches(pattern, action))
         {
-            return Err(format!(
-                "{service} {action} is not among the actions the aws-sigv4 rule for {target} signs ({})",
-                self.actions.join(", ")
-            ));
+            return Err(SigningError::NotListed {
+                service: service.to_string(),
+                action: action.to_string(),
+                target: target.clone(),
+                actions: self.actions.clone(),
+            });
         }
         if let Some(extra) = shadow
             && !actions::is_read(action, extra)
         {
-            return Err(format!(
-                "{service} {action} is not a read: a shadow version may only sign Describe*, Get* and List* actions{}; spec.rollout.shadow.actions can allow more",
-                if extra.is_empty() {
-                    String::new()
-                } else {
-                    format!(" and {}", extra.join(", "))
-                }
-            ));
+            return Err(SigningError::NotRead {
+                service: service.to_string(),
+                action: action.to_string(),
+                extra: extra.to_vec(),
+            });
         }
         Ok(())
     }
@@ -372,16 +565,14 @@ impl SigV4 {
         body: &[u8],
         scope: &Scope<'_>,
         keys: &Keys,
-    ) -> Result<(), String> {
+    ) -> Result<(), SigningError> {
         let time = SystemTime::now();
         let headers = match canonical::signing_headers(parts, body, scope, keys, time) {
             Some(headers) => headers,
             None => signing_headers(parts, body, scope, keys, time)?,
         };
         for (name, value) in headers {
-            let mut value = HeaderValue::try_from(value).map_err(|_| {
-                format!("the {name} header of the signature is not a valid header value")
-            })?;
+            let mut value = HeaderValue::try_from(value).map_err(|_| SigningError::Header(name))?;
             value.set_sensitive(true);
             parts.headers.insert(HeaderName::from_static(name), value);
         }
@@ -396,7 +587,7 @@ fn signing_headers(
     scope: &Scope<'_>,
     keys: &Keys,
     time: SystemTime,
-) -> Result<Vec<(&'static str, String)>, String> {
+) -> Result<Vec<(&'static str, String)>, SigningError> {
     let params = v4::SigningParams::builder()
         .identity(keys.identity())
         .region(scope.region)
@@ -404,7 +595,7 @@ fn signing_headers(
         .time(time)
         .settings(signing_settings())
         .build()
-        .map_err(|error| format!("cannot sign: {error}"))?
+        .map_err(SigningError::Params)?
         .into();
     let uri = parts.uri.to_string();
     let signed_headers = parts.headers.iter().filter_map(|(name, value)| {
@@ -418,9 +609,15 @@ fn signing_headers(
         signed_headers,
         SignableBody::Bytes(body),
     )
-    .map_err(|error| format!("cannot sign {uri}: {error}"))?;
+    .map_err(|error| SigningError::Sign {
+        uri: uri.clone(),
+        error,
+    })?;
     let (instructions, _) = aws_sigv4::http_request::sign(request, &params)
-        .map_err(|error| format!("cannot sign {uri}: {error}"))?
+        .map_err(|error| SigningError::Sign {
+            uri: uri.clone(),
+            error,
+        })?
         .into_parts();
     let (headers, _) = instructions.into_parts();
     Ok(headers
@@ -510,8 +707,9 @@ fn is_region(text: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The rule of `text` for `target`, or the message that refuses it.
     fn rule(text: &str, target: &str) -> Result<SigV4, String> {
-        SigV4::parse(text, &target.parse().unwrap())
+        SigV4::parse(text, &target.parse().unwrap()).map_err(|error| error.to_string())
     }
 
     fn request(uri: &str, content_type: Option<&str>) -> http::request::Parts {
@@ -536,7 +734,9 @@ mod tests {
         let parts = request(uri, content_type);
         let dest = Destination::from_uri(&parts.uri).unwrap();
         let parameters = Parameters::read(&parts, body.as_bytes());
-        let scope = rule.scope(&dest, &parameters)?;
+        let scope = rule
+            .scope(&dest, &parameters)
+            .map_err(|error| error.to_string())?;
         Ok((scope.region.into(), scope.service.into()))
     }
 
@@ -760,6 +960,7 @@ mod tests {
             service,
         };
         rule.permits(&target, &scope, action, shadow)
+            .map_err(|error| error.to_string())
     }
 
     #[test]
