@@ -118,21 +118,23 @@ class Api:
         return True
 
 
+
+def _wrong(url: str, what: str) -> HttpError:
+    """A decode error: the answer from `url` is not what the simulator sends, `what` says how."""
+    return HttpError("decode", url, f"unexpected response from {url}: {what}")
+
 def _instance(url: str, value) -> dict:
     """`value` if it is an instance as the simulator describes one, else a decode error
     naming the first field that is wrong."""
 
-    def wrong(what: str) -> HttpError:
-        return HttpError("decode", url, f"unexpected response from {url}: {what}")
-
     if not isinstance(value, dict):
-        raise wrong("an instance is not a JSON object")
+        raise _wrong(url, "an instance is not a JSON object")
     for field in _REQUIRED:
         if not isinstance(value.get(field), str):
-            raise wrong(f"instance field {field!r} is missing or not a string")
+            raise _wrong(url, f"instance field {field!r} is missing or not a string")
     for field in _OPTIONAL:
         if value.get(field) is not None and not isinstance(value[field], str):
-            raise wrong(f"instance field {field!r} is not a string")
+            raise _wrong(url, f"instance field {field!r} is not a string")
     return value
 
 
@@ -140,31 +142,28 @@ def _load_balancer(url: str, value) -> dict:
     """`value` as a load balancer (absent optional fields filled in), else a decode error
     naming the first field that is wrong."""
 
-    def wrong(what: str) -> HttpError:
-        return HttpError("decode", url, f"unexpected response from {url}: {what}")
-
     if not isinstance(value, dict):
-        raise wrong("a load balancer is not a JSON object")
+        raise _wrong(url, "a load balancer is not a JSON object")
     for field in ("id", "name"):
         if not isinstance(value.get(field), str):
-            raise wrong(f"load balancer field {field!r} is missing or not a string")
+            raise _wrong(url, f"load balancer field {field!r} is missing or not a string")
     if value.get("status") not in ("provisioning", "active"):
-        raise wrong(f"load balancer status {value.get('status')!r} is unknown")
+        raise _wrong(url, f"load balancer status {value.get('status')!r} is unknown")
     for field in ("ip", "hostname"):
         if value.get(field) is not None and not isinstance(value[field], str):
-            raise wrong(f"load balancer field {field!r} is not a string")
+            raise _wrong(url, f"load balancer field {field!r} is not a string")
     lb = dict(value)
     lb.setdefault("proxy_protocol", False)
     if not isinstance(lb["proxy_protocol"], bool):
-        raise wrong("load balancer field 'proxy_protocol' is not a boolean")
+        raise _wrong(url, "load balancer field 'proxy_protocol' is not a boolean")
     for field in ("listeners", "targets", "source_ranges"):
         if lb.get(field) is None:
             lb[field] = []
         if not isinstance(lb[field], list):
-            raise wrong(f"load balancer field {field!r} is not a list")
+            raise _wrong(url, f"load balancer field {field!r} is not a list")
     for field in ("targets", "source_ranges"):
         if not all(isinstance(item, str) for item in lb[field]):
-            raise wrong(f"load balancer field {field!r} holds a non-string")
+            raise _wrong(url, f"load balancer field {field!r} holds a non-string")
     for listener in lb["listeners"]:
         if (
             not isinstance(listener, dict)
@@ -172,8 +171,8 @@ def _load_balancer(url: str, value) -> dict:
             or not _is_int(listener.get("node_port"))
             or listener.get("protocol") not in ("tcp", "udp", "sctp")
         ):
-            raise wrong(
-                f"load balancer listener {listener!r} is not a port, protocol and node port"
+            raise _wrong(
+                url, f"load balancer listener {listener!r} is not a port, protocol and node port"
             )
     return lb
 
@@ -186,20 +185,12 @@ def _route(url: str, value) -> dict:
     """`value` if it is a route as the simulator describes one, else a decode error naming
     the first field that is wrong."""
     if not isinstance(value, dict):
-        raise HttpError("decode", url, f"unexpected response from {url}: a route is not an object")
+        raise _wrong(url, "a route is not an object")
     for field in _ROUTE_REQUIRED:
         if not isinstance(value.get(field), str):
-            raise HttpError(
-                "decode",
-                url,
-                f"unexpected response from {url}: route field {field!r} is missing or not a string",
-            )
+            raise _wrong(url, f"route field {field!r} is missing or not a string")
     if not isinstance(value.get("blackhole", False), bool):
-        raise HttpError(
-            "decode",
-            url,
-            f"unexpected response from {url}: route field 'blackhole' is not a boolean",
-        )
+        raise _wrong(url, "route field 'blackhole' is not a boolean")
     return value
 
 

@@ -275,3 +275,9 @@ pub fn python_tool(program: &str) -> PathBuf {
     );
     path
 }
+
+/// `sha256:<hex>` of `bytes`: a digest as OCI and the CloudProvider's status write it.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}

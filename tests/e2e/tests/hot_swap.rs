@@ -321,18 +321,11 @@ async fn hot_swap_v1_to_v2_under_load_with_no_failed_reconcile() {
     manager.stop().await.unwrap();
 }
 
-/// `sha256:<hex>` of the component at `path`, as the CloudProvider's status names versions.
-fn digest_of(path: &str) -> String {
-    use sha2::Digest;
-    let bytes = guest_builds::read(path);
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)))
-}
-
 /// Swap the running manager to the component at `path` (`language` names it in waits), then
 /// add a node and a LoadBalancer Service: once the version is active, both are served by
 /// it, and its calls so far have no failure.
 async fn swap_to(bed: &Testbed, path: &str, language: &str, node: &str, service: &str) {
-    let digest = digest_of(path);
+    let digest = e2e::sha256_digest(&guest_builds::read(path));
     apply(bed, &cloud_provider(bed, path, &simcloud_config(bed))).await;
     bed.add_node(node, "zone-b").await;
     bed.services()
@@ -1266,8 +1259,6 @@ async fn hot_swap_a_restart_inside_the_rollback_window_still_rolls_a_failing_ver
 
 #[tokio::test]
 async fn hot_swap_a_status_patched_to_name_another_version_does_not_make_it_run_after_a_restart() {
-    use sha2::Digest;
-
     let bed = Testbed::start().await;
     let manager = v1_with_nodes(&bed).await;
     let v1 = reached(
@@ -1284,12 +1275,7 @@ async fn hot_swap_a_status_patched_to_name_another_version_does_not_make_it_run_
 
     // Someone who may patch the status only names the rollout guest as rolled back to, and
     // as the previous version inside an open window.
-    let other = format!(
-        "sha256:{}",
-        hex::encode(sha2::Sha256::digest(
-            std::fs::read(guest_builds::ROLLOUT).unwrap()
-        ))
-    );
+    let other = e2e::sha256_digest(&guest_builds::read(guest_builds::ROLLOUT));
     let reference = format!("file://{}", guest_builds::ROLLOUT);
     let generation = api(&bed).get(NAME).await.unwrap().metadata.generation;
     let forged = json!({"status": {

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use e2e::registry::{Registry, RegistryOptions};
-use sha2::{Digest, Sha256};
 
 /// 2026-01-01T00:00:00Z: the mtime of every file and the image's `created`.
 const SOURCE_DATE_EPOCH: &str = "1767225600";
@@ -91,10 +90,6 @@ fn linked_libraries(binary: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
 /// The manifest digest an OCI layout's index.json names (the layout holds one image).
 fn layout_manifest_digest(layout: &Path) -> String {
     let index: serde_json::Value = serde_json::from_slice(
@@ -142,7 +137,7 @@ async fn registry_blob(registry: &Registry, repository: &str, digest: &str) -> b
     assert_eq!(response.status(), 200, "blob {digest}");
     let body = response.into_body();
     assert_eq!(
-        sha256(&body),
+        e2e::sha256_digest(&body),
         digest,
         "the registry's blob matches its digest"
     );
@@ -184,7 +179,7 @@ async fn pushed_image_runs_the_manager_as_nonroot_with_only_its_own_libraries() 
         .await
         .expect("GET manifest");
     assert_eq!(response.status(), 200, "{}", registry.log());
-    let manifest_digest = sha256(response.body());
+    let manifest_digest = e2e::sha256_digest(response.body());
     assert_eq!(
         manifest_digest,
         layout_manifest_digest(&layout),
@@ -332,8 +327,8 @@ async fn pushed_image_runs_the_manager_as_nonroot_with_only_its_own_libraries() 
     assert!(!rootfs.join("bin/sh").exists(), "no /bin/sh");
     let read = |path: &str| std::fs::read(rootfs.join(path)).expect(path);
     assert_eq!(
-        sha256(&read("usr/local/bin/wasm-ccm")),
-        sha256(&std::fs::read(&binary).expect("the binary under test")),
+        e2e::sha256_digest(&read("usr/local/bin/wasm-ccm")),
+        e2e::sha256_digest(&std::fs::read(&binary).expect("the binary under test")),
     );
     let passwd = String::from_utf8(read("etc/passwd")).expect("UTF-8 passwd");
     assert!(

@@ -5,14 +5,9 @@ use e2e::registry::{
     Credentials, Registry, RegistryOptions, TokenAuth, WASM_CONFIG_MEDIA_TYPE,
     WASM_LAYER_MEDIA_TYPE,
 };
-use sha2::{Digest, Sha256};
 
 /// The smallest wasm module: magic and version. ORAS and the registry never look inside.
 const TINY_WASM: &[u8] = b"\0asm\x01\0\0\0";
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
 
 fn tiny_wasm_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let path = dir.path().join("tiny.wasm");
@@ -85,7 +80,7 @@ async fn oras_pushes_wasm_in_the_cncf_layout_behind_basic_auth() {
         .expect("GET manifest");
     assert_eq!(served.status(), 200, "{}", registry.log());
     assert_eq!(
-        sha256(served.body()),
+        e2e::sha256_digest(served.body()),
         digest,
         "push returns the manifest digest"
     );
@@ -99,15 +94,16 @@ async fn oras_pushes_wasm_in_the_cncf_layout_behind_basic_auth() {
     let layers = manifest["layers"].as_array().expect("layers");
     assert_eq!(layers.len(), 1, "{manifest:#}");
     assert_eq!(layers[0]["mediaType"], WASM_LAYER_MEDIA_TYPE);
-    assert_eq!(layers[0]["digest"], sha256(TINY_WASM));
+    assert_eq!(layers[0]["digest"], e2e::sha256_digest(TINY_WASM));
     assert_eq!(layers[0]["size"], TINY_WASM.len());
 
     let config_path = registry.blob_path(manifest["config"]["digest"].as_str().unwrap());
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(config_path).unwrap()).expect("config JSON");
     assert_eq!(config["architecture"], "wasm");
-    assert_eq!(config["layerDigests"][0], sha256(TINY_WASM));
-    let stored = std::fs::read(registry.blob_path(&sha256(TINY_WASM))).expect("stored layer");
+    assert_eq!(config["layerDigests"][0], e2e::sha256_digest(TINY_WASM));
+    let stored =
+        std::fs::read(registry.blob_path(&e2e::sha256_digest(TINY_WASM))).expect("stored layer");
     assert_eq!(stored, TINY_WASM);
 
     let pulled_dir = tempfile::tempdir().expect("temp dir");
@@ -151,7 +147,7 @@ async fn stopped_registry_refuses_connections_and_restarts_with_its_storage() {
         .await
         .expect("GET manifest");
     assert_eq!(manifest.status(), 200, "{}", registry.log());
-    assert_eq!(sha256(manifest.body()), digest);
+    assert_eq!(e2e::sha256_digest(manifest.body()), digest);
 }
 
 #[tokio::test]
