@@ -853,8 +853,16 @@ fn escape_message(error: CloudError) -> CloudError {
 /// Why a started call failed: a wasm trap by its name; any other error (the host's bindings
 /// refusing a resource drop, say) by every cause in its chain. wasmtime's backtrace context
 /// ("error while executing at wasm backtrace:" and the frames) is left out: its first line
-/// alone was all that once reached the message, hiding the cause.
+/// alone was all that once reached the message, hiding the cause. At most
+/// [`MAX_FAILURE_REASON`] bytes: a cause may quote what the guest handed the host.
 fn failure_reason(err: &wasmtime::Error) -> String {
+    text::ellipsized(failure_causes(err), MAX_FAILURE_REASON)
+}
+
+/// The most of a failure's reason kept in its message (the guest's stderr is bounded apart).
+const MAX_FAILURE_REASON: usize = 1024;
+
+fn failure_causes(err: &wasmtime::Error) -> String {
     if let Some(trap) = err.downcast_ref::<Trap>() {
         return trap.to_string();
     }
@@ -888,5 +896,23 @@ fn unescaped_trap_message(reason: &str, stderr: &[u8]) -> String {
             "{reason}; guest stderr: {}",
             last[n.saturating_sub(3)..].join(" | ")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_reason_keeps_every_cause_within_its_bound() {
+        let err = wasmtime::Error::msg("resource has children").context("the call failed");
+        assert_eq!(
+            failure_reason(&err),
+            "the call failed: resource has children"
+        );
+        let long = wasmtime::Error::msg("x".repeat(10 * MAX_FAILURE_REASON));
+        let reason = failure_reason(&long);
+        assert_eq!(reason.len(), MAX_FAILURE_REASON);
+        assert!(reason.ends_with("..."), "{reason}");
     }
 }
