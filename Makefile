@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup demo test bench bench-scale fmt lint
+.PHONY: setup demo test docs bench bench-scale fmt lint
 
 # The wasm target; the programs the tests run (docker-registry, htpasswd, umoci, skopeo from
 # Debian; the Python tools of tests/python-tools.txt, cargo-nextest among them, and the node
@@ -30,6 +30,11 @@ test: setup
 	$(CARGO) fmt --all --check
 	$(NEXTEST) run --locked --workspace
 	$(CARGO) test --locked --doc
+
+# The docs book (docs/, mdBook's library) into target/book, its links and anchors checked
+# (and the README's links into it): open target/book/index.html.
+docs:
+	$(CARGO) run --locked -p docs-book -- docs target/book
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox

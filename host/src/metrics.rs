@@ -15,7 +15,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub use versions::{VersionFamily, VersionLabel};
@@ -28,7 +28,7 @@ pub const NO_GRANT: &str = "denied";
 pub struct ProviderLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
 }
 
@@ -37,7 +37,7 @@ pub struct ProviderLabels {
 pub struct EgressLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
     /// The allow-list entry that matched the destination (`https://*.example.com`), or
     /// [`NO_GRANT`]; never the destination a provider named.
@@ -51,7 +51,7 @@ pub struct EgressLabels {
 pub struct EgressGrantLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
     /// The allow-list entry that matched the destination, or [`NO_GRANT`].
     pub grant: String,
@@ -64,7 +64,7 @@ pub struct EgressGrantLabels {
 pub struct EgressSignedLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
     /// The allow-list entry that matched the destination.
     pub grant: String,
@@ -81,12 +81,13 @@ pub struct EgressSignedLabels {
 pub struct CallLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
     /// Contract function as named in the WIT, e.g. `instance-metadata`.
     pub function: String,
-    /// `ok`, a cloud error (`not-found`, `retry-after`, `error`...), a sandbox failure
-    /// (`trap`, `deadline`, `memory`...) or `egress-denied`: `ProviderError::outcome`.
+    /// `ok`, a cloud error as the contract names it (`not-found`, `retry-after`, `other`...),
+    /// a sandbox failure (`trap`, `deadline`, `memory`...) or `egress-denied`:
+    /// `ProviderError::outcome`.
     pub outcome: String,
 }
 
@@ -95,7 +96,7 @@ pub struct CallLabels {
 pub struct FunctionLabels {
     /// Provider name: `capabilities.name`, or the file stem until `init` answers.
     pub provider: String,
-    /// `sha256:` and the first 12 hex digits of the component's digest.
+    /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
     /// Contract function as named in the WIT, e.g. `instance-metadata`.
     pub function: String,
@@ -142,9 +143,16 @@ version_labels!(
     LimitLabels
 );
 
+/// Latency buckets of calls and egress requests, in seconds: 100 µs to 60 s in steps of 1,
+/// 2.5 and 5, written out so that each bound reads as written (`le="0.00025"`); products of
+/// a factor read `le="5.9604644775390629"`.
+const LATENCY_BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
 fn latency_histogram() -> Histogram {
-    // 100 µs .. ~50 s
-    Histogram::new(exponential_buckets(0.0001, 2.5, 15))
+    Histogram::new(LATENCY_BUCKETS)
 }
 
 /// What exactly a loaded provider version is.
@@ -169,7 +177,7 @@ pub struct Metrics {
     /// `wasm_ccm_provider_calls_total`: calls by function and outcome.
     pub provider_calls: VersionFamily<CallLabels, Counter>,
     /// `wasm_ccm_provider_call_duration_seconds`: call latency, waiting for a slot and
-    /// instantiation included (buckets 100 µs to ~50 s).
+    /// instantiation included (buckets 100 µs to 60 s).
     pub provider_call_duration: HistogramFamily<FunctionLabels>,
     /// `wasm_ccm_sandbox_compiles_total`: components made ready, by where their machine
     /// code came from.
@@ -190,7 +198,7 @@ pub struct Metrics {
     /// refused to sign, by grant, service, action and outcome.
     pub egress_signed_requests: VersionFamily<EgressSignedLabels, Counter>,
     /// `wasm_ccm_egress_request_duration_seconds`: request to end of response body
-    /// (buckets 100 µs to ~50 s).
+    /// (buckets 100 µs to 60 s).
     pub egress_request_duration: HistogramFamily<EgressGrantLabels>,
     /// How many loaded instances each version has (a version may be loaded twice, e.g.
     /// with another cloud config); its series go when the last one is unloaded.

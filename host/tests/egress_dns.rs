@@ -1,6 +1,8 @@
 //! The egress gate's DNS cache, against a name server of the test's own: an answer is kept
 //! for its TTL and the cache within its bound, the address check runs on every new
-//! connection on the answer as cached, and a new gate (a swap) starts with an empty cache.
+//! connection on the answer as cached (a changed answer is refused by its cached address
+//! until the TTL ends), a new gate (a swap) starts with an empty cache, and a name that does
+//! not exist (`NXDOMAIN`) fails naming it.
 //!
 //! Every name here resolves to an internal address, so each request is refused by the
 //! address check; its message names the address the check saw, and the name server counts

@@ -157,7 +157,7 @@ impl ClientMetrics {
         );
         registry.register(
             "rest_client_request_duration_seconds",
-            "Request latency in seconds until the response headers, after the rate limiter. Broken down by verb and host.",
+            "Request latency in seconds until the response headers, after the rate limiter. Broken down by verb and host",
             self.latency.clone(),
         );
     }

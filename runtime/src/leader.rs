@@ -247,7 +247,7 @@ impl LeaderElector {
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates \
-             backup, 1 indicates master. 'name' is the string used to identify the lease.",
+             backup, 1 indicates master. 'name' is the string used to identify the lease",
             self.shared.status.clone(),
         );
     }

@@ -1,5 +1,5 @@
 //! The `CloudProvider` resource against the Kubernetes API emulator, through a kubeconfig as
-//! in production: the committed CRD is accepted and established, the README's example is
+//! in production: the committed CRD is accepted and established, the docs' example is
 //! stored and read back unchanged through `Api<CloudProvider>`, the schema refuses what it
 //! can tell is wrong, spec and status are written apart, and `kubectl get cloudproviders`
 //! prints the printer columns.
@@ -22,17 +22,16 @@ const CRD_FILE: &str = concat!(
     "/../charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml"
 );
 
-/// The example of the README's "The CloudProvider resource" section, as YAML.
-fn readme_example() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let section = readme
-        .split_once("## The CloudProvider resource")
-        .expect("README has a section \"The CloudProvider resource\"")
-        .1;
-    let block = section
+/// The example of the docs' "The CloudProvider resource" page, as YAML: its first yaml block.
+fn documented_example() -> String {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/operators/cloudprovider.md"
+    ))
+    .expect("docs/src/operators/cloudprovider.md");
+    let block = page
         .split_once("```yaml\n")
-        .expect("the section has a yaml example")
+        .expect("the page has a yaml example")
         .1;
     block
         .split_once("```")
@@ -67,7 +66,8 @@ async fn cluster() -> (Emulator, Client) {
 }
 
 fn example() -> CloudProvider {
-    serde_saphyr::from_str(&readme_example()).expect("the README example is a CloudProvider")
+    serde_saphyr::from_str(&documented_example())
+        .expect("the documented example is a CloudProvider")
 }
 
 /// Now, to the second, as the API server stores times.
@@ -105,10 +105,10 @@ fn active_status() -> CloudProviderStatus {
 }
 
 #[test]
-fn resource_readme_example_names_only_fields_of_the_types() {
+fn resource_documented_example_names_only_fields_of_the_types() {
     // Unknown fields would be dropped silently by serde (and pruned by the API server):
     // what the example says must survive a round trip through the types.
-    let written: Value = serde_saphyr::from_str(&readme_example()).unwrap();
+    let written: Value = serde_saphyr::from_str(&documented_example()).unwrap();
     let typed = serde_json::to_value(example()).unwrap();
     assert!(same(&typed, &written), "{typed:#}\nis not\n{written:#}");
 }
@@ -134,7 +134,7 @@ async fn resource_example_is_stored_and_read_back_unchanged() {
     let created = providers
         .create(&PostParams::default(), &example())
         .await
-        .unwrap_or_else(|err| panic!("the API server refuses the README example: {err}"));
+        .unwrap_or_else(|err| panic!("the API server refuses the documented example: {err}"));
     let read = providers.get("simcloud").await.unwrap();
     assert_eq!(
         read.spec,

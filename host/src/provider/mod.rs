@@ -115,14 +115,15 @@ impl ProviderError {
         )
     }
 
-    /// A short label for metrics and logs.
+    /// A short label for metrics and logs: the contract's name of a cloud error
+    /// (`not-found`, `other`, ...), or how the sandbox or the egress gate ended the call.
     pub fn outcome(&self) -> &'static str {
         match &self.kind {
             ErrorKind::Cloud(CloudError::NotFound { .. }) => "not-found",
             ErrorKind::Cloud(CloudError::NotImplemented) => "not-implemented",
             ErrorKind::Cloud(CloudError::ImplementedElsewhere) => "implemented-elsewhere",
             ErrorKind::Cloud(CloudError::RetryAfter { .. }) => "retry-after",
-            ErrorKind::Cloud(CloudError::Other { .. }) => "error",
+            ErrorKind::Cloud(CloudError::Other { .. }) => "other",
             ErrorKind::Sandbox(CallFailure::Trap { .. }) => "trap",
             ErrorKind::Sandbox(CallFailure::Deadline { .. }) => "deadline",
             ErrorKind::Sandbox(CallFailure::MemoryLimit { .. }) => "memory",
@@ -279,9 +280,26 @@ impl Compiled {
             limits,
         });
         let config = cloud_config.as_deref();
-        let capabilities: Capabilities = call(&guest, &metrics, Function::Init, (config,))
-            .await
-            .map_err(|error| {
+        let started = Instant::now();
+        let answered: Called<Capabilities> = guest.call(Function::Init, (config,)).await;
+        // `init` is counted under the name it answered, as every later call: a dashboard's
+        // `sum by (provider)` does not split a version's `init` from its other calls.
+        let guest = match &answered {
+            Ok(Finished {
+                value: Ok(capabilities),
+                ..
+            }) => guest.initialised(
+                Caller {
+                    // Every record about the provider names it: one name, one line.
+                    provider: crate::text::escaped(&capabilities.name).into_owned(),
+                    version: version.clone(),
+                },
+                capabilities,
+            ),
+            _ => guest,
+        };
+        let capabilities =
+            settle(&guest, &metrics, Function::Init, started, answered).map_err(|error| {
                 metrics.provider_not_loaded(&version);
                 ProviderLoadError::Init {
                     origin: identity.reference.clone(),
@@ -289,14 +307,6 @@ impl Compiled {
                 }
             })?;
         metrics.provider_info(&capabilities.name, &version, &identity);
-        let guest = guest.initialised(
-            Caller {
-                // Every record about the provider names it: one name, one line.
-                provider: crate::text::escaped(&capabilities.name).into_owned(),
-                version,
-            },
-            &capabilities,
-        );
         Ok(Provider {
             guest,
             capabilities,

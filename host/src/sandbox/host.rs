@@ -23,7 +23,7 @@ use crate::metrics::{LimitLabels, Metrics, ProviderLabels};
 use crate::text::{cut, escaped};
 pub use cache::{CacheLimits, ProviderCache};
 use cache::{ENTRY_OVERHEAD, Refusal};
-use logs::{CallLog, SANDBOX_TARGET};
+use logs::{CallLog, LogLimit, SANDBOX_TARGET};
 pub use logs::{LogLimits, ProviderLogs};
 
 /// Longest log line kept; the rest is cut.
@@ -200,6 +200,29 @@ fn provider_labels(caller: &Caller) -> ProviderLabels {
     ProviderLabels {
         provider: caller.provider.clone(),
         version: caller.version.clone(),
+    }
+}
+
+/// Every series of a provider version's cache and log budgets, at 0: a dashboard or alert
+/// over them reads 0, not no data, until a budget is first hit.
+pub(crate) fn create_budget_series(metrics: &Metrics, caller: &Caller) {
+    let labels = provider_labels(caller);
+    metrics.provider_cache_bytes.get_or_create(&labels);
+    metrics.provider_cache_evictions.get_or_create(&labels);
+    let limit_labels = |limit: &str| LimitLabels {
+        provider: labels.provider.clone(),
+        version: labels.version.clone(),
+        limit: limit.into(),
+    };
+    for refusal in Refusal::ALL {
+        metrics
+            .provider_cache_refused
+            .get_or_create(&limit_labels(refusal.label()));
+    }
+    for limit in LogLimit::ALL {
+        metrics
+            .provider_log_lines_dropped
+            .get_or_create(&limit_labels(limit.label()));
     }
 }
 

@@ -612,8 +612,10 @@ impl Guest {
     }
 
     /// This guest as its `init` described it: under the name it reported, and seeing only
-    /// the node metadata it reads. Image, cache and configuration are shared.
+    /// the node metadata it reads, its cache and log budgets' series made at 0. Image, cache
+    /// and configuration are shared.
     pub fn initialised(&self, caller: Caller, capabilities: &c::Capabilities) -> Guest {
+        host::create_budget_series(&self.image.sandbox.metrics, &caller);
         Guest {
             image: self.image.clone(),
             env: Arc::new(GuestEnv {

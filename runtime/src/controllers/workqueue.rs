@@ -47,7 +47,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
@@ -123,6 +123,7 @@ where
                 metrics: metrics.clone(),
             }),
         };
+        queue.shared.metrics.create_series(&queue.labels());
         tokio::spawn(report_work_in_progress(Arc::downgrade(&queue.shared)));
         queue
     }
@@ -386,8 +387,11 @@ pub struct QueueLabels {
 type HistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
 
 fn queue_histogram() -> Histogram {
-    // 1 µs .. ~1000 s, as client-go's workqueue buckets (powers of ten).
-    Histogram::new(exponential_buckets(1e-8, 10.0, 11))
+    // 10 ns .. 100 s in powers of ten, client-go's workqueue buckets, written out so that
+    // each bound reads `le="1e-7"` rather than a product's rounding error.
+    Histogram::new([
+        1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0,
+    ])
 }
 
 /// Upstream's workqueue metrics for every queue of the process.
@@ -400,6 +404,20 @@ pub struct QueueMetrics {
     work_duration: HistogramFamily,
     unfinished_work: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     longest_running: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl QueueMetrics {
+    /// Every series of a queue, at 0, as client-go makes them with the queue: a dashboard
+    /// or alert over them reads 0 rather than no data until the queue is first used.
+    fn create_series(&self, labels: &QueueLabels) {
+        let _ = self.depth.get_or_create(labels);
+        let _ = self.adds.get_or_create(labels);
+        let _ = self.retries.get_or_create(labels);
+        let _ = self.queue_duration.get_or_create(labels);
+        let _ = self.work_duration.get_or_create(labels);
+        let _ = self.unfinished_work.get_or_create(labels);
+        let _ = self.longest_running.get_or_create(labels);
+    }
 }
 
 impl Default for QueueMetrics {
@@ -446,12 +464,12 @@ impl QueueMetrics {
         );
         registry.register(
             "workqueue_unfinished_work_seconds",
-            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads",
             self.unfinished_work.clone(),
         );
         registry.register(
             "workqueue_longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running.",
+            "How many seconds has the longest running processor for workqueue been running",
             self.longest_running.clone(),
         );
     }

@@ -115,22 +115,15 @@ pub fn render_files(release: &str, values: &[&str]) -> Result<Vec<Rendered>, Str
     ))
 }
 
-/// The values file the README's install section shows (the YAML block that starts with
+/// The values file the install page shows (the YAML block that starts with
 /// `# simcloud.yaml`), so that a test installs what a reader is told to.
-pub fn readme_values() -> String {
-    readme_values_file("simcloud.yaml")
+pub fn install_values() -> String {
+    crate::docs::block_starting("docs/src/operators/install.md", "yaml", "# simcloud.yaml")
 }
 
-/// A values file the README shows: the YAML block that starts with `# NAME`.
-pub fn readme_values_file(name: &str) -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let opening = format!("```yaml\n# {name}\n");
-    let start = readme
-        .find(&opening)
-        .unwrap_or_else(|| panic!("the README shows {name} in a yaml block"))
-        + "```yaml\n".len();
-    let length = readme[start..].find("```").expect("the block ends");
-    readme[start..start + length].to_string()
+/// The values file for AWS the AWS page shows (`# aws.yaml`).
+pub fn aws_values() -> String {
+    crate::docs::block_starting("docs/src/operators/aws.md", "yaml", "# aws.yaml")
 }
 
 /// Split `helm template` output into objects.

@@ -7,7 +7,7 @@
 //! ([`moto`]) and a cluster's AWS side seeded in it ([`aws`]), a `CloudProvider` resource
 //! for the testbed ([`cloud_provider`]), the Helm chart rendered by `helm template`
 //! ([`chart`]), and its pod run as the `wasm-ccm` binary without a kubelet ([`pod`]), and
-//! the scale benchmark ([`scale`]).
+//! the scale benchmark ([`scale`]), and the docs' pages as tests read them ([`docs`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,7 @@ use wasm_ccm_host::source::Artifact;
 pub mod aws;
 pub mod chart;
 pub mod cloud_provider;
+pub mod docs;
 pub mod https;
 pub mod moto;
 pub mod pod;
@@ -191,16 +192,24 @@ fn profile_dir() -> PathBuf {
 }
 
 /// The sandbox settings tests run providers with: the defaults, and one compile cache for
-/// every test of every run (`target/<profile>/compile-cache`, the host's own cache, keyed by
-/// the component's digest and the engine's settings), so a guest is compiled once per engine
-/// configuration instead of once per test: compiling was half the CPU time of the
-/// controller tests. A test about compiling or the cache sets a `cache_dir` of its own; the
-/// benchmarks keep the plain defaults, so what they time includes compiling.
+/// every test of every run (the `compiled/` directory of [`shared_cache_dir`], the host's own
+/// cache, keyed by the component's digest and the engine's settings), so a guest is
+/// compiled once per engine configuration instead of once per test: compiling was half the
+/// CPU time of the controller tests. A test about compiling or the cache sets a `cache_dir`
+/// of its own; the benchmarks keep the plain defaults, so what they time includes compiling.
 pub fn sandbox_config() -> SandboxConfig {
     SandboxConfig {
-        cache_dir: Some(profile_dir().join("compile-cache")),
+        cache_dir: Some(shared_cache_dir().join("compiled")),
         ..SandboxConfig::default()
     }
+}
+
+/// The `--cache-dir` of the `wasm-ccm` processes tests run (`target/<profile>/wasm-ccm-cache`):
+/// its compiled code is [`sandbox_config`]'s, so a TypeScript or Python component (10-25 s
+/// to compile) is compiled once per test run, whichever test or process needs it first
+/// (the cache locks an entry while it is compiled).
+pub fn shared_cache_dir() -> PathBuf {
+    profile_dir().join("wasm-ccm-cache")
 }
 
 /// simcloud loaded against `cloud`.

@@ -1,31 +1,21 @@
-//! The README's commands for building a provider in TypeScript and in Python ("Writing a
-//! provider"; the TypeScript one also in `guest-sdk-js/README.md`), typed as written from the root of a copy of the sources they read (so the
-//! `__pycache__` componentize-py writes lands in the copy), with the tools `make setup`
-//! installs: each makes a wasm component.
+//! The docs' commands for building a provider in TypeScript and in Python (the authors'
+//! pages `typescript.md` and `python.md`; the TypeScript one also in
+//! `guest-sdk-js/README.md`), typed as written from the root of a copy of the sources they
+//! read (so the `__pycache__` componentize-py writes lands in the copy), with the tools
+//! `make setup` installs: each makes a wasm component.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+
+use e2e::docs;
 
 /// The workspace root.
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The `sh` block of the README at `readme` (relative to the workspace) that starts with
-/// `first_line`.
-fn readme_command(readme: &str, first_line: &str) -> String {
-    let readme = std::fs::read_to_string(repo().join(readme)).expect("the README");
-    readme
-        .split("```sh\n")
-        .skip(1)
-        .filter_map(|block| block.split_once("```").map(|(block, _)| block))
-        .find(|block| block.starts_with(first_line))
-        .unwrap_or_else(|| panic!("the README shows a sh block starting {first_line:?}"))
-        .to_owned()
-}
-
 /// `dirs` of the repository copied into a new directory (symbolic links followed), and
-/// `target/test-tools/<tool>` linked there: a root to type a README command in.
+/// `target/test-tools/<tool>` linked there: a root to type a documented command in.
 fn workspace_copy(dirs: &[&str], tool: &str) -> tempfile::TempDir {
     let root = tempfile::tempdir().expect("temp dir");
     for dir in dirs {
@@ -77,10 +67,18 @@ fn is_component(path: &Path) -> bool {
 }
 
 #[tokio::test]
-async fn the_readmes_typescript_build_command_makes_a_component() {
-    let command = readme_command("README.md", "node guest-sdk-js/build.mjs");
+async fn the_documented_typescript_build_command_makes_a_component() {
+    let command = docs::block_starting(
+        "docs/src/authors/typescript.md",
+        "sh",
+        "node guest-sdk-js/build.mjs",
+    );
     assert_eq!(
-        readme_command("guest-sdk-js/README.md", "node guest-sdk-js/build.mjs"),
+        docs::block_starting(
+            "guest-sdk-js/README.md",
+            "sh",
+            "node guest-sdk-js/build.mjs"
+        ),
         command,
         "the SDK's README gives the same command"
     );
@@ -90,8 +88,12 @@ async fn the_readmes_typescript_build_command_makes_a_component() {
 }
 
 #[tokio::test]
-async fn the_readmes_python_build_command_makes_a_component() {
-    let command = readme_command("README.md", "VIRTUAL_ENV=target/test-tools/python");
+async fn the_documented_python_build_command_makes_a_component() {
+    let command = docs::block_starting(
+        "docs/src/authors/python.md",
+        "sh",
+        "VIRTUAL_ENV=target/test-tools/python",
+    );
     let root = workspace_copy(&["wit", "guest-sdk-py", "guests/simcloud-py"], "python");
     typed(root.path(), &command).await;
     assert!(is_component(&root.path().join("simcloud-py.wasm")));

@@ -7,6 +7,13 @@
 //! What is signed is judged by its API action: credential actions never, a rule's allow-list,
 //! a shadow's reads only whatever the method; an answer carrying AWS keys is withheld; and
 //! a web identity's token goes only to an STS endpoint the manager allows.
+//!
+//! Among them: eight requests refused with `ExpiredToken` together share one refresh (the
+//! token file read again, each request sent once more: nine audit records and nine rate
+//! tokens for 17 requests sent); STS `GetSessionToken` (a form POST) and `AssumeRole` (a
+//! GET's query) are never signed and are counted under their own action label, while
+//! `GetCallerIdentity` goes out; a body changed after signing is refused by moto. The same
+//! signing through `provider call` is tested in `cli.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,6 +3,15 @@
 //! and each CloudProvider created in the API emulator under the shipped CRD; the values schema
 //! refusing bad values by name; and the rendered CloudProvider carrying exactly the provider
 //! values, which never touch the pod template.
+//!
+//! Also: the pod's security, tolerations, probes and flags; leader election with several
+//! replicas; the Roles naming exactly the referenced Secrets; the documented `aws.yaml` (IRSA's
+//! role annotation on the ServiceAccount, the `CloudProvider` signing with the web identity
+//! and reaching EC2 and ELBv2 only, routes on or off); `egressGrantCeiling` passed as the flag,
+//! which the manager parses into a ceiling holding the rendered spec and refusing a wider one;
+//! the metrics RBAC, the ServiceMonitor's token and serving CA (one that could verify nothing
+//! refused) and the NetworkPolicy. helm and `kubernetes-validate` are installed, pinned, by
+//! `make setup` in `target/test-tools/`.
 
 use std::collections::BTreeMap;
 
@@ -57,7 +66,7 @@ registry:
             ),
         ),
         ("credentials", CREDENTIALS.to_string()),
-        ("aws", chart::readme_values_file("aws.yaml")),
+        ("aws", chart::aws_values()),
         (
             "shadow",
             format!(
@@ -499,14 +508,13 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
     }
 }
 
-/// The README's AWS values (IRSA): the role annotation on the manager's ServiceAccount, named
+/// The AWS page's values (IRSA): the role annotation on the manager's ServiceAccount, named
 /// as the role's trust policy says, and a CloudProvider running the aws provider with its
 /// cloud config, reaching EC2 and ELBv2 only and signing with the web identity's keys (no
 /// Secret to read).
 #[test]
-fn chart_readme_aws_values_annotate_the_service_account_and_sign_with_the_web_identity() {
-    let objects =
-        chart::render("wasm-ccm", &chart::readme_values_file("aws.yaml")).expect("renders");
+fn chart_documented_aws_values_annotate_the_service_account_and_sign_with_the_web_identity() {
+    let objects = chart::render("wasm-ccm", &chart::aws_values()).expect("renders");
     let account = only(&objects, "ServiceAccount");
     assert_eq!(account.name(), "wasm-ccm");
     assert_eq!(account.namespace(), Some(NAMESPACE));
@@ -547,9 +555,9 @@ fn chart_readme_aws_values_annotate_the_service_account_and_sign_with_the_web_id
     }));
     assert!(args(&objects).contains(&"--cluster-cidr=10.244.0.0/16".to_string()));
 
-    // Without pod routes, as the README says for the VPC CNI or an overlay.
-    let values = chart::readme_values_file("aws.yaml")
-        .replace("clusterCIDR: 10.244.0.0/16", "controllers: ['*', '-route']");
+    // Without pod routes, as the AWS page says for the VPC CNI or an overlay.
+    let values =
+        chart::aws_values().replace("clusterCIDR: 10.244.0.0/16", "controllers: ['*', '-route']");
     let args = args(&chart::render("wasm-ccm", &values).expect("renders"));
     assert!(
         args.contains(&"--controllers=*,-route".to_string()),

@@ -1,6 +1,19 @@
 //! `wasm-ccm provider inspect|call` through the real binary, as a provider author or an
 //! operator runs it: exit codes, what goes to stdout and stderr, and what reached the cloud.
 //!
+//! Also through the binary: `provider call` signing for moto with keys from the environment
+//! and from a web identity (its loopback STS refused until `--sts-endpoint-allow` lists it),
+//! and bad `aws-sigv4` rules refused naming the problem; the AWS provider's `provider call` as
+//! the AWS docs type it, against moto with the keys of a user holding the documented IAM
+//! policy (a node's metadata, a Service's NLB made and deleted, the same policy without
+//! `CreateLoadBalancer` refused), and that policy naming exactly the actions the provider's
+//! code sends; `provider conformance` against the Rust, TypeScript and Python simclouds,
+//! against the AWS provider and moto within the IAM policy, and as the docs type it (every
+//! rule passes, nothing left in the cloud), against simcloud refusing its config (one failed
+//! `init` row, text and JSON), against the hostile guest (its bad answers fail their rules,
+//! exit 1) and with a misspelt fixture (refused naming the field); and `wasm-ccm crd`
+//! printing the committed CRD.
+//!
 //! The simulator runs in this process; the CLI runs as a child process.
 
 use std::collections::BTreeSet;
@@ -15,7 +28,7 @@ use e2e::aws::{
     zone_id,
 };
 use e2e::moto::Moto;
-use e2e::{Cloud, TOKEN, wasm_ccm_binary};
+use e2e::{Cloud, TOKEN, docs, wasm_ccm_binary};
 use sha2::{Digest, Sha256};
 
 /// What one run of the binary did.
@@ -205,7 +218,11 @@ fn inspect_shows_every_simcloud_reads_nodes_from_node_sets() {
         guest_builds::SIMCLOUD_TS,
         guest_builds::SIMCLOUD_PY,
     ] {
-        let run = wasm_ccm(["provider", "inspect", component], &[]);
+        let [cache_flag, cache_dir] = shared_cache();
+        let run = wasm_ccm(
+            ["provider", "inspect", &cache_flag, &cache_dir, component],
+            &[],
+        );
         assert!(run.succeeded(), "{run:#?}");
         let (imports, exports) = run
             .stdout
@@ -816,17 +833,11 @@ async fn call_signs_for_moto_with_keys_from_the_environment_or_a_web_identity() 
 
 // ---- provider call: the AWS provider ---------------------------------------------------------
 
-/// The IAM policy the README's "Deploying on AWS" gives the provider's role.
-fn readme_iam_policy() -> serde_json::Value {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let block = readme
-        .split_once("### IAM policy")
-        .and_then(|(_, section)| section.split_once("```json\n"))
-        .and_then(|(_, block)| block.split_once("```"))
-        .map(|(block, _)| block)
-        .expect("the README's IAM policy section shows a json block");
-    serde_json::from_str(block).expect("the README's IAM policy is JSON")
+/// The IAM policy the AWS page gives the provider's role.
+fn documented_iam_policy() -> serde_json::Value {
+    let page = docs::page("docs/src/operators/aws.md");
+    let block = docs::first_block(docs::section(&page, "## IAM policy"), "json");
+    serde_json::from_str(&block).expect("the AWS page's IAM policy is JSON")
 }
 
 /// The actions the AWS provider's code sends: each `Query::new("Action")`, and the two
@@ -858,12 +869,12 @@ fn actions_the_aws_provider_sends() -> BTreeSet<String> {
     actions
 }
 
-/// The README's IAM policy allows every action the provider sends and no other (the test
+/// The AWS page's IAM policy allows every action the provider sends and no other (the test
 /// below runs `provider call` under it), and `AddTags` only as AWS checks it for a resource
 /// created with tags.
 #[test]
-fn the_readmes_iam_policy_allows_exactly_the_actions_the_aws_provider_sends() {
-    let policy = readme_iam_policy();
+fn the_documented_iam_policy_allows_exactly_the_actions_the_aws_provider_sends() {
+    let policy = documented_iam_policy();
     let allowed: BTreeSet<String> = policy["Statement"][0]["Action"]
         .as_array()
         .expect("the first statement lists actions")
@@ -901,7 +912,7 @@ fn without(policy: &serde_json::Value, action: &str) -> serde_json::Value {
 }
 
 /// `wasm-ccm provider call aws.wasm FUNCTION --args ARGS --config cloud.json --allow MOTO
-/// --credential MOTO=aws-sigv4:env,…`, the README's command with moto as the endpoint, signed
+/// --credential MOTO=aws-sigv4:env,…`, the AWS page's command with moto as the endpoint, signed
 /// with `keys` (access key id, secret key) from the environment.
 async fn call_aws(
     moto: &Moto,
@@ -939,18 +950,18 @@ fn printed(run: &Run) -> serde_json::Value {
         .unwrap_or_else(|err| panic!("stdout is JSON: {err}: {run:#?}"))
 }
 
-/// The README's `provider call` of the AWS provider, against moto with signature checking on
-/// and the provider's keys limited to the README's IAM policy: a node's metadata from its EC2
+/// The AWS page's `provider call` of the AWS provider, against moto with signature checking on
+/// and the provider's keys limited to the AWS page's IAM policy: a node's metadata from its EC2
 /// instance (found by private DNS name), a Service's NLB made and deleted. The same policy
 /// without `CreateLoadBalancer` is refused by moto, so the policy moto checked is the one
 /// that let the calls through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn call_runs_the_aws_provider_against_moto_within_the_readmes_iam_policy() {
+async fn call_runs_the_aws_provider_against_moto_within_the_documented_iam_policy() {
     let moto = Moto::start().await;
     let net = public_network(&moto).await;
     let instance = run_node(&moto, &net).await;
     let zone_id = zone_id(&moto).await;
-    let policy = readme_iam_policy();
+    let policy = documented_iam_policy();
     let keys = moto.user("ccm", &policy.to_string()).await;
     let cloud_json = tempfile::NamedTempFile::new().expect("cloud.json");
     std::fs::write(
@@ -1104,7 +1115,7 @@ fn a_config_rejected_by_init_is_reported_as_a_provider_error() {
 
 // ---- crd ------------------------------------------------------------------------------------
 
-/// The README's regeneration command, `wasm-ccm crd > charts/…/cloudproviders…yaml`, writes
+/// The CloudProvider page's regeneration command, `wasm-ccm crd > charts/…/cloudproviders…yaml`, writes
 /// exactly the committed file the chart ships.
 #[test]
 fn crd_prints_the_committed_cloudprovider_crd() {
@@ -1141,15 +1152,14 @@ fn fixture_file(yaml: &str) -> tempfile::NamedTempFile {
     file
 }
 
-/// `--cache-dir` for conformance runs: one directory for every test's CLI processes, beside
-/// the tests' own compile cache, so a component is compiled once per test run (the
-/// TypeScript and Python ones take 15-25 s each) rather than once per process.
-fn conformance_cache() -> [String; 2] {
-    let compile_cache = e2e::sandbox_config()
-        .cache_dir
-        .expect("the tests' compile cache");
-    let dir = compile_cache.with_file_name("cli-cache");
-    ["--cache-dir".to_string(), dir.display().to_string()]
+/// `--cache-dir` for CLI runs that compile a big component: the tests' shared cache
+/// ([`e2e::shared_cache_dir`]), so the TypeScript and Python ones (15-25 s each) are
+/// compiled once per test run rather than once per process.
+fn shared_cache() -> [String; 2] {
+    [
+        "--cache-dir".to_string(),
+        e2e::shared_cache_dir().display().to_string(),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1204,7 +1214,7 @@ routes:
         second = second.id,
     ));
     let mut granted = granted_with_env_token(&cloud, &config);
-    granted.extend(conformance_cache());
+    granted.extend(shared_cache());
     let token = vec![("SIM_TOKEN", TOKEN.to_string())];
     let run = wasm_ccm_async(
         conformance_args(component, &fixture, &granted),
@@ -1267,7 +1277,7 @@ routes:
 }
 
 /// The conformance kit on the AWS provider against moto with signature checking on, with
-/// the keys of a user holding the README's IAM policy: every rule passes (instances by
+/// the keys of a user holding the AWS page's IAM policy: every rule passes (instances by
 /// private DNS name and by provider ID, an NLB made, updated and deleted, a pod route in the
 /// cluster's route table), and nothing it made is left in moto.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1277,7 +1287,7 @@ async fn conformance_of_the_aws_provider_against_moto_passes_every_rule() {
     let first = run_node(&moto, &net).await;
     let second = run_node(&moto, &net).await;
     let table = route_table(&moto, &net.network, true).await;
-    let keys = moto.user("ccm", &readme_iam_policy().to_string()).await;
+    let keys = moto.user("ccm", &documented_iam_policy().to_string()).await;
     let cloud_json = tempfile::NamedTempFile::new().expect("cloud.json");
     std::fs::write(
         cloud_json.path(),
@@ -1342,33 +1352,23 @@ async fn conformance_of_the_aws_provider_against_moto_passes_every_rule() {
     );
 }
 
-/// The README's conformance example as a user types it: its fixture saved as
+/// The conformance page's example as a user types it: its fixture saved as
 /// `conformance.yaml` beside `simcloud.wasm` and `cloud.json`, its command run by `sh` there
-/// with `wasm-ccm` on `PATH`, against the cloud simulator in place of the README's
+/// with `wasm-ccm` on `PATH`, against the cloud simulator in place of the page's
 /// `http://127.0.0.1:8080` (and its token in place of `s3cret`): every rule passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_conformance_example_passes_as_typed() {
+async fn the_documented_conformance_example_passes_as_typed() {
     let (cloud, _node, config) = cloud_with_node().await;
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
-    let (_, section) = readme
-        .split_once("### Checking a provider: `provider conformance`")
-        .expect("the README's conformance section");
-    let block = |fence: &str| {
-        section
-            .split_once(fence)
-            .and_then(|(_, block)| block.split_once("```"))
-            .map(|(block, _)| block.to_owned())
-            .unwrap_or_else(|| panic!("the conformance section shows a {fence:?} block"))
-    };
-    let fixture = block("```yaml\n");
-    let typed = block("```sh\n");
+    let page = docs::page("docs/src/authors/conformance.md");
+    let section = docs::section(&page, "# Checking a provider: `provider conformance`");
+    let fixture = docs::first_block(section, "yaml");
+    let typed = docs::first_block(section, "sh");
     let command = typed
         .replace("http://127.0.0.1:8080", &cloud.sim.url())
         .replace("s3cret", TOKEN);
     assert!(
         !command.contains("8080") && command.contains(TOKEN),
-        "the README's command names the simulator and its token as the test expects: {typed}"
+        "the page's command names the simulator and its token as the test expects: {typed}"
     );
 
     let dir = tempfile::tempdir().expect("temp dir");

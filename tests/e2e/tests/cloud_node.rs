@@ -1,5 +1,15 @@
 //! cloud-node controller end to end: the manager running simcloud initialises nodes in the
 //! Kubernetes API emulator from instances in the cloud simulator.
+//!
+//! Initialisation (providerID, labels, addresses, `Synced`), an instance that appears late,
+//! 409 conflicts on node updates, `provided-node-ip`, a dropped watch, addresses following the
+//! cloud on the periodic sync; each controller calling as its own client. With event writes
+//! hanging, 50 nodes are initialised before any event is written, one event write is in
+//! flight, and the events a queue of 4 could not hold are counted in
+//! `wasm_ccm_events_dropped_total`. With 600 nodes (more than a page) and another replica
+//! holding the Lease, the standby's informers make one `LIST` and one `WATCH` each of nodes
+//! and services and no controller runs; once the Lease is released it leads, initialises a
+//! new node, and nothing lists again.
 
 use std::time::Duration;
 

@@ -2,6 +2,15 @@
 //! serving other calls, nothing reaches a target the gate refused, the injected secret
 //! never becomes visible inside the sandbox, and a provider flooding the host's cache or log
 //! leaves the host's memory and log within their budgets.
+//!
+//! The hostile guests: an endless loop, with other calls served meanwhile; a shadow
+//! candidate stuck in a loop, its calls held to the shadow's bound, the rest skipped and
+//! counted, the active version's answers not delayed; unbounded allocation and a panic; an
+//! ungranted host (a listener proves nothing arrived); a granted name resolving to loopback,
+//! and the metadata address by IP and by decimal name; a guest-set `Authorization`; a
+//! snooping guest (no environment, files or secret visible); huge responses, declared and
+//! streamed; a request body sent with its `content-length`, not chunked, and one the provider
+//! states not sent twice; an exhausted rate budget; an unknown import.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

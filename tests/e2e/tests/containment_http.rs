@@ -4,6 +4,12 @@
 //! within a stated bound, and calls that make ordinary requests, one after another, are not
 //! affected.
 //!
+//! The floods: 20,000 fields of one 60 KB header (1.2 GB without the budget), 300 unsent
+//! request bodies of 2 MiB and 5,000 empty fields each fail the call with `http-budget`
+//! naming the flag, counted in the calls metric, with resident memory grown less than
+//! 96 MiB; the next call works. 60 requests in one call, and a POST with several headers and
+//! a 512 KiB body, go through under a 5 MiB budget.
+//!
 //! The tests of this file measure the resident memory of their own process
 //! ([`e2e::resident_bytes`]).
 
@@ -197,7 +203,7 @@ async fn ordinary_requests_one_after_another_stay_within_a_small_budget() {
     let error = run(&provider, &format!("fetch-many:60:{url}/item"))
         .await
         .unwrap_err();
-    assert_eq!(error.outcome(), "error", "{error}");
+    assert_eq!(error.outcome(), "other", "{error}");
     assert!(error.to_string().contains("fetched 60 times"), "{error}");
     assert_eq!(requests.load(Ordering::SeqCst), 60);
 

@@ -2,6 +2,12 @@
 //! a refused name is never a label value, and the per-destination state a wildcard grant
 //! lets a provider create is bounded. These tests measure the process's resident memory
 //! ([`e2e::resident_bytes`]).
+//!
+//! A provider names 50,000 never-granted hosts in one call, and 20,000 under a wildcard grant
+//! (`.invalid`, a closed name server on loopback): no new metric series, `/metrics` the same
+//! size, resident memory grown less than 16 MiB (200,000 names grew it by 373 MiB and
+//! `/metrics` to 635 MB before). Past `--egress-max-destinations` a new destination is
+//! answered `429` naming the flag, and a host name over 253 bytes is refused.
 
 use std::time::Duration;
 

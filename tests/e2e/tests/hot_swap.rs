@@ -5,6 +5,17 @@
 //! come from a watched Secret, a version failing more than the one before it is rolled
 //! back, and the Rust simcloud is swapped for its TypeScript and then its Python port as for
 //! a new version of itself.
+//!
+//! Also: the refused rollouts one by one (a truncated component, a digest mismatch, a missing
+//! export, an extra import, a failing `init`, a wrong name, a dropped capability, an unusable
+//! spec, a grant outside `--egress-grant-ceiling`); grants and limits changed in place and a
+//! new cloud config re-`init`ing the same component; a Secret missing (`Degraded`), wrong,
+//! rotated or not readable, and never in the status; a restart inside the rollback window (the
+//! previous version loaded again, the new one rolled back when it fails afterwards) and after
+//! a rollback; a status patched to name another version, ignored after a restart; a shadow
+//! promoted after agreeing, and one whose divergence blocks promotion and is never acted on;
+//! a standby warm before failover, writing nothing while it stands by, and following the
+//! leader's rollback.
 
 use std::time::Duration;
 

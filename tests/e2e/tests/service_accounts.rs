@@ -2,6 +2,9 @@
 //! emulator as its own ServiceAccount, with tokens from the TokenRequest API that the
 //! manager's own client asks for, refreshed before they expire; the shared informers,
 //! leader election and the event recorders keep the kubeconfig's credentials, as upstream.
+//! The accounts are created if missing; tokens of 2 seconds are refreshed; a TokenRequest
+//! refused with 403 is logged naming the account and the API error while the binary keeps
+//! running, and it recovers once granted.
 
 use std::io::Read;
 use std::time::Duration;

@@ -108,7 +108,7 @@ fn writes(cloud: &Cloud) -> Vec<String> {
 fn assert_plain_error(error: &ProviderError) {
     assert!(!error.is_not_found(), "must not be not-found: {error}");
     assert_eq!(error.retry_after(), None, "must not be a retry: {error}");
-    assert_eq!(error.outcome(), "error", "{error}");
+    assert_eq!(error.outcome(), "other", "{error}");
 }
 
 /// Ensure until the load balancer is active (at most a few attempts).

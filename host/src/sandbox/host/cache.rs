@@ -57,6 +57,12 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
+    pub(crate) const ALL: [Refusal; 3] = [
+        Refusal::KeyTooLong,
+        Refusal::ValueTooLarge,
+        Refusal::OverBudget,
+    ];
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             Refusal::KeyTooLong => "key-too-long",

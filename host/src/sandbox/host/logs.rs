@@ -67,20 +67,20 @@ impl ProviderLogs {
 /// A limit that drops log lines (the `limit` label of
 /// `wasm_ccm_provider_log_lines_dropped_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LogLimit {
+pub(crate) enum LogLimit {
     LinesPerCall,
     BytesPerCall,
     Rate,
 }
 
 impl LogLimit {
-    const ALL: [LogLimit; 3] = [
+    pub(crate) const ALL: [LogLimit; 3] = [
         LogLimit::LinesPerCall,
         LogLimit::BytesPerCall,
         LogLimit::Rate,
     ];
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             LogLimit::LinesPerCall => "lines-per-call",
             LogLimit::BytesPerCall => "bytes-per-call",

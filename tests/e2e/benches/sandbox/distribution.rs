@@ -36,7 +36,7 @@ pub struct Measured {
     pub warm_signed: Stats,
 }
 
-/// A P-256 key made as the README tells (openssl), signing `oci`; the policy requiring it.
+/// A P-256 key made as the registries page tells (openssl), signing `oci`; the policy requiring it.
 async fn signed(distribution: &Distribution, oci: &OciRef) -> SignaturePolicy {
     let dir = tempfile::tempdir().expect("key dir");
     let pem = dir.path().join("signing.pem");

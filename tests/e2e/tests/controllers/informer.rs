@@ -1,4 +1,5 @@
-//! The manager's informer cache against the API emulator: what it keeps of an object.
+//! The manager's informer cache against the API emulator: what it keeps of an object (not
+//! its `managedFields`). How often the informers list and watch is tested in `cloud_node.rs`.
 
 use e2e::testbed::Testbed;
 use k8s_openapi::api::core::v1::Node;

@@ -194,7 +194,7 @@ async fn init_names_what_is_wrong_in_the_cloud_config(language: &Language) {
         let ProviderLoadError::Init { error: init, .. } = &error else {
             panic!("{described}: expected an init error, got {error:?}");
         };
-        assert_eq!(init.outcome(), "error", "{described}: {init}");
+        assert_eq!(init.outcome(), "other", "{described}: {init}");
         assert!(init.to_string().contains(named), "{described}: {init}");
     }
     // Bytes that are no JSON at all.
@@ -252,7 +252,7 @@ async fn turns_throttling_into_retry_after(language: &Language) {
             .expect_err("a 503 is no answer");
         assert_eq!(
             error.outcome(),
-            "error",
+            "other",
             "a 503 without Retry-After: {error}"
         );
         assert!(error.to_string().contains("answered 503"), "{error}");
@@ -414,7 +414,7 @@ async fn balances_load_as_the_rust_simcloud(language: &Language, proxy_protocol:
         "upstream's default name"
     );
     assert!(
-        answers[1].starts_with("error")
+        answers[1].starts_with("other")
             && answers[1].contains("service port dns (53) has no node port"),
         "{answers:?}"
     );
@@ -549,7 +549,7 @@ async fn routes_as_the_rust_simcloud(language: &Language) {
     assert_eq!(requests, expected_requests, "{}", language.name);
     assert_eq!(&answers[..2], ["created", "created"], "{answers:?}");
     assert!(
-        answers[2].starts_with("error") && answers[2].contains("already routes 10.244.1.0/24"),
+        answers[2].starts_with("other") && answers[2].contains("already routes 10.244.1.0/24"),
         "{answers:?}"
     );
     assert!(answers[3].starts_with("not-found"), "{answers:?}");

@@ -1,4 +1,9 @@
-//! cloud-node-lifecycle and route controllers end to end.
+//! cloud-node-lifecycle and route controllers end to end: nodes whose instance is gone are
+//! deleted, never on cloud 500s; a provider that traps leaves the node tainted and the
+//! manager running; the shutdown taint goes on and off;
+//! a busy lifecycle controller does not delay another controller's writes; routes follow pod
+//! CIDRs, stale and blackholed routes are removed, with `FailedToCreateRoute` and
+//! `NetworkUnavailable`.
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,10 @@
 //! Load-balancer nodes reach a provider as it reads them: lent as a `node-set` to a provider
 //! built with the SDK, which copies only the fields it asks for; passed as a `list<node>` to a
-//! provider built for the contract without node sets (tests/guests/legacy). A provider that
-//! abuses a node set ends only its own call.
+//! provider built for the contract without node sets (tests/guests/legacy). A set is read
+//! field by field (names, provider IDs, whole nodes with only the declared labels, whole nodes
+//! more than once). A provider that abuses a node set ends only its own call: re-reading a
+//! set without end meets its deadline, keeping every read meets its memory cap, and the next
+//! call works.
 
 use std::sync::Arc;
 use std::time::Duration;

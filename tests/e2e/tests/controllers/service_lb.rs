@@ -1,5 +1,12 @@
 //! service-lb controller end to end: LoadBalancer Services in the API emulator get load
 //! balancers in the cloud simulator through simcloud, and never leak one.
+//!
+//! The finalizer, ingress and events; deletion; a Service deleted while its load balancer
+//! provisions (nothing leaks); a provisioning `retry-after` writing nothing but the finalizer,
+//! `EnsuredLoadBalancer` and the status; `EnsuringLoadBalancer` only for a load balancer made
+//! slowly (one slow call, or calls and waits that add up to 5 s); the error condition; cloud
+//! 500s and 429s with `Retry-After`; classed Services; type changes; one update per load
+//! balancer for a burst of new nodes; the drift check.
 
 use std::time::Duration;
 

@@ -2,7 +2,10 @@
 //! RBAC allows `get` on the path, as upstream's cloud-controller-manager does: the manager
 //! against the API emulator with RBAC enforced, its callers Prometheus-like ServiceAccounts
 //! (tokens from the TokenRequest API) and client certificates. Health paths stay open; the
-//! reviews the manager sends are read from the emulator's request log.
+//! reviews the manager sends are read from the emulator's request log: a second scrape
+//! within the TTL sends no review, and with the TTL flags at 0 every scrape is reviewed. A
+//! client certificate from `--client-ca-file` authenticates its CN and O without a
+//! TokenReview; one from another CA is refused in the handshake.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! A release of the chart, installed, upgraded, rolled back and uninstalled with the README's
+//! A release of the chart, installed, upgraded, rolled back and uninstalled with the install page's
 //! commands, typed: `kubectl create secret …`, `helm install … -f simcloud.yaml` (the
-//! README's values, read from it, with this test's registry and cloud in place of the example
+//! page's values, read from it, with this test's registry and cloud in place of the example
 //! hosts), `helm upgrade --reuse-values --set provider.ref=…`, `helm rollback`, `helm
 //! uninstall`, against the API emulator with RBAC enforced. The manager runs as the chart's
 //! two pods would (the stored Deployment's arguments and volumes, its ServiceAccount's token;
@@ -9,6 +9,10 @@
 //! balancers are made and one deleted), Prometheus scrapes `/metrics` with its ServiceAccount's
 //! token, and the release's RBAC is compared with what the manager asked the API server for:
 //! every request allowed, and every rule used (system:auth-delegator's by the scrape's reviews).
+//! The upgrade leaves the Deployment's generation as it was and swaps the provider in both
+//! pods; the rollback runs v1.2.0 again from the cache, downloading nothing; no pod restarts
+//! and no Warning event is recorded; at the uninstall the pods exit cleanly on SIGTERM, the
+//! remaining load balancer stays in the cloud and its Service, deleted, waits on its finalizer.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,10 +40,10 @@ const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
 const REGISTRY_USER: &str = "acme";
 const REGISTRY_PASSWORD: &str = "pull-7f3a";
 
-/// The README's install values with this test's registry and cloud in place of the
+/// The install page's values with this test's registry and cloud in place of the
 /// example hosts.
 fn install_values(registry: &Registry, bed: &Testbed) -> String {
-    chart::readme_values()
+    chart::install_values()
         .replace("registry.example.com", &registry.addr().to_string())
         .replace("https://api.simcloud.example", &bed.cloud.sim.url())
 }
@@ -112,7 +116,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     .await;
     let operator = Operator::new(&bed.kubeconfig());
 
-    // The README's install section: the token's Secret, the cloud config, the registry's pull
+    // The install page: the token's Secret, the cloud config, the registry's pull
     // secret, then the release.
     let token = format!("--from-literal=token={TOKEN}");
     operator.kubectl(&[
@@ -205,7 +209,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     live_a_little(&bed).await;
     scraped_by_prometheus(&bed, &pods).await;
 
-    // The README's upgrade: only the CloudProvider changes, the Deployment is not rolled.
+    // The install page's upgrade: only the CloudProvider changes, the Deployment is not rolled.
     let v2 = format!(
         "provider.ref=oci://{}",
         registry.reference("acme/simcloud:v1.3.0")
@@ -248,7 +252,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     )
     .await;
 
-    // The README's `helm rollback`: the first revision's values again. Each pod still has
+    // The install page's `helm rollback`: the first revision's values again. Each pod still has
     // v1.2.0 in its cache: nothing is downloaded.
     let downloads = blob_downloads(&registry);
     assert!(
@@ -283,7 +287,7 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     let account = chart::only(&release, "ServiceAccount").name().to_string();
     rbac_is_what_the_manager_uses(&bed, &release, &account);
 
-    // The README's `helm uninstall`: the pods stop (cleanly, on SIGTERM) as their Deployment
+    // The install page's `helm uninstall`: the pods stop (cleanly, on SIGTERM) as their Deployment
     // goes, then the release's objects; the CRD stays.
     for pod in &mut pods {
         let exit = pod.terminate().await;

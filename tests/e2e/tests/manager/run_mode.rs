@@ -1,4 +1,7 @@
 //! `wasm-ccm` run mode through the binary: flags, serving, and two managers electing a leader.
+//! Bad flags are refused naming the flag; the standby takes over when the leader is killed
+//! (`kill -9`); `/healthz` and `/metrics` are served over HTTPS; a clean shutdown releases the
+//! lease.
 
 use std::process::{Command, Output};
 use std::time::Duration;

@@ -1,7 +1,7 @@
-//! The scale benchmark's remote mode, as the README tells someone with a real cluster to run
-//! it: the cluster reached only through a kubeconfig file and the cloud simulator only through
-//! its URL and token (here both happen to run in this process), set through the variables the
-//! README names. A small run reports its three phases and leaves the cluster and the cloud
+//! The scale benchmark's remote mode, as the benchmarks page tells someone with a real
+//! cluster to run it: the cluster reached only through a kubeconfig file and the cloud
+//! simulator only through its URL and token (here both happen to run in this process), set
+//! through the variables the page names. A small run reports its three phases and leaves the cluster and the cloud
 //! as it found them; a wrong or missing variable is named.
 
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_
     .await
     .expect("cloud-sim starts");
 
-    // The variables the README tells a reader with a cluster to set.
+    // The variables the benchmarks page tells a reader with a cluster to set.
     let variables = BTreeMap::from([
         ("SCALE_KUBECONFIG", kubeconfig.display().to_string()),
         ("SCALE_CLOUD_URL", cloud.url()),
@@ -44,7 +44,7 @@ async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_
         ("SCALE_LATENCY_MS", "1".into()),
     ]);
     let settings = Settings::from_vars(|name| variables.get(name).cloned())
-        .expect("the README's variables are understood");
+        .expect("the documented variables are understood");
     assert!(matches!(settings.target, Target::Remote { .. }));
     let report = scale::run(settings).await;
 

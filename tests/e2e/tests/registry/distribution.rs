@@ -1,5 +1,14 @@
 //! `wasm-ccm provider push|pull|inspect` and run mode with `--provider oci://…` against a real
 //! registry: what an operator publishing and running providers from a registry sees.
+//!
+//! `provider push` then `pull` by tag, by digest and by both, byte-identical, ORAS reading the
+//! media types and annotations we wrote and pulling the same bytes; `inspect` of an `oci://`
+//! reference; the manager running an artifact ORAS pushed (`wasm_ccm_provider_info` naming
+//! it), restarting pinned by digest with the registry stopped, from `--cache-dir` without
+//! compiling, and refusing a tag with the registry down; refusals with their exact messages
+//! (an unknown tag, a wrong pinned digest, a container image, a component that is no provider,
+//! a blob tampered with in the registry's storage, missing and wrong credentials, never
+//! printed, a plain-HTTP registry without `--insecure-registry`).
 
 use std::path::Path;
 use std::process::Output;

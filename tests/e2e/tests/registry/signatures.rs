@@ -1,9 +1,15 @@
-//! Signed providers against a real registry: keys made with openssl as the README tells an
+//! Signed providers against a real registry: keys made with openssl as the registries page tells an
 //! operator, `provider push --sign-key`, `provider sign`, `provider verify` and `provider
 //! inspect`; run mode with `--provider-signature-key` (signed, unsigned, signed by another
 //! key, from the cache with the registry down); a CloudProvider whose `spec.signature` keys
 //! come from a Secret; and an independent implementation of cosign's format (`cosign.py`,
 //! PyCA `cryptography`) whose signatures we accept and which accepts ours.
+//!
+//! Run mode refuses at start (exit 2, naming flag, key and digest) an unsigned version, one
+//! signed by another key, a `file://` one and a private key given as the public one; with
+//! the registry down the verified digest starts from the cache, and another key then needs
+//! the registry. The `CloudProvider` refuses an unsigned v2 (`Verified` `False`,
+//! `SignatureMissing`, an event) while v1 serves, and activates it once signed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -27,7 +33,7 @@ use super::distribution::{args, assert_refused, insecure, push, stderr, stdout, 
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A shell command as the README gives it, run in `dir`; what it printed.
+/// A shell command as the registries page gives it, run in `dir`; what it printed.
 fn typed(dir: &Path, command: &str) -> String {
     let output = std::process::Command::new("sh")
         .arg("-c")
@@ -44,7 +50,7 @@ fn typed(dir: &Path, command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// A key pair made as the README tells: `NAME.pem` (private, PKCS#8) and `NAME.pub`.
+/// A key pair made as the registries page tells: `NAME.pem` (private, PKCS#8) and `NAME.pub`.
 fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     typed(
         dir,
@@ -209,7 +215,7 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
         &refused_at_start(&oci(&registry, "acme/simcloud:other")),
         &["no valid signature by", &key_named, &wrongly],
     );
-    // The fingerprint named is the one the README computes.
+    // The fingerprint named is the one the registries page computes.
     let fingerprint = typed(
         keys.path(),
         "openssl pkey -pubin -in signing.pub -outform DER | sha256sum",

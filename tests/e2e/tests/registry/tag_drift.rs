@@ -3,6 +3,11 @@
 //! the spec rolled out keeps running, on a standby started later and after a failover or a
 //! restart; the moved tag is reported (`TagCurrent`, event `TagMoved`); it runs only after a
 //! spec change, or at once with `rollout.followTag`.
+//!
+//! A change of the cloud config resolves the tag afresh; with `rollout.followTag` the moved
+//! tag is rolled out (the previous version kept for the rollback window) and run after a
+//! restart, or first shadowed under `strategy: Shadow`; a registry down while checking is
+//! reported (`TagCurrent` `Unknown`, `CheckFailed`) and changes nothing else.
 
 use std::time::Duration;
 
