@@ -31,10 +31,13 @@ test: setup
 	$(NEXTEST) run --locked --workspace
 	$(CARGO) test --locked --doc
 
-# The docs book (docs/, mdBook's library) into target/book, its links and anchors checked
-# (and the README's links into it): open target/book/index.html.
+# The docs book (docs/, built by the mdbook program setup installs) into target/book, its
+# links and anchors checked (and the README's links into it): open target/book/index.html.
+# `--bin`, not `-p`: cargo then resolves features for the whole workspace, as the test build
+# does, and reuses what it built (`-p docs-book` rebuilt crates, which once took CI's test of
+# this over 5 min).
 docs:
-	$(CARGO) run --locked -p docs-book -- docs target/book
+	$(CARGO) run --locked --bin docs-book -- docs target/book
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox

@@ -28,3 +28,6 @@ pub mod process_metrics;
 pub mod serving;
 /// The command line: flags, subcommands.
 pub mod cli;
+/// The docs' reference pages the code defines (flags, CloudProvider fields), checked.
+#[cfg(test)]
+mod reference_pages;

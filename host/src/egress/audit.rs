@@ -284,7 +284,7 @@ mod tests {
             path: "/".into(),
             aws: None,
             status: None,
-            denied: Some("not in allowedHosts (granted: none)".into()),
+            denied: Some("no --allow entry matches (granted: none)".into()),
             response_bytes: 0,
             latency: Duration::ZERO,
             connection_reused: false,

@@ -77,6 +77,8 @@ const CREDENTIAL_REFRESH: Duration = Duration::from_secs(1);
 
 /// Refusals one call keeps (and warns about); later ones are only audited and counted.
 const MAX_DENIALS_KEPT: usize = 16;
+/// Hints one call keeps (one per host at most).
+const MAX_HINTS_KEPT: usize = 4;
 /// Longest request text a kept refusal holds.
 const MAX_DENIAL_TEXT: usize = 512;
 
@@ -94,6 +96,8 @@ const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "
 pub struct EgressConfig {
     /// The hosts providers may reach (`--allow`); every other destination is denied.
     pub allow: Vec<HostPattern>,
+    /// Where `allow` and `credentials` were set, so that a refusal names it.
+    pub source: GrantSource,
     /// Headers the gate adds to requests for matching hosts (`--credential`).
     pub credentials: Vec<CredentialRule>,
     /// The methods requests may use: any, or only safe ones for a shadow version.
@@ -124,6 +128,35 @@ pub struct EgressConfig {
     /// STS endpoints besides AWS's own a web identity may send the manager's token to
     /// (`--sts-endpoint-allow`, default none): see [`EgressConfig::check_sts_endpoints`].
     pub sts_endpoints: Vec<HostPattern>,
+}
+
+/// Where a gate's grants and credential rules were set: what its refusals and hints name,
+/// so a user is pointed at what they typed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GrantSource {
+    /// The manager's or the CLI's flags (`--allow`, `--credential`).
+    #[default]
+    Flags,
+    /// A `CloudProvider`'s spec (`spec.egress.allowedHosts`, `spec.credentials`).
+    Resource,
+}
+
+impl GrantSource {
+    /// The flag or field that lists the granted hosts.
+    pub fn hosts(self) -> &'static str {
+        match self {
+            GrantSource::Flags => "--allow",
+            GrantSource::Resource => "spec.egress.allowedHosts",
+        }
+    }
+
+    /// The flag or field that lists the credential rules.
+    pub fn credentials(self) -> &'static str {
+        match self {
+            GrantSource::Flags => "--credential",
+            GrantSource::Resource => "spec.credentials",
+        }
+    }
 }
 
 /// A web identity credential names an STS endpoint the manager does not send its token to.
@@ -196,6 +229,7 @@ impl Default for EgressConfig {
     fn default() -> Self {
         EgressConfig {
             allow: Vec::new(),
+            source: GrantSource::Flags,
             credentials: Vec::new(),
             methods: MethodPolicy::Any,
             budget: RateBudget::default(),
@@ -253,7 +287,7 @@ pub struct Caller {
 pub struct Denial {
     /// `METHOD scheme://host:port/path`.
     pub request: String,
-    /// Why it was refused, e.g. `not in allowedHosts (granted: …)`.
+    /// Why it was refused, e.g. `no --allow entry matches (granted: …)`.
     pub reason: String,
 }
 
@@ -344,6 +378,7 @@ impl EgressGate {
             caller,
             connections,
             denials: Arc::default(),
+            hints: Arc::default(),
         }
     }
 
@@ -428,12 +463,14 @@ async fn send_through(
     Ok((status, body.map_err(SendError::Body)?.to_bytes()))
 }
 
-/// The gate as seen by one call's `wasi:http` implementation; also collects the call's denials.
+/// The gate as seen by one call's `wasi:http` implementation; also collects the call's
+/// denials and hints.
 pub struct GateHooks {
     gate: Arc<EgressGate>,
     caller: Arc<Caller>,
     connections: Arc<Connections>,
     denials: Arc<Mutex<Vec<Denial>>>,
+    hints: Arc<Mutex<Vec<String>>>,
 }
 
 impl GateHooks {
@@ -444,6 +481,12 @@ impl GateHooks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// What the gate noticed during this call that may explain a failure, e.g. a host that
+    /// answered 401 to a request no credential rule covered: one per host, the first 4.
+    pub fn hints(&self) -> Vec<String> {
+        self.hints.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -470,6 +513,7 @@ impl WasiHttpHooks for GateHooks {
             caller: self.caller.clone(),
             connections: self.connections.clone(),
             denials: self.denials.clone(),
+            hints: self.hints.clone(),
             started: Instant::now(),
             method: request.method().to_string(),
             path: crate::text::cut(request.uri().path(), MAX_DENIAL_TEXT).to_string(),
@@ -501,6 +545,7 @@ struct Attempt {
     caller: Arc<Caller>,
     connections: Arc<Connections>,
     denials: Arc<Mutex<Vec<Denial>>>,
+    hints: Arc<Mutex<Vec<String>>>,
     started: Instant,
     method: String,
     path: String,
@@ -531,7 +576,8 @@ impl Attempt {
         let gate = self.gate.clone();
         let Some(grant) = gate.config.allow.iter().position(|p| p.matches(&dest)) else {
             let granted = gate.granted_list();
-            return Err(self.deny(format!("not in allowedHosts (granted: {granted})")));
+            let hosts = gate.config.source.hosts();
+            return Err(self.deny(format!("no {hosts} entry matches (granted: {granted})")));
         };
         self.grant = Some(grant);
         // A request to be signed for AWS is judged by its API action, whatever its method
@@ -602,6 +648,15 @@ impl Attempt {
         };
         let connection: transport::ConnectionTask = Box::new(async { Ok(()) });
         let status = response.status().as_u16();
+        if matches!(status, 401 | 403)
+            && !gate
+                .config
+                .credentials
+                .iter()
+                .any(|rule| rule.applies_to(&dest))
+        {
+            self.hint_uncredentialed(status);
+        }
         self.check_declared_length(response.headers())?;
         let record = self.record(Some(status), None);
         let audit = gate.audit.clone();
@@ -930,11 +985,27 @@ impl Attempt {
         Error::HttpRequestDenied
     }
 
+    /// Note that the host answered `status` (401 or 403) to a request that carried no
+    /// credential, because no rule covers it: the likeliest cause of the call's failure.
+    fn hint_uncredentialed(&self, status: u16) {
+        let credentials = self.gate.config.source.credentials();
+        let host = &self.host;
+        let hint = format!(
+            "{host} answered {status} and no {credentials} rule covers it, so its requests carry no credential; add a {credentials} rule for {host} if it needs one"
+        );
+        let mut hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        let same_host = format!("{host} ");
+        if hints.len() < MAX_HINTS_KEPT && !hints.iter().any(|h| h.starts_with(&same_host)) {
+            hints.push(hint);
+        }
+    }
+
     fn refused(&self, refusal: &ConnectRefusal) -> Error {
         match refusal {
             ConnectRefusal::Internal { address, reason } => self.deny(format!(
-                "{} resolves to {address}, {reason}; only an allowedHosts entry naming that address may reach it",
-                self.host
+                "{} resolves to {address}, {reason}; only a {} entry naming that address may reach it",
+                self.host,
+                self.gate.config.source.hosts()
             )),
             ConnectRefusal::Failed(error, message) => {
                 self.failed(transport::same_code(error), message.clone())

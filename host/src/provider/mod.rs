@@ -36,7 +36,7 @@ pub use slot::ProviderSlot;
 
 /// Why a provider call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("provider {provider} {function}: {kind}")]
+#[error("provider {provider} {function}: {kind}{}", hinted(hints))]
 pub struct ProviderError {
     /// `name@sha256:…` of the provider version.
     pub provider: String,
@@ -44,6 +44,13 @@ pub struct ProviderError {
     pub function: Function,
     /// Whether the provider, the sandbox or the egress gate failed the call.
     pub kind: ErrorKind,
+    /// What the egress gate noticed during the call that may explain the failure (a host
+    /// that answered 401 or 403 to a request no credential rule covered).
+    pub hints: Vec<String>,
+}
+
+fn hinted(hints: &[String]) -> String {
+    hints.iter().map(|hint| format!("; hint: {hint}")).collect()
 }
 
 /// What went wrong, by who is to blame.
@@ -613,7 +620,7 @@ fn settle<T>(
     started: Instant,
     result: Called<T>,
 ) -> Result<T, ProviderError> {
-    let kind = match result {
+    let (kind, hints) = match result {
         Ok(Finished {
             value: Ok(value), ..
         }) => {
@@ -623,17 +630,21 @@ fn settle<T>(
         Ok(Finished {
             value: Err(CloudError::Other { message }),
             denials,
-        }) if !denials.is_empty() => ErrorKind::EgressDenied { denials, message },
+            hints,
+        }) if !denials.is_empty() => (ErrorKind::EgressDenied { denials, message }, hints),
         Ok(Finished {
-            value: Err(error), ..
-        }) => ErrorKind::Cloud(error),
-        Err(failure) => ErrorKind::Sandbox(failure),
+            value: Err(error),
+            hints,
+            ..
+        }) => (ErrorKind::Cloud(error), hints),
+        Err(failure) => (ErrorKind::Sandbox(failure), Vec::new()),
     };
     let caller = guest.caller();
     let error = ProviderError {
         provider: format!("{}@{}", caller.provider, caller.version),
         function,
         kind,
+        hints,
     };
     observe(guest, metrics, function, started, error.outcome());
     Err(error)
@@ -694,6 +705,7 @@ mod tests {
             provider: "p@sha256:0".into(),
             function: Function::InstanceExists,
             kind,
+            hints: Vec::new(),
         };
         let not_found = error(ErrorKind::Cloud(CloudError::NotFound {
             message: "gone".into(),
@@ -712,6 +724,16 @@ mod tests {
         assert_eq!(
             trap.to_string(),
             "provider p@sha256:0 instance-exists: the provider trapped: boom"
+        );
+        let unauthorised = ProviderError {
+            hints: vec!["https://api.example.com:443 answered 401 and …".into()],
+            ..error(ErrorKind::Cloud(CloudError::Other {
+                message: "401 Unauthorized".into(),
+            }))
+        };
+        assert_eq!(
+            unauthorised.to_string(),
+            "provider p@sha256:0 instance-exists: 401 Unauthorized; hint: https://api.example.com:443 answered 401 and …"
         );
     }
 }

@@ -238,6 +238,9 @@ pub struct Finished<T> {
     /// Requests the egress gate refused during the call, oldest first; they turn a cloud
     /// error `other` into an egress denial.
     pub denials: Vec<Denial>,
+    /// What the egress gate noticed that may explain a failure (a 401 from a host no
+    /// credential rule covers), for the error's message.
+    pub hints: Vec<String>,
 }
 
 /// The wasmtime engine and linker, shared by every provider version of a manager.
@@ -779,6 +782,7 @@ impl Guest {
         host::finish_call(store.data_mut());
         let state = store.data();
         let denials = state.hooks.denials();
+        let hints = state.hooks.hints();
         let limit_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let lifted = match outcome {
             Err(_elapsed) => return Err(CallFailure::Deadline { limit_ms }),
@@ -826,6 +830,7 @@ impl Guest {
         Ok(Finished {
             value: value.map_err(escape_message),
             denials,
+            hints,
         })
     }
 }

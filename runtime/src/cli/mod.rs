@@ -13,6 +13,7 @@ mod conformance;
 mod distribution;
 mod provider_cmd;
 mod run;
+mod scaffold;
 mod serving_auth;
 mod units;
 
@@ -28,7 +29,8 @@ pub use run::RunFlags;
 pub use units::{parse_duration, parse_duration_or_zero, parse_size};
 use wasm_ccm_host::egress::{
     AuditLogLimits, CredentialError, CredentialRule, DEFAULT_MAX_DESTINATIONS, EgressConfig,
-    HostPattern, Limits, MetadataGrant, MethodPolicy, PoolLimits, RateBudget, sts_endpoint_allowed,
+    GrantSource, HostPattern, Limits, MetadataGrant, MethodPolicy, PoolLimits, RateBudget,
+    sts_endpoint_allowed,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, HttpLimits, LogLimits, Sandbox, SandboxConfig};
@@ -171,6 +173,7 @@ impl EgressFlags {
     pub fn config(&self) -> EgressConfig {
         EgressConfig {
             allow: self.allow.clone(),
+            source: GrantSource::Flags,
             credentials: self.credentials.iter().map(|c| c.rule.clone()).collect(),
             methods: MethodPolicy::Any,
             budget: RateBudget {

@@ -1,7 +1,8 @@
-//! `wasm-ccm provider inspect|call|push|pull|sign|verify`: look inside a provider
-//! component, call one contract function by hand under the same sandbox and egress gate the
-//! manager uses, publish or fetch providers in an OCI registry, and sign them (cosign's
-//! layout) or check their signatures as the manager does.
+//! `wasm-ccm provider new|inspect|call|conformance|push|pull|sign|verify`: make a provider
+//! crate, look inside a provider component, call one contract function by hand under the
+//! same sandbox and egress gate the manager uses, check a provider against the contract's
+//! rules, publish or fetch providers in an OCI registry, and sign them (cosign's layout) or
+//! check their signatures as the manager does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,6 +31,17 @@ use wasm_ccm_host::source::{
 /// (or @sha256:DIGEST); OCI references are pulled as run mode pulls them.
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
+    /// Make a Rust provider crate that builds to a component as it is: the SDK and the
+    /// contract of this wasm-ccm beside it, a provider answering instance questions from the
+    /// cloud simulator (replace its requests with your cloud's), and a README.
+    New {
+        /// The provider's name: its crate's, the one `init` reports and its provider IDs'
+        /// scheme (NAME://ID).
+        name: String,
+        /// Where to write it (a new or empty directory); ./NAME by default.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print a component's digest, size, contract version, imports and exports, and whether
     /// it satisfies the host contract (exit 1 if not); for an OCI artifact also its manifest
     /// digest, media types and annotations.
@@ -160,6 +172,15 @@ impl ProviderCommand {
     /// missing credential, registry failure).
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
+            ProviderCommand::New { name, dir } => {
+                let dir = super::scaffold::new_provider(&name, dir.as_deref())?;
+                println!(
+                    "Created the provider crate {name} in {}. Build its component with:\n  cd {} && cargo build --target wasm32-wasip2 --release",
+                    dir.display(),
+                    dir.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
             ProviderCommand::Inspect {
                 provider,
                 json,

@@ -25,8 +25,8 @@ use crate::resource::{
     EgressSpec, HttpMethod, LimitsSpec, RolloutStrategy,
 };
 use wasm_ccm_host::egress::{
-    AwsKeys, CredentialRule, EgressConfig, HostPattern, RateBudget, SecretSource, SigV4,
-    WebIdentityConfig, check_sts_endpoint, is_action_pattern,
+    AwsKeys, CredentialRule, EgressConfig, GrantSource, HostPattern, RateBudget, SecretSource,
+    SigV4, WebIdentityConfig, check_sts_endpoint, is_action_pattern,
 };
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::{ProviderRef, PublicKey, SignaturePolicy, TrustedKeys};
@@ -362,7 +362,10 @@ fn host_pattern(field: String, text: &str) -> Result<HostPattern, SpecError> {
 }
 
 fn egress(spec: Option<&EgressSpec>, defaults: &EgressConfig) -> Result<EgressConfig, SpecError> {
-    let mut config = defaults.clone();
+    let mut config = EgressConfig {
+        source: GrantSource::Resource,
+        ..defaults.clone()
+    };
     let Some(spec) = spec else {
         return Ok(config);
     };

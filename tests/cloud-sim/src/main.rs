@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use cloud_sim::{CloudSim, Faults, SimOptions};
+use cloud_sim::{CloudSim, Faults, NewInstance, SimOptions};
 use tracing_subscriber::EnvFilter;
 
 /// A small REST cloud for testing wasm-ccm providers.
@@ -29,6 +29,11 @@ struct Args {
     /// Region reported for every instance.
     #[arg(long, env = "CLOUD_SIM_REGION", default_value = "sim-central-1")]
     region: String,
+    /// A running instance to start with, named NAME (as its node will be), of type
+    /// sim.medium in zone REGION + "a", its private IP assigned; repeatable. More, and
+    /// other shapes, through `POST /v1/instances`.
+    #[arg(long = "instance", value_name = "NAME")]
+    instances: Vec<String>,
 }
 
 #[tokio::main]
@@ -46,11 +51,31 @@ async fn main() -> anyhow::Result<()> {
         lb_provision: Duration::from_millis(args.lb_provision_ms),
         region: args.region,
     };
+    let zone = format!("{}a", options.region);
     let sim = CloudSim::start(args.listen, options).await?;
     sim.state().set_faults(Faults {
         latency_ms: args.latency_ms,
         ..Faults::default()
     });
+    for name in args.instances {
+        let new = NewInstance {
+            name: name.clone(),
+            instance_type: "sim.medium".into(),
+            zone: zone.clone(),
+            ..NewInstance::default()
+        };
+        let instance = sim
+            .state()
+            .try_add_instance(new)
+            .map_err(|error| anyhow::anyhow!("--instance {name}: {}", error.message))?;
+        tracing::info!(
+            "instance {} {} in {}, {}",
+            instance.name,
+            instance.id,
+            instance.zone,
+            instance.private_ip
+        );
+    }
     println!("cloud-sim listening on {}", sim.url());
     shutdown_signal().await?;
     tracing::info!("shutting down");

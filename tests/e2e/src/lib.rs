@@ -264,6 +264,18 @@ pub fn wasm_ccm_binary() -> PathBuf {
     binary
 }
 
+/// The `cloud-sim` binary, for tests that type a documented `cloud-sim` command: the
+/// workspace test build (`make test`) builds it, for the simulator's own integration tests.
+pub fn cloud_sim_binary() -> PathBuf {
+    let binary = profile_dir().join(format!("cloud-sim{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "no cloud-sim binary at {}: run the tests of the whole workspace (make test)",
+        binary.display()
+    );
+    binary
+}
+
 /// The venv of the Python tools the tests run (tests/python-tools.txt), under the workspace
 /// root; keep in step with `PYTHON_TOOLS` in tests/install-test-tools.sh.
 const PYTHON_TOOLS: &str = "target/test-tools/python";

@@ -1,9 +1,12 @@
-//! The docs' commands for building a provider in TypeScript and in Python (the authors'
-//! pages `typescript.md` and `python.md`; the TypeScript one also in
-//! `guest-sdk-js/README.md`), typed as written from the root of a copy of the sources they
-//! read (so the `__pycache__` componentize-py writes lands in the copy), with the tools
-//! `make setup` installs: each makes a wasm component.
-
+//! The docs' commands for making and building a provider, typed as a reader would type
+//! them, with the tools `make setup` installs:
+//! - TypeScript and Python (the authors' pages `typescript.md` and `python.md`; the
+//!   TypeScript one also in `guest-sdk-js/README.md`), from the root of a copy of the sources
+//!   they read (so the `__pycache__` componentize-py writes lands in the copy): each makes a
+//!   wasm component;
+//! - `first-provider.md` whole, in an empty directory: `provider new`, the crate's build,
+//!   `inspect`, a call and a conformance run against `cloud-sim` as the page starts it,
+//!   `push` and `pull` through a registry; and `commands.md`'s examples.
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -97,4 +100,138 @@ async fn the_documented_python_build_command_makes_a_component() {
     let root = workspace_copy(&["wit", "guest-sdk-py", "guests/simcloud-py"], "python");
     typed(root.path(), &command).await;
     assert!(is_component(&root.path().join("simcloud-py.wasm")));
+}
+
+/// A directory with `wasm-ccm` and `cloud-sim` in it, for a `PATH` as a reader's would have
+/// them, and that `PATH`.
+fn tools_on_path() -> (tempfile::TempDir, String) {
+    let bin = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(e2e::wasm_ccm_binary(), bin.path().join("wasm-ccm"))
+        .expect("symlink");
+    std::os::unix::fs::symlink(e2e::cloud_sim_binary(), bin.path().join("cloud-sim"))
+        .expect("symlink");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (bin, path)
+}
+
+/// The page's `cloud-sim … &` line run as typed, on a free port instead of `127.0.0.1:8080`;
+/// the simulator (killed when dropped) and the address it listens on.
+async fn typed_simulator(line: &str, path: &str) -> (tokio::process::Child, String) {
+    let command = line
+        .strip_suffix(" &")
+        .unwrap_or_else(|| panic!("the simulator runs in the background: {line}"))
+        .replace("127.0.0.1:8080", "127.0.0.1:0");
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec {command}"))
+        .env("PATH", path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run cloud-sim");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let first = lines
+        .next_line()
+        .await
+        .expect("read cloud-sim")
+        .expect("cloud-sim says where it listens");
+    let url = first
+        .strip_prefix("cloud-sim listening on http://")
+        .unwrap_or_else(|| panic!("{first}"));
+    (child, url.to_string())
+}
+
+/// Every `sh` block of `page`, in order, typed as one shell session in `dir` (a `cd` holds),
+/// stopping at the first command that fails; its `cloud-sim … &` line run apart, on a free
+/// port, and the page's `127.0.0.1:8080` (the simulator) and `127.0.0.1:5000` (a registry,
+/// started if the page names one) replaced by the servers' addresses. What it printed.
+async fn type_page(page: &str, dir: &Path) -> String {
+    let blocks = docs::blocks(page, "sh").join("\n");
+    let simulator = blocks
+        .lines()
+        .find(|line| line.starts_with("cloud-sim "))
+        .expect("the page starts the simulator");
+    let (_bin, path) = tools_on_path();
+    let (_sim, sim_addr) = typed_simulator(simulator.trim(), &path).await;
+    let mut script =
+        format!("set -e\n{}", blocks.replace(simulator, "")).replace("127.0.0.1:8080", &sim_addr);
+    let _registry = if script.contains("127.0.0.1:5000") {
+        let registry = e2e::registry::Registry::start(Default::default()).await;
+        script = script.replace("127.0.0.1:5000", &registry.addr().to_string());
+        Some(registry)
+    } else {
+        None
+    };
+    let output = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir)
+        .env("PATH", &path)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run sh");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{script}\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn the_first_provider_page_works_as_typed() {
+    let page = docs::page("docs/src/authors/first-provider.md");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stdout = type_page(&page, dir.path()).await;
+
+    // The call printed the metadata the page shows, but for the instance ID.
+    let shown: serde_json::Value =
+        serde_json::from_str(&docs::first_block(&page, "json")).expect("the page's JSON");
+    let printed = stdout
+        .split_once("\n{\n")
+        .and_then(|(_, rest)| rest.split_once("\n}\n"))
+        .map(|(object, _)| format!("{{\n{object}\n}}"))
+        .unwrap_or_else(|| panic!("the call prints a JSON object: {stdout}"));
+    let mut printed: serde_json::Value = serde_json::from_str(&printed).expect("JSON");
+    let provider_id = printed["providerID"]
+        .as_str()
+        .expect("a providerID")
+        .to_string();
+    assert!(provider_id.starts_with("mycloud://i-"), "{provider_id}");
+    printed["providerID"] = shown["providerID"].clone();
+    assert_eq!(printed, shown);
+
+    // The conformance report: every instance rule passed, nothing failed.
+    assert!(
+        stdout.contains("PASS") && !stdout.contains("FAIL"),
+        "{stdout}"
+    );
+    // The crate's own README gives the same build and call commands.
+    let readme = std::fs::read_to_string(dir.path().join("mycloud/README.md")).expect("README");
+    for block in docs::blocks(&readme, "sh") {
+        for line in block.lines() {
+            assert!(page.contains(line), "the page has the README's {line:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_commands_page_works_as_typed() {
+    let page = docs::page("docs/src/authors/commands.md");
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(guest_builds::SIMCLOUD, dir.path().join("simcloud.wasm")).expect("copy");
+    let stdout = type_page(&page, dir.path()).await;
+    assert!(dir.path().join("mycloud/Cargo.toml").is_file());
+    assert!(
+        stdout.contains("\"providerID\": \"simcloud://i-"),
+        "{stdout}"
+    );
 }

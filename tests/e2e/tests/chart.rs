@@ -1015,3 +1015,129 @@ fn chart_grant_ceiling_reaches_the_manager_and_bounds_the_cloud_provider() {
             .any(|arg| arg.starts_with("--egress-grant-ceiling"))
     );
 }
+
+/// The alerts and the dashboard the chart ships query only metrics the manager serves, by
+/// the labels those metrics carry: every name and label in their expressions is in the
+/// metrics reference page, which `manager::metrics` checks against a real scrape. (`up` and
+/// the target labels `job`, `namespace`, `pod` and `instance` are Prometheus's own; `le` is
+/// every histogram's.)
+#[test]
+fn chart_alerts_and_dashboard_query_metrics_the_manager_serves() {
+    let values = format!(
+        "{PROVIDER}
+metrics:
+  serviceMonitor: {{enabled: true, insecureSkipVerify: true}}
+  prometheusRule: {{enabled: true, labels: {{release: prometheus}}, failingCallRatio: 0.1}}
+  grafanaDashboard: {{enabled: true, namespace: grafana}}
+"
+    );
+    let objects = render("observed", &values).expect("renders");
+    let rule = only(&objects, "PrometheusRule");
+    assert_eq!(rule.object["metadata"]["labels"]["release"], "prometheus");
+    let mut expressions = Vec::new();
+    for rule in rule.object["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+    {
+        let alert = rule["alert"].as_str().expect("an alert name");
+        let expr = rule["expr"].as_str().expect("an expression");
+        assert!(
+            expr.contains(r#"job="observed-wasm-ccm-metrics""#),
+            "{alert} selects the scraped Service's job: {expr}"
+        );
+        expressions.push((alert.to_string(), expr.to_string()));
+    }
+    assert!(
+        expressions
+            .iter()
+            .any(|(alert, expr)| alert == "WasmCcmProviderCallsFailing" && expr.contains("> 0.1")),
+        "{expressions:?}"
+    );
+    let dashboard = only(&objects, "ConfigMap");
+    assert_eq!(dashboard.namespace(), Some("grafana"));
+    assert_eq!(
+        dashboard.object["metadata"]["labels"]["grafana_dashboard"],
+        "1"
+    );
+    let json: Value = serde_json::from_str(
+        dashboard.object["data"]["wasm-ccm.json"]
+            .as_str()
+            .expect("the dashboard JSON"),
+    )
+    .expect("the dashboard is JSON");
+    for panel in json["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let title = panel["title"].as_str().unwrap_or_default();
+            let expr = target["expr"].as_str().expect("an expression");
+            expressions.push((title.to_string(), expr.to_string()));
+        }
+    }
+
+    let reference = e2e::docs::page("docs/src/operators/metrics-reference.md");
+    let served: BTreeMap<String, Vec<String>> = reference
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let name = cells.first()?.strip_prefix("| `")?.strip_suffix('`')?;
+            let labels = cells
+                .get(2)?
+                .split(", ")
+                .map(|label| label.trim_matches('`').to_string())
+                .filter(|label| !label.is_empty())
+                .collect();
+            Some((name.to_string(), labels))
+        })
+        .collect();
+    assert!(served.len() > 30, "the reference's table: {served:?}");
+    let name = regex::Regex::new(r"[a-z_:][a-z0-9_:]*").expect("regex");
+    let grouping = regex::Regex::new(r"by \(([^)]*)\)").expect("regex");
+    let matcher = regex::Regex::new(r#"([a-z_]+)(=|!=|=~|!~)""#).expect("regex");
+    for (what, expr) in &expressions {
+        let metrics: Vec<&str> = name
+            .find_iter(expr)
+            .map(|m| m.as_str())
+            .filter(|token| token.contains('_') || *token == "up")
+            .filter(|token| !token.starts_with("__") && !expr.contains(&format!("${token}")))
+            .filter(|token| {
+                !["histogram_quantile", "label_values", "humanizePercentage"].contains(token)
+            })
+            .filter(|token| {
+                expr.contains(&format!("{token}{{")) || expr.contains(&format!("{token}["))
+            })
+            .collect();
+        assert!(!metrics.is_empty(), "{what}: no metric in {expr}");
+        let mut labels: Vec<String> = Vec::new();
+        for metric in &metrics {
+            if *metric == "up" {
+                continue;
+            }
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    metric
+                        .strip_suffix(suffix)
+                        .filter(|base| served.contains_key(*base))
+                })
+                .unwrap_or(metric);
+            let Some(metric_labels) = served.get(base) else {
+                panic!("{what}: {metric} is not a metric the manager serves: {expr}");
+            };
+            labels.extend(metric_labels.iter().cloned());
+        }
+        let used = grouping
+            .captures_iter(expr)
+            .flat_map(|c| {
+                c[1].split(',')
+                    .map(|l| l.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .chain(matcher.captures_iter(expr).map(|c| c[1].to_string()));
+        for label in used {
+            let prometheus_own = ["job", "namespace", "pod", "instance", "le"];
+            assert!(
+                prometheus_own.contains(&label.as_str()) || labels.contains(&label),
+                "{what}: label {label} is on none of {metrics:?}: {expr}"
+            );
+        }
+    }
+}

@@ -456,12 +456,41 @@ async fn call_without_allow_is_egress_denied_and_reaches_nothing() {
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("not in allowedHosts"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no --allow entry matches"),
+        "{}",
+        run.stderr
+    );
     assert!(
         cloud.sim.state().requests().is_empty(),
         "nothing reached the cloud"
     );
     run.assert_no_token();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_granted_without_a_credential_says_which_flag_adds_one() {
+    let (cloud, _, config) = cloud_with_node().await;
+    let url = cloud.sim.url();
+    let args = call_args(
+        guest_builds::SIMCLOUD,
+        "instance-metadata",
+        node1_args(),
+        &["--config", &path(&config), "--allow", &url],
+    );
+    let run = wasm_ccm_async(args, Vec::new()).await;
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "a provider error exits 1: {run:#?}");
+    let requests = cloud.sim.state().requests();
+    assert_eq!(requests.len(), 1, "one request, refused by the cloud");
+    assert_eq!(requests[0].status, 401);
+    assert!(
+        run.stderr.contains(&format!(
+            "hint: {url} answered 401 and no --credential rule covers it"
+        )),
+        "{}",
+        run.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, HostPattern};
+use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, GrantSource, HostPattern};
 use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError, Shadow};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
@@ -240,7 +240,7 @@ async fn host_not_granted_is_denied_and_receives_nothing() {
             .denied
             .as_deref()
             .unwrap()
-            .contains("not in allowedHosts"),
+            .contains("no --allow entry matches"),
         "{refused:?}"
     );
     assert_eq!(refused.outcome(), "denied");
@@ -664,11 +664,61 @@ async fn provider_failing_on_a_denied_request_reports_egress_denied() {
     assert!(
         error
             .to_string()
-            .contains("not in allowedHosts (granted: none)"),
+            .contains("no --allow entry matches (granted: none)"),
         "{error}"
     );
     assert!(!error.is_not_found(), "a denial is never absence");
     assert!(cloud.sim.state().requests().is_empty());
+}
+
+#[tokio::test]
+async fn refusals_and_hints_name_the_field_a_cloud_provider_resource_sets() {
+    let cloud = Cloud::start().await;
+    let from_resource = |allow: Vec<HostPattern>| EgressConfig {
+        allow,
+        source: GrantSource::Resource,
+        ..EgressConfig::default()
+    };
+    let sandbox = sandbox(e2e::sandbox_config());
+    let ungranted = load(
+        &sandbox,
+        guest_builds::SIMCLOUD,
+        from_resource(Vec::new()),
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("init does not call the cloud");
+    let denied = ungranted
+        .instance_metadata(&command("node-1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        denied.contains("no spec.egress.allowedHosts entry matches (granted: none)"),
+        "{denied}"
+    );
+
+    // Granted, but no credential: the cloud answers 401 and the error says which field
+    // would add one.
+    let uncredentialed = load(
+        &sandbox,
+        guest_builds::SIMCLOUD,
+        from_resource(vec![cloud.grant()]),
+        Some(cloud.simcloud_config()),
+    )
+    .await
+    .expect("init does not call the cloud");
+    let error = uncredentialed
+        .instance_metadata(&command("node-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(cloud.sim.state().requests()[0].status, 401);
+    let hint = format!(
+        "; hint: {} answered 401 and no spec.credentials rule covers it",
+        cloud.grant()
+    );
+    assert!(error.to_string().contains(&hint), "{error}");
+    assert_eq!(error.hints.len(), 1, "one hint per host: {error}");
 }
 
 #[tokio::test]

@@ -308,7 +308,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         app.requests
             .record(&user_agent, &user, "create", "serviceaccounts/token");
         inject(app, &parts.method, &path_and_query).await?;
-        let body = create_body(&parts.method, body).await?;
+        let body = create_body(&parts.method, &parts.headers, body).await?;
         let (answer, warnings) = app
             .tokens
             .request(&app.store, namespace, name, &body.value)?;
@@ -323,7 +323,7 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
         app.requests
             .record(&user_agent, &user, "create", &format!("{resource}.{group}"));
         inject(app, &parts.method, &path_and_query).await?;
-        let body = create_body(&parts.method, body).await?;
+        let body = create_body(&parts.method, &parts.headers, body).await?;
         let answer = if resource == "tokenreviews" {
             reviews::token_review(&app.tokens, &app.store, &body.value)?
         } else {
@@ -362,21 +362,33 @@ async fn handle(app: &App, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-/// Upstream's 415 for a body it cannot decode.
-/// The JSON body of a POST to a create-only resource (a token request, a review): any other
-/// method is refused as the API server refuses it.
-async fn create_body(method: &Method, body: Body) -> Result<Parsed, ApiError> {
+/// The body of a POST to a create-only resource (a token request, a review), JSON or, for
+/// the kinds `protobuf` reads, protobuf: any other method is refused as the API server
+/// refuses it.
+async fn create_body(method: &Method, headers: &HeaderMap, body: Body) -> Result<Parsed, ApiError> {
     if method != Method::POST {
         return Err(ApiError::method_not_allowed());
     }
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+    if protobuf::is_protobuf(content_type(headers)) {
+        return protobuf_body(&body).map(Parsed::clean);
+    }
     body::parse(&body).map_err(|e| {
         ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
     })
 }
 
+/// The request's `Content-Type`, `""` when it has none.
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Upstream's 415 for a body it cannot decode.
 fn unsupported_body() -> ApiError {
     ApiError::UnsupportedMediaType(
         "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
@@ -879,10 +891,7 @@ impl Call<'_> {
     }
 
     fn content_type(&self) -> &str {
-        self.headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
+        content_type(self.headers)
     }
 
     /// The body of a create or update: JSON, or protobuf for the kinds
@@ -949,12 +958,7 @@ impl Call<'_> {
     }
 
     fn patch(self) -> Result<Response, ApiError> {
-        let content_type = self
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let kind = PatchType::from_content_type(content_type)
+        let kind = PatchType::from_content_type(self.content_type())
             .ok_or_else(|| ApiError::UnsupportedMediaType(PATCH_MEDIA_TYPES.into()))?;
         if self.rt().is_custom() && kind == PatchType::Strategic {
             return Err(ApiError::UnsupportedMediaType(

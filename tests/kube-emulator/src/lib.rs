@@ -83,10 +83,13 @@
 //! subjectaccessreviews.authorization.k8s.io`; a review's decision is not
 //! one of [`Emulator::authorizations`] (it is about another user).
 //!
-//! Request bodies are JSON, or, for Secrets, ConfigMaps and
-//! `DeleteOptions`, protobuf (`application/vnd.kubernetes.protobuf`),
-//! which client-go's typed clients send since v1.35: Helm 4 stores its
-//! releases in Secrets that way.
+//! Request bodies are JSON, or protobuf
+//! (`application/vnd.kubernetes.protobuf`), which client-go's typed
+//! clients send (kubectl's `create` subcommands; Helm 4 storing its
+//! releases in Secrets), for Secrets, ConfigMaps, Services, Namespaces,
+//! ServiceAccounts, Deployments, Roles, ClusterRoles, RoleBindings,
+//! ClusterRoleBindings, TokenRequests and `DeleteOptions`. Responses are
+//! always JSON, which those clients also accept.
 //!
 //! # OpenAPI v3
 //!
@@ -292,7 +295,11 @@
 //!   authorized` where it would fail on a 404). Responses are JSON only
 //!   (an `Accept` of only protobuf or YAML is a 406; client-go's typed
 //!   clients also accept JSON); YAML bodies are a 415, and protobuf bodies
-//!   of other kinds than Secrets, ConfigMaps and `DeleteOptions` too.
+//!   of other kinds than those listed above too. A protobuf body is read
+//!   for the fields kubectl's `create` subcommands set and the common rest
+//!   of a pod template: one with a field the emulator does not read (a
+//!   pod's affinity, most volume sources, …) is a 400 naming the message
+//!   and field number, never silently dropped.
 //!   Printer columns (`additionalPrinterColumns`) take the JSONPath
 //!   subset CRDs use (`.field`, `['field']`, `[N]`,
 //!   `[*]`, `[?(@.path=="value")]`, `!=`): a CRD with another path is

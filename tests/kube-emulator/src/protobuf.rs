@@ -1,11 +1,18 @@
 //! Request bodies in Kubernetes' protobuf form
 //! (`application/vnd.kubernetes.protobuf`), which client-go's typed
-//! clients send by default since v1.35 (Helm 4 stores its releases in
-//! Secrets through one): the `k8s\0` envelope (`runtime.Unknown`), the
-//! protobuf wire format, and the messages such a client writes to the
-//! emulator — Secrets, ConfigMaps and `DeleteOptions` — read into the JSON
-//! the rest of the emulator handles, as Go would encode the decoded struct
-//! (empty fields omitted, bytes in base64, times in RFC 3339).
+//! clients send by default (kubectl's `create` subcommands, and since
+//! v1.35 Helm 4 storing its releases in Secrets): the `k8s\0` envelope
+//! (`runtime.Unknown`), the protobuf wire format, and the messages such a
+//! client writes to the emulator, read into the JSON the rest of the
+//! emulator handles, as Go would encode the decoded struct (empty fields
+//! omitted, bytes in base64, times in RFC 3339).
+//!
+//! Each message is a table of its fields (`messages`), with upstream's
+//! field numbers. A field a table does not list is refused, naming the
+//! message and the number, rather than dropped: a client that needs it
+//! can send JSON.
+
+mod messages;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::jiff::Timestamp;
@@ -23,96 +30,66 @@ pub enum DecodeError {
     NoEnvelope,
     #[error("proto: {0}")]
     Malformed(&'static str),
+    #[error("proto: wrong wireType for field {field} of {message}")]
+    WrongWireType {
+        message: &'static str,
+        field: &'static str,
+    },
+    /// A field the tables do not list: refused rather than dropped.
+    #[error(
+        "proto: field {number} of {message} is not read by kube-emulator; send the object as JSON"
+    )]
+    UnknownField { message: &'static str, number: u64 },
     /// A kind the emulator cannot read in protobuf (JSON works).
     #[error("{api_version} {kind} in protobuf is not supported by kube-emulator")]
     Unsupported { api_version: String, kind: String },
 }
 
-/// The type of a field's value.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    String,
-    Int,
-    Bool,
-    Time,
-    Message(&'static [Field]),
-    StringMap,
-    BytesMap,
-    Strings,
-    Messages(&'static [Field]),
+/// A message: its name (for errors) and fields.
+#[derive(Debug)]
+struct Message {
+    name: &'static str,
+    fields: &'static [Field],
 }
 
 /// One field of a message: its number, JSON name and type.
 #[derive(Debug, Clone, Copy)]
 struct Field(u64, &'static str, Kind);
 
-const OWNER_REFERENCE: &[Field] = &[
-    Field(1, "kind", Kind::String),
-    Field(3, "name", Kind::String),
-    Field(4, "uid", Kind::String),
-    Field(5, "apiVersion", Kind::String),
-    Field(6, "controller", Kind::Bool),
-    Field(7, "blockOwnerDeletion", Kind::Bool),
-];
-
-const OBJECT_META: &[Field] = &[
-    Field(1, "name", Kind::String),
-    Field(2, "generateName", Kind::String),
-    Field(3, "namespace", Kind::String),
-    Field(4, "selfLink", Kind::String),
-    Field(5, "uid", Kind::String),
-    Field(6, "resourceVersion", Kind::String),
-    Field(7, "generation", Kind::Int),
-    Field(8, "creationTimestamp", Kind::Time),
-    Field(9, "deletionTimestamp", Kind::Time),
-    Field(10, "deletionGracePeriodSeconds", Kind::Int),
-    Field(11, "labels", Kind::StringMap),
-    Field(12, "annotations", Kind::StringMap),
-    Field(13, "ownerReferences", Kind::Messages(OWNER_REFERENCE)),
-    Field(14, "finalizers", Kind::Strings),
-];
-
-const SECRET: &[Field] = &[
-    Field(1, "metadata", Kind::Message(OBJECT_META)),
-    Field(2, "data", Kind::BytesMap),
-    Field(3, "type", Kind::String),
-    Field(4, "stringData", Kind::StringMap),
-    Field(5, "immutable", Kind::Bool),
-];
-
-const CONFIG_MAP: &[Field] = &[
-    Field(1, "metadata", Kind::Message(OBJECT_META)),
-    Field(2, "data", Kind::StringMap),
-    Field(3, "binaryData", Kind::BytesMap),
-    Field(4, "immutable", Kind::Bool),
-];
-
-const PRECONDITIONS: &[Field] = &[
-    Field(1, "uid", Kind::String),
-    Field(2, "resourceVersion", Kind::String),
-];
-
-const DELETE_OPTIONS: &[Field] = &[
-    Field(1, "gracePeriodSeconds", Kind::Int),
-    Field(2, "preconditions", Kind::Message(PRECONDITIONS)),
-    Field(3, "orphanDependents", Kind::Bool),
-    Field(4, "propagationPolicy", Kind::String),
-    Field(5, "dryRun", Kind::Strings),
-    Field(
-        6,
-        "ignoreStoreReadErrorWithClusterBreakingPotential",
-        Kind::Bool,
-    ),
-];
-
-/// The messages the emulator reads, by the envelope's type.
-fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
-    match (api_version, kind) {
-        ("v1", "Secret") => Some(SECRET),
-        ("v1", "ConfigMap") => Some(CONFIG_MAP),
-        (_, "DeleteOptions") => Some(DELETE_OPTIONS),
-        _ => None,
-    }
+/// The type of a field's value, and when Go's JSON writes it.
+///
+/// Go writes every field of a struct on the wire, zero or not, but a
+/// pointer only when set. The plain scalars are Go's `omitempty` values,
+/// left out of the JSON when zero (as are the few without `omitempty`,
+/// ports, whose zero is invalid anyway); the `…Ptr` ones are pointers,
+/// kept whatever their value.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    String,
+    Int32,
+    Int64,
+    Bool,
+    StringPtr,
+    Int32Ptr,
+    Int64Ptr,
+    BoolPtr,
+    /// `metav1.Time`: an RFC 3339 string, left out when zero.
+    Time,
+    /// `intstr.IntOrString`: a JSON number or string.
+    IntOrString,
+    /// `resource.Quantity`: its string.
+    Quantity,
+    /// `metav1.FieldsV1`: the JSON it holds.
+    FieldsV1,
+    Message(&'static Message),
+    /// A message Go embeds (`json:",inline"`): its fields are the outer
+    /// object's.
+    Inline(&'static Message),
+    Messages(&'static Message),
+    Strings,
+    StringMap,
+    BytesMap,
+    QuantityMap,
 }
 
 /// Whether a `Content-Type` is the protobuf one.
@@ -139,16 +116,15 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
             _ => {}
         }
     }
-    let fields = schema(&api_version, &kind).ok_or_else(|| DecodeError::Unsupported {
-        api_version: api_version.clone(),
-        kind: kind.clone(),
-    })?;
-    let mut object = message_value(raw, fields)?;
-    if let Some(map) = object.as_object_mut() {
-        map.insert("apiVersion".to_owned(), json!(api_version));
-        map.insert("kind".to_owned(), json!(kind));
-    }
-    Ok(object)
+    let schema =
+        messages::for_type(&api_version, &kind).ok_or_else(|| DecodeError::Unsupported {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+        })?;
+    let mut object = message_value(raw, schema)?;
+    object.insert("apiVersion".to_owned(), json!(api_version));
+    object.insert("kind".to_owned(), json!(kind));
+    Ok(Value::Object(object))
 }
 
 /// One field's value on the wire.
@@ -234,6 +210,12 @@ fn text(bytes: &[u8]) -> Result<String, DecodeError> {
     String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::Malformed("invalid UTF-8"))
 }
 
+/// An `int32` from its varint: Go keeps the low 32 bits (a negative value
+/// is sent sign-extended to ten bytes).
+fn int32(varint: u64) -> i32 {
+    (varint as u32).cast_signed()
+}
+
 /// A map entry message: its key and value bytes.
 fn entry(bytes: &[u8]) -> Result<(String, &[u8]), DecodeError> {
     let (mut key, mut value) = (String::new(), &[][..]);
@@ -247,55 +229,106 @@ fn entry(bytes: &[u8]) -> Result<(String, &[u8]), DecodeError> {
     Ok((key, value))
 }
 
-/// A message as the JSON Go would encode once it decoded it: zero values
-/// and a zero time left out (every field of these types is `omitempty`,
-/// or a pointer only set when sent).
-fn message_value(bytes: &[u8], fields: &[Field]) -> Result<Value, DecodeError> {
+/// A message as the JSON object Go would encode once it decoded it.
+fn message_value(bytes: &[u8], message: &Message) -> Result<Map<String, Value>, DecodeError> {
     let mut out = Map::new();
+    read_fields(bytes, message, &mut out)?;
+    Ok(out)
+}
+
+/// Adds the fields of `message` in `bytes` to `out`.
+fn read_fields(
+    bytes: &[u8],
+    message: &Message,
+    out: &mut Map<String, Value>,
+) -> Result<(), DecodeError> {
     for item in Reader(bytes) {
         let (number, wire) = item?;
-        let Some(Field(_, name, kind)) = fields.iter().find(|f| f.0 == number) else {
-            continue;
+        let Some(&Field(_, name, kind)) = message.fields.iter().find(|f| f.0 == number) else {
+            return Err(DecodeError::UnknownField {
+                message: message.name,
+                number,
+            });
         };
-        let name = (*name).to_owned();
-        match (*kind, wire) {
-            (Kind::String, Wire::Bytes(b)) if !b.is_empty() => {
-                out.insert(name, json!(text(b)?));
+        let key = name.to_owned();
+        match (kind, wire) {
+            (Kind::String, Wire::Bytes(b)) => {
+                if !b.is_empty() {
+                    out.insert(key, json!(text(b)?));
+                }
+            }
+            (Kind::StringPtr, Wire::Bytes(b)) => {
+                out.insert(key, json!(text(b)?));
+            }
+            (Kind::Int32, Wire::Varint(v)) => {
+                let n = int32(v);
+                if n != 0 {
+                    out.insert(key, json!(n));
+                }
+            }
+            (Kind::Int32Ptr, Wire::Varint(v)) => {
+                out.insert(key, json!(int32(v)));
             }
             // Go's int64 fields are two's complement varints.
-            (Kind::Int, Wire::Varint(v)) => {
-                out.insert(name, json!(v.cast_signed()));
+            (Kind::Int64, Wire::Varint(v)) => {
+                if v != 0 {
+                    out.insert(key, json!(v.cast_signed()));
+                }
+            }
+            (Kind::Int64Ptr, Wire::Varint(v)) => {
+                out.insert(key, json!(v.cast_signed()));
             }
             (Kind::Bool, Wire::Varint(v)) => {
-                out.insert(name, json!(v != 0));
+                if v != 0 {
+                    out.insert(key, json!(true));
+                }
+            }
+            (Kind::BoolPtr, Wire::Varint(v)) => {
+                out.insert(key, json!(v != 0));
             }
             (Kind::Time, Wire::Bytes(b)) => {
                 if let Some(time) = time(b)? {
-                    out.insert(name, json!(time));
+                    out.insert(key, json!(time));
                 }
             }
-            (Kind::Message(inner), Wire::Bytes(b)) => {
-                out.insert(name, message_value(b, inner)?);
+            (Kind::IntOrString, Wire::Bytes(b)) => {
+                out.insert(key, int_or_string(b)?);
             }
+            (Kind::Quantity, Wire::Bytes(b)) => {
+                out.insert(key, quantity(b)?);
+            }
+            (Kind::FieldsV1, Wire::Bytes(b)) => {
+                out.insert(key, fields_v1(b)?);
+            }
+            (Kind::Message(inner), Wire::Bytes(b)) => {
+                out.insert(key, Value::Object(message_value(b, inner)?));
+            }
+            (Kind::Inline(inner), Wire::Bytes(b)) => read_fields(b, inner, out)?,
+            (Kind::Messages(inner), Wire::Bytes(b)) => {
+                list_item(out, key, Value::Object(message_value(b, inner)?));
+            }
+            (Kind::Strings, Wire::Bytes(b)) => list_item(out, key, json!(text(b)?)),
             (Kind::StringMap, Wire::Bytes(b)) => {
-                let (key, value) = entry(b)?;
-                map_entry(&mut out, name, key, json!(text(value)?));
+                let (entry_key, value) = entry(b)?;
+                map_entry(out, key, entry_key, json!(text(value)?));
             }
             (Kind::BytesMap, Wire::Bytes(b)) => {
-                let (key, value) = entry(b)?;
-                map_entry(&mut out, name, key, bytes_value(value));
+                let (entry_key, value) = entry(b)?;
+                map_entry(out, key, entry_key, bytes_value(value));
             }
-            (Kind::Strings, Wire::Bytes(b)) => {
-                list_item(&mut out, name, json!(text(b)?));
+            (Kind::QuantityMap, Wire::Bytes(b)) => {
+                let (entry_key, value) = entry(b)?;
+                map_entry(out, key, entry_key, quantity(value)?);
             }
-            (Kind::Messages(inner), Wire::Bytes(b)) => {
-                list_item(&mut out, name, message_value(b, inner)?);
+            _ => {
+                return Err(DecodeError::WrongWireType {
+                    message: message.name,
+                    field: name,
+                });
             }
-            (Kind::String, Wire::Bytes(_)) => {}
-            _ => return Err(DecodeError::Malformed("wrong wireType for field")),
         }
     }
-    Ok(Value::Object(out))
+    Ok(())
 }
 
 fn bytes_value(bytes: &[u8]) -> Value {
@@ -314,34 +347,120 @@ fn list_item(out: &mut Map<String, Value>, name: String, value: Value) {
     }
 }
 
-/// A `metav1.Time` (`seconds`, `nanos`); `None` for Go's zero time,
-/// which encodes as `null`.
+const TIME: &Message = &Message {
+    name: "Time",
+    fields: &[
+        Field(1, "seconds", Kind::Int64Ptr),
+        Field(2, "nanos", Kind::Int32Ptr),
+    ],
+};
+
+/// A `metav1.Time`; `None` for Go's zero time, which encodes as `null`.
+/// JSON has whole seconds: the nanoseconds are dropped, as Go drops them.
 fn time(bytes: &[u8]) -> Result<Option<String>, DecodeError> {
     // `metav1.Time` marshals the zero time as nothing at all (seconds 0
     // is the Unix epoch, a real time).
     if bytes.is_empty() {
         return Ok(None);
     }
-    let mut seconds = 0i64;
-    for item in Reader(bytes) {
-        if let (1, Wire::Varint(v)) = item? {
-            seconds = v.cast_signed();
-        }
-    }
+    let time = message_value(bytes, TIME)?;
+    let seconds = time.get("seconds").and_then(Value::as_i64).unwrap_or(0);
     Timestamp::from_second(seconds)
         .map(|t| Some(t.to_string()))
         .map_err(|_| DecodeError::Malformed("time out of range"))
+}
+
+const INT_OR_STRING: &Message = &Message {
+    name: "IntOrString",
+    fields: &[
+        Field(1, "type", Kind::Int64Ptr),
+        Field(2, "intVal", Kind::Int32Ptr),
+        Field(3, "strVal", Kind::StringPtr),
+    ],
+};
+
+/// An `intstr.IntOrString`: `intVal` as a number for type 0 (Int),
+/// `strVal` as a string for type 1 (String).
+fn int_or_string(bytes: &[u8]) -> Result<Value, DecodeError> {
+    let fields = message_value(bytes, INT_OR_STRING)?;
+    let (value, zero) = match fields.get("type").and_then(Value::as_i64).unwrap_or(0) {
+        0 => (fields.get("intVal"), json!(0)),
+        1 => (fields.get("strVal"), json!("")),
+        _ => {
+            return Err(DecodeError::Malformed(
+                "IntOrString type is neither Int (0) nor String (1)",
+            ));
+        }
+    };
+    Ok(value.cloned().unwrap_or(zero))
+}
+
+const QUANTITY: &Message = &Message {
+    name: "Quantity",
+    fields: &[Field(1, "string", Kind::StringPtr)],
+};
+
+/// A `resource.Quantity`: its string (`"0"` when none is sent).
+fn quantity(bytes: &[u8]) -> Result<Value, DecodeError> {
+    let fields = message_value(bytes, QUANTITY)?;
+    Ok(fields.get("string").cloned().unwrap_or_else(|| json!("0")))
+}
+
+/// A `metav1.FieldsV1`: the JSON document in its one `bytes` field.
+fn fields_v1(bytes: &[u8]) -> Result<Value, DecodeError> {
+    let mut value = json!({});
+    for item in Reader(bytes) {
+        match item? {
+            (1, Wire::Bytes(raw)) => {
+                value = serde_json::from_slice(raw)
+                    .map_err(|_| DecodeError::Malformed("FieldsV1 does not hold JSON"))?;
+            }
+            (1, _) => {
+                return Err(DecodeError::WrongWireType {
+                    message: "FieldsV1",
+                    field: "Raw",
+                });
+            }
+            (number, _) => {
+                return Err(DecodeError::UnknownField {
+                    message: "FieldsV1",
+                    number,
+                });
+            }
+        }
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A length-delimited field.
-    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).unwrap()];
-        out.extend(bytes);
+    /// `value` as a varint.
+    fn varint_bytes(mut value: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while value >= 0x80 {
+            out.push(u8::try_from(value & 0x7f).unwrap() | 0x80);
+            value >>= 7;
+        }
+        out.push(u8::try_from(value).unwrap());
         out
+    }
+
+    /// A length-delimited field.
+    fn field(number: u64, bytes: &[u8]) -> Vec<u8> {
+        let len = u64::try_from(bytes.len()).unwrap();
+        [
+            varint_bytes(number << 3 | 2),
+            varint_bytes(len),
+            bytes.to_vec(),
+        ]
+        .concat()
+    }
+
+    /// A varint field.
+    fn varint(number: u64, value: u64) -> Vec<u8> {
+        [varint_bytes(number << 3), varint_bytes(value)].concat()
     }
 
     fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
@@ -355,6 +474,7 @@ mod tests {
         let metadata = [
             field(1, b"sh.helm.release.v1.web.v1"),
             field(2, b""),
+            varint(7, 0),
             field(8, b""),
             field(11, &labels),
         ]
@@ -381,7 +501,7 @@ mod tests {
     fn delete_options_keep_what_was_set() {
         let preconditions = field(2, b"42");
         let options = [
-            vec![1 << 3, 0],
+            varint(1, 0),
             field(2, &preconditions),
             field(4, b"Background"),
         ]
@@ -395,14 +515,140 @@ mod tests {
         );
     }
 
+    /// A Service port as kubectl writes it: every field of the struct,
+    /// zero or not.
+    fn service_port(target_port: &[u8]) -> Vec<u8> {
+        [
+            field(1, b"http"),
+            field(2, b"TCP"),
+            varint(3, 80),
+            field(4, target_port),
+            varint(5, 0),
+        ]
+        .concat()
+    }
+
+    fn service_ports(target_port: &[u8]) -> Value {
+        let spec = field(1, &service_port(target_port));
+        let service = decode(&envelope("v1", "Service", &field(2, &spec))).unwrap();
+        service["spec"]["ports"][0].clone()
+    }
+
+    #[test]
+    fn int_or_string_is_a_number_or_a_string_by_its_type() {
+        let number = [varint(1, 0), varint(2, 8080), field(3, b"")].concat();
+        assert_eq!(
+            service_ports(&number),
+            json!({"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080})
+        );
+        let name = [varint(1, 1), varint(2, 0), field(3, b"web")].concat();
+        assert_eq!(service_ports(&name)["targetPort"], "web");
+        assert_eq!(service_ports(b"")["targetPort"], 0, "Go's zero IntOrString");
+        assert_eq!(
+            decode(&envelope(
+                "v1",
+                "Service",
+                &field(2, &field(1, &service_port(&varint(1, 2))))
+            )),
+            Err(DecodeError::Malformed(
+                "IntOrString type is neither Int (0) nor String (1)"
+            ))
+        );
+    }
+
+    #[test]
+    fn quantities_are_their_strings() {
+        let quantity = |s: &[u8]| field(2, &field(1, s));
+        let limits = [field(1, b"cpu"), quantity(b"500m")].concat();
+        let requests = [field(1, b"memory"), quantity(b"64Mi")].concat();
+        let resources = [field(1, &limits), field(2, &requests)].concat();
+        let container = [field(1, b"web"), field(2, b"nginx"), field(8, &resources)].concat();
+        let template = field(2, &field(2, &container));
+        let deployment = field(2, &field(3, &template));
+        let decoded = decode(&envelope("apps/v1", "Deployment", &deployment)).unwrap();
+        assert_eq!(
+            decoded["spec"]["template"]["spec"]["containers"][0],
+            json!({
+                "name": "web", "image": "nginx",
+                "resources": {"limits": {"cpu": "500m"}, "requests": {"memory": "64Mi"}},
+            })
+        );
+    }
+
+    #[test]
+    fn a_negative_int32_is_read_from_its_ten_byte_varint() {
+        // Go sends int32(-1) sign-extended: ten bytes.
+        let minus_one = varint(1, u64::MAX);
+        assert_eq!(minus_one.len(), 11);
+        let spec = [minus_one, varint(5, 0), varint(6, 10)].concat();
+        let decoded = decode(&envelope("apps/v1", "Deployment", &field(2, &spec))).unwrap();
+        assert_eq!(
+            decoded["spec"],
+            json!({"replicas": -1, "revisionHistoryLimit": 10}),
+            "a pointer is kept, a zero `omitempty` value left out"
+        );
+        // Go keeps the low 32 bits of a longer varint.
+        let spec = varint(1, (1 << 32) | 3);
+        let decoded = decode(&envelope("apps/v1", "Deployment", &field(2, &spec))).unwrap();
+        assert_eq!(decoded["spec"]["replicas"], 3);
+    }
+
+    #[test]
+    fn a_field_the_tables_do_not_list_is_refused_not_dropped() {
+        let pod_spec = [field(2, &field(1, b"web")), field(23, b"")].concat();
+        let deployment = field(2, &field(3, &field(2, &pod_spec)));
+        let err = decode(&envelope("apps/v1", "Deployment", &deployment)).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::UnknownField {
+                message: "PodSpec",
+                number: 23
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "proto: field 23 of PodSpec is not read by kube-emulator; send the object as JSON"
+        );
+        assert_eq!(
+            decode(&envelope("v1", "ConfigMap", &varint(2, 1))),
+            Err(DecodeError::WrongWireType {
+                message: "ConfigMap",
+                field: "data"
+            })
+        );
+    }
+
+    #[test]
+    fn managed_fields_keep_their_field_set() {
+        let entry = [
+            field(1, b"kubectl"),
+            field(2, b"Apply"),
+            field(3, b"v1"),
+            field(4, &varint(1, 1_700_000_000)),
+            field(6, b"FieldsV1"),
+            field(7, &field(1, br#"{"f:data":{}}"#)),
+        ]
+        .concat();
+        let config_map = field(1, &field(17, &entry));
+        let decoded = decode(&envelope("v1", "ConfigMap", &config_map)).unwrap();
+        assert_eq!(
+            decoded["metadata"]["managedFields"],
+            json!([{
+                "manager": "kubectl", "operation": "Apply", "apiVersion": "v1",
+                "time": "2023-11-14T22:13:20Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {}},
+            }])
+        );
+    }
+
     #[test]
     fn other_bodies_are_refused() {
         assert_eq!(decode(b"{}"), Err(DecodeError::NoEnvelope));
         assert_eq!(
-            decode(&envelope("apps/v1", "Deployment", b"")),
+            decode(&envelope("apps/v1", "DaemonSet", b"")),
             Err(DecodeError::Unsupported {
                 api_version: "apps/v1".into(),
-                kind: "Deployment".into()
+                kind: "DaemonSet".into()
             })
         );
         assert!(matches!(

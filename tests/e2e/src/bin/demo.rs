@@ -229,6 +229,24 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
     ] {
         println!("  kubectl --kubeconfig {} {command}", kubeconfig.display());
     }
+    println!("or, for every kubectl of a shell:");
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!(
+        "then a LoadBalancer Service and a Deployment as kubectl makes them (the manager gives the Service a load balancer):"
+    );
+    for command in [
+        "kubectl create service loadbalancer hello --tcp=80:8080",
+        "kubectl create deployment hello --image=nginx --port=8080",
+        "kubectl get service hello",
+    ] {
+        println!("  {command}");
+    }
+    println!(
+        r#"The emulator serves what a cloud-controller-manager reads and writes (nodes, services,
+events, leases, secrets, CRDs and the rest of the built-in kinds as stored objects) but runs
+no pods: `kubectl get pods` says the server doesn't have a resource type "pods", and
+`kubectl describe node` prints "Pods: not authorized"."#
+    );
 
     match exit_after {
         Some(limit) => {

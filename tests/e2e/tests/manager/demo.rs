@@ -1,12 +1,15 @@
 //! `make demo`: the demo swaps simcloud to v2 through the `CloudProvider` with no failed call,
 //! and the `kubectl` commands it prints work as printed, with the real kubectl, against the
-//! cluster it runs, and so do the other commands someone watching it would type.
+//! cluster it runs, and so do the other commands someone watching it would type: its
+//! `export KUBECONFIG=` line, and the `kubectl create service loadbalancer` and `create
+//! deployment` it suggests (kubectl sends protobuf), the Service then given a load balancer.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use e2e::testbed::eventually;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -247,6 +250,80 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
     assert!(
         events.contains("EnsuredLoadBalancer") && events.contains("service/web"),
         "{events}"
+    );
+
+    // The export line, typed as printed, then a plain `kubectl`.
+    let export = transcript
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with("export KUBECONFIG="))
+        .expect("the demo prints an export KUBECONFIG= line");
+    assert_eq!(export, format!("export KUBECONFIG={kubeconfig}"));
+    let program = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let shell = |commands: String| {
+        let cache = cache.path().to_owned();
+        async move {
+            tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("set -e\n{export}\n{commands}"))
+                .env_remove("KUBECONFIG")
+                .env("KUBECACHEDIR", cache)
+                .output()
+                .await
+                .expect("run sh")
+        }
+    };
+    let typed = shell(format!("{program} get nodes")).await;
+    let nodes = String::from_utf8_lossy(&typed.stdout);
+    assert!(
+        typed.status.success() && nodes.contains("worker-a"),
+        "{typed:?}"
+    );
+    // What the demo suggests next, as printed (kubectl sends these objects as protobuf).
+    let suggested: Vec<&str> = transcript
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("kubectl create ") || l.starts_with("kubectl get service "))
+        .collect();
+    assert_eq!(suggested.len(), 3, "{transcript:#?}");
+    let typed = shell(
+        suggested
+            .join("\n")
+            .replace("kubectl ", &format!("{program} ")),
+    )
+    .await;
+    let printed = String::from_utf8_lossy(&typed.stdout);
+    assert!(
+        typed.status.success()
+            && printed.contains("service/hello created")
+            && printed.contains("deployment.apps/hello created"),
+        "{typed:?}"
+    );
+    let ingress = eventually(
+        "the manager gives hello a load balancer",
+        Duration::from_secs(30),
+        || {
+            let shell = &shell;
+            let program = &program;
+            async move {
+                let typed = shell(format!(
+                    "{program} get service hello -o jsonpath={{.status.loadBalancer.ingress[0].ip}}"
+                ))
+                .await;
+                let ip = String::from_utf8_lossy(&typed.stdout).trim().to_string();
+                (!ip.is_empty()).then_some(ip)
+            }
+        },
+    )
+    .await;
+    assert!(ingress.parse::<std::net::IpAddr>().is_ok(), "{ingress}");
+    // No pods, and kubectl says why.
+    let pods = kube_emulator::kubectl(cache.path(), &["--kubeconfig", kubeconfig, "get", "pods"])
+        .await
+        .expect_err("the emulator serves no pods");
+    assert!(
+        pods.contains(r#"the server doesn't have a resource type "pods""#),
+        "{pods}"
     );
 
     interrupt(&demo);

@@ -1,6 +1,9 @@
 //! Stock kubectl against the `kube-emulator` binary, with nothing but the
 //! kubeconfig it writes: the commands someone looking at a CCM's work
-//! types, and the output they expect.
+//! types, and the output they expect; and its `create` subcommands, whose
+//! typed clients write protobuf.
+
+use std::path::PathBuf;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
@@ -8,7 +11,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Config, Resource};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::{self, kubectl, spawn_binary};
 
@@ -142,4 +145,190 @@ async fn kubectl_works_with_the_kubeconfig_the_binary_writes() {
 
     let watched = run(&["get", "nodes", "--watch", "--request-timeout=1s"]).await;
     assert_eq!(row(&watched, "worker-a")[1], "Ready", "{watched}");
+}
+
+/// Stock kubectl against the binary's kubeconfig, its discovery cache in a
+/// directory of its own.
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    async fn run(&self, args: &[&str]) -> String {
+        let kubeconfig = self.kubeconfig.to_str().unwrap();
+        let all = [&["--kubeconfig", kubeconfig], args].concat();
+        kubectl(&self.cache, &all).await
+    }
+
+    /// `kubectl get … -o json` of one object.
+    async fn get(&self, args: &[&str]) -> Value {
+        let printed = self.run(&[&["get"], args, &["-o", "json"]].concat()).await;
+        serde_json::from_str(&printed).unwrap_or_else(|e| panic!("{e}: {printed}"))
+    }
+}
+
+#[tokio::test]
+async fn kubectl_create_subcommands_send_protobuf_the_emulator_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let _binary = spawn_binary(&kubeconfig).await;
+    let kubectl = Kubectl {
+        kubeconfig,
+        cache: dir.path().join("kubectl-cache"),
+    };
+
+    kubectl
+        .run(&["create", "service", "loadbalancer", "web", "--tcp=80:8080"])
+        .await;
+    let service = kubectl.get(&["service", "web"]).await;
+    assert_eq!(service["spec"]["type"], "LoadBalancer", "{service}");
+    assert_eq!(service["spec"]["selector"], json!({"app": "web"}));
+    let port = &service["spec"]["ports"][0];
+    assert_eq!(
+        [
+            &port["name"],
+            &port["port"],
+            &port["targetPort"],
+            &port["protocol"]
+        ],
+        [&json!("80-8080"), &json!(80), &json!(8080), &json!("TCP")],
+        "{service}"
+    );
+
+    let created = kubectl
+        .run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--port=80",
+            "--replicas=2",
+        ])
+        .await;
+    assert_eq!(created.trim(), "deployment.apps/web created");
+    let deployment = kubectl.get(&["deployment", "web"]).await;
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 2, "{deployment}");
+    assert_eq!(spec["selector"], json!({"matchLabels": {"app": "web"}}));
+    assert_eq!(
+        spec["template"]["metadata"]["labels"],
+        json!({"app": "web"})
+    );
+    let container = &spec["template"]["spec"]["containers"][0];
+    assert_eq!(
+        [&container["name"], &container["image"]],
+        [&json!("nginx"), &json!("nginx")]
+    );
+    assert_eq!(container["ports"][0]["containerPort"], 80, "{deployment}");
+    kubectl
+        .run(&[
+            "create",
+            "deployment",
+            "sleeper",
+            "--image=busybox",
+            "--",
+            "sleep",
+            "3600",
+        ])
+        .await;
+    let sleeper = kubectl.get(&["deployment", "sleeper"]).await;
+    assert_eq!(
+        sleeper["spec"]["template"]["spec"]["containers"][0]["command"],
+        json!(["sleep", "3600"])
+    );
+
+    kubectl.run(&["create", "namespace", "team"]).await;
+    assert_eq!(
+        kubectl.get(&["namespace", "team"]).await["status"]["phase"],
+        "Active"
+    );
+    kubectl
+        .run(&["create", "serviceaccount", "robot", "-n", "team"])
+        .await;
+    let token = kubectl
+        .run(&["create", "token", "robot", "-n", "team", "--duration=1h"])
+        .await;
+    assert!(!token.trim().is_empty(), "a token: {token:?}");
+
+    kubectl
+        .run(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=services",
+            "-n",
+            "team",
+        ])
+        .await;
+    assert_eq!(
+        kubectl.get(&["role", "reader", "-n", "team"]).await["rules"],
+        json!([{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}])
+    );
+    kubectl
+        .run(&[
+            "create",
+            "clusterrole",
+            "viewer",
+            "--verb=get",
+            "--resource=deployments.apps",
+        ])
+        .await;
+    assert_eq!(
+        kubectl.get(&["clusterrole", "viewer"]).await["rules"],
+        json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}])
+    );
+    kubectl
+        .run(&[
+            "create",
+            "rolebinding",
+            "read",
+            "--role=reader",
+            "--serviceaccount=team:robot",
+            "-n",
+            "team",
+        ])
+        .await;
+    let binding = kubectl.get(&["rolebinding", "read", "-n", "team"]).await;
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}])
+    );
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"})
+    );
+    kubectl
+        .run(&[
+            "create",
+            "clusterrolebinding",
+            "view",
+            "--clusterrole=viewer",
+            "--user=alice",
+        ])
+        .await;
+    assert_eq!(
+        kubectl.get(&["clusterrolebinding", "view"]).await["subjects"],
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}])
+    );
+
+    // `apply` sends JSON and patches: it keeps working beside them.
+    let manifest = dir.path().join("api.yaml");
+    let service = |port: u16, tier: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: api\n  labels:\n    tier: {tier}\n\
+             spec:\n  selector:\n    app: api\n  ports:\n  - port: {port}\n    targetPort: 8080\n"
+        )
+    };
+    let path = manifest.to_str().unwrap();
+    std::fs::write(&manifest, service(80, "front")).unwrap();
+    kubectl.run(&["apply", "-f", path]).await;
+    std::fs::write(&manifest, service(8081, "back")).unwrap();
+    let applied = kubectl.run(&["apply", "-f", path]).await;
+    assert_eq!(applied.trim(), "service/api configured");
+    let api = kubectl.get(&["service", "api"]).await;
+    assert_eq!(api["metadata"]["labels"], json!({"tier": "back"}));
+    assert_eq!(api["spec"]["ports"][0]["port"], 8081, "{api}");
+    assert_eq!(api["spec"]["ports"].as_array().map(Vec::len), Some(1));
 }

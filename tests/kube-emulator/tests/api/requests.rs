@@ -379,13 +379,29 @@ async fn protobuf_bodies_of_what_typed_clients_write_are_read() {
         refused.body
     );
 
-    let deployment = send(
+    // A field the emulator does not read is refused, not dropped.
+    let unread = proto_field(1, &metadata) + &proto_field(9, "");
+    let refused = send(
         &cluster,
         reqwest::Method::POST,
-        "/apis/apps/v1/namespaces/default/deployments",
+        MAPS,
         PROTOBUF,
-        &proto_envelope("apps/v1", "Deployment", &metadata),
+        &proto_envelope("v1", "ConfigMap", &unread),
     )
     .await;
-    assert_eq!(deployment.code, 415, "{}", deployment.body);
+    assert_eq!(refused.code, 400, "{}", refused.body);
+    assert_eq!(
+        refused.body["message"],
+        "proto: field 9 of ConfigMap is not read by kube-emulator; send the object as JSON"
+    );
+
+    let daemon_set = send(
+        &cluster,
+        reqwest::Method::POST,
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        PROTOBUF,
+        &proto_envelope("apps/v1", "DaemonSet", &metadata),
+    )
+    .await;
+    assert_eq!(daemon_set.code, 415, "{}", daemon_set.body);
 }
