@@ -26,7 +26,8 @@ pub const NO_GRANT: &str = "denied";
 /// Which provider version did something.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
@@ -35,7 +36,8 @@ pub struct ProviderLabels {
 /// One egress request's grant and outcome (`2xx`, `4xx`, `5xx`, `denied`, `rate-limited`, `error`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EgressLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
@@ -49,7 +51,8 @@ pub struct EgressLabels {
 /// One grant of a provider version.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EgressGrantLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
@@ -62,7 +65,8 @@ pub struct EgressGrantLabels {
 /// `services=` and `actions=`, and the gate's own lists), any other counting as `other`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EgressSignedLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
@@ -79,7 +83,8 @@ pub struct EgressSignedLabels {
 /// One provider call and its outcome (`ok`, a contract error kind, or a sandbox failure).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,
@@ -94,7 +99,8 @@ pub struct CallLabels {
 /// One provider function.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FunctionLabels {
-    /// Provider name: `capabilities.name`, or the file stem until `init` answers.
+    /// Provider name: `capabilities.name` (before `init` answers, the name it must answer, or
+    /// the file stem of its origin when none was given).
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the version's digest.
     pub version: String,

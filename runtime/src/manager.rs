@@ -37,7 +37,7 @@ use crate::rollout::{self, RolloutSettings};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
 use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{Provider, ProviderSlot, ProviderSource};
+use wasm_ccm_host::provider::{Compiled, Provider, ProviderLoadError, ProviderSlot};
 use wasm_ccm_host::sandbox::{Sandbox, SandboxConfig};
 use wasm_ccm_host::source::{self, Distribution, DistributionSettings, ProviderRef};
 
@@ -354,11 +354,12 @@ async fn load_provider(
     };
     let sandbox = Sandbox::new(config.sandbox.clone(), metrics.clone())?;
     let gate = EgressGate::new(config.egress.clone(), metrics.clone());
-    let source = ProviderSource {
-        artifact,
-        cloud_config,
-    };
-    let provider = Provider::load(&sandbox, gate, source, metrics).await?;
+    let provider = Compiled::new(&sandbox, artifact)
+        .await
+        .map_err(ProviderLoadError::Load)?
+        .expecting(&settings.name)
+        .init(gate, cloud_config, metrics)
+        .await?;
     let capabilities = provider.capabilities();
     if capabilities.name != settings.name {
         return Err(ManagerError::WrongProvider {

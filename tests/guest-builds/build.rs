@@ -5,6 +5,13 @@
 //! (`guests/simcloud-ts`) with componentize-js, both from `target/test-tools` (see
 //! `build_python`, `build_typescript`), each on a thread of its own beside the Rust guests.
 //!
+//! The TypeScript and Python providers are built by the very command their authors' pages
+//! (docs/src/authors/typescript.md, python.md) tell a reader to type, read from the page and
+//! typed with `sh` in a copy of the sources it reads (`target/guests/<name>-root`), as from
+//! the workspace root: the components every test runs are what a reader would build. The
+//! command typed is kept beside the component (`<name>.command`) for the tests that compare
+//! it with the pages.
+//!
 //! The nested cargo uses its own target directory (`target/guests`) so it never waits on the
 //! lock of the cargo that runs this script.
 //!
@@ -52,6 +59,8 @@ fn main() {
         "guests",
         "tests/guests",
         "Cargo.lock",
+        TYPESCRIPT_PAGE,
+        PYTHON_PAGE,
     ] {
         println!(
             "cargo:rerun-if-changed={}",
@@ -79,14 +88,84 @@ fn main() {
             python.join().expect("the Python build panicked"),
         )
     });
-    println!(
-        "cargo:rustc-env=GUEST_SIMCLOUD_TS={}",
-        simcloud_ts.display()
-    );
-    println!(
-        "cargo:rustc-env=GUEST_SIMCLOUD_PY={}",
-        simcloud_py.display()
-    );
+    for (var, built) in [
+        ("GUEST_SIMCLOUD_TS", &simcloud_ts),
+        ("GUEST_SIMCLOUD_PY", &simcloud_py),
+    ] {
+        println!("cargo:rustc-env={var}={}", built.display());
+        println!(
+            "cargo:rustc-env={var}_COMMAND={}",
+            built.with_extension("command").display()
+        );
+    }
+}
+
+/// The `sh` block of `page` (relative to the workspace) that starts with `first`, as a
+/// reader copies it (with its final newline).
+fn documented_command(workspace: &Path, page: &str, first: &str) -> String {
+    let text = std::fs::read_to_string(workspace.join(page))
+        .unwrap_or_else(|err| panic!("cannot read {page}: {err}"));
+    text.split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("\n```").map(|(block, _)| block))
+        .find(|block| block.starts_with(first))
+        .map(|block| format!("{block}\n"))
+        .unwrap_or_else(|| panic!("{page} shows no sh block starting {first:?}"))
+}
+
+/// Type `command` with `sh` in a new directory `target/guests/<name>-root` holding copies of
+/// the workspace's `dirs` (without `__pycache__`) and a link to `target/test-tools/<tool>`,
+/// as a reader types it from the workspace root; then move its `<name>.wasm` to `output`
+/// and keep the command beside it (`<name>.command`).
+fn type_documented(
+    workspace: &Path,
+    target_dir: &Path,
+    name: &str,
+    (dirs, tool): (&[&str], &str),
+    command: &str,
+    output: &Path,
+) {
+    let root = target_dir.join(format!("{name}-root"));
+    if root.exists() {
+        std::fs::remove_dir_all(&root)
+            .unwrap_or_else(|err| panic!("cannot remove {}: {err}", root.display()));
+    }
+    for dir in dirs {
+        copy_tree(&workspace.join(dir), &root.join(dir));
+    }
+    let tools = root.join("target").join("test-tools");
+    std::fs::create_dir_all(&tools)
+        .unwrap_or_else(|err| panic!("cannot create {}: {err}", tools.display()));
+    std::os::unix::fs::symlink(
+        workspace.join("target").join("test-tools").join(tool),
+        tools.join(tool),
+    )
+    .unwrap_or_else(|err| {
+        panic!(
+            "cannot link the {tool} tools into {}: {err}",
+            root.display()
+        )
+    });
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(&root)
+        .status()
+        .unwrap_or_else(|err| panic!("cannot run sh: {err}"));
+    if !status.success() {
+        panic!("building {name} as the docs say failed (see above): {command}");
+    }
+    let built = root.join(format!("{name}.wasm"));
+    std::fs::rename(&built, output).unwrap_or_else(|err| {
+        panic!(
+            "cannot move {} to {}: {err}",
+            built.display(),
+            output.display()
+        )
+    });
+    let typed = output.with_extension("command");
+    std::fs::write(&typed, command)
+        .unwrap_or_else(|err| panic!("cannot write {}: {err}", typed.display()));
 }
 
 /// The Rust guests, simcloud twice (stamped and not); their paths as env vars.
@@ -133,12 +212,16 @@ const JS_TOOLS: &str = "target/test-tools/js";
 const TYPESCRIPT_SDK: &str = "guest-sdk-js";
 const SIMCLOUD_TS: &str = "guests/simcloud-ts";
 
+/// The page whose command builds the TypeScript provider, and how that command starts.
+const TYPESCRIPT_PAGE: &str = "docs/src/authors/typescript.md";
+const TYPESCRIPT_COMMAND: &str = "node guest-sdk-js/build.mjs";
+
 /// `guests/simcloud-ts` built by guest-sdk-js/build.mjs (types from the WIT, tsc, esbuild,
-/// componentize-js) into `target/guests/simcloud-ts.wasm`, unless that is newer than every
-/// input: a build takes 15-50 s, and this script reruns for any change under `guests/`.
+/// componentize-js) into `target/guests/simcloud-ts.wasm`, with the command of its authors'
+/// page, unless that is newer than every input: a build takes 15-50 s, and this script
+/// reruns for any change under `guests/`.
 fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
-    let tools = workspace.join(JS_TOOLS);
-    let modules = tools.join("node_modules");
+    let modules = workspace.join(JS_TOOLS).join("node_modules");
     // npm ci writes it last: it stands for the whole installed tree.
     let installed = modules.join(".package-lock.json");
     let output = target_dir.join("simcloud-ts.wasm");
@@ -146,9 +229,12 @@ fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
         workspace.join(TYPESCRIPT_SDK),
         workspace.join(SIMCLOUD_TS),
         workspace.join("wit"),
+        workspace.join(TYPESCRIPT_PAGE),
         installed.clone(),
     ];
-    if modified(&output).is_some_and(|built| inputs.iter().all(|input| newest(input) <= built)) {
+    if modified(&output.with_extension("command"))
+        .is_some_and(|built| inputs.iter().all(|input| newest(input) <= built))
+    {
         return output;
     }
     assert!(
@@ -157,54 +243,46 @@ fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
          {}: run `make setup` (or tests/install-test-tools.sh) to install it",
         modules.display()
     );
-    let node = std::env::var_os("NODE").unwrap_or_else(|| "node".into());
-    let status = Command::new(&node)
-        .current_dir(workspace)
-        .arg(workspace.join(TYPESCRIPT_SDK).join("build.mjs"))
-        .arg(&modules)
-        .arg(workspace.join("wit").join("provider.wit"))
-        .arg(workspace.join(SIMCLOUD_TS))
-        .arg(target_dir.join("simcloud-ts"))
-        .arg(&output)
-        .status()
-        .unwrap_or_else(|err| {
-            panic!(
-                "cannot run node ({err}): install Node.js 20 or later, or run `make setup` \
-                 (tests/install-test-tools.sh)"
-            )
-        });
-    if !status.success() {
-        panic!("building guests/simcloud-ts with guest-sdk-js/build.mjs failed (see above)");
-    }
+    let command = documented_command(workspace, TYPESCRIPT_PAGE, TYPESCRIPT_COMMAND);
+    let sources: &[&str] = &["wit", TYPESCRIPT_SDK, SIMCLOUD_TS];
+    type_documented(
+        workspace,
+        target_dir,
+        "simcloud-ts",
+        (sources, "js"),
+        &command,
+        &output,
+    );
     output
 }
 
 /// The venv of the Python tools, componentize-py among them, that tests/install-test-tools.sh
 /// installs (`PYTHON_TOOLS` there), relative to the workspace.
 const PYTHON_TOOLS: &str = "target/test-tools/python";
-/// The Python provider's sources: the SDK package and the provider package, and the world it
-/// is built for (the contract's `cloud-provider` plus `wasi:http`, see guest-sdk-py/wit).
-const PYTHON_SDK: &str = "guest-sdk-py/wasm_ccm_sdk";
-const PYTHON_WIT: &str = "guest-sdk-py/wit";
-const SIMCLOUD_PY: &str = "guests/simcloud-py/simcloud";
+/// The Python SDK (its package and the world it is built for: the contract's
+/// `cloud-provider` plus `wasi:http`, see guest-sdk-py/wit) and provider.
+const PYTHON_SDK: &str = "guest-sdk-py";
+const SIMCLOUD_PY: &str = "guests/simcloud-py";
+/// The page whose command builds the Python provider, and how that command starts.
+const PYTHON_PAGE: &str = "docs/src/authors/python.md";
+const PYTHON_COMMAND: &str = "VIRTUAL_ENV=target/test-tools/python";
 
 /// `guests/simcloud-py` built with componentize-py into `target/guests/simcloud-py.wasm`,
-/// unless that is newer than every input (a build takes 20-35 s, and this script reruns for
-/// any change under `guests/`).
-///
-/// componentize-py writes `__pycache__` next to the modules it bundles, which would make
-/// cargo rerun this script on every build: it builds from a copy of the packages under
-/// `target/guests/python-src`. `VIRTUAL_ENV` names its own venv, so that it looks for
-/// packages there instead of in whatever Python is first on `PATH`.
+/// with the command of its authors' page, unless that is newer than every input (a build
+/// takes 20-35 s, and this script reruns for any change under `guests/`). componentize-py
+/// writes `__pycache__` beside the modules it bundles: in the copy it builds from, so cargo
+/// does not see the tree change.
 fn build_python(workspace: &Path, target_dir: &Path) -> PathBuf {
-    let venv = workspace.join(PYTHON_TOOLS);
-    let tool = venv.join("bin").join("componentize-py");
+    let tool = workspace
+        .join(PYTHON_TOOLS)
+        .join("bin")
+        .join("componentize-py");
     let output = target_dir.join("simcloud-py.wasm");
     let inputs = [
         workspace.join(PYTHON_SDK),
         workspace.join(SIMCLOUD_PY),
-        workspace.join(PYTHON_WIT),
         workspace.join("wit"),
+        workspace.join(PYTHON_PAGE),
         tool.clone(),
     ];
     assert!(
@@ -213,59 +291,26 @@ fn build_python(workspace: &Path, target_dir: &Path) -> PathBuf {
          install it",
         tool.display()
     );
-    if modified(&output).is_some_and(|built| inputs.iter().all(|input| newest(input) <= built)) {
+    if modified(&output.with_extension("command"))
+        .is_some_and(|built| inputs.iter().all(|input| newest(input) <= built))
+    {
         return output;
     }
-
-    let staging = target_dir.join("python-src").join("simcloud-py");
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging)
-            .unwrap_or_else(|err| panic!("cannot remove {}: {err}", staging.display()));
-    }
-    for package in [PYTHON_SDK, SIMCLOUD_PY] {
-        let from = workspace.join(package);
-        let name = from.file_name().expect("a package directory");
-        copy_package(&from, &staging.join(name));
-    }
-
-    let partial = output.with_extension("wasm.partial");
-    let status = Command::new(&tool)
-        .current_dir(workspace)
-        .env("VIRTUAL_ENV", &venv)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .arg("--quiet")
-        .arg("-d")
-        .arg(workspace.join(PYTHON_WIT))
-        .args(["-w", "cloud-provider-py"])
-        .args([
-            "--import-interface-name",
-            "wasm-ccm:provider/types@0.1.0=ccm_types",
-            "--import-interface-name",
-            "wasi:http/types@0.2.12=types",
-            "componentize",
-        ])
-        .arg("-p")
-        .arg(&staging)
-        .arg("-o")
-        .arg(&partial)
-        .arg("simcloud")
-        .status()
-        .unwrap_or_else(|err| panic!("cannot run {}: {err}", tool.display()));
-    if !status.success() {
-        panic!("building guests/simcloud-py with componentize-py failed (see above)");
-    }
-    std::fs::rename(&partial, &output).unwrap_or_else(|err| {
-        panic!(
-            "cannot rename {} to {}: {err}",
-            partial.display(),
-            output.display()
-        )
-    });
+    let command = documented_command(workspace, PYTHON_PAGE, PYTHON_COMMAND);
+    let sources: &[&str] = &["wit", PYTHON_SDK, SIMCLOUD_PY];
+    type_documented(
+        workspace,
+        target_dir,
+        "simcloud-py",
+        (sources, "python"),
+        &command,
+        &output,
+    );
     output
 }
 
-/// Copy the Python package `from` to `to`, without `__pycache__`.
-fn copy_package(from: &Path, to: &Path) {
+/// Copy the directory `from` to `to` (links followed), without `__pycache__`.
+fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to)
         .unwrap_or_else(|err| panic!("cannot create {}: {err}", to.display()));
     let entries = std::fs::read_dir(from)
@@ -277,7 +322,7 @@ fn copy_package(from: &Path, to: &Path) {
             continue;
         }
         if path.is_dir() {
-            copy_package(&path, &to.join(entry.file_name()));
+            copy_tree(&path, &to.join(entry.file_name()));
         } else {
             std::fs::copy(&path, to.join(entry.file_name())).unwrap_or_else(|err| {
                 panic!("cannot copy {} to {}: {err}", path.display(), to.display())

@@ -275,8 +275,8 @@ pub struct EgressGate {
 /// Who is calling: the provider's name and version, for audit and error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// Provider name: the file stem of its origin until `init` answers, then
-    /// `capabilities.name`.
+    /// Provider name: `capabilities.name`; until `init` answers, the name it must answer
+    /// (`--cloud-provider`, `spec.name`), or the file stem of its origin when none was given.
     pub provider: String,
     /// `sha256:` and the first 12 hex digits of the component's digest.
     pub version: String,

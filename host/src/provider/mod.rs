@@ -233,6 +233,9 @@ pub struct Compiled {
     image: Image,
     identity: Identity,
     limits: CallLimits,
+    /// The name `init` must answer, when the operator said it: what `init`'s own records
+    /// (its requests, logs and cache) carry before it has answered.
+    expected_name: Option<String>,
 }
 
 impl Compiled {
@@ -246,7 +249,19 @@ impl Compiled {
             image,
             identity,
             limits,
+            expected_name: None,
         })
+    }
+
+    /// The name `init` must answer (`--cloud-provider`, a CloudProvider's `spec.name`):
+    /// everything `init` does is recorded under it, so a version's series carry one name from
+    /// its first request on. Without it they carry the origin's file stem until `init`
+    /// answers. A version answering another name is refused by its loader anyway.
+    pub fn expecting(self, name: &str) -> Compiled {
+        Compiled {
+            expected_name: Some(crate::text::escaped(name).into_owned()),
+            ..self
+        }
     }
 
     /// Calls of this version, `init` included, run under `limits` instead of the
@@ -271,11 +286,12 @@ impl Compiled {
             image,
             identity,
             limits,
+            expected_name,
         } = self;
         let version = short_version(&identity.digest);
         let guest = image.bind(GuestEnv {
             caller: Arc::new(Caller {
-                provider: origin_name(&identity.reference),
+                provider: expected_name.unwrap_or_else(|| origin_name(&identity.reference)),
                 version: version.clone(),
             }),
             connections: egress.connections(),

@@ -738,7 +738,8 @@ impl Rollout {
         let compiled = Compiled::new(&sandbox, artifact)
             .await
             .map_err(load_refusal)?
-            .with_limits(version.sandbox.call_limits());
+            .with_limits(version.sandbox.call_limits())
+            .expecting(&version.name);
         set_condition(
             &mut self.status,
             condition::VERIFIED,

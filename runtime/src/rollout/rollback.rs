@@ -326,7 +326,8 @@ impl Rollout {
         let compiled = Compiled::new(&sandbox, artifact)
             .await
             .map_err(|error| error.to_string())?
-            .with_limits(version.sandbox.call_limits());
+            .with_limits(version.sandbox.call_limits())
+            .expecting(&version.name);
         let gate = EgressGate::new(desired.egress.clone(), self.metrics.clone());
         let provider = compiled
             .init(gate, version.cloud_config.clone(), self.metrics.clone())

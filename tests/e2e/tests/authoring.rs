@@ -1,66 +1,17 @@
 //! The docs' commands for making and building a provider, typed as a reader would type
 //! them, with the tools `make setup` installs:
 //! - TypeScript and Python (the authors' pages `typescript.md` and `python.md`; the
-//!   TypeScript one also in `guest-sdk-js/README.md`), from the root of a copy of the sources
-//!   they read (so the `__pycache__` componentize-py writes lands in the copy): each makes a
-//!   wasm component;
+//!   TypeScript one also in `guest-sdk-js/README.md`): tests/guest-builds builds the
+//!   components every test runs by typing those very commands, from the root of a copy of the
+//!   sources they read; the tests here check the pages still show what it typed;
 //! - `first-provider.md` whole, in an empty directory: `provider new`, the crate's build,
 //!   `inspect`, a call and a conformance run against `cloud-sim` as the page starts it,
 //!   `push` and `pull` through a registry; and `commands.md`'s examples.
-use std::path::{Path, PathBuf};
+
+use std::path::Path;
 use std::process::Stdio;
 
 use e2e::docs;
-
-/// The workspace root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `dirs` of the repository copied into a new directory (symbolic links followed), and
-/// `target/test-tools/<tool>` linked there: a root to type a documented command in.
-fn workspace_copy(dirs: &[&str], tool: &str) -> tempfile::TempDir {
-    let root = tempfile::tempdir().expect("temp dir");
-    for dir in dirs {
-        let to = root.path().join(dir);
-        std::fs::create_dir_all(to.parent().expect("a parent")).expect("mkdir");
-        let status = std::process::Command::new("cp")
-            .args(["-RL"])
-            .arg(repo().join(dir))
-            .arg(&to)
-            .status()
-            .expect("run cp");
-        assert!(status.success(), "copy {dir}");
-    }
-    let tools = root.path().join("target/test-tools");
-    std::fs::create_dir_all(&tools).expect("mkdir");
-    let installed = repo().join("target/test-tools").join(tool);
-    assert!(
-        installed.exists(),
-        "{} is missing: `make setup` installs it",
-        installed.display()
-    );
-    std::os::unix::fs::symlink(installed, tools.join(tool)).expect("symlink");
-    root
-}
-
-/// Run `command` with `sh` in `dir`; it must succeed.
-async fn typed(dir: &Path, command: &str) {
-    let output = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .expect("run sh");
-    assert!(
-        output.status.success(),
-        "{command}\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// Whether `path` holds a wasm component (the preamble of the component model's binary
 /// format: `\0asm`, version 0x0d, layer 1).
@@ -69,13 +20,17 @@ fn is_component(path: &Path) -> bool {
         .is_ok_and(|bytes| bytes.starts_with(b"\0asm\x0d\x00\x01\x00") && bytes.len() > 1_000_000)
 }
 
-#[tokio::test]
-async fn the_documented_typescript_build_command_makes_a_component() {
+/// The TypeScript page's build command is the one that built the component every test runs
+/// (tests/guest-builds types it, from a copy of the sources it reads), and the SDK's README
+/// gives the same.
+#[test]
+fn the_documented_typescript_build_command_makes_the_component_the_tests_run() {
     let command = docs::block_starting(
         "docs/src/authors/typescript.md",
         "sh",
         "node guest-sdk-js/build.mjs",
     );
+    assert_eq!(command, guest_builds::SIMCLOUD_TS_COMMAND);
     assert_eq!(
         docs::block_starting(
             "guest-sdk-js/README.md",
@@ -85,21 +40,19 @@ async fn the_documented_typescript_build_command_makes_a_component() {
         command,
         "the SDK's README gives the same command"
     );
-    let root = workspace_copy(&["wit", "guest-sdk-js", "guests/simcloud-ts"], "js");
-    typed(root.path(), &command).await;
-    assert!(is_component(&root.path().join("simcloud-ts.wasm")));
+    assert!(is_component(Path::new(guest_builds::SIMCLOUD_TS)));
 }
 
-#[tokio::test]
-async fn the_documented_python_build_command_makes_a_component() {
+/// The Python page's build command is the one that built the component every test runs.
+#[test]
+fn the_documented_python_build_command_makes_the_component_the_tests_run() {
     let command = docs::block_starting(
         "docs/src/authors/python.md",
         "sh",
         "VIRTUAL_ENV=target/test-tools/python",
     );
-    let root = workspace_copy(&["wit", "guest-sdk-py", "guests/simcloud-py"], "python");
-    typed(root.path(), &command).await;
-    assert!(is_component(&root.path().join("simcloud-py.wasm")));
+    assert_eq!(command, guest_builds::SIMCLOUD_PY_COMMAND);
+    assert!(is_component(Path::new(guest_builds::SIMCLOUD_PY)));
 }
 
 /// A directory with `wasm-ccm` and `cloud-sim` in it, for a `PATH` as a reader's would have

@@ -1434,6 +1434,24 @@ async fn the_documented_conformance_example_passes_as_typed() {
     );
 }
 
+/// `provider conformance` of the hostile guest with `fixture`: it must fail (exit 1) without
+/// a crash; its report.
+fn hostile_conformance(fixture: &tempfile::NamedTempFile) -> String {
+    let run = wasm_ccm(conformance_args(guest_builds::HOSTILE, fixture, &[]), &[]);
+    run.assert_failed_cleanly();
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    run.stdout
+}
+
+/// The row of `report` with `verdict` for `rule`.
+fn report_row(report: &str, verdict: &str, rule: &str) -> String {
+    report
+        .lines()
+        .find(|line| line.starts_with(&format!("{verdict}  {rule} ")))
+        .unwrap_or_else(|| panic!("no {verdict} row for {rule}:\n{report}"))
+        .to_string()
+}
+
 #[test]
 fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits_1() {
     let metadata = r#"{"providerID": "othercloud://i-1", "instanceType": "x", "addresses": [["InternalIP", "127.0.0.1"]]}"#;
@@ -1441,16 +1459,8 @@ fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits
         "instances:\n  existing: {{name: node-1, annotations: [[\"hostile.wasm-ccm.io/metadata\", {}]]}}\n  missing: {{name: gone}}\n",
         serde_json::to_string(metadata).unwrap()
     ));
-    let run = wasm_ccm(conformance_args(guest_builds::HOSTILE, &fixture, &[]), &[]);
-    run.assert_failed_cleanly();
-    assert_eq!(run.code, Some(1), "{run:#?}");
-    let row = |verdict: &str, rule: &str| {
-        run.stdout
-            .lines()
-            .find(|line| line.starts_with(&format!("{verdict}  {rule} ")))
-            .unwrap_or_else(|| panic!("no {verdict} row for {rule}:\n{}", run.stdout))
-            .to_string()
-    };
+    let report = hostile_conformance(&fixture);
+    let row = |verdict: &str, rule: &str| report_row(&report, verdict, rule);
     let invalid = row("FAIL", "instances/metadata-valid");
     assert!(invalid.contains("would refuse"), "{invalid}");
     assert!(invalid.contains("127.0.0.1"), "{invalid}");
@@ -1463,7 +1473,47 @@ fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits
         row("SKIP", "load-balancers/ensure-answers-a-valid-status")
             .contains("no loadBalancer section")
     );
-    assert!(run.stdout.contains("failed"), "{}", run.stdout);
+    assert!(report.contains("failed"), "{report}");
+}
+
+/// The load-balancer and route rules fail a provider that breaks them: the hostile guest
+/// answers a loopback ingress (one the manager refuses) whether or not it made a load
+/// balancer, keeps answering it after the delete, has no `update-load-balancer` for the
+/// Service, and declares routes but implements none.
+#[test]
+fn conformance_fails_the_load_balancer_and_route_rules_a_provider_breaks() {
+    let ingress = serde_json::to_string(r#"[{"ip": "127.0.0.1"}]"#).unwrap();
+    let fixture = fixture_file(&format!(
+        "loadBalancer:
+  service: {{name: web, namespace: default, uid: 1111-2222, type: LoadBalancer,
+            ports: [{{name: http, protocol: TCP, port: 80, nodePort: 30080}}],
+            annotations: [[\"hostile.wasm-ccm.io/ingress\", {ingress}]]}}
+  nodes: [{{name: node-1, providerID: \"hostile://i-1\"}}]
+  updatedNodes: [{{name: node-2, providerID: \"hostile://i-2\"}}]
+routes:
+  route: {{targetNode: node-1, destinationCidr: 10.244.1.0/24}}
+  nameHint: 5f1e9a2c-node-1
+"
+    ));
+    let report = hostile_conformance(&fixture);
+    let row = |verdict: &str, rule: &str| report_row(&report, verdict, rule);
+    assert!(row("FAIL", "load-balancers/absent-before-ensure").contains("before any ensure"));
+    let refused = row("FAIL", "load-balancers/ensure-answers-a-valid-status");
+    assert!(
+        refused.contains("would refuse") && refused.contains("127.0.0.1"),
+        "{refused}"
+    );
+    assert!(row("FAIL", "load-balancers/update-with-other-nodes").contains("not-implemented"));
+    assert!(row("FAIL", "load-balancers/delete-then-absent").contains("deleted, yet"));
+    for rule in [
+        "routes/create",
+        "routes/delete",
+        "routes/delete-again-succeeds",
+    ] {
+        assert!(row("FAIL", rule).contains("not-implemented"), "{rule}");
+    }
+    assert!(row("FAIL", "routes/absent-after-delete").contains("list-routes failed"));
+    assert!(row("SKIP", "routes/listed-after-create").contains("create-route failed"));
 }
 
 /// A provider whose `init` refuses its configuration fails conformance with one `init` row,

@@ -27,6 +27,14 @@ pub const SIMCLOUD_PY: &str = env!("GUEST_SIMCLOUD_PY");
 /// componentize-js (a SpiderMonkey inside the component: about 12.7 MB).
 pub const SIMCLOUD_TS: &str = env!("GUEST_SIMCLOUD_TS");
 
+/// The command that built [`SIMCLOUD_TS`]: the one docs/src/authors/typescript.md shows,
+/// typed as a reader types it from the workspace root.
+pub const SIMCLOUD_TS_COMMAND: &str = include_str!(env!("GUEST_SIMCLOUD_TS_COMMAND"));
+
+/// The command that built [`SIMCLOUD_PY`]: the one docs/src/authors/python.md shows, typed
+/// as a reader types it from the workspace root.
+pub const SIMCLOUD_PY_COMMAND: &str = include_str!(env!("GUEST_SIMCLOUD_PY_COMMAND"));
+
 /// `tests/guests/hostile`: a provider that misbehaves on purpose.
 pub const HOSTILE: &str = env!("GUEST_HOSTILE");
 

@@ -4,7 +4,8 @@
 //! provider's cache and log budgets, the work queues' retries) exist at 0 from the start;
 //! every provider series carries the name `init` reported, `init` included, not the
 //! component file's name; histogram bounds read as written (`0.00025`, not
-//! `0.00025000000000000006`).
+//! `0.00025000000000000006`). And the requests a provider's `init` makes, before it has
+//! said its name, are counted under the name it must report.
 //!
 //! The page is generated from what the manager serves: when they differ, the test writes the
 //! page as it should be to `target/tmp/metrics-reference.md` and names it.
@@ -149,7 +150,8 @@ fn page(families: &BTreeMap<String, Family>) -> String {
         "# Metrics reference\n\n\
          Every metric `/metrics` serves, generated from a running manager by\n\
          `tests/e2e/tests/manager/metrics.rs`, which fails when this page and what the manager\n\
-         serves differ. The `provider` label is the name the provider's `init` reported, and\n\
+         serves differ. The `provider` label is the name the provider reports from `init`\n\
+         (`--cloud-provider`, a CloudProvider's `spec.name`), from `init`'s first request on;\n\
          `version` is `sha256:` and the first 12 hex digits of the version's digest (the\n\
          manifest's for an OCI artifact, the component's for a file), as the `CloudProvider`\n\
          status's `version` has it after `NAME@`; a version's series go when it is unloaded.\n\
@@ -278,4 +280,50 @@ async fn metrics_are_served_as_the_reference_page_lists_them() {
             written.display()
         );
     }
+}
+
+/// What `init` does before it has answered is recorded under the name the operator said it
+/// must report (`--cloud-provider`, `spec.name`), not the file's: one `provider` label per
+/// provider from its first request on.
+#[tokio::test]
+async fn the_requests_init_makes_carry_the_name_it_must_report() {
+    use std::sync::Arc;
+    use wasm_ccm_host::egress::EgressGate;
+    use wasm_ccm_host::metrics::Metrics;
+    use wasm_ccm_host::provider::Compiled;
+    use wasm_ccm_host::source::Artifact;
+
+    let cloud = e2e::Cloud::start().await;
+    let metrics = Arc::new(Metrics::default());
+    let sandbox = e2e::sandbox(e2e::sandbox_config());
+    let path = guest_builds::ROLLOUT;
+    let artifact = Artifact::from_bytes(path, guest_builds::read(path).into());
+    let config =
+        serde_json::json!({"name": "simcloud", "initRequest": cloud.sim.url() + "/healthz"});
+    let provider = Compiled::new(&sandbox, artifact)
+        .await
+        .expect("compiles")
+        .expecting("simcloud")
+        .init(
+            EgressGate::new(cloud.egress(), metrics.clone()),
+            Some(config.to_string().into_bytes()),
+            metrics.clone(),
+        )
+        .await
+        .expect("init answers");
+    assert_eq!(provider.capabilities().name, "simcloud");
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics render");
+    let requests: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("wasm_ccm_egress_requests_total{"))
+        .collect();
+    assert_eq!(requests.len(), 1, "{text}");
+    assert!(requests[0].contains(r#"provider="simcloud""#), "{text}");
+    assert!(
+        !text.contains(r#"provider="rollout""#),
+        "the file's name is on no series: {text}"
+    );
 }

@@ -17,6 +17,7 @@
 //! | `failInit` | — | `init` fails with `other(<failInit>)` |
 //! | `trapEvery` | — | every Nth call after `init` traps (N ≥ 1; 1 traps every call) |
 //! | `failNodes` | — | the instance calls for a node whose name starts with it fail with `other` |
+//! | `initRequest` | — | `init` sends a `GET` to this URL first (its answer, or failure, ignored) |
 //!
 //! `init` otherwise reports `has-cluster-id` and reads no node labels or annotations (an empty
 //! `node-metadata`, so calls carry none). The calls answer:
@@ -62,6 +63,7 @@ struct Config {
     fail_init: Option<String>,
     trap_every: Option<NonZeroU64>,
     fail_nodes: Option<String>,
+    init_request: Option<String>,
 }
 
 impl Default for Config {
@@ -74,6 +76,7 @@ impl Default for Config {
             fail_init: None,
             trap_every: None,
             fail_nodes: None,
+            init_request: None,
         }
     }
 }
@@ -116,6 +119,9 @@ struct Rollout;
 impl wasm_ccm_sdk::Provider for Rollout {
     fn init(config: Option<Vec<u8>>) -> Result<Capabilities, Error> {
         let config: Config = wasm_ccm_sdk::config::parse(config)?;
+        if let Some(url) = &config.init_request {
+            let _ = wasm_ccm_sdk::http::get(url);
+        }
         if let Some(message) = config.fail_init {
             return Err(Error::other(message));
         }
