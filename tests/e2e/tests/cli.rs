@@ -1516,6 +1516,35 @@ routes:
     assert!(row("SKIP", "routes/listed-after-create").contains("create-route failed"));
 }
 
+/// The rules that compare one answer with another fail a provider whose answers drift from
+/// call to call (the hostile guest's `drifting` cluster): a load-balancer name, status and
+/// route listing that change, a second delete that fails, a route listed late and twice.
+#[test]
+fn conformance_fails_the_rules_a_drifting_cloud_breaks() {
+    let fixture = fixture_file(
+        "clusterName: drifting
+loadBalancer:
+  service: {name: web, namespace: default, uid: 1111-2222, type: LoadBalancer,
+            ports: [{name: http, protocol: TCP, port: 80, nodePort: 30080}]}
+  nodes: [{name: node-1, providerID: \"hostile://i-1\"}]
+  updatedNodes: [{name: node-2, providerID: \"hostile://i-2\"}]
+routes:
+  route: {targetNode: node-1, destinationCidr: 10.244.1.0/24}
+  nameHint: 5f1e9a2c-node-1
+",
+    );
+    let report = hostile_conformance(&fixture);
+    let row = |verdict: &str, rule: &str| report_row(&report, verdict, rule);
+    assert!(row("FAIL", "load-balancers/name-is-stable").contains("drifting-1"));
+    assert!(row("FAIL", "load-balancers/get-after-ensure-agrees").contains("ensure answered"));
+    assert!(row("FAIL", "load-balancers/ensure-again-is-idempotent").contains("the first"));
+    assert!(row("FAIL", "load-balancers/delete-again-succeeds").contains("other"));
+    assert!(row("PASS", "load-balancers/update-with-other-nodes").contains("succeeded"));
+    assert!(row("PASS", "routes/create").contains("succeeded"));
+    assert!(row("FAIL", "routes/listed-after-create").contains("none 10.244.1.0/24"));
+    assert!(row("FAIL", "routes/create-again-is-idempotent").contains("listed 2 times"));
+}
+
 /// A provider whose `init` refuses its configuration fails conformance with one `init` row,
 /// in the text report and in the JSON one (where a script reads it), exit 1.
 #[test]

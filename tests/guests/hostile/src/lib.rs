@@ -53,11 +53,15 @@
 //! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
 //! node metadata keys; without one it declares none (and so sees every label).
 //!
+//! With the cluster name `drifting`, the load-balancer and route functions answer from a
+//! cloud whose answers drift from call to call instead (see [`drifting`]).
+//!
 //! `kind` is one of `invalid-url`, `denied`, `forbidden-header`, `transport`, `status`,
 //! `decode`. An unknown command is `Err(other("unknown hostile command <node.name>"))`.
 //! `instance-exists` answers `Ok(true)`; every other function is `not-implemented`.
 
 mod answers;
+mod drifting;
 mod exhaust;
 mod host;
 mod http_flood;
@@ -69,7 +73,7 @@ mod snoop;
 
 use serde_json::Value;
 use wasm_ccm_sdk::{
-    Capabilities, Error, InstanceMetadata, LbStatus, Node, NodeMetadataKeys, Nodes, Service,
+    Capabilities, Error, InstanceMetadata, LbStatus, Node, NodeMetadataKeys, Nodes, Route, Service,
     export_provider,
 };
 
@@ -118,36 +122,78 @@ impl wasm_ccm_sdk::Instances for Hostile {
 }
 
 impl wasm_ccm_sdk::LoadBalancers for Hostile {
-    fn get_load_balancer(_cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
+    fn get_load_balancer_name(cluster_name: String, svc: Service) -> String {
+        if cluster_name == drifting::CLUSTER {
+            return drifting::load_balancer_name();
+        }
+        wasm_ccm_sdk::default_load_balancer_name(&svc)
+    }
+
+    fn get_load_balancer(cluster_name: String, svc: Service) -> Result<Option<LbStatus>, Error> {
+        if cluster_name == drifting::CLUSTER {
+            return Ok(Some(drifting::load_balancer()));
+        }
         answers::load_balancer(&svc)
             .ok_or(Error::NotImplemented)?
             .map(Some)
     }
 
     fn ensure_load_balancer(
-        _cluster_name: String,
+        cluster_name: String,
         svc: Service,
         _nodes: Nodes<'_>,
     ) -> Result<LbStatus, Error> {
+        if cluster_name == drifting::CLUSTER {
+            return Ok(drifting::load_balancer());
+        }
         answers::load_balancer(&svc).ok_or(Error::NotImplemented)?
     }
 
-    fn ensure_load_balancer_deleted(_cluster_name: String, svc: Service) -> Result<(), Error> {
+    fn ensure_load_balancer_deleted(cluster_name: String, svc: Service) -> Result<(), Error> {
+        if cluster_name == drifting::CLUSTER {
+            return drifting::delete_load_balancer();
+        }
         answers::load_balancer(&svc)
             .ok_or(Error::NotImplemented)?
             .map(|_| ())
     }
 
     fn update_load_balancer(
-        _cluster_name: String,
+        cluster_name: String,
         svc: Service,
         nodes: Nodes<'_>,
     ) -> Result<(), Error> {
+        if cluster_name == drifting::CLUSTER {
+            return Ok(());
+        }
         nodes::run(&svc.name, &nodes)
     }
 }
 
-impl wasm_ccm_sdk::Routes for Hostile {}
+/// Routes exist only in the drifting cloud; elsewhere the defaults answer `not-implemented`.
+impl wasm_ccm_sdk::Routes for Hostile {
+    fn list_routes(cluster_name: String) -> Result<Vec<Route>, Error> {
+        if cluster_name != drifting::CLUSTER {
+            return Err(Error::NotImplemented);
+        }
+        Ok(drifting::list_routes())
+    }
+
+    fn create_route(cluster_name: String, _name_hint: String, route: Route) -> Result<(), Error> {
+        if cluster_name != drifting::CLUSTER {
+            return Err(Error::NotImplemented);
+        }
+        drifting::create_route(&route);
+        Ok(())
+    }
+
+    fn delete_route(cluster_name: String, _route: Route) -> Result<(), Error> {
+        if cluster_name != drifting::CLUSTER {
+            return Err(Error::NotImplemented);
+        }
+        Ok(())
+    }
+}
 
 export_provider!(Hostile);
 

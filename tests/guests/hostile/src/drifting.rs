@@ -1,0 +1,81 @@
+//! A cloud whose answers drift from call to call, for the cluster named [`CLUSTER`]: what a
+//! provider that keeps no state, or reads a cloud that is eventually consistent, answers the
+//! controllers. Each call takes the next number of one counter kept in the host cache (every
+//! call runs in a fresh instance):
+//!
+//! | function | answers |
+//! |---|---|
+//! | `get-load-balancer-name` | `drifting-N` |
+//! | `ensure-load-balancer`, `get-load-balancer` | one ingress, IP `192.0.2.N` (mod 250) |
+//! | `ensure-load-balancer-deleted` | `Ok` the first time, then `other` |
+//! | `create-route`, `delete-route` | `Ok`, keeping nothing |
+//! | `list-routes` | none the first time, then the route of the last `create-route` twice |
+
+use std::time::Duration;
+
+use wasm_ccm_sdk::{Error, IpMode, LbIngress, LbStatus, Route, cache};
+
+/// The cluster name that selects this behaviour.
+pub const CLUSTER: &str = "drifting";
+
+const COUNTER: &str = "drifting/calls";
+const DELETED: &str = "drifting/deleted";
+const ROUTE: &str = "drifting/route";
+const LISTED: &str = "drifting/listed";
+const TTL: Duration = Duration::from_secs(3600);
+
+/// The next number of the counter, from 1.
+fn next() -> u64 {
+    let count = cache::get_json::<u64>(COUNTER).unwrap_or(0) + 1;
+    cache::set_json(COUNTER, &count, TTL);
+    count
+}
+
+pub fn load_balancer_name() -> String {
+    format!("drifting-{}", next())
+}
+
+pub fn load_balancer() -> LbStatus {
+    LbStatus {
+        ingress: vec![LbIngress {
+            ip: Some(format!("192.0.2.{}", next() % 250 + 1)),
+            hostname: None,
+            ip_mode: Some(IpMode::Vip),
+            ports: vec![],
+        }],
+    }
+}
+
+pub fn delete_load_balancer() -> Result<(), Error> {
+    if cache::get_json::<bool>(DELETED).unwrap_or(false) {
+        return Err(Error::other(
+            "the load balancer is gone: deleting it again fails",
+        ));
+    }
+    cache::set_json(DELETED, &true, TTL);
+    Ok(())
+}
+
+pub fn create_route(route: &Route) {
+    cache::set_json(ROUTE, &(&route.target_node, &route.destination_cidr), TTL);
+}
+
+pub fn list_routes() -> Vec<Route> {
+    let listed = cache::get_json::<bool>(LISTED).unwrap_or(false);
+    cache::set_json(LISTED, &true, TTL);
+    let Some((target_node, destination_cidr)) = cache::get_json::<(String, String)>(ROUTE) else {
+        return vec![];
+    };
+    if !listed {
+        return vec![];
+    }
+    let route = Route {
+        name: format!("drifting-{destination_cidr}"),
+        target_node,
+        enable_node_addresses: false,
+        target_node_addresses: vec![],
+        destination_cidr,
+        blackhole: false,
+    };
+    vec![route.clone(), route]
+}
