@@ -73,7 +73,7 @@ fn command_section(command: &clap::Command, path: &str, out: &mut String) {
 
 /// The CloudProvider fields page.
 fn cloudprovider_fields_page() -> String {
-    let crd: Value = serde_yaml_value(&crate::resource::crd_yaml());
+    let crd: Value = yaml_value(&crate::resource::crd_yaml());
     let version = &crd["spec"]["versions"][0];
     let schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     let mut out = format!(
@@ -117,7 +117,7 @@ fn fields(path: &str, schema: &Value, out: &mut String) {
     }
 }
 
-fn serde_yaml_value(yaml: &str) -> Value {
+fn yaml_value(yaml: &str) -> Value {
     serde_saphyr::from_str(yaml).expect("the CRD is YAML")
 }
 
