@@ -1469,6 +1469,11 @@ fn conformance_fails_a_provider_whose_answers_the_manager_would_refuse_and_exits
         row("FAIL", "instances/missing-does-not-exist").contains("= true"),
         "hostile says every instance exists"
     );
+    assert!(row("FAIL", "instances/shutdown").contains("not-implemented"));
+    assert!(
+        row("FAIL", "errors/missing-instance-is-not-found").contains("answered other"),
+        "a missing instance must be not-found, never other"
+    );
     assert!(
         row("SKIP", "load-balancers/ensure-answers-a-valid-status")
             .contains("no loadBalancer section")
