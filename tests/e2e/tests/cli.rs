@@ -1522,12 +1522,16 @@ routes:
 }
 
 /// The rules that compare one answer with another fail a provider whose answers drift from
-/// call to call (the hostile guest's `drifting` cluster): a load-balancer name, status and
-/// route listing that change, a second delete that fails, a route listed late and twice.
+/// call to call (the hostile guest's `drifting` cluster and node): an instance said not to
+/// exist and a provider ID that changes, a load-balancer name, status and route listing that
+/// change, a second delete that fails, a route listed late and twice.
 #[test]
 fn conformance_fails_the_rules_a_drifting_cloud_breaks() {
     let fixture = fixture_file(
         "clusterName: drifting
+instances:
+  existing: {name: node-1, annotations: [[hostile.wasm-ccm.io/drifting, \"yes\"]]}
+  missing: {name: gone}
 loadBalancer:
   service: {name: web, namespace: default, uid: 1111-2222, type: LoadBalancer,
             ports: [{name: http, protocol: TCP, port: 80, nodePort: 30080}]}
@@ -1540,7 +1544,16 @@ routes:
     );
     let report = hostile_conformance(&fixture);
     let row = |verdict: &str, rule: &str| report_row(&report, verdict, rule);
-    assert!(row("FAIL", "load-balancers/name-is-stable").contains("drifting-1"));
+    assert!(row("FAIL", "instances/exists").contains("= false"));
+    assert!(row("FAIL", "instances/provider-id-stable").contains("hostile://i-"));
+    assert!(
+        row(
+            "FAIL",
+            "instances/metadata-by-name-and-by-provider-id-agree"
+        )
+        .contains("by name:")
+    );
+    assert!(row("FAIL", "load-balancers/name-is-stable").contains("drifting-"));
     assert!(row("FAIL", "load-balancers/get-after-ensure-agrees").contains("ensure answered"));
     assert!(row("FAIL", "load-balancers/ensure-again-is-idempotent").contains("the first"));
     assert!(row("FAIL", "load-balancers/delete-again-succeeds").contains("other"));

@@ -1,10 +1,12 @@
-//! A cloud whose answers drift from call to call, for the cluster named [`CLUSTER`]: what a
-//! provider that keeps no state, or reads a cloud that is eventually consistent, answers the
-//! controllers. Each call takes the next number of one counter kept in the host cache (every
-//! call runs in a fresh instance):
+//! A cloud whose answers drift from call to call, for the cluster named [`CLUSTER`] and the
+//! nodes annotated [`NODE_ANNOTATION`]: what a provider that keeps no state, or reads a cloud
+//! that is eventually consistent, answers the controllers. Each call takes the next number of
+//! one counter kept in the host cache (every call runs in a fresh instance):
 //!
 //! | function | answers |
 //! |---|---|
+//! | `instance-exists` | `false`, though the node's instance is there |
+//! | `instance-metadata` | provider ID `hostile://i-N`, InternalIP `10.0.0.N` (mod 250) |
 //! | `get-load-balancer-name` | `drifting-N` |
 //! | `ensure-load-balancer`, `get-load-balancer` | one ingress, IP `192.0.2.N` (mod 250) |
 //! | `ensure-load-balancer-deleted` | `Ok` the first time, then `other` |
@@ -13,10 +15,14 @@
 
 use std::time::Duration;
 
-use wasm_ccm_sdk::{Error, IpMode, LbIngress, LbStatus, Route, cache};
+use wasm_ccm_sdk::{
+    AddressKind, Error, InstanceMetadata, IpMode, LbIngress, LbStatus, NodeAddress, Route, cache,
+};
 
-/// The cluster name that selects this behaviour.
+/// The cluster name that selects this behaviour for load balancers and routes.
 pub const CLUSTER: &str = "drifting";
+/// The node annotation that selects it for a node's instance (any value).
+pub const NODE_ANNOTATION: &str = "hostile.wasm-ccm.io/drifting";
 
 const COUNTER: &str = "drifting/calls";
 const DELETED: &str = "drifting/deleted";
@@ -29,6 +35,21 @@ fn next() -> u64 {
     let count = cache::get_json::<u64>(COUNTER).unwrap_or(0) + 1;
     cache::set_json(COUNTER, &count, TTL);
     count
+}
+
+pub fn instance_metadata() -> InstanceMetadata {
+    let n = next();
+    InstanceMetadata {
+        provider_id: format!("hostile://i-{n}"),
+        instance_type: "drifting".into(),
+        node_addresses: vec![NodeAddress {
+            kind: AddressKind::InternalIp,
+            address: format!("10.0.0.{}", n % 250 + 1),
+        }],
+        zone: String::new(),
+        region: String::new(),
+        additional_labels: vec![],
+    }
 }
 
 pub fn load_balancer_name() -> String {

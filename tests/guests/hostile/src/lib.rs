@@ -54,11 +54,13 @@
 //! node metadata keys; without one it declares none (and so sees every label).
 //!
 //! With the cluster name `drifting`, the load-balancer and route functions answer from a
-//! cloud whose answers drift from call to call instead (see [`drifting`]).
+//! cloud whose answers drift from call to call instead, and so do the instance functions for
+//! a node annotated `hostile.wasm-ccm.io/drifting` (see [`drifting`]).
 //!
 //! `kind` is one of `invalid-url`, `denied`, `forbidden-header`, `transport`, `status`,
 //! `decode`. An unknown command is `Err(other("unknown hostile command <node.name>"))`.
-//! `instance-exists` answers `Ok(true)`; every other function is `not-implemented`.
+//! `instance-exists` answers `Ok(true)` (`false` for a drifting node); every other function
+//! is `not-implemented`.
 
 mod answers;
 mod drifting;
@@ -98,11 +100,14 @@ impl wasm_ccm_sdk::Provider for Hostile {
 }
 
 impl wasm_ccm_sdk::Instances for Hostile {
-    fn instance_exists(_node: Node) -> Result<bool, Error> {
-        Ok(true)
+    fn instance_exists(node: Node) -> Result<bool, Error> {
+        Ok(!drifts(&node))
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
+        if drifts(&node) {
+            return Ok(drifting::instance_metadata());
+        }
         if let Some(answer) = answers::instance_metadata(&node) {
             return answer;
         }
@@ -119,6 +124,13 @@ impl wasm_ccm_sdk::Instances for Hostile {
             .map_or(node.name.as_str(), |(_, command)| command.as_str());
         run(command).map(report)
     }
+}
+
+/// Whether `node` is one of the drifting cloud's ([`drifting::NODE_ANNOTATION`]).
+fn drifts(node: &Node) -> bool {
+    node.annotations
+        .iter()
+        .any(|(key, _)| key == drifting::NODE_ANNOTATION)
 }
 
 impl wasm_ccm_sdk::LoadBalancers for Hostile {
