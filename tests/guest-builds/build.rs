@@ -59,8 +59,8 @@ fn main() {
         "guests",
         "tests/guests",
         "Cargo.lock",
-        TYPESCRIPT_PAGE,
-        PYTHON_PAGE,
+        "docs/src/authors/typescript.md",
+        "docs/src/authors/python.md",
     ] {
         println!(
             "cargo:rerun-if-changed={}",
@@ -113,59 +113,80 @@ fn documented_command(workspace: &Path, page: &str, first: &str) -> String {
         .unwrap_or_else(|| panic!("{page} shows no sh block starting {first:?}"))
 }
 
-/// Type `command` with `sh` in a new directory `target/guests/<name>-root` holding copies of
-/// the workspace's `dirs` (without `__pycache__`) and a link to `target/test-tools/<tool>`,
-/// as a reader types it from the workspace root; then move its `<name>.wasm` to `output`
-/// and keep the command beside it (`<name>.command`).
-fn type_documented(
-    workspace: &Path,
-    target_dir: &Path,
-    name: &str,
-    (dirs, tool): (&[&str], &str),
-    command: &str,
-    output: &Path,
-) {
-    let root = target_dir.join(format!("{name}-root"));
-    if root.exists() {
-        std::fs::remove_dir_all(&root)
-            .unwrap_or_else(|err| panic!("cannot remove {}: {err}", root.display()));
-    }
-    for dir in dirs {
-        copy_tree(&workspace.join(dir), &root.join(dir));
-    }
-    let tools = root.join("target").join("test-tools");
-    std::fs::create_dir_all(&tools)
-        .unwrap_or_else(|err| panic!("cannot create {}: {err}", tools.display()));
-    std::os::unix::fs::symlink(
-        workspace.join("target").join("test-tools").join(tool),
-        tools.join(tool),
-    )
-    .unwrap_or_else(|err| {
-        panic!(
-            "cannot link the {tool} tools into {}: {err}",
-            root.display()
+/// A provider built by the command its authors' page shows.
+struct Documented<'a> {
+    /// The component is `<name>.wasm`.
+    name: &'a str,
+    /// The page (relative to the workspace), and how its command starts.
+    page: &'a str,
+    command_start: &'a str,
+    /// The workspace directories the command reads (copied) and the tools it runs
+    /// (`target/test-tools/<tools>`, linked).
+    sources: &'a [&'a str],
+    tools: &'a str,
+    /// What stands for the installed tools when judging whether the build is current.
+    toolchain: PathBuf,
+}
+
+impl Documented<'_> {
+    /// `target/guests/<name>.wasm`, built unless it is newer than every input (the sources,
+    /// the page, the toolchain): type the page's command with `sh` in a new directory
+    /// `target/guests/<name>-root` holding copies of the sources (without `__pycache__`)
+    /// and a link to the tools, as a reader types it from the workspace root; move its
+    /// `<name>.wasm` out and keep the command beside it (`<name>.command`).
+    fn build(&self, workspace: &Path, target_dir: &Path) -> PathBuf {
+        let name = self.name;
+        let output = target_dir.join(format!("{name}.wasm"));
+        let typed = output.with_extension("command");
+        let mut inputs = self
+            .sources
+            .iter()
+            .map(|dir| workspace.join(dir))
+            .chain([workspace.join(self.page), self.toolchain.clone()]);
+        if modified(&typed).is_some_and(|built| inputs.all(|input| newest(&input) <= built)) {
+            return output;
+        }
+        let command = documented_command(workspace, self.page, self.command_start);
+        let root = target_dir.join(format!("{name}-root"));
+        if root.exists() {
+            std::fs::remove_dir_all(&root)
+                .unwrap_or_else(|err| panic!("cannot remove {}: {err}", root.display()));
+        }
+        for dir in self.sources {
+            copy_tree(&workspace.join(dir), &root.join(dir));
+        }
+        let tools = root.join("target").join("test-tools");
+        std::fs::create_dir_all(&tools)
+            .unwrap_or_else(|err| panic!("cannot create {}: {err}", tools.display()));
+        std::os::unix::fs::symlink(
+            workspace.join("target").join("test-tools").join(self.tools),
+            tools.join(self.tools),
         )
-    });
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(&root)
-        .status()
-        .unwrap_or_else(|err| panic!("cannot run sh: {err}"));
-    if !status.success() {
-        panic!("building {name} as the docs say failed (see above): {command}");
+        .unwrap_or_else(|err| panic!("cannot link the tools into {}: {err}", root.display()));
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(&root)
+            .status()
+            .unwrap_or_else(|err| panic!("cannot run sh: {err}"));
+        if !status.success() {
+            panic!(
+                "building {name} as {} says failed (see above): {command}",
+                self.page
+            );
+        }
+        let built = root.join(format!("{name}.wasm"));
+        std::fs::rename(&built, &output).unwrap_or_else(|err| {
+            panic!(
+                "cannot move {} to {}: {err}",
+                built.display(),
+                output.display()
+            )
+        });
+        std::fs::write(&typed, &command)
+            .unwrap_or_else(|err| panic!("cannot write {}: {err}", typed.display()));
+        output
     }
-    let built = root.join(format!("{name}.wasm"));
-    std::fs::rename(&built, output).unwrap_or_else(|err| {
-        panic!(
-            "cannot move {} to {}: {err}",
-            built.display(),
-            output.display()
-        )
-    });
-    let typed = output.with_extension("command");
-    std::fs::write(&typed, command)
-        .unwrap_or_else(|err| panic!("cannot write {}: {err}", typed.display()));
 }
 
 /// The Rust guests, simcloud twice (stamped and not); their paths as env vars.
@@ -212,48 +233,28 @@ const JS_TOOLS: &str = "target/test-tools/js";
 const TYPESCRIPT_SDK: &str = "guest-sdk-js";
 const SIMCLOUD_TS: &str = "guests/simcloud-ts";
 
-/// The page whose command builds the TypeScript provider, and how that command starts.
-const TYPESCRIPT_PAGE: &str = "docs/src/authors/typescript.md";
-const TYPESCRIPT_COMMAND: &str = "node guest-sdk-js/build.mjs";
-
 /// `guests/simcloud-ts` built by guest-sdk-js/build.mjs (types from the WIT, tsc, esbuild,
-/// componentize-js) into `target/guests/simcloud-ts.wasm`, with the command of its authors'
-/// page, unless that is newer than every input: a build takes 15-50 s, and this script
-/// reruns for any change under `guests/`.
+/// componentize-js), with the command of docs/src/authors/typescript.md: a build takes
+/// 15-50 s, and this script reruns for any change under `guests/`.
 fn build_typescript(workspace: &Path, target_dir: &Path) -> PathBuf {
     let modules = workspace.join(JS_TOOLS).join("node_modules");
     // npm ci writes it last: it stands for the whole installed tree.
     let installed = modules.join(".package-lock.json");
-    let output = target_dir.join("simcloud-ts.wasm");
-    let inputs = [
-        workspace.join(TYPESCRIPT_SDK),
-        workspace.join(SIMCLOUD_TS),
-        workspace.join("wit"),
-        workspace.join(TYPESCRIPT_PAGE),
-        installed.clone(),
-    ];
-    if modified(&output.with_extension("command"))
-        .is_some_and(|built| inputs.iter().all(|input| newest(input) <= built))
-    {
-        return output;
-    }
     assert!(
         installed.is_file(),
         "the TypeScript provider toolchain (componentize-js, jco, tsc, esbuild) is missing at \
          {}: run `make setup` (or tests/install-test-tools.sh) to install it",
         modules.display()
     );
-    let command = documented_command(workspace, TYPESCRIPT_PAGE, TYPESCRIPT_COMMAND);
-    let sources: &[&str] = &["wit", TYPESCRIPT_SDK, SIMCLOUD_TS];
-    type_documented(
-        workspace,
-        target_dir,
-        "simcloud-ts",
-        (sources, "js"),
-        &command,
-        &output,
-    );
-    output
+    Documented {
+        name: "simcloud-ts",
+        page: "docs/src/authors/typescript.md",
+        command_start: "node guest-sdk-js/build.mjs",
+        sources: &["wit", TYPESCRIPT_SDK, SIMCLOUD_TS],
+        tools: "js",
+        toolchain: installed,
+    }
+    .build(workspace, target_dir)
 }
 
 /// The venv of the Python tools, componentize-py among them, that tests/install-test-tools.sh
@@ -263,50 +264,30 @@ const PYTHON_TOOLS: &str = "target/test-tools/python";
 /// `cloud-provider` plus `wasi:http`, see guest-sdk-py/wit) and provider.
 const PYTHON_SDK: &str = "guest-sdk-py";
 const SIMCLOUD_PY: &str = "guests/simcloud-py";
-/// The page whose command builds the Python provider, and how that command starts.
-const PYTHON_PAGE: &str = "docs/src/authors/python.md";
-const PYTHON_COMMAND: &str = "VIRTUAL_ENV=target/test-tools/python";
-
-/// `guests/simcloud-py` built with componentize-py into `target/guests/simcloud-py.wasm`,
-/// with the command of its authors' page, unless that is newer than every input (a build
-/// takes 20-35 s, and this script reruns for any change under `guests/`). componentize-py
-/// writes `__pycache__` beside the modules it bundles: in the copy it builds from, so cargo
-/// does not see the tree change.
+/// `guests/simcloud-py` built with componentize-py, with the command of
+/// docs/src/authors/python.md (a build takes 20-35 s, and this script reruns for any change
+/// under `guests/`). componentize-py writes `__pycache__` beside the modules it bundles: in
+/// the copy it builds from, so cargo does not see the tree change.
 fn build_python(workspace: &Path, target_dir: &Path) -> PathBuf {
     let tool = workspace
         .join(PYTHON_TOOLS)
         .join("bin")
         .join("componentize-py");
-    let output = target_dir.join("simcloud-py.wasm");
-    let inputs = [
-        workspace.join(PYTHON_SDK),
-        workspace.join(SIMCLOUD_PY),
-        workspace.join("wit"),
-        workspace.join(PYTHON_PAGE),
-        tool.clone(),
-    ];
     assert!(
         tool.is_file(),
         "componentize-py is missing at {}: run `make setup` (or tests/install-test-tools.sh) to \
          install it",
         tool.display()
     );
-    if modified(&output.with_extension("command"))
-        .is_some_and(|built| inputs.iter().all(|input| newest(input) <= built))
-    {
-        return output;
+    Documented {
+        name: "simcloud-py",
+        page: "docs/src/authors/python.md",
+        command_start: "VIRTUAL_ENV=target/test-tools/python",
+        sources: &["wit", PYTHON_SDK, SIMCLOUD_PY],
+        tools: "python",
+        toolchain: tool,
     }
-    let command = documented_command(workspace, PYTHON_PAGE, PYTHON_COMMAND);
-    let sources: &[&str] = &["wit", PYTHON_SDK, SIMCLOUD_PY];
-    type_documented(
-        workspace,
-        target_dir,
-        "simcloud-py",
-        (sources, "python"),
-        &command,
-        &output,
-    );
-    output
+    .build(workspace, target_dir)
 }
 
 /// Copy the directory `from` to `to` (links followed), without `__pycache__`.

@@ -240,6 +240,10 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
         described.contains("ProviderID:") && described.contains("simcloud://"),
         "{described}"
     );
+    assert!(
+        described.contains("Pods:") && described.contains("not authorized"),
+        "no pods, as the demo says: {described}"
+    );
     let leases = run(&["get", "lease", "-n", "kube-system"]).await;
     assert_eq!(
         row(&leases, "cloud-controller-manager").len(),
