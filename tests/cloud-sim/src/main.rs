@@ -1,6 +1,6 @@
-//! The `cloud-sim` binary: parses flags, starts the simulator, prints
-//! `cloud-sim listening on http://ADDR` on stdout once ready, and runs until
-//! Ctrl-C or SIGTERM. Logs go to stderr (`RUST_LOG` adjusts the level).
+//! The `cloud-sim` binary: parses flags, starts the simulator with the instances
+//! `--instance` names, prints `cloud-sim listening on http://ADDR` on stdout once ready,
+//! and runs until Ctrl-C or SIGTERM. Logs go to stderr (`RUST_LOG` adjusts the level).
 
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
