@@ -187,25 +187,37 @@ impl Query {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Output {
     Full,
-    Metadata,
+    /// `PartialObjectMetadata`, or with `list` its list.
+    Metadata {
+        list: bool,
+    },
     /// `meta.k8s.io` `Table`, in this version (`v1` or `v1beta1`).
     Table(&'static str),
 }
 
+/// How Go's `%T` prints the internal object (or list) a handler of `rt`
+/// holds: `*core.ConfigMap`, `*apps.DeploymentList`,
+/// `*unstructured.Unstructured`.
+fn go_internal_type(rt: &ResourceType, list: bool) -> String {
+    let (package, kind) = match rt.group.as_str() {
+        _ if rt.is_custom() => ("unstructured", "Unstructured"),
+        // events.k8s.io serves the core type.
+        "" | "events.k8s.io" => ("core", rt.kind.as_str()),
+        group => (group.split('.').next().unwrap_or(group), rt.kind.as_str()),
+    };
+    let list = if list { "List" } else { "" };
+    format!("*{package}.{kind}{list}")
+}
+
 /// The first media range of `Accept` the response can be: JSON, or its
 /// `PartialObjectMetadata[List]` or `Table` form.
-fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
+fn negotiate(headers: &HeaderMap) -> Result<Output, ApiError> {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Output::Full);
     };
     if accept.trim().is_empty() {
         return Ok(Output::Full);
     }
-    let metadata_as = if list {
-        "as=PartialObjectMetadataList"
-    } else {
-        "as=PartialObjectMetadata"
-    };
     for media in accept.split(',') {
         let params: Vec<&str> = media.split(';').map(str::trim).collect();
         let Some(kind) = params.first() else {
@@ -224,8 +236,11 @@ fn negotiate(headers: &HeaderMap, list: bool) -> Result<Output, ApiError> {
         };
         match params.iter().find(|p| p.starts_with("as=")) {
             None => return Ok(Output::Full),
-            Some(as_) if *as_ == metadata_as && meta && params.contains(&"v=v1") => {
-                return Ok(Output::Metadata);
+            Some(&"as=PartialObjectMetadata") if meta && params.contains(&"v=v1") => {
+                return Ok(Output::Metadata { list: false });
+            }
+            Some(&"as=PartialObjectMetadataList") if meta && params.contains(&"v=v1") => {
+                return Ok(Output::Metadata { list: true });
             }
             Some(&"as=Table") if meta => {
                 if let Some(version) = table_version {
@@ -565,9 +580,24 @@ impl Call<'_> {
 
     /// What `Accept` and, for Tables, `includeObject` ask for.
     fn presentation(&self, list: bool) -> Result<Presentation, ApiError> {
-        Ok(match negotiate(self.headers, list)? {
+        Ok(match negotiate(self.headers)? {
             Output::Full => Presentation::Full,
-            Output::Metadata => Presentation::Metadata,
+            Output::Metadata { list: asked } if asked == list => Presentation::Metadata,
+            // Upstream negotiates either form for any endpoint, then fails
+            // converting (`asPartialObjectMetadata[List]`), naming the
+            // internal Go type it was given.
+            Output::Metadata { list: asked } => {
+                let got = go_internal_type(self.rt(), list);
+                return Err(ApiError::NotAcceptableAs(if asked {
+                    format!(
+                        "you requested PartialObjectMetadataList, but the requested object is not a list ({got})"
+                    )
+                } else {
+                    format!(
+                        "you requested PartialObjectMetadata, but the requested object is a list ({got})"
+                    )
+                }));
+            }
             Output::Table(api_version) => {
                 let value = self.query.get("includeObject");
                 let rows = RowObject::parse(value).ok_or_else(|| {
@@ -620,19 +650,14 @@ impl Call<'_> {
         let initial = self.query.flag("sendInitialEvents")?;
         let mut errs = Vec::new();
         if watching {
-            if let Some(initial) = initial {
-                if matching != "NotOlderThan" {
-                    errs.push(FieldError::forbidden(
-                        "resourceVersionMatch",
-                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                    ));
-                }
-                if initial && self.query.flag("allowWatchBookmarks")? != Some(true) {
-                    errs.push(FieldError::forbidden(
-                        "allowWatchBookmarks",
-                        "sendInitialEvents requires allowWatchBookmarks to be set to true",
-                    ));
-                }
+            // `validateWatchOptions` (WatchList on, as in 1.32). It does not
+            // require `allowWatchBookmarks`: without it the initial events
+            // come with no bookmark ending them.
+            if initial.is_some() && matching != "NotOlderThan" {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
             }
             if !matching.is_empty() {
                 if initial.is_none() {
@@ -751,6 +776,7 @@ impl Call<'_> {
         }
         let requested = verbs::parse_rv(rv).unwrap_or(0);
         let current = self.app.store.resource_version();
+        let bookmarks = self.query.flag("allowWatchBookmarks")?.unwrap_or(false);
         let start = match self.query.flag("sendInitialEvents")? {
             Some(true) => {
                 if requested > current {
@@ -758,7 +784,7 @@ impl Call<'_> {
                 }
                 Start::Now {
                     initial_events: true,
-                    end_bookmark: true,
+                    end_bookmark: bookmarks,
                 }
             }
             Some(false) if rv.is_empty() || rv == "0" => Start::Now {
@@ -776,7 +802,7 @@ impl Call<'_> {
             namespace: self.route.namespace.clone(),
             filter: self.filter()?,
             start,
-            bookmarks: self.query.flag("allowWatchBookmarks")?.unwrap_or(false),
+            bookmarks,
             timeout: self
                 .query
                 .number("timeoutSeconds")?

@@ -174,7 +174,8 @@
 //! 422 "must be specified for an update" for leases, CRDs and custom
 //! resources; PUT creates events and leases); JSON, merge and strategic
 //! merge patches (the real merge keys of the lists a CCM patches and of pod
-//! templates, `$patch`,
+//! templates; a Node's `taints` has none and is replaced whole, as `kubectl
+//! taint` sends it; `$patch`,
 //! `$deleteFromPrimitiveList`, `$setElementOrder`, `$retainKeys`; no
 //! strategic merge for custom resources), a resourceVersion in a patch being
 //! a precondition; server-side apply (the applied configuration merged by
@@ -196,14 +197,21 @@
 //! those watches ended); list with label and field selectors
 //! (400 for unsupported field labels), `limit`/`continue` (a `limit` of
 //! zero or less is no limit; a resourceVersion with `continue` is a 400),
-//! and exact past resourceVersions from history (an unparsable
+//! and exact past resourceVersions from history (`Exact`, or a paged list
+//! without a match, as etcd reads them; 410 `Expired` once the history no
+//! longer reaches back, for an expired continue token with upstream's
+//! `metadata.continue` that goes on from the latest state; an unparsable
 //! resourceVersion is the watch cache's 500 with no reason, or etcd's 400
 //! for the lists it would serve); watch from a resourceVersion (the changes
-//! since then replayed at once), from "now"
-//! with synthetic `ADDED` events, streaming lists (`sendInitialEvents`),
-//! bookmarks, `timeoutSeconds`, and a 410 `ERROR` event once the history
-//! (bounded, [`EmulatorOptions::history`]) no longer reaches back;
-//! `PartialObjectMetadata` responses; write options validated together
+//! since then replayed at once), from "now" (none or `0`) with synthetic
+//! `ADDED` events, streaming lists (`sendInitialEvents`, their initial
+//! events ended by an annotated bookmark when bookmarks are allowed, and
+//! `ListOptions` validated as upstream's 422), bookmarks (one also two
+//! seconds before `timeoutSeconds` ends the watch), and a 410 `ERROR` event
+//! (the request itself a 200) once the history (bounded,
+//! [`EmulatorOptions::history`]) no longer reaches back;
+//! `PartialObjectMetadata[List]` responses (the form the endpoint does not
+//! return is upstream's 406 naming the Go type); write options validated together
 //! (one 422 on `CreateOptions`, `UpdateOptions`, `PatchOptions` or
 //! `DeleteOptions` naming every bad `dryRun`, `fieldValidation`,
 //! `fieldManager`, `force` or `propagationPolicy`); `dryRun=All`;
@@ -388,8 +396,13 @@
 //!   `limit`, as upstream's does up to 1.32 (1.33 pages it). A list
 //!   or watch at a future resourceVersion fails at once with 504 (upstream
 //!   waits up to 3 s first).
-//! - Watches never time out unless `timeoutSeconds` is set; bookmarks come
-//!   every [`EmulatorOptions::bookmark_interval`] (upstream: about a minute).
+//! - Watches never time out unless `timeoutSeconds` is set (upstream ends
+//!   one without it after a random 30 to 60 minutes); bookmarks come every
+//!   [`EmulatorOptions::bookmark_interval`] (upstream: about a minute).
+//! - `PartialObjectMetadata` and `Table` are served for get, list and watch
+//!   only (a write's response is always the whole object), and
+//!   `PartialObjectMetadata` only in `meta.k8s.io/v1` (upstream also
+//!   `v1beta1`).
 //! - Events never expire. Service IPs and ports are allocated sequentially
 //!   (10.96.0.0/12, 30000-32767), IPv4 single-stack only.
 //! - Custom resources: conversion is always `None` (webhook conversion is
@@ -415,14 +428,15 @@
 //! - Validation covers the fields a CCM and its tests touch; some deep
 //!   messages render Go structs (`%#v`) only approximately, and a missing
 //!   field that k8s-openapi requires is a 422 `Required value` even where
-//!   Go would have decoded a zero value.
+//!   Go would have decoded a zero value, and the only cause reported (as
+//!   for an events.k8s.io `series` without `lastObservedTime`).
 //! - A custom-resource patch whose `metadata` has the wrong type is a 400
 //!   (upstream: a 422 from the patcher), a custom resource sent with another
 //!   served version of its group is a 400, and a create on a terminating CRD
 //!   decodes the body before the 405: the emulator decodes custom resources
 //!   before it routes them, and no CCM path depends on these answers.
-//! - A Node or DaemonSet update reports each cause once (upstream
-//!   validates the main resource twice and repeats some); two `podCIDRs`
+//! - A Node, DaemonSet or events.k8s.io Event update reports each cause
+//!   once (upstream validates some of them twice and repeats those); two `podCIDRs`
 //!   of which one is invalid lack upstream's extra internal-error cause;
 //!   invalid IPv6 warnings read "unable to parse IP" rather than Go's
 //!   exact wording.

@@ -2,6 +2,8 @@
 //! object, the system fields the server owns (uid, timestamps, generation),
 //! and apimachinery's `ValidateObjectMeta` / `ValidateObjectMetaUpdate`.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Map, Value, json};
 
 use crate::status::{BadValue, FieldError};
@@ -279,7 +281,26 @@ pub fn validate(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError
 /// `ValidateObjectMetaUpdate`: identity is immutable, and no finalizer may
 /// be added once deletion has started.
 pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
+    // `validateCommonFields`: the object's metadata as on create, then
+    // what may not change, in `ValidateObjectMetaAccessorUpdate`'s order.
+    let mut errs = validate_common(new);
+    if is_deleting(old) {
+        let old_finalizers = finalizers(old);
+        // Go's `sets.String.List()`: sorted, each once.
+        let added: BTreeSet<String> = finalizers(new)
+            .into_iter()
+            .filter(|f| !old_finalizers.contains(f))
+            .collect();
+        if !added.is_empty() {
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                    crate::status::go_strings(&added.into_iter().collect::<Vec<_>>())
+                ),
+            ));
+        }
+    }
     for (field, path) in [
         ("name", "metadata.name"),
         ("namespace", "metadata.namespace"),
@@ -290,24 +311,6 @@ pub fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
             errs.push(FieldError::immutable(path, n));
         }
     }
-    if is_deleting(old) {
-        let old_finalizers = finalizers(old);
-        let added: Vec<String> = finalizers(new)
-            .into_iter()
-            .filter(|f| !old_finalizers.contains(f))
-            .collect();
-        if !added.is_empty() {
-            let list: Vec<String> = added.iter().map(|f| crate::status::quote(f)).collect();
-            errs.push(FieldError::forbidden(
-                "metadata.finalizers",
-                format!(
-                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
-                    list.join(", ")
-                ),
-            ));
-        }
-    }
-    errs.extend(validate_common(new));
     errs
 }
 

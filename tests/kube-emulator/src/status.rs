@@ -407,10 +407,20 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Expired(String),
+    /// A continue token older than the history, answered as etcd's store
+    /// does (`handleCompactedErrorForPaging`): a 410 whose
+    /// `metadata.continue` goes on with the list at the latest state.
+    #[error(
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+    )]
+    ContinueExpired { token: String },
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
     UnsupportedMediaType(String),
     #[error("only the following media types are accepted: application/json")]
     NotAcceptable,
+    /// A representation the object cannot be converted to.
+    #[error("{0}")]
+    NotAcceptableAs(String),
     #[error("Request entity too large: limit is {0}")]
     TooLarge(usize),
     #[error("Too large resource version: {requested}, current: {current}")]
@@ -496,9 +506,9 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::Undecodable { .. } => 400,
             ApiError::Forbidden { .. } => 403,
             ApiError::MethodNotAllowed(_) | ApiError::MethodNotSupported { .. } => 405,
-            ApiError::Expired(_) => 410,
+            ApiError::Expired(_) | ApiError::ContinueExpired { .. } => 410,
             ApiError::UnsupportedMediaType(_) => 415,
-            ApiError::NotAcceptable => 406,
+            ApiError::NotAcceptable | ApiError::NotAcceptableAs(_) => 406,
             ApiError::TooLarge(_) => 413,
             ApiError::ResourceVersionTooLarge { .. } => 504,
             ApiError::Unauthorized => 401,
@@ -518,9 +528,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) | ApiError::MethodNotSupported { .. } => {
                 "MethodNotAllowed"
             }
-            ApiError::Expired(_) => "Expired",
+            ApiError::Expired(_) | ApiError::ContinueExpired { .. } => "Expired",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
-            ApiError::NotAcceptable => "NotAcceptable",
+            ApiError::NotAcceptable | ApiError::NotAcceptableAs(_) => "NotAcceptable",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::ResourceVersionTooLarge { .. } => "Timeout",
             ApiError::Unauthorized => "Unauthorized",
@@ -575,6 +585,9 @@ impl ApiError {
         }
         if let Some(details) = self.details() {
             status["details"] = details;
+        }
+        if let ApiError::ContinueExpired { token } = self {
+            status["metadata"] = json!({"continue": token});
         }
         status
     }

@@ -99,7 +99,9 @@ pub struct ListQuery {
 
 #[derive(Serialize, Deserialize)]
 struct ContinueToken {
-    rv: u64,
+    /// Where the list is read; none for the latest state (the token a 410
+    /// for an expired one offers).
+    rv: Option<u64>,
     namespace: String,
     name: String,
 }
@@ -184,7 +186,10 @@ pub fn list(
                     "specifying resource version is not allowed when using continue",
                 ));
             }
-            (decoded.rv, Some((decoded.namespace, decoded.name)))
+            (
+                decoded.rv.unwrap_or(now),
+                Some((decoded.namespace, decoded.name)),
+            )
         }
         None => {
             let rv = match q.resource_version.as_deref() {
@@ -197,11 +202,14 @@ pub fn list(
                             current: now,
                         });
                     }
-                    if q.version_match.as_deref() == Some("Exact") {
-                        requested
-                    } else {
-                        now
-                    }
+                    // `Exact`, and (the legacy case) a paged list without
+                    // a match, read at the resourceVersion; otherwise it is
+                    // only a lower bound.
+                    let exact = match q.version_match.as_deref() {
+                        Some(matching) => matching == "Exact",
+                        None => q.limit.is_some(),
+                    };
+                    if exact { requested } else { now }
                 }
             };
             (rv, None)
@@ -210,13 +218,15 @@ pub fn list(
     let objects = if at == now {
         state.list(&rt.storage, namespace)
     } else {
-        state.snapshot(&rt.storage, namespace, at).map_err(|_| {
-            ApiError::Expired(if q.continue_token.is_some() {
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.".to_owned()
-            } else {
-                "The resourceVersion for the provided list is too old.".to_owned()
-            })
-        })?
+        state
+            .snapshot(&rt.storage, namespace, at)
+            .map_err(|_| match &after {
+                Some((namespace, name)) => continue_token(None, namespace, name)
+                    .map_or_else(|e| e, |token| ApiError::ContinueExpired { token }),
+                None => ApiError::Expired(
+                    "The resourceVersion for the provided list is too old.".into(),
+                ),
+            })?
     };
     let mut items: Vec<&Arc<Value>> = objects
         .iter()
@@ -239,14 +249,8 @@ pub fn list(
         let remaining = items.len() - limit;
         items.truncate(limit);
         if let Some(last) = items.last() {
-            let token = ContinueToken {
-                rv: at,
-                namespace: meta::namespace(last).to_owned(),
-                name: meta::name(last).to_owned(),
-            };
-            let encoded =
-                serde_json::to_vec(&token).map_err(|e| ApiError::Internal(e.to_string()))?;
-            list_meta["continue"] = json!(hex::encode(encoded));
+            let token = continue_token(Some(at), meta::namespace(last), meta::name(last))?;
+            list_meta["continue"] = json!(token);
         }
         if q.filter.is_empty() {
             list_meta["remainingItemCount"] = json!(remaining);
@@ -271,6 +275,18 @@ pub fn list(
         "metadata": list_meta,
         "items": items,
     }))
+}
+
+/// The continue token of a list read at `rv` (none: the latest) whose
+/// last item was `namespace/name`.
+fn continue_token(rv: Option<u64>, namespace: &str, name: &str) -> Result<String, ApiError> {
+    let token = ContinueToken {
+        rv,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    };
+    let encoded = serde_json::to_vec(&token).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(hex::encode(encoded))
 }
 
 /// Type-checks, decodes and converts a request body to the stored form.

@@ -3,8 +3,8 @@
 //! the current state), `BOOKMARK`s, the `k8s.io/initial-events-end`
 //! bookmark of streaming lists, selector transitions (an object leaving
 //! the selection is `DELETED`), a 410 `ERROR` event once the history no
-//! longer reaches back far enough, `timeoutSeconds`, and fault-injected
-//! drops.
+//! longer reaches back far enough, `timeoutSeconds` (with a last bookmark
+//! two seconds before it), and fault-injected drops.
 
 use std::io;
 use std::sync::Arc;
@@ -69,6 +69,9 @@ pub struct WatchContext {
 
 /// Events buffered per watch before the watch waits for its client.
 const BUFFER: usize = 64;
+
+/// How long before a `timeoutSeconds` deadline the last bookmark comes.
+const FAREWELL_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// Starts the watch and returns its response body.
 pub fn serve(ctx: WatchContext, req: WatchRequest) -> Body {
@@ -315,6 +318,11 @@ async fn stream(
         Err(None) => return End::Quietly,
     };
     let deadline = req.timeout.map(|t| Instant::now() + t);
+    // Upstream's cache watcher also sends a bookmark two seconds before the
+    // deadline, so the client resumes from the newest resourceVersion.
+    let mut farewell = deadline
+        .and_then(|d| d.checked_sub(FAREWELL_BOOKMARK))
+        .filter(|at| req.bookmarks && *at > Instant::now());
     let mut ticker =
         tokio::time::interval_at(Instant::now() + bookmark_interval, bookmark_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -334,6 +342,10 @@ async fn stream(
                 false
             }
             _ = ticker.tick(), if req.bookmarks => true,
+            () = sleep_until(farewell) => {
+                farewell = None;
+                true
+            }
         };
         match store.read(|state| catch_up(state, req, cursor)) {
             Ok((events, next)) => {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::str_at;
 use crate::meta::{self, NameRule};
 use crate::resources::{ResourceType, View};
-use crate::status::FieldError;
+use crate::status::{BadValue, FieldError};
 use crate::validation;
 
 /// events.k8s.io/v1 field ↔ core/v1 field, where the names differ.
@@ -181,6 +181,20 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
     if new.get("series") != old.get("series") {
         errs.extend(series(new));
     }
+    // Upstream's order, `reason` twice; stored (core) names, reported by
+    // the internal ones.
+    let immutable = |errs: &mut Vec<FieldError>, stored: &str, path: &str| {
+        if new.get(stored) != old.get(stored) {
+            let shown = match (new.get(stored), stored) {
+                (Some(value), _) => crate::status::bad_value(value),
+                (None, "count") => BadValue::Int(0),
+                (None, "involvedObject" | "source") => BadValue::Raw("{}".into()),
+                (None, "related") => BadValue::Raw("null".into()),
+                (None, _) => BadValue::Str(String::new()),
+            };
+            errs.push(FieldError::immutable(path, shown));
+        }
+    };
     for field in [
         "involvedObject",
         "reason",
@@ -189,24 +203,37 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
         "firstTimestamp",
         "lastTimestamp",
         "count",
+        "reason",
         "type",
     ] {
-        if new.get(field) != old.get(field) {
-            let shown = new.get(field).map_or(
-                crate::status::BadValue::Raw("null".into()),
-                crate::status::bad_value,
-            );
-            errs.push(FieldError::immutable(field, shown));
-        }
+        immutable(&mut errs, field, field);
     }
+    // Only a change beyond the microsecond counts (MicroTime's precision).
     let truncated = |v: &Value| str_at(v, "/eventTime").chars().take(26).collect::<String>();
     if truncated(new) != truncated(old) {
-        errs.push(FieldError::immutable(
-            "eventTime",
-            str_at(new, "/eventTime"),
-        ));
+        immutable(&mut errs, "eventTime", "eventTime");
+    }
+    for (stored, path) in [
+        ("action", "action"),
+        ("related", "related"),
+        ("reportingComponent", "reportingController"),
+        ("reportingInstance", "reportingInstance"),
+    ] {
+        immutable(&mut errs, stored, path);
     }
     errs
+}
+
+/// An events.k8s.io/v1 body with Go's zero for a series without `count`
+/// (k8s-openapi requires one), so validation judges it as upstream does.
+pub fn series_zero_filled(event: &Value) -> Value {
+    let mut event = event.clone();
+    if let Some(series) = event.get_mut("series").and_then(Value::as_object_mut)
+        && series.get("count").is_none_or(Value::is_null)
+    {
+        series.insert("count".to_owned(), json!(0));
+    }
+    event
 }
 
 /// The selectable fields of the referenced object (`regarding` in the

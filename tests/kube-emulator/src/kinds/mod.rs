@@ -156,7 +156,9 @@ fn decode_fields(
         (Rules::Secret, _) => round_trip::<api::core::v1::Secret>(rt, &value)?,
         (Rules::ServiceAccount, _) => round_trip::<api::core::v1::ServiceAccount>(rt, &value)?,
         (Rules::Event, View::Native) => round_trip::<api::core::v1::Event>(rt, &value)?,
-        (Rules::Event, View::EventsV1) => round_trip::<api::events::v1::Event>(rt, &value)?,
+        (Rules::Event, View::EventsV1) => {
+            round_trip::<api::events::v1::Event>(rt, &event::series_zero_filled(&value))?
+        }
         (Rules::Lease, _) => round_trip::<api::coordination::v1::Lease>(rt, &value)?,
         (Rules::NetworkPolicy, _) => round_trip::<api::networking::v1::NetworkPolicy>(rt, &value)?,
         (Rules::Deployment, _) => round_trip::<api::apps::v1::Deployment>(rt, &value)?,

@@ -802,7 +802,7 @@ fn validate_load_balancer_status(svc: &Value) -> Vec<FieldError> {
         match (mode, ip.is_empty()) {
             (Some(_), true) => errs.push(FieldError::forbidden(
                 format!("{path}.ipMode"),
-                "may not be specified when `ip` is not",
+                "may not be specified when `ip` is not set",
             )),
             (None, false) => errs.push(FieldError::required(
                 format!("{path}.ipMode"),

@@ -244,6 +244,23 @@ async fn finalizers_hold_deletion_until_the_last_one_goes() {
         "{}",
         added.message
     );
+    // Go lists the new ones as a sorted set; swapping one for another is
+    // adding one too.
+    let swapped = status(
+        maps.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [
+                "example.com/other", "example.com/zeta", "example.com/alpha", "example.com/zeta"
+            ]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        swapped.message,
+        r#"ConfigMap "held" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"example.com/alpha", "example.com/zeta"}"#
+    );
 
     let one_left = maps
         .patch(
@@ -554,4 +571,107 @@ async fn unknown_fields_warn_by_default_and_fail_strictly() {
     assert_eq!(typed.status(), 400, "type mismatches fail decoding");
     let unauthorized = http.get(&url).send().await.unwrap();
     assert_eq!(unauthorized.status(), 401);
+}
+
+#[tokio::test]
+async fn lists_from_a_compacted_resource_version_are_410_only_where_etcd_serves_them() {
+    let cluster = start().await;
+    let url = |query: &str| {
+        format!(
+            "{}/api/v1/namespaces/default/configmaps?{query}",
+            cluster.emulator.url()
+        )
+    };
+    let list = |query: String| {
+        let request = http_client(&cluster.emulator)
+            .get(url(&query))
+            .bearer_auth("kube-emulator");
+        async move {
+            let response = request.send().await.unwrap();
+            let code = response.status().as_u16();
+            (code, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let maps = Api::<ConfigMap>::namespaced(cluster.client.clone(), "default");
+    for name in ["cm0", "cm1", "cm2"] {
+        maps.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let (_, first) = list("limit=1".into()).await;
+    let at = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "cm3"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // A paged list at a resourceVersion without a match reads exactly there
+    // (etcd's legacy case); without a limit it is only a lower bound.
+    let (code, exact) = list(format!("limit=10&resourceVersion={at}")).await;
+    assert_eq!(code, 200);
+    assert_eq!(names(&exact), ["cm0", "cm1", "cm2"]);
+    let (code, cached) = list(format!("resourceVersion={at}")).await;
+    assert_eq!((code, names(&cached).len()), (200, 4));
+
+    cluster.emulator.store().compact();
+    let too_old = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "The resourceVersion for the provided list is too old.",
+        "reason": "Expired", "code": 410
+    });
+    for query in [
+        format!("limit=10&resourceVersion={at}"),
+        format!("resourceVersionMatch=Exact&resourceVersion={at}"),
+    ] {
+        assert_eq!(list(query.clone()).await, (410, too_old.clone()), "{query}");
+    }
+    let (code, cached) = list(format!("resourceVersion={at}")).await;
+    assert_eq!(
+        (code, names(&cached).len()),
+        (200, 4),
+        "the watch cache serves it"
+    );
+
+    // An expired continue token: etcd's 410 offers a token that goes on,
+    // inconsistently, from the latest state.
+    let (code, expired) = list(format!("limit=10&continue={token}")).await;
+    assert_eq!(
+        (code, &expired["reason"], &expired["message"]),
+        (
+            410,
+            &json!("Expired"),
+            &json!(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+            )
+        )
+    );
+    let offered = expired["metadata"]["continue"].as_str().unwrap();
+    let (code, rest) = list(format!("limit=10&continue={offered}")).await;
+    assert_eq!(code, 200, "{rest}");
+    assert_eq!(
+        names(&rest),
+        ["cm1", "cm2", "cm3"],
+        "cm3 came after the first page"
+    );
+    assert_eq!(
+        rest["metadata"]["resourceVersion"],
+        cluster.emulator.store().resource_version().to_string()
+    );
 }

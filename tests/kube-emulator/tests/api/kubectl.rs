@@ -155,6 +155,17 @@ struct Kubectl {
 }
 
 impl Kubectl {
+    /// The emulator's binary writing its kubeconfig into `dir`, and kubectl for it.
+    async fn start(dir: &std::path::Path) -> (Kubectl, harness::Binary) {
+        let kubeconfig = dir.join("kubeconfig");
+        let binary = spawn_binary(&kubeconfig).await;
+        let kubectl = Kubectl {
+            kubeconfig,
+            cache: dir.join("kubectl-cache"),
+        };
+        (kubectl, binary)
+    }
+
     async fn run(&self, args: &[&str]) -> String {
         let kubeconfig = self.kubeconfig.to_str().unwrap();
         let all = [&["--kubeconfig", kubeconfig], args].concat();
@@ -171,12 +182,7 @@ impl Kubectl {
 #[tokio::test]
 async fn kubectl_create_subcommands_send_protobuf_the_emulator_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let _binary = spawn_binary(&kubeconfig).await;
-    let kubectl = Kubectl {
-        kubeconfig,
-        cache: dir.path().join("kubectl-cache"),
-    };
+    let (kubectl, _binary) = Kubectl::start(dir.path()).await;
 
     kubectl
         .run(&["create", "service", "loadbalancer", "web", "--tcp=80:8080"])
@@ -331,4 +337,49 @@ async fn kubectl_create_subcommands_send_protobuf_the_emulator_reads() {
     assert_eq!(api["metadata"]["labels"], json!({"tier": "back"}));
     assert_eq!(api["spec"]["ports"][0]["port"], 8081, "{api}");
     assert_eq!(api["spec"]["ports"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn kubectl_taint_replaces_the_whole_taint_list_in_its_patches() {
+    // `spec.taints` has no patch merge key upstream (`+listType=atomic`):
+    // kubectl's two-way strategic merge patch sends the whole new list,
+    // or `null` once it is empty.
+    let dir = tempfile::tempdir().unwrap();
+    let (kubectl, _binary) = Kubectl::start(dir.path()).await;
+    let manifest = dir.path().join("node.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n",
+    )
+    .unwrap();
+    kubectl
+        .run(&["create", "-f", manifest.to_str().unwrap()])
+        .await;
+    let taints = |node: Value| node["spec"].get("taints").cloned();
+    let not_ready = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+
+    let added = kubectl
+        .run(&["taint", "nodes", "n1", "example.com/gpu=true:NoSchedule"])
+        .await;
+    assert_eq!(added.trim(), "node/n1 tainted");
+    assert_eq!(
+        taints(kubectl.get(&["node", "n1"]).await),
+        Some(json!([
+            {"key": "example.com/gpu", "value": "true", "effect": "NoSchedule"},
+            not_ready
+        ])),
+        "stored as kubectl sent it, its new taint first"
+    );
+    let removed = kubectl
+        .run(&["taint", "nodes", "n1", "example.com/gpu:NoSchedule-"])
+        .await;
+    assert_eq!(removed.trim(), "node/n1 untainted");
+    assert_eq!(
+        taints(kubectl.get(&["node", "n1"]).await),
+        Some(json!([not_ready]))
+    );
+    kubectl
+        .run(&["taint", "nodes", "n1", "node.kubernetes.io/not-ready-"])
+        .await;
+    assert_eq!(taints(kubectl.get(&["node", "n1"]).await), None);
 }

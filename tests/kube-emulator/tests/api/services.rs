@@ -1,7 +1,9 @@
 //! Service validation where a v1.32 kube-apiserver is stricter or more
 //! lenient than one might guess: headless load balancers, external IPs,
 //! the immutable health check port, `loadBalancerIP` and ingress IPs parsed
-//! sloppily (with warnings), and status conditions stored unchecked.
+//! sloppily (with warnings), status conditions and ingress ports stored
+//! unchecked, and the rest of the load balancer status checked as
+//! `ValidateLoadBalancerStatus` does.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -210,5 +212,80 @@ async fn status_conditions_are_stored_unchecked_and_ingress_ips_parsed_sloppily(
     assert_eq!(
         written["loadBalancer"]["ingress"],
         json!([{"ip": "010.0.0.1", "ipMode": "VIP"}])
+    );
+}
+
+#[tokio::test]
+async fn load_balancer_ingress_is_validated_as_upstream_but_its_ports_are_not() {
+    let cluster = start().await;
+    let services = Api::<Service>::namespaced(cluster.client.clone(), "default");
+    services
+        .create(&PostParams::default(), &harness::load_balancer("web"))
+        .await
+        .unwrap();
+    let ingress = json!([
+        {"hostname": "lb.example.com", "ipMode": "Proxy"},
+        {"ip": "203.0.113.9", "ipMode": "Direct"},
+        {"ip": "not-an-ip"},
+        {"hostname": "203.0.113.10"},
+        {"hostname": "Bad_Host"}
+    ]);
+    let err = status(
+        services
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    let at = |i: usize| format!("status.loadBalancer.ingress[{i}]");
+    let expected = [
+        format!(
+            "{}.ipMode: Forbidden: may not be specified when `ip` is not set",
+            at(0)
+        ),
+        format!(
+            r#"{}.ipMode: Unsupported value: "Direct": supported values: "Proxy", "VIP""#,
+            at(1)
+        ),
+        format!(
+            r#"{}.ip: Invalid value: "not-an-ip": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"#,
+            at(2)
+        ),
+        format!(
+            r#"{}.hostname: Invalid value: "203.0.113.10": must be a DNS name, not an IP address"#,
+            at(3)
+        ),
+        format!(
+            r#"{}.hostname: Invalid value: "Bad_Host": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"#,
+            at(4)
+        ),
+    ];
+    assert_eq!(
+        err.message,
+        format!(r#"Service "web" is invalid: [{}]"#, expected.join(", "))
+    );
+
+    // `PortStatus` is not validated: any protocol, any error text.
+    let ports = json!([{"port": 80, "protocol": "QUIC", "error": "not a CamelCase reason!"}]);
+    let written = services
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [
+                {"ip": "203.0.113.9", "ipMode": "Proxy", "ports": ports},
+                {"hostname": "lb.example.com"}
+            ]}}})),
+        )
+        .await
+        .unwrap();
+    let written = serde_json::to_value(written.status.unwrap().load_balancer).unwrap();
+    assert_eq!(written["ingress"][0]["ports"], ports);
+    assert_eq!(
+        written["ingress"][1],
+        json!({"hostname": "lb.example.com"}),
+        "no ipMode without an ip"
     );
 }

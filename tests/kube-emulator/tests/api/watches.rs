@@ -1,6 +1,6 @@
-//! Watches: replay from a resourceVersion, bookmarks, 410 Gone and the
-//! kube-runtime watcher's relist, dropped connections, streaming lists,
-//! selector transitions and timeouts.
+//! Watches: replay from a resourceVersion, initial events, bookmarks, 410
+//! Gone and the kube-runtime watcher's relist, dropped connections,
+//! streaming lists and their options, selector transitions and timeouts.
 
 use std::time::Duration;
 
@@ -13,9 +13,54 @@ use kube::api::{
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kube_emulator::EmulatorOptions;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::harness::{create_node, start, start_with, within};
+use crate::harness::{Cluster, create_node, get, http_client, start, start_with, within};
+
+const MAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+/// An emulator whose periodic bookmarks never come within a test.
+async fn start_without_periodic_bookmarks() -> Cluster {
+    start_with(EmulatorOptions {
+        bookmark_interval: Duration::from_secs(3600),
+        ..EmulatorOptions::default()
+    })
+    .await
+}
+
+/// Every event of a watch of default's config maps with `query`, read until
+/// its `timeoutSeconds` ends it: `(type, name)`, and the last bookmark's object.
+async fn watch_to_the_end(cluster: &Cluster, query: &str) -> (Vec<(String, String)>, Value) {
+    let response = http_client(&cluster.emulator)
+        .get(format!(
+            "{}{MAPS}?watch=true&{query}",
+            cluster.emulator.url()
+        ))
+        .bearer_auth("kube-emulator")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = within(10, response.text()).await.unwrap();
+    let mut events = Vec::new();
+    let mut bookmark = Value::Null;
+    for line in body.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let kind = event["type"].as_str().unwrap().to_owned();
+        if kind == "BOOKMARK" {
+            bookmark = event["object"].clone();
+        }
+        let name = event["object"]["metadata"]["name"].as_str().unwrap_or("");
+        events.push((kind, name.to_owned()));
+    }
+    (events, bookmark)
+}
+
+fn events(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(kind, name)| ((*kind).to_owned(), (*name).to_owned()))
+        .collect()
+}
 
 fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "web"}}})).unwrap()
@@ -189,6 +234,10 @@ async fn an_expired_resource_version_is_410_gone_and_the_watcher_relists() {
         }
         other => panic!("expected a 410 error event, got {other:?}"),
     }
+    assert!(
+        within(5, stream.try_next()).await.unwrap().is_none(),
+        "the watch ends after its error"
+    );
 
     let config = watcher::Config::default().disable_bookmarks();
     let mut events = watcher(maps.clone(), config).boxed();
@@ -388,4 +437,199 @@ async fn many_concurrent_watches_each_see_every_write() {
     for watcher in watchers {
         assert_eq!(watcher.await.unwrap(), 100);
     }
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_resource_version_is_one_error_event_not_an_http_410() {
+    // The watch cache's `newErrWatcher`: the request succeeds and its one
+    // event carries the Status; Y is the newest resourceVersion it lost.
+    let cluster = start().await;
+    let first = create_config_map(&cluster.client, "a").await;
+    create_config_map(&cluster.client, "later").await;
+    let compacted = cluster.emulator.store().resource_version();
+    cluster.emulator.store().compact();
+    let from = first.resource_version().unwrap();
+    let response = http_client(&cluster.emulator)
+        .get(format!(
+            "{}{MAPS}?watch=true&resourceVersion={from}",
+            cluster.emulator.url()
+        ))
+        .bearer_auth("kube-emulator")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = within(5, response.text()).await.unwrap();
+    let lines: Vec<Value> = body
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {from} ({compacted})"),
+            "reason": "Expired", "code": 410
+        }})]
+    );
+}
+
+#[tokio::test]
+async fn watches_from_no_resource_version_or_0_start_with_every_object() {
+    let cluster = start_without_periodic_bookmarks().await;
+    create_config_map(&cluster.client, "a").await;
+    create_config_map(&cluster.client, "b").await;
+    let initial = events(&[("ADDED", "a"), ("ADDED", "b")]);
+    for query in ["timeoutSeconds=1", "resourceVersion=0&timeoutSeconds=1"] {
+        let (seen, _) = watch_to_the_end(&cluster, query).await;
+        assert_eq!(seen, initial, "{query}");
+    }
+    // Bookmarks allowed, but no streaming list: no bookmark ends them.
+    let (seen, _) = watch_to_the_end(&cluster, "allowWatchBookmarks=true&timeoutSeconds=1").await;
+    assert_eq!(seen, initial);
+    // An explicit `sendInitialEvents=false` starts from now with nothing.
+    let (seen, _) = watch_to_the_end(
+        &cluster,
+        "sendInitialEvents=false&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+    )
+    .await;
+    assert_eq!(seen, []);
+}
+
+#[tokio::test]
+async fn a_streaming_list_ends_its_initial_events_with_an_annotated_bookmark() {
+    let cluster = start_without_periodic_bookmarks().await;
+    create_config_map(&cluster.client, "a").await;
+    create_config_map(&cluster.client, "b").await;
+    let now = cluster.emulator.store().resource_version();
+    let (seen, bookmark) = watch_to_the_end(
+        &cluster,
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true\
+         &timeoutSeconds=1",
+    )
+    .await;
+    assert_eq!(
+        seen,
+        events(&[("ADDED", "a"), ("ADDED", "b"), ("BOOKMARK", "")])
+    );
+    assert_eq!(
+        bookmark,
+        json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {
+            "resourceVersion": now.to_string(), "creationTimestamp": null,
+            "annotations": {"k8s.io/initial-events-end": "true"}
+        }})
+    );
+    // Upstream does not require bookmarks for a streaming list (that would
+    // break older clients): without them the initial events come unended.
+    let (seen, _) = watch_to_the_end(
+        &cluster,
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+    )
+    .await;
+    assert_eq!(seen, events(&[("ADDED", "a"), ("ADDED", "b")]));
+}
+
+#[tokio::test]
+async fn bad_watch_and_list_options_are_invalid_list_options() {
+    let cluster = start().await;
+    let forbidden = |detail: &str| format!("Forbidden: {detail}");
+    let cases = [
+        (
+            "watch=true&sendInitialEvents=true",
+            vec![(
+                "resourceVersionMatch",
+                forbidden(
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ),
+            )],
+        ),
+        (
+            "watch=true&sendInitialEvents=true&resourceVersionMatch=Exact&allowWatchBookmarks=true",
+            vec![
+                (
+                    "resourceVersionMatch",
+                    forbidden(
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    ),
+                ),
+                (
+                    "resourceVersionMatch",
+                    r#"Unsupported value: "Exact": supported values: "NotOlderThan""#.to_owned(),
+                ),
+            ],
+        ),
+        (
+            "watch=true&resourceVersionMatch=NotOlderThan",
+            vec![(
+                "resourceVersionMatch",
+                forbidden(
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ),
+            )],
+        ),
+        (
+            "sendInitialEvents=true",
+            vec![(
+                "sendInitialEvents",
+                forbidden("sendInitialEvents is forbidden for list"),
+            )],
+        ),
+    ];
+    for (query, causes) in cases {
+        let answer = get(&cluster, &format!("{MAPS}?{query}")).await;
+        assert_eq!(
+            (answer.code, &answer.body["reason"]),
+            (422, &json!("Invalid")),
+            "{query}"
+        );
+        let rendered: Vec<String> = causes
+            .iter()
+            .map(|(field, message)| format!("{field}: {message}"))
+            .collect();
+        let listed = match rendered.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        assert_eq!(
+            answer.body["message"],
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {listed}"),
+            "{query}"
+        );
+        let details = &answer.body["details"];
+        assert_eq!(
+            (&details["group"], &details["kind"], details.get("name")),
+            (&json!("meta.k8s.io"), &json!("ListOptions"), None)
+        );
+        let fields: Vec<&str> = details["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        let expected: Vec<&str> = causes.iter().map(|(field, _)| *field).collect();
+        assert_eq!(fields, expected, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn a_watch_with_a_timeout_gets_a_last_bookmark_before_it_ends() {
+    // With bookmarks a minute apart, upstream's cache watcher still sends
+    // one two seconds before `timeoutSeconds` runs out; without
+    // `allowWatchBookmarks`, none.
+    let cluster = start_without_periodic_bookmarks().await;
+    create_config_map(&cluster.client, "a").await;
+    let now = cluster.emulator.store().resource_version();
+    let from = format!("resourceVersion={now}&timeoutSeconds=3");
+    let bookmarked = format!("{from}&allowWatchBookmarks=true");
+    let ((with, bookmark), (without, _)) = tokio::join!(
+        watch_to_the_end(&cluster, &bookmarked),
+        watch_to_the_end(&cluster, &from),
+    );
+    assert_eq!(with, events(&[("BOOKMARK", "")]));
+    assert_eq!(
+        bookmark,
+        json!({"kind": "ConfigMap", "apiVersion": "v1",
+               "metadata": {"resourceVersion": now.to_string(), "creationTimestamp": null}})
+    );
+    assert_eq!(without, []);
 }
