@@ -19,7 +19,8 @@
 //! the resource and loads the same versions (a standby takes over warm, and follows the
 //! leader's rollbacks); only the leader writes status and events.
 //!
-//! This module owns the loop and the steps of a rollout; [`spec`] parses a spec,
+//! This module owns the loop, which takes the steps of a rollout; [`machine`] holds the
+//! rollout's phase and decides each step (the rules, without I/O), [`spec`] parses a spec,
 //! [`ceiling`] holds its grants within the operator's `--egress-grant-ceiling`,
 //! [`references`] watches the Secrets and ConfigMaps it names, [`status`] writes conditions,
 //! [`shadowing`] runs a candidate beside the active version, [`rollback`] watches a new
@@ -27,6 +28,7 @@
 //! keeps a tag's digest across restarts and replicas and reports a moved tag.
 
 pub mod ceiling;
+mod machine;
 mod record;
 mod references;
 mod rollback;
@@ -49,26 +51,21 @@ use tokio_util::sync::CancellationToken;
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
     Candidate, CandidatePhase, CloudConfigSource, CloudProvider, CloudProviderSpec,
-    CloudProviderStatus, ConditionStatus, ProviderVersion, RolloutStrategy, condition,
+    CloudProviderStatus, ConditionStatus, ProviderVersion, condition,
 };
 use ceiling::GrantCeiling;
+use machine::{Failure, Observed, RollOut, RollbackWindow, Step, Target};
 use record::RollbackRecord;
 use references::{Kind, ObjectKey, References};
-use rollback::RollbackWindow;
-use shadowing::Shadowing;
 use spec::{Defaults, Desired, SpecError, VersionSpec};
 use status::set_condition;
 use wasm_ccm_host::contract::Capabilities;
 use wasm_ccm_host::egress::{EgressGate, MethodPolicy};
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{CallCounts, Compiled, Provider, ProviderLoadError, ProviderSlot};
-use wasm_ccm_host::sandbox::{CallLimits, LoadError, Sandbox};
+use wasm_ccm_host::provider::{Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow};
+use wasm_ccm_host::sandbox::{LoadError, Sandbox};
 use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
 
-/// First pause before a failed rollout that may succeed later is tried again.
-const RETRY_BASE: Duration = Duration::from_secs(10);
-/// Longest pause between such tries.
-const RETRY_MAX: Duration = Duration::from_secs(600);
 /// How often the rollback window compares failure rates.
 const ROLLBACK_TICK: Duration = Duration::from_secs(1);
 /// Least time between two status writes of the rollback window's call counts.
@@ -158,10 +155,7 @@ pub fn start(
         status: CloudProviderStatus::default(),
         written: None,
         sandbox: None,
-        active: None,
-        window: None,
-        shadowing: None,
-        failure: None,
+        phase: Phase::Starting { failure: None },
         spec_error: None,
         last_calls_write: Instant::now(),
         record: None,
@@ -176,37 +170,10 @@ pub fn start(
     }
 }
 
-/// The version serving calls, and what it was made from.
-struct Active {
-    version: VersionSpec,
-    egress_key: (
-        Option<crate::resource::EgressSpec>,
-        Vec<crate::resource::CredentialSpec>,
-    ),
-    provider: Arc<Provider>,
-    /// The limits its calls run under.
-    call_limits: CallLimits,
-    /// Its call counts when it was activated.
-    counts_at_activation: CallCounts,
-    since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-}
-
-impl Active {
-    /// Whether `desired` changes what applies to this version in place: its egress or its
-    /// call limits.
-    fn differs_in_place(&self, desired: &Desired) -> bool {
-        self.egress_key != desired.egress_key
-            || self.call_limits != desired.version.sandbox.call_limits()
-    }
-}
-
-/// The last failed rollout, so the same spec is not tried again in a loop.
-struct Failure {
-    version: VersionSpec,
-    /// `None`: not until the spec or what it references changes.
-    retry_at: Option<Instant>,
-    attempts: u32,
-}
+/// A version loaded to serve calls, and what it was made from.
+type Active = machine::Loaded<Arc<Provider>>;
+/// Where the rollout stands, with the versions it loaded.
+type Phase = machine::Phase<Arc<Provider>, Arc<Shadow>>;
 
 /// A step of a rollout that refused the candidate.
 struct Refusal {
@@ -239,10 +206,8 @@ struct Rollout {
     written: Option<CloudProviderStatus>,
     /// The engine, and the `spec.limits` it was made for.
     sandbox: Option<(spec::EngineLimits, Sandbox)>,
-    active: Option<Active>,
-    window: Option<RollbackWindow>,
-    shadowing: Option<Shadowing>,
-    failure: Option<Failure>,
+    /// What serves, what is kept for a rollback and what is under way.
+    phase: Phase,
     /// The last spec refused as unusable, by generation (reported once).
     spec_error: Option<(Option<i64>, SpecError)>,
     last_calls_write: Instant,
@@ -270,9 +235,9 @@ impl Rollout {
         let (tag_checked, mut tag_checks) = tokio::sync::mpsc::channel(1);
         loop {
             let retry_at = self
-                .failure
-                .as_ref()
-                .and_then(|failure| failure.retry_at)
+                .phase
+                .failure()
+                .and_then(Failure::retry_at)
                 .map(tokio::time::Instant::from_std);
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -291,7 +256,7 @@ impl Rollout {
                 }
                 // The failed version is tried again below; `attempts` grows the next pause.
                 () = sleep_until(retry_at) => {}
-                _ = ticks.tick(), if self.window.is_some() || self.shadowing.is_some() => {
+                _ = ticks.tick(), if self.phase.judging() => {
                     self.judge_shadow();
                     self.judge_window();
                     self.write_status().await;
@@ -386,7 +351,7 @@ impl Rollout {
     /// Bring the active version in line with the object.
     async fn reconcile(&mut self) {
         let Some(object) = self.object.clone() else {
-            match &self.active {
+            match self.phase.active() {
                 None => self.set_not_ready(Some(format!(
                     "CloudProvider {} not found: create it to choose the provider",
                     self.settings.resource
@@ -431,69 +396,59 @@ impl Rollout {
         let mut desired = desired;
         // An unpinned tag runs the digest recorded for this generation.
         self.pin_tag(&object.spec, generation, &mut desired);
-        let pinned = desired.version.digest.clone();
-        let runs_pinned = |provider: &Provider| {
-            pinned
-                .as_ref()
-                .is_none_or(|digest| *digest == provider.identity().digest)
-        };
-
-        if let Some(shadowing) = &self.shadowing {
-            if shadowing.desired.version.same_as(&desired.version)
-                && runs_pinned(shadowing.shadow.candidate())
-                && shadowing.desired.rollout == desired.rollout
-            {
-                // Still the same candidate; the active version follows the spec's egress
-                // and limits meanwhile.
-                self.apply_in_place(&desired);
-                self.status.observed_generation = generation;
-                return;
+        // Each step either ends the reconcile or moves the phase on (a shadow stopped, an
+        // engine moved), so the next one differs.
+        loop {
+            let observed = Observed {
+                generation,
+                leading: self.leading(),
+                record: self.record.as_ref(),
+            };
+            match machine::next_step(&self.phase, &observed, &desired, Instant::now()) {
+                Step::KeepShadowing { reconfigure } => {
+                    if reconfigure {
+                        self.reconfigure(&desired);
+                    }
+                    self.status.observed_generation = generation;
+                    return;
+                }
+                Step::StopShadowing => self.stop_shadowing(),
+                Step::TakeLeaderStatus => {
+                    self.take_stored_status();
+                    return;
+                }
+                Step::FollowRollback => {
+                    self.follow_rollback();
+                    return;
+                }
+                Step::MoveEngine { otherwise } => {
+                    self.carry_resolution(&object.spec, generation);
+                    if !self.move_engine(&desired).await {
+                        // Could not move it (the file changed, the registry is down): load
+                        // the version afresh instead.
+                        self.roll_out(desired, generation, otherwise).await;
+                        return;
+                    }
+                }
+                Step::Keep { reconfigure } => {
+                    self.carry_resolution(&object.spec, generation);
+                    if reconfigure {
+                        self.reconfigure(&desired);
+                    }
+                    self.status.observed_generation = generation;
+                    return;
+                }
+                Step::StayRolledBack => {
+                    self.status.observed_generation = generation;
+                    return;
+                }
+                Step::Wait => return,
+                Step::RollOut(how) => {
+                    self.roll_out(desired, generation, how).await;
+                    return;
+                }
             }
-            // The spec moved on: the candidate stops shadowing.
-            self.stop_shadowing();
         }
-        if !self.leading() && self.follow_rollback(generation) {
-            return;
-        }
-        if let Some(active) = &self.active
-            && active.version.same_as(&desired.version)
-            && runs_pinned(&active.provider)
-        {
-            let identity = active.provider.identity().clone();
-            let engine_moves = active.version.engine_limits() != desired.version.engine_limits();
-            self.carry_resolution(&object.spec, generation, &identity);
-            if engine_moves && !self.move_engine(&desired).await {
-                // Could not move it (the file changed, the registry is down): load the
-                // version afresh instead.
-                self.roll_out(desired, generation).await;
-                return;
-            }
-            self.apply_in_place(&desired);
-            self.status.observed_generation = generation;
-            return;
-        }
-        if self.rolled_back(generation) {
-            self.status.observed_generation = generation;
-            return;
-        }
-        if let Some(failure) = &self.failure
-            && failure.version.identical(&desired.version)
-            && failure
-                .retry_at
-                .is_none_or(|retry_at| retry_at > Instant::now())
-        {
-            return;
-        }
-        if self.active.is_none()
-            && let Some((reference, digest)) = self.rolled_back_to(generation)
-        {
-            // Started after this generation was rolled back: run the version it was rolled
-            // back to, not the one that failed, with the cloud config it ran with.
-            tracing::warn!(resource = %self.settings.resource, %reference, %digest, "this generation was rolled back; starting the version it was rolled back to");
-            desired.version.pin(reference, digest);
-            self.recorded_cloud_config(&mut desired.version);
-        }
-        self.roll_out(desired, generation).await;
     }
 
     fn refuse_spec(&mut self, generation: Option<i64>, error: SpecError) {
@@ -512,7 +467,7 @@ impl Rollout {
             message.clone(),
             generation,
         );
-        if self.active.is_none() {
+        if self.phase.active().is_none() {
             set_condition(
                 &mut self.status,
                 condition::READY,
@@ -560,25 +515,13 @@ impl Rollout {
         );
     }
 
-    /// Give the active version the spec's grants, budgets, credentials and call limits if
-    /// they changed: no `init`, no resync.
-    fn apply_in_place(&mut self, desired: &Desired) {
-        if self
-            .active
-            .as_ref()
-            .is_some_and(|active| active.differs_in_place(desired))
-        {
-            self.reconfigure(desired);
-        }
-    }
-
     /// Give the active version the spec's grants, budgets, credentials and call limits: no
     /// `init`, no resync.
     fn reconfigure(&mut self, desired: &Desired) {
-        let Some(active) = &mut self.active else {
+        let Some(slot) = self.slot_tx.borrow().clone() else {
             return;
         };
-        let Some(slot) = self.slot_tx.borrow().clone() else {
+        let Some(active) = self.phase.active_mut() else {
             return;
         };
         let mut provider = (*active.provider).clone();
@@ -618,7 +561,8 @@ impl Rollout {
             return false;
         };
         let compiled = compiled.with_limits(version.sandbox.call_limits());
-        let (Some(active), Some(slot)) = (&mut self.active, self.slot_tx.borrow().clone()) else {
+        let (Some(slot), Some(active)) = (self.slot_tx.borrow().clone(), self.phase.active_mut())
+        else {
             return false;
         };
         let Some(moved) = active.provider.moved_to(compiled) else {
@@ -638,25 +582,31 @@ impl Rollout {
         true
     }
 
-    /// Fetch, verify, compile and `init` the desired version; activate it if it passes.
-    async fn roll_out(&mut self, desired: Desired, generation: Option<i64>) {
+    /// Fetch, verify, compile and `init` the version `how` names; activate it if it passes,
+    /// or let it shadow the active version first.
+    async fn roll_out(&mut self, mut desired: Desired, generation: Option<i64>, how: RollOut) {
+        if let Target::RolledBackTo { reference, digest } = how.to {
+            // Started after this generation was rolled back: run the version it was rolled
+            // back to, not the one that failed, with the cloud config it ran with.
+            tracing::warn!(resource = %self.settings.resource, %reference, %digest, "this generation was rolled back; starting the version it was rolled back to");
+            desired.version.pin(reference, digest);
+            self.recorded_cloud_config(&mut desired.version);
+        }
         let started = Instant::now();
         let reference = desired.version.reference.to_string();
         tracing::info!(resource = %self.settings.resource, %reference, "rolling out a provider version");
         self.status.observed_generation = generation;
         self.phase(&reference, None, CandidatePhase::Fetching, generation)
             .await;
-        if self.active.is_none() {
+        if self.phase.active().is_none() {
             self.set_not_ready(Some(format!("fetching {reference}")));
         }
-        // With a version active to compare with, the Shadow strategy shadows first.
-        let shadow = desired.rollout.strategy == RolloutStrategy::Shadow && self.active.is_some();
-        let loaded = self.load(&desired, generation, shadow).await;
+        let loaded = self.load(&desired, generation, how.shadow).await;
         match loaded {
-            Ok(provider) if shadow => self.start_shadowing(desired, provider, generation).await,
+            Ok(provider) if how.shadow => self.start_shadowing(desired, provider, generation).await,
             Ok(provider) => {
                 // A manager starting inside a rollback window loads the previous version again.
-                let starting = self.active.is_none().then(|| desired.clone());
+                let starting = self.phase.active().is_none().then(|| desired.clone());
                 self.activate(desired, provider, generation, started);
                 if let Some(desired) = starting {
                     self.restore_window(&desired, generation).await;
@@ -865,7 +815,7 @@ impl Rollout {
         let now = status::now();
         // A replica taking over the version the status names keeps its activation time.
         let since = match &self.status.active {
-            Some(active) if active.digest == identity.digest && self.active.is_none() => {
+            Some(active) if active.digest == identity.digest && self.phase.active().is_none() => {
                 active.since.clone().unwrap_or_else(|| now.clone())
             }
             _ => now.clone(),
@@ -890,11 +840,11 @@ impl Rollout {
             provider,
             since,
         };
+        let (previous, closed) = self.phase.activated(active);
         // A version rolled out while a window is open replaces the window's previous one.
-        if let Some(window) = self.window.take() {
+        if let Some(window) = closed {
             self.unloaded(&window.previous.provider);
         }
-        let previous = self.active.replace(active);
         let elapsed = started.elapsed();
         let note = match &previous {
             Some(previous) => format!(
@@ -910,9 +860,11 @@ impl Rollout {
             ),
         };
         tracing::info!(resource = %self.settings.resource, "{note}");
-        self.failure = None;
         self.status.candidate = None;
-        self.status.active = Some(version_status(self.active.as_ref().expect("set"), None));
+        self.status.active = self
+            .phase
+            .active()
+            .map(|active| version_status(active, None));
         self.status.previous = previous
             .as_ref()
             .map(|previous| version_status(previous, Some(now.clone())));
@@ -976,7 +928,7 @@ impl Rollout {
                     });
                 }
                 self.status.rollback_window_end = Some(window_end);
-                self.window = Some(RollbackWindow {
+                self.phase.open_window(RollbackWindow {
                     previous,
                     until: Instant::now() + policy.window,
                     policy,
@@ -986,23 +938,15 @@ impl Rollout {
     }
 
     fn refused(&mut self, desired: &Desired, generation: Option<i64>, refusal: Refusal) {
-        let attempts = self
-            .failure
-            .as_ref()
-            .filter(|failure| failure.version.identical(&desired.version))
-            .map_or(1, |failure| failure.attempts + 1);
-        let retry_at = refusal.transient.then(|| {
-            let pause = RETRY_BASE
-                .saturating_mul(1 << (attempts - 1).min(10))
-                .min(RETRY_MAX);
-            Instant::now() + pause
-        });
-        self.failure = Some(Failure {
-            version: desired.version.clone(),
-            retry_at,
-            attempts,
-        });
-        let serving = match &self.active {
+        let failure = Failure::after(
+            self.phase.failure(),
+            desired.version.clone(),
+            refusal.transient,
+            Instant::now(),
+        );
+        let retry_at = failure.retry_at();
+        self.phase.failed(failure);
+        let serving = match self.phase.active() {
             Some(active) => format!("{} keeps serving", active.provider.label()),
             None => "no version is active".to_string(),
         };
@@ -1044,7 +988,7 @@ impl Rollout {
             generation,
         );
         self.status.candidate = None;
-        if self.active.is_none() {
+        if self.phase.active().is_none() {
             set_condition(
                 &mut self.status,
                 condition::READY,

@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
 use crate::resource::{CloudConfigSource, CloudProvider};
+use wasm_ccm_host::source::ProviderRef;
 
 /// The annotation holding the record.
 pub const ANNOTATION: &str = "wasm-ccm.io/rollback";
@@ -64,6 +65,15 @@ impl RollbackRecord {
     /// Whether `generation`'s version was rolled back, as recorded.
     pub fn rolled_back_at(&self, generation: Option<i64>) -> bool {
         self.is_for(generation) && self.rolled_back
+    }
+
+    /// The version `generation` was rolled back to, as recorded: its reference and digest.
+    pub fn rolled_back_to(&self, generation: Option<i64>) -> Option<(ProviderRef, String)> {
+        if !self.rolled_back_at(generation) {
+            return None;
+        }
+        let reference = self.previous_reference.parse().ok()?;
+        Some((reference, self.previous_digest.clone()))
     }
 
     /// Write it on the resource `name`.
@@ -114,6 +124,10 @@ mod tests {
         assert_eq!(read, record);
         assert!(read.rolled_back_at(Some(3)));
         assert!(!read.rolled_back_at(Some(4)), "stale after a spec change");
+        let (reference, digest) = read.rolled_back_to(Some(3)).unwrap();
+        assert_eq!(reference.to_string(), "oci://r.example/p:v1");
+        assert_eq!(digest, record.previous_digest);
+        assert!(read.rolled_back_to(Some(4)).is_none());
         assert!(!read.is_for(None));
         assert!(RollbackRecord::of(&object(None)).is_none());
     }

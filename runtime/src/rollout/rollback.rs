@@ -6,96 +6,54 @@
 //! Across restarts, only the [`RollbackRecord`] counts, never the status: a manager
 //! starting runs the spec's version, unless the record says this generation was rolled
 //! back, and then the recorded previous version (by digest); inside a recorded window it
-//! loads the previous version again, warm, and keeps judging the spec's.
+//! loads the previous version again, warm, and keeps judging the spec's. The rules (when to
+//! roll back, how long a restored window lasts) are [`machine`]'s; this module does them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::jiff::Timestamp;
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::provider::{CallCounts, Compiled, Provider};
-use wasm_ccm_host::source::ProviderRef;
 
+use super::machine::{self, RollbackWindow, WindowVerdict};
 use super::record::RollbackRecord;
 use super::spec::Desired;
 use super::status::{self, set_condition};
 use super::{Active, Rollout, spec, version_status};
 use crate::resource::{ConditionStatus, VersionCalls, condition};
 
-/// The rollback window after an activation: the previous version, kept loaded.
-pub(super) struct RollbackWindow {
-    pub(super) previous: Active,
-    pub(super) until: Instant,
-    pub(super) policy: spec::RollbackPolicy,
-}
-
 impl Rollout {
-    /// The version this generation was rolled back to, as the record says.
-    pub(super) fn rolled_back_to(&self, generation: Option<i64>) -> Option<(ProviderRef, String)> {
-        let record = self
-            .record
-            .as_ref()
-            .filter(|record| record.rolled_back_at(generation))?;
-        let reference = record.previous_reference.parse().ok()?;
-        Some((reference, record.previous_digest.clone()))
-    }
-
     /// Whether this generation's version was rolled back (by this replica or, as the record
     /// says, by the leader): it is not activated again until the spec changes.
     pub(super) fn rolled_back(&self, generation: Option<i64>) -> bool {
-        self.active.is_some()
+        self.phase.active().is_some()
             && self
                 .record
                 .as_ref()
                 .is_some_and(|record| record.rolled_back_at(generation))
     }
 
-    /// As a standby: when the leader rolled this generation back (its record says so), do
+    /// As a standby, when the leader rolled this generation back (its record says so): do
     /// the same with the version kept warm, so a failover never brings the rolled-back
-    /// version back. Whether the rollback is followed (nothing else to do).
-    pub(super) fn follow_rollback(&mut self, generation: Option<i64>) -> bool {
-        let Some(target) = self
-            .record
-            .as_ref()
-            .filter(|record| record.rolled_back_at(generation))
-            .map(|record| record.previous_digest.clone())
-        else {
-            return false;
-        };
-        if self.active.is_none() {
-            return false;
-        }
-        let active_digest = self
-            .active
-            .as_ref()
-            .map(|active| active.provider.identity().digest.clone());
-        if active_digest.as_deref() == Some(target.as_str()) {
-            // Followed already; take up the leader's status as it reports the rollback.
-            self.take_stored_status();
-            return true;
-        }
-        let warm = self
-            .window
-            .as_ref()
-            .is_some_and(|window| window.previous.provider.identity().digest == target);
+    /// version back.
+    pub(super) fn follow_rollback(&mut self) {
         let Some(slot) = self.slot_tx.borrow().clone() else {
-            return false;
+            return;
         };
-        if !warm {
-            return false;
+        let Some((rolled_back, _)) = self.phase.roll_back() else {
+            return;
+        };
+        if let Some(active) = self.phase.active() {
+            slot.reactivate(active.provider.clone());
         }
-        let window = self.window.take().expect("checked above");
-        slot.reactivate(window.previous.provider.clone());
-        if let Some(rolled_back) = self.active.replace(window.previous) {
-            tracing::warn!(resource = %self.settings.resource, provider = %rolled_back.provider.label(), "the leader rolled this version back; following");
-            self.unloaded(&rolled_back.provider);
-        }
+        tracing::warn!(resource = %self.settings.resource, provider = %rolled_back.provider.label(), "the leader rolled this version back; following");
+        self.unloaded(&rolled_back.provider);
         self.take_stored_status();
-        true
     }
 
     /// As a standby, report what the leader reported (should it take over).
-    fn take_stored_status(&mut self) {
+    pub(super) fn take_stored_status(&mut self) {
         if let Some(stored) = self.object.as_ref().and_then(|o| o.status.clone()) {
             self.status = stored;
         }
@@ -104,7 +62,7 @@ impl Rollout {
     /// During the rollback window: compare failure rates, and roll back when the new
     /// version fails too much more than the previous one.
     pub(super) fn judge_window(&mut self) {
-        let (Some(window), Some(active)) = (&self.window, &self.active) else {
+        let (Some(window), Some(active)) = (self.phase.window(), self.phase.active()) else {
             return;
         };
         let new = active
@@ -133,58 +91,66 @@ impl Rollout {
         self.status
             .version_calls
             .dedup_by(|a, b| a.digest == b.digest);
-        let excess = (new.failure_rate() - old.failure_rate()) * 100.0;
-        if new.calls >= window.policy.minimum_calls && excess > window.policy.threshold {
-            self.roll_back(new, old);
-            return;
-        }
-        if Instant::now() >= window.until {
-            let window = self.window.take().expect("checked");
-            tracing::info!(provider = %active.provider.label(), "rollback window over: {} calls, {} failed; {} unloaded", new.calls, new.failures, window.previous.provider.label());
-            self.unloaded(&window.previous.provider);
-            self.status.version_calls.clear();
-            self.status.previous = None;
-            self.status.rollback_window_end = None;
+        match machine::judge_window(new, old, &window.policy, window.until, Instant::now()) {
+            WindowVerdict::Watching => {}
+            WindowVerdict::RollBack => self.roll_back(new, old),
+            WindowVerdict::Over => {
+                let active = active.provider.label();
+                let Some(window) = self.phase.close_window() else {
+                    return;
+                };
+                tracing::info!(provider = %active, "rollback window over: {} calls, {} failed; {} unloaded", new.calls, new.failures, window.previous.provider.label());
+                self.unloaded(&window.previous.provider);
+                self.status.version_calls.clear();
+                self.status.previous = None;
+                self.status.rollback_window_end = None;
+            }
         }
     }
 
-    pub(super) fn roll_back(&mut self, new: CallCounts, old: CallCounts) {
-        let window = self.window.take().expect("checked by the caller");
+    /// Reactivate the version the window keeps: the active one answered `new` and failed
+    /// too much more than it did (`old`).
+    fn roll_back(&mut self, new: CallCounts, old: CallCounts) {
         let Some(slot) = self.slot_tx.borrow().clone() else {
             return;
         };
         let generation = self.generation();
-        let rolled_back = self.active.take().expect("checked by the caller");
-        slot.reactivate(window.previous.provider.clone());
+        let Some((rolled_back, policy)) = self.phase.roll_back() else {
+            return;
+        };
+        let Some(previous) = self.phase.active() else {
+            return;
+        };
+        slot.reactivate(previous.provider.clone());
         let message = format!(
             "{} failed {} of {} calls ({:.1}%) after activation, {:.1} points above {} ({} of {} calls, {:.1}%), over the threshold of {} points; {} reactivated. Change the spec to roll out again",
             rolled_back.provider.label(),
             new.failures,
             new.calls,
             new.failure_rate() * 100.0,
-            (new.failure_rate() - old.failure_rate()) * 100.0,
-            window.previous.provider.label(),
+            machine::excess_points(new, old),
+            previous.provider.label(),
             old.failures,
             old.calls,
             old.failure_rate() * 100.0,
-            window.policy.threshold,
-            window.previous.provider.label(),
+            policy.threshold,
+            previous.provider.label(),
         );
         tracing::error!(resource = %self.settings.resource, "rolled back: {message}");
         let now = status::now();
         if let Some(generation) = generation {
-            let identity = window.previous.provider.identity();
+            let identity = previous.provider.identity();
             self.record = Some(RollbackRecord {
                 generation,
                 previous_reference: identity.reference.to_string(),
                 previous_digest: identity.digest.clone(),
-                previous_cloud_config: window.previous.version.cloud_config_source.clone(),
+                previous_cloud_config: previous.version.cloud_config_source.clone(),
                 window_end: now.clone(),
                 rolled_back: true,
             });
         }
         self.status.rollback_window_end = None;
-        self.status.active = Some(version_status(&window.previous, None));
+        self.status.active = Some(version_status(previous, None));
         self.status.previous = Some(version_status(&rolled_back, Some(now)));
         set_condition(
             &mut self.status,
@@ -199,12 +165,11 @@ impl Rollout {
             condition::READY,
             ConditionStatus::True,
             "Active",
-            format!("{} is serving calls", window.previous.provider.label()),
+            format!("{} is serving calls", previous.provider.label()),
             generation,
         );
         self.warn("RolledBack", &rolled_back.provider.label(), message);
         self.unloaded(&rolled_back.provider);
-        self.active = Some(window.previous);
     }
 }
 
@@ -215,22 +180,18 @@ impl Rollout {
     /// from now). A previous version that cannot be loaded is reported; the active version
     /// keeps serving, without a rollback target.
     pub(super) async fn restore_window(&mut self, desired: &Desired, generation: Option<i64>) {
-        let Some(record) = self
-            .record
-            .clone()
-            .filter(|record| record.is_for(generation) && !record.rolled_back)
-        else {
+        let (Some(record), Some(active)) = (self.record.clone(), self.phase.active()) else {
             return;
         };
-        let Some(active) = &self.active else {
+        let Some(left) = machine::window_to_restore(
+            &record,
+            generation,
+            &active.provider.identity().digest,
+            desired.rollout.rollback.window,
+            Timestamp::now(),
+        ) else {
             return;
         };
-        let left = Duration::try_from(record.window_end.0.duration_since(Timestamp::now()))
-            .unwrap_or_default()
-            .min(desired.rollout.rollback.window);
-        if left.is_zero() || active.provider.identity().digest == record.previous_digest {
-            return;
-        }
         let label = active.provider.label();
         let mut version = desired.version.clone();
         let loaded = match record.previous_reference.parse() {
@@ -272,7 +233,7 @@ impl Rollout {
         self.normal("RollbackWindowRestored", &label, note);
         self.status.previous = Some(version_status(&previous, None));
         self.status.rollback_window_end = Some(record.window_end.clone());
-        self.window = Some(RollbackWindow {
+        self.phase.open_window(RollbackWindow {
             previous,
             until: Instant::now() + left,
             policy: desired.rollout.rollback,

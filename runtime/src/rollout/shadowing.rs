@@ -1,11 +1,12 @@
 //! The Shadow strategy's side of a rollout: a loaded candidate answering the read-only calls
 //! beside the active version ([`Shadow`]), its comparison reported in status every tick, and
-//! its promotion once enough answers agreed with none diverging.
+//! its promotion once enough answers agreed with none diverging (the rule:
+//! [`machine::judge_shadow`]).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::Rollout;
+use super::machine::{self, ShadowVerdict, Shadowing};
 use super::spec::Desired;
 use super::status::{self, set_condition};
 use crate::resource::{
@@ -13,16 +14,6 @@ use crate::resource::{
 };
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::provider::{Provider, Shadow};
-
-/// A candidate answering the read-only calls beside the active version (Shadow strategy).
-pub(super) struct Shadowing {
-    pub(super) desired: Desired,
-    pub(super) shadow: Arc<Shadow>,
-    pub(super) generation: Option<i64>,
-    pub(super) started: Instant,
-    /// Whether its first divergence was reported.
-    pub(super) diverged: bool,
-}
 
 impl Rollout {
     /// Let `candidate` answer the read-only calls beside the active version.
@@ -35,31 +26,31 @@ impl Rollout {
         let Some(slot) = self.slot_tx.borrow().clone() else {
             return;
         };
-        let Some(active) = &mut self.active else {
-            return;
-        };
         let in_flight = (desired.version.sandbox.max_concurrent_calls as usize / 4).max(1);
         let shadow = Shadow::new(candidate, in_flight);
-        slot.reconfigure(active.provider.with_shadow(Some(shadow.clone())));
-        active.provider = slot.current();
         let label = shadow.candidate().label();
-        let note = format!(
-            "{label} answers the read-only calls beside {}; it is activated after {} agreeing answers with no divergence",
-            active.provider.label(),
-            desired.rollout.shadow.agreeing_calls
-        );
-        tracing::info!(resource = %self.settings.resource, "{note}");
-        self.normal("Shadowing", &label, note);
+        let agreeing_calls = desired.rollout.shadow.agreeing_calls;
         let reference = desired.version.reference.to_string();
         let digest = shadow.candidate().identity().digest.clone();
-        self.status.shadow = Some(ShadowStatus::default());
-        self.shadowing = Some(Shadowing {
+        let shadowing = Shadowing {
             desired,
-            shadow,
+            shadow: shadow.clone(),
             generation,
             started: Instant::now(),
             diverged: false,
-        });
+        };
+        let Some(active) = self.phase.start_shadowing(shadowing) else {
+            return;
+        };
+        slot.reconfigure(active.provider.with_shadow(Some(shadow)));
+        active.provider = slot.current();
+        let note = format!(
+            "{label} answers the read-only calls beside {}; it is activated after {agreeing_calls} agreeing answers with no divergence",
+            active.provider.label(),
+        );
+        tracing::info!(resource = %self.settings.resource, "{note}");
+        self.normal("Shadowing", &label, note);
+        self.status.shadow = Some(ShadowStatus::default());
         self.phase(
             &reference,
             Some(&digest),
@@ -71,11 +62,11 @@ impl Rollout {
 
     /// Detach the shadow from the active version.
     pub(super) fn stop_shadowing(&mut self) {
-        let Some(shadowing) = self.shadowing.take() else {
+        let Some(shadowing) = self.phase.stop_shadowing() else {
             return;
         };
-        if let Some(active) = &mut self.active
-            && let Some(slot) = self.slot_tx.borrow().clone()
+        if let Some(slot) = self.slot_tx.borrow().clone()
+            && let Some(active) = self.phase.active_mut()
         {
             slot.reconfigure(active.provider.with_shadow(None));
             active.provider = slot.current();
@@ -89,7 +80,7 @@ impl Rollout {
     /// While shadowing: report the comparison, and promote the candidate once enough
     /// answers agreed with none diverging.
     pub(super) fn judge_shadow(&mut self) {
-        let (Some(shadowing), Some(active)) = (&mut self.shadowing, &self.active) else {
+        let (Some(shadowing), Some(active)) = (self.phase.shadowing(), self.phase.active()) else {
             return;
         };
         let report = shadowing.shadow.report();
@@ -136,56 +127,70 @@ impl Rollout {
             .version_calls
             .dedup_by(|a, b| a.digest == b.digest);
         let generation = shadowing.generation;
-        if report.diverging > 0 {
-            let first = report
-                .divergences
-                .first()
-                .map(|d| format!("{}: {}", d.function, d.diff))
-                .unwrap_or_default();
-            let message = format!(
-                "{} answered {} of {} read-only calls differently from {} (first: {first}); promotion waits: change the spec to roll out another version",
-                candidate.label(),
-                report.diverging,
-                report.diverging + report.agreeing,
-                active.provider.label()
-            );
-            let first_time = !shadowing.diverged;
-            shadowing.diverged = true;
-            set_condition(
-                &mut self.status,
-                condition::PROGRESSING,
-                ConditionStatus::True,
-                "ShadowDiverged",
-                message.clone(),
-                generation,
-            );
-            if first_time {
-                self.warn("ShadowDiverged", &candidate.label(), message);
+        let policy = &shadowing.desired.rollout.shadow;
+        match machine::judge_shadow(report.agreeing, report.diverging, policy) {
+            ShadowVerdict::Comparing => {}
+            ShadowVerdict::Diverged => {
+                let first = report
+                    .divergences
+                    .first()
+                    .map(|d| format!("{}: {}", d.function, d.diff))
+                    .unwrap_or_default();
+                let message = format!(
+                    "{} answered {} of {} read-only calls differently from {} (first: {first}); promotion waits: change the spec to roll out another version",
+                    candidate.label(),
+                    report.diverging,
+                    report.diverging + report.agreeing,
+                    active.provider.label()
+                );
+                let first_time = !shadowing.diverged;
+                set_condition(
+                    &mut self.status,
+                    condition::PROGRESSING,
+                    ConditionStatus::True,
+                    "ShadowDiverged",
+                    message.clone(),
+                    generation,
+                );
+                if first_time {
+                    self.warn("ShadowDiverged", &candidate.label(), message);
+                }
+                if let Some(shadowing) = self.phase.shadowing_mut() {
+                    shadowing.diverged = true;
+                }
             }
-            return;
+            ShadowVerdict::Promote => self.promote(report.agreeing),
         }
-        if report.agreeing < shadowing.desired.rollout.shadow.agreeing_calls {
-            return;
-        }
-        let shadowing = self.shadowing.take().expect("checked above");
+    }
+
+    /// Activate the candidate shadowing, which agreed on `agreeing` calls.
+    fn promote(&mut self, agreeing: u64) {
         let Some(slot) = self.slot_tx.borrow().clone() else {
             return;
         };
-        if let Some(active) = &mut self.active {
+        let Some(shadowing) = self.phase.stop_shadowing() else {
+            return;
+        };
+        if let Some(active) = self.phase.active_mut() {
             slot.reconfigure(active.provider.with_shadow(None));
             active.provider = slot.current();
         }
+        let candidate = shadowing.shadow.candidate();
         tracing::info!(
             resource = %self.settings.resource,
-            "{} agreed on {} read-only calls in {:?}: promoting it",
+            "{} agreed on {agreeing} read-only calls in {:?}: promoting it",
             candidate.label(),
-            report.agreeing,
             shadowing.started.elapsed()
         );
         // Promoted, it may use every method again.
         let gate = EgressGate::new(shadowing.desired.egress.clone(), self.metrics.clone());
         let promoted = candidate.with_egress(gate);
         self.status.shadow = None;
-        self.activate(shadowing.desired, promoted, generation, shadowing.started);
+        self.activate(
+            shadowing.desired,
+            promoted,
+            shadowing.generation,
+            shadowing.started,
+        );
     }
 }

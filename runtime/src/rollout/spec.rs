@@ -148,6 +148,10 @@ pub struct RolloutPolicy {
     pub follow_tag: bool,
 }
 
+/// `spec.egress` and `spec.credentials` as written: a version's egress gate changes when
+/// they do.
+pub type EgressKey = (Option<EgressSpec>, Vec<CredentialSpec>);
+
 /// A spec, parsed.
 #[derive(Debug, Clone)]
 pub struct Desired {
@@ -156,7 +160,7 @@ pub struct Desired {
     /// What it may reach, and with which credentials.
     pub egress: EgressConfig,
     /// `spec.egress` and `spec.credentials` as written, to compare.
-    pub egress_key: (Option<EgressSpec>, Vec<CredentialSpec>),
+    pub egress_key: EgressKey,
     /// `spec.rollout`.
     pub rollout: RolloutPolicy,
 }

@@ -210,8 +210,8 @@ impl Rollout {
             // A standby loads the digest the leader recorded, which the leader activated
             // (after its shadow, if any) directly: a standby has no calls to shadow with.
             let running = self
-                .active
-                .as_ref()
+                .phase
+                .active()
                 .map(|active| active.provider.identity().digest.as_str());
             if !self.leading() && running != Some(record.digest.as_str()) {
                 desired.rollout.strategy = RolloutStrategy::Direct;
@@ -219,21 +219,20 @@ impl Rollout {
         }
     }
 
-    /// `active` runs the spec's version under a new generation that changed only what
-    /// applies in place: its digest stays the tag's for this generation.
-    pub(super) fn carry_resolution(
-        &mut self,
-        spec: &CloudProviderSpec,
-        generation: Option<i64>,
-        active: &Identity,
-    ) {
+    /// The active version runs the spec's version under a new generation that changed only
+    /// what applies in place: its digest stays the tag's for this generation.
+    pub(super) fn carry_resolution(&mut self, spec: &CloudProviderSpec, generation: Option<i64>) {
+        let Some(active) = self.phase.active() else {
+            return;
+        };
+        let active = active.provider.identity().clone();
         let recorded = self
             .tags
             .record
             .as_ref()
             .is_some_and(|record| record.applies(generation, &spec.provider));
         if !recorded && !self.rolled_back(generation) {
-            self.resolved(spec, generation, active);
+            self.resolved(spec, generation, &active);
         }
     }
 
@@ -248,7 +247,11 @@ impl Rollout {
         let (Some(tag), Some(generation)) = (unpinned_tag(spec), generation) else {
             return;
         };
-        if !through(&identity.reference, &tag) || self.rolled_back_to(Some(generation)).is_some() {
+        let rolled_back = self
+            .record
+            .as_ref()
+            .and_then(|record| record.rolled_back_to(Some(generation)));
+        if !through(&identity.reference, &tag) || rolled_back.is_some() {
             return;
         }
         let record = ResolvedRecord {
@@ -298,7 +301,7 @@ impl Rollout {
         !self.settings.tag_check_interval.is_zero()
             && !self.tags.checking
             && self.leading()
-            && self.active.is_some()
+            && self.phase.active().is_some()
             && self.checked_record().is_some()
     }
 
