@@ -13,13 +13,104 @@ pub const CONTRACT_PACKAGE: &str = "wasm-ccm:provider";
 /// The contract version this host implements.
 pub const CONTRACT_VERSION: &str = "0.1.0";
 
-/// Declares [`Function`] from one line per contract function:
-/// `Variant: "interface" / "function-name"("param", ...)`, as named in the WIT.
-macro_rules! contract_functions {
-    ($($variant:ident: $interface:literal / $name:literal ($($param:literal),*);)*) => {
+/// The contract's functions, one line each, in WIT order, handed to the macro `$then`: every
+/// place that follows the contract is generated from this one table. [`Function`] is made
+/// here; the facade's methods in [`crate::provider`]; `provider call`'s dispatch in the
+/// manager's CLI.
+///
+/// A line is the [`Function`] variant, the WIT interface and function name, then the facade's
+/// method: how it is called, its name, its parameters (the WIT name, then the Rust name and
+/// type) and its answer. How it is called:
+/// - `mirrored`: a read-only call, which a shadow's candidate answers too, to be compared;
+/// - `with_nodes`: it carries the nodes of a load balancer, lent as a `node-set` to a
+///   component that reads them so and listed to any other;
+/// - `call`: called on the active version only.
+///
+/// `init` has no method: a version is `init`ed as it loads
+/// ([`crate::provider::Compiled::init`]).
+#[macro_export]
+macro_rules! contract_table {
+    ($then:ident) => {
+        $then! {
+            Init: "provider" / "init"("config");
+            /// Whether the instance behind `node` exists (`false` only on definite absence).
+            InstanceExists: "instances" / "instance-exists"
+                mirrored fn instance_exists("node" node: &$crate::contract::Node) -> bool;
+            /// Whether the instance behind `node` is shut down.
+            InstanceShutdown: "instances" / "instance-shutdown"
+                mirrored fn instance_shutdown("node" node: &$crate::contract::Node) -> bool;
+            /// Identity, type, addresses and placement of the instance behind `node`.
+            InstanceMetadata: "instances" / "instance-metadata"
+                mirrored fn instance_metadata("node" node: &$crate::contract::Node)
+                    -> $crate::contract::InstanceMetadata;
+            /// The load balancer of `svc`, or `None` if it does not exist.
+            GetLoadBalancer: "load-balancer" / "get-load-balancer"
+                mirrored fn get_load_balancer(
+                    "cluster-name" cluster: &str,
+                    "svc" svc: &$crate::contract::Service
+                ) -> Option<$crate::contract::LbStatus>;
+            /// The cloud-side name of the load balancer of `svc`.
+            GetLoadBalancerName: "load-balancer" / "get-load-balancer-name"
+                mirrored fn get_load_balancer_name(
+                    "cluster-name" cluster: &str,
+                    "svc" svc: &$crate::contract::Service
+                ) -> String;
+            /// Create or update the load balancer of `svc` for `nodes`.
+            EnsureLoadBalancer: "load-balancer" / "ensure-load-balancer"
+                with_nodes fn ensure_load_balancer(
+                    "cluster-name" cluster: &str,
+                    "svc" svc: &$crate::contract::Service,
+                    "nodes" nodes: &std::sync::Arc<[$crate::contract::Node]>
+                ) -> $crate::contract::LbStatus;
+            /// Point the load balancer of `svc` at `nodes`.
+            UpdateLoadBalancer: "load-balancer" / "update-load-balancer"
+                with_nodes fn update_load_balancer(
+                    "cluster-name" cluster: &str,
+                    "svc" svc: &$crate::contract::Service,
+                    "nodes" nodes: &std::sync::Arc<[$crate::contract::Node]>
+                ) -> ();
+            /// Delete the load balancer of `svc`; `Ok` if already gone.
+            EnsureLoadBalancerDeleted: "load-balancer" / "ensure-load-balancer-deleted"
+                call fn ensure_load_balancer_deleted(
+                    "cluster-name" cluster: &str,
+                    "svc" svc: &$crate::contract::Service
+                ) -> ();
+            /// The routes of `cluster`.
+            ListRoutes: "routes" / "list-routes"
+                mirrored fn list_routes("cluster-name" cluster: &str)
+                    -> Vec<$crate::contract::Route>;
+            /// Create `route` (`name_hint` is the node's UID).
+            CreateRoute: "routes" / "create-route"
+                call fn create_route(
+                    "cluster-name" cluster: &str,
+                    "name-hint" name_hint: &str,
+                    "route" route: &$crate::contract::Route
+                ) -> ();
+            /// Delete `route`.
+            DeleteRoute: "routes" / "delete-route"
+                call fn delete_route(
+                    "cluster-name" cluster: &str,
+                    "route" route: &$crate::contract::Route
+                ) -> ();
+        }
+    };
+}
+
+/// Declares [`Function`] from [`contract_table!`].
+macro_rules! declare_functions {
+    (
+        $init:ident: $init_interface:literal / $init_name:literal ($init_param:literal);
+        $(
+            $(#[$doc:meta])*
+            $variant:ident: $interface:literal / $name:literal
+                $how:ident fn $method:ident($($param:literal $arg:ident: &$ty:ty),*) -> $answer:ty;
+        )*
+    ) => {
         /// A function of the contract, as the WIT names it.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Function {
+            #[doc = concat!("`", $init_interface, ".", $init_name, "`")]
+            $init,
             $(
                 #[doc = concat!("`", $interface, ".", $name, "`")]
                 $variant,
@@ -28,11 +119,12 @@ macro_rules! contract_functions {
 
         impl Function {
             /// Every function, in WIT order.
-            pub const ALL: &[Function] = &[$(Function::$variant),*];
+            pub const ALL: &[Function] = &[Function::$init, $(Function::$variant),*];
 
             /// The function's name in the WIT, e.g. `instance-metadata`.
             pub fn name(self) -> &'static str {
                 match self {
+                    Function::$init => $init_name,
                     $(Function::$variant => $name,)*
                 }
             }
@@ -40,6 +132,7 @@ macro_rules! contract_functions {
             /// The WIT interface that exports it, e.g. `instances`.
             pub fn interface(self) -> &'static str {
                 match self {
+                    Function::$init => $init_interface,
                     $(Function::$variant => $interface,)*
                 }
             }
@@ -47,6 +140,7 @@ macro_rules! contract_functions {
             /// Its parameters, as the WIT names them.
             pub fn params(self) -> &'static [&'static str] {
                 match self {
+                    Function::$init => &[$init_param],
                     $(Function::$variant => &[$($param),*],)*
                 }
             }
@@ -54,20 +148,7 @@ macro_rules! contract_functions {
     };
 }
 
-contract_functions! {
-    Init: "provider" / "init"("config");
-    InstanceExists: "instances" / "instance-exists"("node");
-    InstanceShutdown: "instances" / "instance-shutdown"("node");
-    InstanceMetadata: "instances" / "instance-metadata"("node");
-    GetLoadBalancer: "load-balancer" / "get-load-balancer"("cluster-name", "svc");
-    GetLoadBalancerName: "load-balancer" / "get-load-balancer-name"("cluster-name", "svc");
-    EnsureLoadBalancer: "load-balancer" / "ensure-load-balancer"("cluster-name", "svc", "nodes");
-    UpdateLoadBalancer: "load-balancer" / "update-load-balancer"("cluster-name", "svc", "nodes");
-    EnsureLoadBalancerDeleted: "load-balancer" / "ensure-load-balancer-deleted"("cluster-name", "svc");
-    ListRoutes: "routes" / "list-routes"("cluster-name");
-    CreateRoute: "routes" / "create-route"("cluster-name", "name-hint", "route");
-    DeleteRoute: "routes" / "delete-route"("cluster-name", "route");
-}
+contract_table!(declare_functions);
 
 impl Function {
     /// The function named `name` in the WIT.

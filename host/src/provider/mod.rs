@@ -2,9 +2,10 @@
 //! loaded provider version. This is all controllers see of a provider: they do not know
 //! wasm exists.
 //!
-//! Every method goes through one call path ([`Provider::call`]), which times the call,
-//! counts its outcome and maps its failure; the read-only ones also hand their inputs and
-//! answer to a [`Shadow`], when one is attached.
+//! The methods are declared from the contract's one table ([`crate::contract_table!`]), each
+//! by the call path its line names. Every call goes through one path ([`Provider::call`]),
+//! which times it, counts its outcome and maps its failure; the read-only ones also hand
+//! their inputs and answer to a [`Shadow`], when one is attached.
 //!
 //! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
@@ -20,9 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::contract::{
-    Capabilities, CloudError, Function, InstanceMetadata, LbStatus, Node, Route, Service,
-};
+use crate::contract::{Capabilities, CloudError, Function, Node, Service};
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
@@ -434,147 +433,37 @@ impl Provider {
         self.guest.egress()
     }
 
-    /// Whether the instance behind `node` exists (`false` only on definite absence).
-    pub async fn instance_exists(&self, node: &Node) -> Result<bool, ProviderError> {
-        let mirror = self.mirror(Function::InstanceExists, {
-            let node = node.clone();
-            move |candidate| async move { candidate.call(Function::InstanceExists, (&node,)).await }
-        });
-        settled(mirror, self.call(Function::InstanceExists, (node,)).await)
-    }
-
-    /// Whether the instance behind `node` is shut down.
-    pub async fn instance_shutdown(&self, node: &Node) -> Result<bool, ProviderError> {
-        let mirror =
-            self.mirror(Function::InstanceShutdown, {
-                let node = node.clone();
-                move |candidate| async move {
-                    candidate.call(Function::InstanceShutdown, (&node,)).await
-                }
-            });
-        settled(mirror, self.call(Function::InstanceShutdown, (node,)).await)
-    }
-
-    /// Identity, type, addresses and placement of the instance behind `node`.
-    pub async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, ProviderError> {
-        let mirror =
-            self.mirror(Function::InstanceMetadata, {
-                let node = node.clone();
-                move |candidate| async move {
-                    candidate.call(Function::InstanceMetadata, (&node,)).await
-                }
-            });
-        settled(mirror, self.call(Function::InstanceMetadata, (node,)).await)
-    }
-
-    /// The load balancer of `svc`, or `None` if it does not exist.
-    pub async fn get_load_balancer(
+    /// A read-only call, which a shadow's candidate, when one is attached, answers too: its
+    /// answer is compared with the active version's, which is returned.
+    async fn mirrored<A: Holdable, T>(
         &self,
-        cluster: &str,
-        svc: &Service,
-    ) -> Result<Option<LbStatus>, ProviderError> {
-        let mirror = self.mirror(Function::GetLoadBalancer, {
-            let (cluster, svc) = (cluster.to_string(), svc.clone());
-            move |candidate| async move {
-                candidate
-                    .call(Function::GetLoadBalancer, (cluster.as_str(), &svc))
-                    .await
-            }
+        function: Function,
+        args: A,
+    ) -> Result<T, ProviderError>
+    where
+        T: Answer + Clone + serde::Serialize + PartialEq + std::fmt::Debug,
+    {
+        let mirror = self.shadow.as_ref().and_then(|shadow| {
+            let held = args.hold();
+            shadow.mirror(function, move |candidate| async move {
+                candidate.call(function, held.args()).await
+            })
         });
-        let answer = self.call(Function::GetLoadBalancer, (cluster, svc)).await;
-        settled(mirror, answer)
+        settled(mirror, self.call(function, args).await)
     }
 
-    /// The cloud-side name of the load balancer of `svc`.
-    pub async fn get_load_balancer_name(
+    /// A call carrying the nodes of a load balancer: a provider that reads nodes through a
+    /// `node-set` is lent them without a copy; any other gets them as a list.
+    async fn with_nodes<T: Answer>(
         &self,
-        cluster: &str,
-        svc: &Service,
-    ) -> Result<String, ProviderError> {
-        let mirror = self.mirror(Function::GetLoadBalancerName, {
-            let (cluster, svc) = (cluster.to_string(), svc.clone());
-            move |candidate| async move {
-                candidate
-                    .call(Function::GetLoadBalancerName, (cluster.as_str(), &svc))
-                    .await
-            }
-        });
-        let answer = self
-            .call(Function::GetLoadBalancerName, (cluster, svc))
-            .await;
-        settled(mirror, answer)
-    }
-
-    /// Create or update the load balancer of `svc` for `nodes`. A provider that reads
-    /// nodes through a `node-set` is lent `nodes` without a copy; any other gets them as a
-    /// list.
-    pub async fn ensure_load_balancer(
-        &self,
-        cluster: &str,
-        svc: &Service,
-        nodes: &Arc<[Node]>,
-    ) -> Result<LbStatus, ProviderError> {
-        let function = Function::EnsureLoadBalancer;
+        function: Function,
+        (cluster, svc, nodes): (&str, &Service, &Arc<[Node]>),
+    ) -> Result<T, ProviderError> {
         if self.guest.image().reads_node_sets() {
             self.call(function, (cluster, svc, nodes)).await
         } else {
             self.call(function, (cluster, svc, &nodes[..])).await
         }
-    }
-
-    /// Point the load balancer of `svc` at `nodes` (lent or listed as for
-    /// [`Provider::ensure_load_balancer`]).
-    pub async fn update_load_balancer(
-        &self,
-        cluster: &str,
-        svc: &Service,
-        nodes: &Arc<[Node]>,
-    ) -> Result<(), ProviderError> {
-        let function = Function::UpdateLoadBalancer;
-        if self.guest.image().reads_node_sets() {
-            self.call(function, (cluster, svc, nodes)).await
-        } else {
-            self.call(function, (cluster, svc, &nodes[..])).await
-        }
-    }
-
-    /// Delete the load balancer of `svc`; `Ok` if already gone.
-    pub async fn ensure_load_balancer_deleted(
-        &self,
-        cluster: &str,
-        svc: &Service,
-    ) -> Result<(), ProviderError> {
-        self.call(Function::EnsureLoadBalancerDeleted, (cluster, svc))
-            .await
-    }
-
-    /// The routes of `cluster`.
-    pub async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, ProviderError> {
-        let mirror = self.mirror(Function::ListRoutes, {
-            let cluster = cluster.to_string();
-            move |candidate| async move {
-                candidate
-                    .call(Function::ListRoutes, (cluster.as_str(),))
-                    .await
-            }
-        });
-        settled(mirror, self.call(Function::ListRoutes, (cluster,)).await)
-    }
-
-    /// Create `route` (`name_hint` is the node's UID).
-    pub async fn create_route(
-        &self,
-        cluster: &str,
-        name_hint: &str,
-        route: &Route,
-    ) -> Result<(), ProviderError> {
-        self.call(Function::CreateRoute, (cluster, name_hint, route))
-            .await
-    }
-
-    /// Delete `route`.
-    pub async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), ProviderError> {
-        self.call(Function::DeleteRoute, (cluster, route)).await
     }
 
     /// The one path of every call: run `function` in the sandbox, time it, count its
@@ -590,15 +479,88 @@ impl Provider {
     }
 }
 
-impl Provider {
-    /// With a shadow, start the candidate's side of a read-only call.
-    fn mirror<T, F, Fut>(&self, function: Function, call: F) -> Option<Mirror<T>>
+/// Declares the facade's method of every contract function from [`crate::contract_table!`]:
+/// each hands its arguments to the call path its line names.
+macro_rules! facade_methods {
+    (
+        $init:ident: $init_interface:literal / $init_name:literal ($init_param:literal);
+        $(
+            $(#[$doc:meta])*
+            $variant:ident: $interface:literal / $name:literal
+                $how:ident fn $method:ident($($param:literal $arg:ident: &$ty:ty),*) -> $answer:ty;
+        )*
+    ) => {
+        impl Provider {
+            $(
+                $(#[$doc])*
+                pub async fn $method(&self, $($arg: &$ty),*) -> Result<$answer, ProviderError> {
+                    self.$how(Function::$variant, ($($arg,)*)).await
+                }
+            )*
+        }
+    };
+}
+
+crate::contract_table!(facade_methods);
+
+/// Arguments of a read-only call that a shadow's candidate takes along to its own task: a
+/// copy it owns, which lends them again as the call's arguments.
+trait Holdable: Args {
+    /// The owned copy.
+    type Held: Held;
+    /// Copy the arguments.
+    fn hold(&self) -> Self::Held;
+}
+
+/// An owned copy of a read-only call's arguments.
+trait Held: Send + Sync + 'static {
+    /// The arguments it lends.
+    type Args<'a>: Args
     where
-        T: serde::Serialize + PartialEq + std::fmt::Debug + Send + 'static,
-        F: FnOnce(Arc<Provider>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T, ProviderError>> + Send + 'static,
-    {
-        self.shadow.as_ref()?.mirror(function, call)
+        Self: 'a;
+    /// Lend them.
+    fn args(&self) -> Self::Args<'_>;
+}
+
+impl Holdable for (&Node,) {
+    type Held = (Node,);
+    fn hold(&self) -> (Node,) {
+        (self.0.clone(),)
+    }
+}
+
+impl Held for (Node,) {
+    type Args<'a> = (&'a Node,);
+    fn args(&self) -> (&Node,) {
+        (&self.0,)
+    }
+}
+
+impl Holdable for (&str,) {
+    type Held = (String,);
+    fn hold(&self) -> (String,) {
+        (self.0.to_string(),)
+    }
+}
+
+impl Held for (String,) {
+    type Args<'a> = (&'a str,);
+    fn args(&self) -> (&str,) {
+        (&self.0,)
+    }
+}
+
+impl<'x> Holdable for (&'x str, &'x Service) {
+    type Held = (String, Service);
+    fn hold(&self) -> (String, Service) {
+        (self.0.to_string(), self.1.clone())
+    }
+}
+
+impl Held for (String, Service) {
+    type Args<'a> = (&'a str, &'a Service);
+    fn args(&self) -> (&str, &Service) {
+        (&self.0, &self.1)
     }
 }
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::conformance::{self, Fixture, Verdict};
@@ -707,7 +706,7 @@ fn report(outcome: Result<Value, ProviderError>) -> ExitCode {
 }
 
 /// A function and its arguments, checked before anything is loaded.
-struct CallRequest {
+pub(super) struct CallRequest {
     function: Function,
     args: Map<String, Value>,
 }
@@ -750,71 +749,30 @@ impl CallRequest {
                 params.join(", ")
             );
         }
+        CallRequest::with_args(function, args)
+    }
+
+    /// A call of `function` with `args` (keyed by the WIT's parameter names), each decoded
+    /// as the facade takes it.
+    pub(super) fn with_args(
+        function: Function,
+        args: Map<String, Value>,
+    ) -> anyhow::Result<CallRequest> {
         let request = CallRequest { function, args };
         request.check_types()?;
         Ok(request)
     }
 
-    /// Decode every argument now, so a type error is reported before the provider loads.
-    fn check_types(&self) -> anyhow::Result<()> {
-        for (name, value) in &self.args {
-            let value = value.clone();
-            let checked = match name.as_str() {
-                "node" => serde_json::from_value::<Node>(value).map(drop),
-                "nodes" => serde_json::from_value::<Vec<Node>>(value).map(drop),
-                "svc" => serde_json::from_value::<Service>(value).map(drop),
-                "route" => serde_json::from_value::<Route>(value).map(drop),
-                _ => serde_json::from_value::<String>(value).map(drop),
-            };
-            checked.with_context(|| format!("--args: parameter {name:?} of {}", self.function))?;
-        }
-        Ok(())
-    }
-
-    fn arg<T: DeserializeOwned>(&self, name: &str) -> T {
+    /// The argument `name`, decoded as the facade's parameter type `T` takes it.
+    fn decode<T: JsonParam + ?Sized>(&self, name: &str) -> anyhow::Result<T::Decoded> {
         let value = self.args.get(name).cloned().unwrap_or(Value::Null);
-        // `check_types` decoded every argument already.
-        serde_json::from_value(value)
-            .unwrap_or_else(|e| unreachable!("argument {name} checked: {e}"))
+        T::decode(value).with_context(|| format!("--args: parameter {name:?} of {}", self.function))
     }
 
-    async fn invoke(&self, p: &Provider) -> Result<Value, ProviderError> {
-        let cluster: String = if self.args.contains_key("cluster-name") {
-            self.arg("cluster-name")
-        } else {
-            String::new()
-        };
-        let (node, svc, route) = ("node", "svc", "route");
-        Ok(match self.function {
-            Function::Init => json(p.capabilities()),
-            Function::InstanceExists => json(&p.instance_exists(&self.arg(node)).await?),
-            Function::InstanceShutdown => json(&p.instance_shutdown(&self.arg(node)).await?),
-            Function::InstanceMetadata => json(&p.instance_metadata(&self.arg(node)).await?),
-            Function::GetLoadBalancer => {
-                json(&p.get_load_balancer(&cluster, &self.arg(svc)).await?)
-            }
-            Function::GetLoadBalancerName => {
-                json(&p.get_load_balancer_name(&cluster, &self.arg(svc)).await?)
-            }
-            Function::EnsureLoadBalancer => json(
-                &p.ensure_load_balancer(&cluster, &self.arg(svc), &self.nodes())
-                    .await?,
-            ),
-            Function::UpdateLoadBalancer => json(
-                &p.update_load_balancer(&cluster, &self.arg(svc), &self.nodes())
-                    .await?,
-            ),
-            Function::EnsureLoadBalancerDeleted => json(
-                &p.ensure_load_balancer_deleted(&cluster, &self.arg(svc))
-                    .await?,
-            ),
-            Function::ListRoutes => json(&p.list_routes(&cluster).await?),
-            Function::CreateRoute => json(
-                &p.create_route(&cluster, &self.arg::<String>("name-hint"), &self.arg(route))
-                    .await?,
-            ),
-            Function::DeleteRoute => json(&p.delete_route(&cluster, &self.arg(route)).await?),
-        })
+    /// The argument `name`, which [`CallRequest::check_types`] decoded already.
+    fn arg<T: JsonParam + ?Sized>(&self, name: &str) -> T::Decoded {
+        self.decode::<T>(name)
+            .unwrap_or_else(|e| unreachable!("argument {name} checked: {e:#}"))
     }
 
     /// What the manager's checks of answers refuse in `answer`, for the functions whose
@@ -825,13 +783,13 @@ impl CallRequest {
             Function::InstanceMetadata => {
                 let metadata: InstanceMetadata = serde_json::from_value(answer.clone()).ok()?;
                 let name = &p.capabilities().name;
-                answers::check_instance_metadata(&metadata, name, &self.arg("node"))
+                answers::check_instance_metadata(&metadata, name, &self.arg::<Node>("node"))
             }
             Function::EnsureLoadBalancer | Function::GetLoadBalancer => {
                 let status: Option<LbStatus> = serde_json::from_value(answer.clone()).ok()?;
                 AnswerPolicy::default().check_load_balancer_status(
                     &status?,
-                    &self.arg("svc"),
+                    &self.arg::<Service>("svc"),
                     |_| None,
                 )
             }
@@ -839,9 +797,94 @@ impl CallRequest {
         };
         checked.err()
     }
+}
 
-    fn nodes(&self) -> Arc<[Node]> {
-        self.arg::<Vec<Node>>("nodes").into()
+/// Declares how `provider call` checks and makes each contract function's call, from
+/// [`wasm_ccm_host::contract_table!`]: every argument decoded as the facade's method takes
+/// it, and the method called.
+macro_rules! call_dispatch {
+    (
+        $init:ident: $init_interface:literal / $init_name:literal ($init_param:literal);
+        $(
+            $(#[$doc:meta])*
+            $variant:ident: $interface:literal / $name:literal
+                $how:ident fn $method:ident($($param:literal $arg:ident: &$ty:ty),*) -> $answer:ty;
+        )*
+    ) => {
+        impl CallRequest {
+            /// Decode every argument now, so a type error is reported before the provider
+            /// loads.
+            fn check_types(&self) -> anyhow::Result<()> {
+                match self.function {
+                    Function::$init => {}
+                    $(Function::$variant => {
+                        $(self.decode::<$ty>($param)?;)*
+                    })*
+                }
+                Ok(())
+            }
+
+            /// Make the call through the facade; its answer as JSON.
+            pub(super) async fn invoke(&self, p: &Provider) -> Result<Value, ProviderError> {
+                Ok(match self.function {
+                    Function::$init => json(p.capabilities()),
+                    $(Function::$variant => {
+                        $(let $arg = self.arg::<$ty>($param);)*
+                        json(&p.$method($(<$ty as JsonParam>::lend(&$arg)),*).await?)
+                    })*
+                })
+            }
+        }
+    };
+}
+
+wasm_ccm_host::contract_table!(call_dispatch);
+
+/// A parameter of a facade method as `provider call` reads it from `--args`: what its JSON
+/// decodes to, and how the method borrows that.
+trait JsonParam {
+    /// What the JSON decodes to.
+    type Decoded;
+    /// Decode the argument.
+    fn decode(value: Value) -> serde_json::Result<Self::Decoded>;
+    /// The method's view of it.
+    fn lend(decoded: &Self::Decoded) -> &Self;
+}
+
+impl JsonParam for str {
+    type Decoded = String;
+    fn decode(value: Value) -> serde_json::Result<String> {
+        serde_json::from_value(value)
+    }
+    fn lend(decoded: &String) -> &str {
+        decoded
+    }
+}
+
+/// `JsonParam` for the contract's records, which decode to themselves.
+macro_rules! records_are_json_params {
+    ($($record:ty),*) => {$(
+        impl JsonParam for $record {
+            type Decoded = $record;
+            fn decode(value: Value) -> serde_json::Result<$record> {
+                serde_json::from_value(value)
+            }
+            fn lend(decoded: &$record) -> &$record {
+                decoded
+            }
+        }
+    )*};
+}
+
+records_are_json_params!(Node, Service, Route);
+
+impl JsonParam for Arc<[Node]> {
+    type Decoded = Arc<[Node]>;
+    fn decode(value: Value) -> serde_json::Result<Arc<[Node]>> {
+        serde_json::from_value::<Vec<Node>>(value).map(Arc::from)
+    }
+    fn lend(decoded: &Arc<[Node]>) -> &Arc<[Node]> {
+        decoded
     }
 }
 
@@ -852,6 +895,7 @@ fn json<T: serde::Serialize>(value: &T) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_function_is_known_and_checked() {
@@ -868,5 +912,37 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{typed:#}").contains("parameter \"node\""));
+    }
+
+    /// Every function's parameters decode from what the facade's types read, and a value of
+    /// the wrong type is refused naming the parameter: the dispatch follows the contract's
+    /// table, with no function left out.
+    #[test]
+    fn every_parameter_of_every_function_is_decoded_as_its_type() {
+        let valid = |param: &str| match param {
+            "node" | "svc" | "route" => json!({}),
+            "nodes" => json!([{"name": "n"}]),
+            _ => json!("text"),
+        };
+        for &function in Function::ALL {
+            let args: Map<String, Value> = params(function)
+                .iter()
+                .map(|param| (param.to_string(), valid(param)))
+                .collect();
+            let request =
+                CallRequest::parse(function.name(), &Value::Object(args.clone()).to_string());
+            assert!(request.is_ok(), "{function}: {:?}", request.err());
+            for param in params(function) {
+                let mut wrong = args.clone();
+                wrong.insert(param.to_string(), json!([5]));
+                let error = CallRequest::parse(function.name(), &Value::Object(wrong).to_string())
+                    .err()
+                    .unwrap_or_else(|| panic!("{function}: {param} as [5] was taken"));
+                assert!(
+                    format!("{error:#}").contains(&format!("parameter {param:?} of {function}")),
+                    "{error:#}"
+                );
+            }
+        }
     }
 }
