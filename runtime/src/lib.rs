@@ -31,3 +31,6 @@ pub mod cli;
 /// The docs' reference pages the code defines (flags, CloudProvider fields), checked.
 #[cfg(test)]
 mod reference_pages;
+/// The chart's `values.schema.json` for `provider`, from the CloudProvider CRD, checked.
+#[cfg(test)]
+mod chart_values_schema;

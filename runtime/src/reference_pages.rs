@@ -117,7 +117,8 @@ fn fields(path: &str, schema: &Value, out: &mut String) {
     }
 }
 
-fn yaml_value(yaml: &str) -> Value {
+/// `yaml` read as JSON's data model.
+pub(crate) fn yaml_value(yaml: &str) -> Value {
     serde_saphyr::from_str(yaml).expect("the CRD is YAML")
 }
 

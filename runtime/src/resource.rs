@@ -47,6 +47,12 @@ const HOST_PATTERN: &str = r"^https?://[^/?#]+$";
 const REFERENCE: &str = r"^(oci|file)://.+$";
 /// A pinned manifest digest.
 const DIGEST: &str = r"^sha256:[0-9a-f]{64}$";
+/// An object's name (a DNS-1123 subdomain), as ConfigMaps and Secrets have.
+const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A namespace's name (a DNS-1123 label).
+const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// A key of a ConfigMap's or Secret's data.
+const DATA_KEY: &str = r"^[-._a-zA-Z0-9]+$";
 /// An HTTP header name (RFC 9110 token).
 const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
 
@@ -207,16 +213,16 @@ pub struct CloudConfigSource {
 #[serde(rename_all = "camelCase")]
 pub struct KeyRef {
     /// The object's name.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN))]
     pub name: String,
 
     /// The key in its data.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DATA_KEY))]
     pub key: String,
 
     /// The object's namespace; the manager's own namespace by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL))]
     pub namespace: Option<String>,
 }
 
@@ -347,7 +353,7 @@ pub struct AwsSigningSpec {
     /// for an endpoint that is not an AWS endpoint name, where a request's Version tells them
     /// apart; for one that is, it limits the services.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(inner(regex(pattern = r"^[a-z0-9-]+$")))]
+    #[schemars(inner(regex(pattern = r"^[a-z0-9-]+$")), extend("x-kubernetes-list-type" = "set"))]
     pub services: Vec<String>,
 
     /// The API actions requests are signed for (e.g. DescribeInstances, or Describe* for
@@ -355,7 +361,10 @@ pub struct AwsSigningSpec {
     /// action. Actions that issue or manage credentials (STS AssumeRole*, GetSessionToken,
     /// IAM access keys and policies…) are never signed, listed or not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")))]
+    #[schemars(
+        inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")),
+        extend("x-kubernetes-list-type" = "set")
+    )]
     pub actions: Vec<String>,
 
     /// The Secret key holding the access key id.
@@ -512,7 +521,10 @@ pub struct ShadowSpec {
     /// Get*, List*), the only ones a shadow may sign by default, whatever the method (AWS
     /// takes GET /?Action=TerminateInstances): names, or a name's start followed by *.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")))]
+    #[schemars(
+        inner(regex(pattern = r"^[A-Za-z0-9]{1,128}\*?$")),
+        extend("x-kubernetes-list-type" = "set")
+    )]
     pub actions: Vec<String>,
 }
 
