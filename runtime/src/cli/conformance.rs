@@ -12,12 +12,16 @@
 //! The kit makes real cloud resources (a load balancer, a route) and deletes them at the
 //! end whatever failed on the way, as the controllers would on the Service's deletion.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::provider_cmd::CallRequest;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use wasm_ccm_host::answers::{self, AnswerPolicy};
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
+use wasm_ccm_host::egress::Caller;
 use wasm_ccm_host::provider::{Provider, ProviderError};
 
 /// What the rules need from the cloud, read from `--fixture` (YAML or JSON). Nodes, the
@@ -66,6 +70,81 @@ pub struct LoadBalancerFixture {
     /// controller would (e.g. `2m`, `90s`); 2 minutes by default.
     #[serde(default, deserialize_with = "duration")]
     pub retry_for: Option<Duration>,
+    /// Where the kit lists the cloud's load balancers itself, to see that a second ensure
+    /// made no second one; without it that rule is skipped.
+    pub cloud_list: Option<CloudList>,
+}
+
+/// A request that lists the cloud's load balancers: a GET of `url` (a POST of `form`, when
+/// given) through the provider's egress grants and credentials, whose answer holds an array
+/// of them at `items` (JSON), or names each once by the text `each` (any other answer, e.g.
+/// XML).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CloudList {
+    /// The listing's URL, e.g. `http://127.0.0.1:8080/v1/load-balancers?cluster=kubernetes`:
+    /// best one that lists only the cluster's, so that nothing else changes the count.
+    pub url: String,
+    /// A form body to POST instead (`application/x-www-form-urlencoded`), as AWS's SDKs send
+    /// a Query API's action: `Action=DescribeLoadBalancers&Version=2015-12-01`.
+    pub form: Option<String>,
+    /// A JSON pointer to the array in the answer (`/loadBalancers`; `""`, the whole answer).
+    pub items: Option<String>,
+    /// A text the answer holds once per load balancer (`<LoadBalancerArn>`).
+    pub each: Option<String>,
+}
+
+impl CloudList {
+    /// How many load balancers the cloud lists now.
+    async fn count(&self, provider: &Provider) -> Result<usize, String> {
+        let request = match &self.form {
+            None => http::Request::get(&self.url).body(bytes::Bytes::new()),
+            Some(form) => http::Request::post(&self.url)
+                .header(
+                    http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded; charset=utf-8",
+                )
+                .body(bytes::Bytes::from(form.clone())),
+        }
+        .map_err(|e| format!("cloudList.url {}: {e}", self.url))?;
+        let method = request.method().clone();
+        let caller = Arc::new(Caller {
+            provider: provider.capabilities().name.clone(),
+            version: "conformance-kit".into(),
+        });
+        let (status, body) = provider
+            .egress()
+            .send(caller, request)
+            .await
+            .map_err(|e| format!("{method} {}: {e}", self.url))?;
+        if !status.is_success() {
+            let excerpt: String = String::from_utf8_lossy(&body).chars().take(300).collect();
+            return Err(format!(
+                "{method} {} answered {status}: {excerpt}",
+                self.url
+            ));
+        }
+        match (&self.items, &self.each) {
+            (Some(items), None) => {
+                let answer: Value = serde_json::from_slice(&body)
+                    .map_err(|e| format!("{method} {} answered no JSON: {e}", self.url))?;
+                answer
+                    .pointer(items)
+                    .and_then(Value::as_array)
+                    .map(Vec::len)
+                    .ok_or_else(|| {
+                        format!(
+                            "{method} {} answered no array at cloudList.items {items:?}",
+                            self.url
+                        )
+                    })
+            }
+            (None, Some(each)) if !each.is_empty() => Ok(String::from_utf8_lossy(&body)
+                .matches(each.as_str())
+                .count()),
+            _ => Err("cloudList needs one of items (a JSON pointer) or each (a text)".into()),
+        }
+    }
 }
 
 /// A route to create and delete.
@@ -123,6 +202,19 @@ impl Fixture {
             for (list, field) in [(&lb.nodes, "nodes"), (&lb.updated_nodes, "updatedNodes")] {
                 for (index, node) in list.iter().enumerate() {
                     empty(&node.name, &format!("loadBalancer.{field}[{index}].name"))?;
+                }
+            }
+            if let Some(list) = &lb.cloud_list {
+                empty(&list.url, "loadBalancer.cloudList.url")?;
+                match (&list.items, &list.each) {
+                    (Some(_), None) => {}
+                    (None, Some(each)) => empty(each, "loadBalancer.cloudList.each")?,
+                    _ => {
+                        return Err(
+                            "loadBalancer.cloudList needs exactly one of items (a JSON pointer) or each (a text)"
+                                .into(),
+                        );
+                    }
                 }
             }
         }
@@ -238,18 +330,13 @@ pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
         ..Report::default()
     };
     let capabilities = provider.capabilities().clone();
-    let probe = Probe::new(&capabilities.name);
-    for (declared, name, interface) in [
-        (capabilities.instances, "instances", Interface::Instances),
-        (
-            capabilities.load_balancer,
-            "load-balancer",
-            Interface::LoadBalancer,
-        ),
-        (capabilities.routes, "routes", Interface::Routes),
+    for (declared, interface) in [
+        (capabilities.instances, Interface::Instances),
+        (capabilities.load_balancer, Interface::LoadBalancer),
+        (capabilities.routes, Interface::Routes),
     ] {
         if !declared {
-            undeclared(provider, &probe, fixture, interface, name, &mut report).await;
+            undeclared(provider, fixture, interface, &mut report).await;
         }
     }
     if capabilities.instances {
@@ -273,6 +360,7 @@ pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
     report
 }
 
+/// An interface of the contract a provider may leave undeclared, and its rule.
 #[derive(Clone, Copy)]
 enum Interface {
     Instances,
@@ -280,132 +368,110 @@ enum Interface {
     Routes,
 }
 
-/// Arguments for calling a function of an interface the provider did not declare.
-struct Probe {
-    node: Node,
-    service: Service,
-    route: Route,
+impl Interface {
+    /// The interface's name in the WIT.
+    fn name(self) -> &'static str {
+        match self {
+            Interface::Instances => "instances",
+            Interface::LoadBalancer => "load-balancer",
+            Interface::Routes => "routes",
+        }
+    }
+
+    /// Its `capabilities/undeclared-*` rule.
+    fn undeclared_rule(self) -> &'static str {
+        match self {
+            Interface::Instances => "capabilities/undeclared-instances-not-implemented",
+            Interface::LoadBalancer => "capabilities/undeclared-load-balancer-not-implemented",
+            Interface::Routes => "capabilities/undeclared-routes-not-implemented",
+        }
+    }
 }
 
-impl Probe {
-    fn new(provider: &str) -> Probe {
-        Probe {
-            node: Node {
-                name: "conformance-probe".into(),
-                provider_id: Some(format!("{provider}://conformance-probe")),
-                ..Node::default()
-            },
-            service: Service {
-                name: "conformance-probe".into(),
-                namespace: "default".into(),
-                uid: "00000000-0000-0000-0000-000000000000".into(),
-                service_type: "LoadBalancer".into(),
-                ..Service::default()
-            },
-            route: Route {
-                target_node: "conformance-probe".into(),
-                destination_cidr: "192.0.2.0/24".into(),
-                ..Route::default()
-            },
-        }
+/// Arguments for calling any function of an interface the provider did not declare, keyed
+/// by the WIT's parameter names, as `provider call --args` takes them.
+fn probe_args(provider: &str, cluster: &str) -> Map<String, Value> {
+    let node = Node {
+        name: "conformance-probe".into(),
+        provider_id: Some(format!("{provider}://conformance-probe")),
+        ..Node::default()
+    };
+    let service = Service {
+        name: "conformance-probe".into(),
+        namespace: "default".into(),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        service_type: "LoadBalancer".into(),
+        ..Service::default()
+    };
+    let route = Route {
+        target_node: "conformance-probe".into(),
+        destination_cidr: "192.0.2.0/24".into(),
+        ..Route::default()
+    };
+    let args = json!({
+        "cluster-name": cluster,
+        "node": node,
+        "svc": service,
+        "nodes": [node],
+        "route": route,
+        "name-hint": "conformance-probe",
+    });
+    match args {
+        Value::Object(args) => args,
+        _ => unreachable!("an object"),
     }
 }
 
 /// `capabilities/undeclared-*`: every function of an interface the provider does not declare
 /// answers `not-implemented` (the host relies on the declaration; an answer would mean the
-/// declaration is wrong).
+/// declaration is wrong). The functions are the contract's, as its table lists them.
 async fn undeclared(
     provider: &Provider,
-    probe: &Probe,
     fixture: &Fixture,
     interface: Interface,
-    name: &str,
     report: &mut Report,
 ) {
-    let cluster = fixture.cluster_name.as_str();
-    let nodes: std::sync::Arc<[Node]> = vec![probe.node.clone()].into();
-    let outcomes: Vec<(Function, Result<(), ProviderError>)> = match interface {
-        Interface::Instances => vec![
-            (
-                Function::InstanceExists,
-                provider.instance_exists(&probe.node).await.map(drop),
-            ),
-            (
-                Function::InstanceShutdown,
-                provider.instance_shutdown(&probe.node).await.map(drop),
-            ),
-            (
-                Function::InstanceMetadata,
-                provider.instance_metadata(&probe.node).await.map(drop),
-            ),
-        ],
-        Interface::LoadBalancer => vec![
-            (
-                Function::GetLoadBalancer,
-                provider
-                    .get_load_balancer(cluster, &probe.service)
-                    .await
-                    .map(drop),
-            ),
-            (
-                Function::EnsureLoadBalancer,
-                provider
-                    .ensure_load_balancer(cluster, &probe.service, &nodes)
-                    .await
-                    .map(drop),
-            ),
-            (
-                Function::UpdateLoadBalancer,
-                provider
-                    .update_load_balancer(cluster, &probe.service, &nodes)
-                    .await,
-            ),
-            (
-                Function::EnsureLoadBalancerDeleted,
-                provider
-                    .ensure_load_balancer_deleted(cluster, &probe.service)
-                    .await,
-            ),
-        ],
-        Interface::Routes => vec![
-            (
-                Function::ListRoutes,
-                provider.list_routes(cluster).await.map(drop),
-            ),
-            (
-                Function::CreateRoute,
-                provider
-                    .create_route(cluster, "conformance-probe", &probe.route)
-                    .await,
-            ),
-            (
-                Function::DeleteRoute,
-                provider.delete_route(cluster, &probe.route).await,
-            ),
-        ],
-    };
+    let probe = probe_args(&provider.capabilities().name, &fixture.cluster_name);
+    let mut outcomes = Vec::new();
+    for &function in Function::ALL
+        .iter()
+        .filter(|function| function.interface() == interface.name())
+        // It answers a name and has no error to answer, so it cannot say not-implemented
+        // (the SDKs answer upstream's default name); the host calls it only for a declared
+        // load-balancer.
+        .filter(|function| **function != Function::GetLoadBalancerName)
+    {
+        let args = function
+            .params()
+            .iter()
+            .map(|param| (param.to_string(), probe[*param].clone()))
+            .collect();
+        let request = CallRequest::with_args(function, args)
+            .unwrap_or_else(|e| unreachable!("the probe has every parameter: {e:#}"));
+        outcomes.push((function, request.invoke(provider).await.map(drop)));
+    }
     let answered: Vec<String> = outcomes
         .iter()
         .filter(|(_, outcome)| !matches!(outcome, Err(e) if e.is_not_implemented()))
         .map(|(function, outcome)| format!("{function} answered {}", outcome_of(outcome)))
         .collect();
-    let rule = match interface {
-        Interface::Instances => "capabilities/undeclared-instances-not-implemented",
-        Interface::LoadBalancer => "capabilities/undeclared-load-balancer-not-implemented",
-        Interface::Routes => "capabilities/undeclared-routes-not-implemented",
-    };
+    let rule = interface.undeclared_rule();
     if answered.is_empty() {
         report.check(
             rule,
             true,
-            format!("{name} not declared; each of its functions answered not-implemented"),
+            format!(
+                "{} not declared; each of its functions answered not-implemented",
+                interface.name()
+            ),
         );
     } else {
         report.check(
             rule,
             false,
             format!(
-                "{name} not declared, yet {}: declare it in init's capabilities or answer not-implemented",
+                "{} not declared, yet {}: declare it in init's capabilities or answer not-implemented",
+                interface.name(),
                 answered.join("; ")
             ),
         );
@@ -623,6 +689,7 @@ const LB_RULES: &[&str] = &[
     "load-balancers/ensure-answers-a-valid-status",
     "load-balancers/get-after-ensure-agrees",
     "load-balancers/ensure-again-is-idempotent",
+    "load-balancers/ensure-again-makes-no-second-one",
     "load-balancers/update-with-other-nodes",
     "load-balancers/delete-then-absent",
     "load-balancers/delete-again-succeeds",
@@ -669,7 +736,15 @@ async fn load_balancer_rules(
         },
     );
 
+    let listed_before = match &fixture.cloud_list {
+        Some(list) => Some(list.count(provider).await),
+        None => None,
+    };
     let ensured = ensure(provider, cluster, svc, &nodes, retry_for).await;
+    let listed_after_first = match &fixture.cloud_list {
+        Some(list) => Some(list.count(provider).await),
+        None => None,
+    };
     let status = match &ensured.outcome {
         Ok(status) => {
             let checked = AnswerPolicy::default().check_load_balancer_status(status, svc, |_| None);
@@ -730,6 +805,21 @@ async fn load_balancer_rules(
                 Err(e) => format!("a second ensure failed: {} ({e})", e.outcome()),
             },
         );
+        match (&fixture.cloud_list, listed_before, listed_after_first) {
+            (Some(list), Some(before), Some(first)) => {
+                let second = list.count(provider).await;
+                let (passed, evidence) = no_second_load_balancer(before, first, second);
+                report.check(
+                    "load-balancers/ensure-again-makes-no-second-one",
+                    passed,
+                    evidence,
+                );
+            }
+            _ => report.skip(
+                &["load-balancers/ensure-again-makes-no-second-one"],
+                "the fixture's loadBalancer has no cloudList",
+            ),
+        }
         let update = provider.update_load_balancer(cluster, svc, &updated).await;
         report.check(
             "load-balancers/update-with-other-nodes",
@@ -746,7 +836,7 @@ async fn load_balancer_rules(
         );
     } else {
         report.skip(
-            &LB_RULES[3..6],
+            &LB_RULES[3..7],
             "ensure-load-balancer did not answer a status",
         );
     }
@@ -783,6 +873,37 @@ async fn load_balancer_rules(
             ),
         },
     );
+}
+
+/// `load-balancers/ensure-again-makes-no-second-one` from the counts the cloud listed
+/// before the first ensure, after it and after the second: the first made one, the second
+/// none.
+fn no_second_load_balancer(
+    before: Result<usize, String>,
+    first: Result<usize, String>,
+    second: Result<usize, String>,
+) -> (bool, String) {
+    match (before, first, second) {
+        (Ok(before), Ok(first), Ok(second)) if first == before + 1 && second == first => (
+            true,
+            format!(
+                "the cloud lists {before}, {first} after the first ensure, {second} after the second"
+            ),
+        ),
+        (Ok(before), Ok(first), Ok(second)) if first <= before => (
+            false,
+            format!(
+                "the cloud lists {before} before the first ensure and {first} after it (then {second}): cloudList must list the load balancer ensure makes"
+            ),
+        ),
+        (Ok(before), Ok(first), Ok(second)) => (
+            false,
+            format!(
+                "the cloud lists {before} before the first ensure, {first} after it and {second} after the second: an ensure must make one load balancer and find it again"
+            ),
+        ),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => (false, format!("listing failed: {e}")),
+    }
 }
 
 /// An ensure, called again after each `retry-after` as the controller does, until
@@ -1028,6 +1149,64 @@ routes:
             misspelt.check().unwrap_err(),
             "routes.route.destinationCidr is missing or empty"
         );
+    }
+
+    /// A `cloudList` names exactly one way to count, and a wrong one is refused naming it.
+    #[test]
+    fn a_cloud_list_takes_items_or_each_and_a_fixture_with_neither_is_refused() {
+        let fixture = |list: &str| {
+            serde_saphyr::from_str::<Fixture>(&format!(
+                "loadBalancer: {{service: {{name: web, namespace: default, uid: u, \
+                 ports: [{{port: 80, nodePort: 30080}}]}}, nodes: [], updatedNodes: [], \
+                 cloudList: {list}}}"
+            ))
+            .unwrap()
+            .check()
+        };
+        assert_eq!(
+            fixture("{url: 'http://c/lbs', items: /load_balancers}"),
+            Ok(())
+        );
+        assert_eq!(
+            fixture("{url: 'http://c/lbs', each: <LoadBalancerArn>}"),
+            Ok(())
+        );
+        for bad in [
+            "{url: 'http://c/lbs'}",
+            "{url: 'http://c/lbs', items: '', each: x}",
+        ] {
+            assert!(
+                fixture(bad).unwrap_err().contains("exactly one of items"),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            fixture("{url: '', items: ''}").unwrap_err(),
+            "loadBalancer.cloudList.url is missing or empty"
+        );
+    }
+
+    /// The first ensure makes one load balancer, the second none; anything else fails,
+    /// saying which.
+    #[test]
+    fn a_second_load_balancer_or_none_at_all_fails_the_listing_rule() {
+        let verdict = |counts: [usize; 3]| {
+            no_second_load_balancer(Ok(counts[0]), Ok(counts[1]), Ok(counts[2]))
+        };
+        assert!(verdict([2, 3, 3]).0);
+        let (passed, evidence) = verdict([0, 1, 2]);
+        assert!(
+            !passed && evidence.contains("2 after the second"),
+            "{evidence}"
+        );
+        let (passed, evidence) = verdict([0, 0, 0]);
+        assert!(
+            !passed && evidence.contains("must list the load balancer"),
+            "{evidence}"
+        );
+        let (passed, evidence) =
+            no_second_load_balancer(Ok(0), Err("GET x answered 403 Forbidden".into()), Ok(1));
+        assert!(!passed && evidence.contains("403"), "{evidence}");
     }
 
     #[test]

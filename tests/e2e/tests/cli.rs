@@ -1235,12 +1235,14 @@ loadBalancer:
   updatedNodes:
     - {{name: node-1, providerID: "simcloud://{first}"}}
     - {{name: node-2, providerID: "simcloud://{second}"}}
+  cloudList: {{url: "{url}/v1/load-balancers?cluster=kubernetes", items: /load_balancers}}
 routes:
   route: {{targetNode: node-1, destinationCidr: 10.244.1.0/24}}
   nameHint: 5f1e9a2c-node-1
 "#,
         first = first.id,
         second = second.id,
+        url = cloud.sim.url(),
     ));
     let mut granted = granted_with_env_token(&cloud, &config);
     granted.extend(shared_cache());
@@ -1260,6 +1262,7 @@ routes:
         "load-balancers/absent-before-ensure",
         "load-balancers/ensure-answers-a-valid-status",
         "load-balancers/ensure-again-is-idempotent",
+        "load-balancers/ensure-again-makes-no-second-one",
         "load-balancers/update-with-other-nodes",
         "load-balancers/delete-again-succeeds",
         "routes/listed-after-create",
@@ -1344,6 +1347,13 @@ async fn conformance_of_the_aws_provider_against_moto_passes_every_rule() {
                 },
                 "nodes": [node(&first)],
                 "updatedNodes": [node(&first), node(&second)],
+                // ELBv2's Query API, POSTed as AWS's SDKs do, answers XML: one
+                // `<LoadBalancerArn>` a load balancer.
+                "cloudList": {
+                    "url": moto.url(),
+                    "form": "Action=DescribeLoadBalancers&Version=2015-12-01",
+                    "each": "<LoadBalancerArn>",
+                },
             },
             "routes": {
                 "route": {"targetNode": first.private_dns, "destinationCidr": "10.244.1.0/24"},
@@ -1390,8 +1400,13 @@ async fn the_documented_conformance_example_passes_as_typed() {
     let (cloud, _node, config) = cloud_with_node().await;
     let page = docs::page("docs/src/authors/conformance.md");
     let section = docs::section(&page, "# Checking a provider: `provider conformance`");
-    let fixture = docs::first_block(section, "yaml");
-    let typed = docs::first_block(section, "sh");
+    let fixture =
+        docs::first_block(section, "yaml").replace("http://127.0.0.1:8080", &cloud.sim.url());
+    let typed = docs::block_starting(
+        "docs/src/authors/conformance.md",
+        "sh",
+        "SIM_TOKEN=s3cret wasm-ccm provider conformance",
+    );
     let command = typed
         .replace("http://127.0.0.1:8080", &cloud.sim.url())
         .replace("s3cret", TOKEN);
@@ -1561,6 +1576,52 @@ routes:
     assert!(row("PASS", "routes/create").contains("succeeded"));
     assert!(row("FAIL", "routes/listed-after-create").contains("none 10.244.1.0/24"));
     assert!(row("FAIL", "routes/create-again-is-idempotent").contains("listed 2 times"));
+}
+
+/// A provider that makes a new load balancer in the cloud at every ensure (the hostile
+/// guest's drifting cloud, told to create them in the simulator) fails the rule that lists
+/// the cloud's load balancers around a second ensure, though each ensure answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_fails_a_provider_that_makes_a_second_load_balancer() {
+    let cloud = Cloud::start().await;
+    let url = cloud.sim.url();
+    let fixture = fixture_file(&format!(
+        r#"clusterName: drifting
+loadBalancer:
+  service: {{name: web, namespace: default, uid: 1111-2222, type: LoadBalancer,
+            annotations: [[hostile.wasm-ccm.io/drifting-create-at, "{url}/v1/load-balancers"]],
+            ports: [{{name: http, protocol: TCP, port: 80, nodePort: 30080}}]}}
+  nodes: [{{name: node-1, providerID: "hostile://i-1"}}]
+  updatedNodes: [{{name: node-2, providerID: "hostile://i-2"}}]
+  cloudList: {{url: "{url}/v1/load-balancers?cluster=drifting", items: /load_balancers}}
+"#
+    ));
+    let granted = [
+        "--allow".to_string(),
+        url.clone(),
+        "--credential".to_string(),
+        format!("{url}=bearer:env:SIM_TOKEN"),
+    ];
+    let run = wasm_ccm_async(
+        conformance_args(guest_builds::HOSTILE, &fixture, &granted),
+        vec![("SIM_TOKEN", TOKEN.to_string())],
+    )
+    .await;
+    run.assert_failed_cleanly();
+    let row = report_row(
+        &run.stdout,
+        "FAIL",
+        "load-balancers/ensure-again-makes-no-second-one",
+    );
+    assert!(
+        row.contains("0 before the first ensure, 1 after it and 2 after the second"),
+        "{row}"
+    );
+    assert_eq!(
+        cloud.sim.state().load_balancers().len(),
+        2,
+        "the two it made"
+    );
 }
 
 /// A provider whose `init` refuses its configuration fails conformance with one `init` row,

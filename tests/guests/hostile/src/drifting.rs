@@ -9,6 +9,7 @@
 //! | `instance-metadata` | provider ID `hostile://i-N`, InternalIP `10.0.0.N` (mod 250) |
 //! | `get-load-balancer-name` | `drifting-N` |
 //! | `ensure-load-balancer`, `get-load-balancer` | one ingress, IP `192.0.2.N` (mod 250) |
+//! | `ensure-load-balancer` of a Service annotated [`CREATE_AT`] | also a new load balancer in the cloud simulator at that URL, every time |
 //! | `ensure-load-balancer-deleted` | `Ok` the first time, then `other` |
 //! | `create-route`, `delete-route` | `Ok`, keeping nothing |
 //! | `list-routes` | none the first time, then the route of the last `create-route` twice |
@@ -16,13 +17,17 @@
 use std::time::Duration;
 
 use wasm_ccm_sdk::{
-    AddressKind, Error, InstanceMetadata, IpMode, LbIngress, LbStatus, NodeAddress, Route, cache,
+    AddressKind, Error, InstanceMetadata, IpMode, LbIngress, LbStatus, NodeAddress, Route, Service,
+    cache, http,
 };
 
 /// The cluster name that selects this behaviour for load balancers and routes.
 pub const CLUSTER: &str = "drifting";
 /// The node annotation that selects it for a node's instance (any value).
 pub const NODE_ANNOTATION: &str = "hostile.wasm-ccm.io/drifting";
+/// The Service annotation naming a cloud simulator's `/v1/load-balancers` URL, where every
+/// ensure creates a load balancer: a provider that keeps no state and finds nothing again.
+pub const CREATE_AT: &str = "hostile.wasm-ccm.io/drifting-create-at";
 
 const COUNTER: &str = "drifting/calls";
 const DELETED: &str = "drifting/deleted";
@@ -65,6 +70,34 @@ pub fn load_balancer() -> LbStatus {
             ports: vec![],
         }],
     }
+}
+
+/// `ensure-load-balancer` of `svc`: a drifting status, after making a new load balancer in
+/// the cloud if `svc` says where ([`CREATE_AT`]).
+pub fn ensure_load_balancer(svc: &Service) -> Result<LbStatus, Error> {
+    let create_at = svc.annotations.iter().find(|(key, _)| key == CREATE_AT);
+    if let Some((_, url)) = create_at {
+        let n = next();
+        let listeners: Vec<serde_json::Value> = svc
+            .ports
+            .iter()
+            .map(|port| {
+                let node_port = port.node_port.unwrap_or(30000);
+                serde_json::json!({"port": port.port, "protocol": "tcp", "node_port": node_port})
+            })
+            .collect();
+        let body = serde_json::json!({
+            "name": format!("drifting-{n}"),
+            "cluster": CLUSTER,
+            "service_uid": svc.uid,
+            "listeners": listeners,
+            "targets": [],
+        });
+        http::post_json(url, &body)
+            .and_then(|response| response.success())
+            .map_err(|e| Error::other(format!("creating a load balancer at {url}: {e}")))?;
+    }
+    Ok(load_balancer())
 }
 
 pub fn delete_load_balancer() -> Result<(), Error> {

@@ -156,7 +156,7 @@ impl wasm_ccm_sdk::LoadBalancers for Hostile {
         _nodes: Nodes<'_>,
     ) -> Result<LbStatus, Error> {
         if cluster_name == drifting::CLUSTER {
-            return Ok(drifting::load_balancer());
+            return drifting::ensure_load_balancer(&svc);
         }
         answers::load_balancer(&svc).ok_or(Error::NotImplemented)?
     }
