@@ -13,21 +13,30 @@ CARGO ?= cargo
 # tests/install-test-tools.sh; helm: see tests/install-chart-tools.sh.
 setup:
 	rustup target add wasm32-wasip2
-	rustup component add rustfmt
+	rustup component add rustfmt clippy
 	bash tests/install-test-tools.sh
 	bash tests/install-chart-tools.sh
 
 demo: setup
 	$(CARGO) run --locked -p e2e --bin demo -- $(ARGS)
 
+# Clippy with warnings as errors, on the host side (host, manager, tests, the aws guest's
+# native unit tests) and on every guest built for wasm32, as the test build sees them.
+define CLIPPY
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p aws -p hostile -p overreach -p rollout -p legacy -- -D warnings
+endef
+
 # cargo-nextest (installed by setup) runs every test of the workspace in a process of its
 # own, test binaries side by side (.config/nextest.toml); the aws guest's unit tests (recorded
 # AWS answers moto cannot give) run natively with them. Doc tests are cargo's own. Formatting
-# is checked first: seconds, and a misformatted tree fails before anything is built.
+# is checked first (seconds: a misformatted tree fails before anything is built), then clippy
+# (minutes: it checks, it does not build), then the tests.
 NEXTEST = target/test-tools/python/bin/cargo-nextest nextest
 
 test: setup
 	$(CARGO) fmt --all --check
+	$(CLIPPY)
 	$(NEXTEST) run --locked --workspace
 	$(CARGO) test --locked --doc
 
@@ -51,5 +60,4 @@ fmt:
 	$(CARGO) fmt --all
 
 lint: setup
-	$(CARGO) clippy --locked --all-targets
-	$(CARGO) clippy --locked --target wasm32-wasip2 -p wasm-ccm-sdk -p simcloud -p aws -p hostile -p overreach -p rollout -p legacy
+	$(CLIPPY)
