@@ -1,8 +1,8 @@
 //! The Helm chart `charts/wasm-ccm` as tests see it: `helm template` run with given values,
 //! its output split into objects (each with the template it came from), `kubernetes-validate`
 //! over them, what its RBAC grants ([`grants`]), and an [`Operator`] typing helm and kubectl
-//! commands against a cluster. helm and kubernetes-validate are installed into
-//! `target/test-tools/` by `make setup` (`tests/install-chart-tools.sh`).
+//! commands (a page's among them) against a cluster. helm and kubernetes-validate are
+//! installed into `target/test-tools/` by `make setup` (`tests/install-chart-tools.sh`).
 //!
 //! ```no_run
 //! let objects = e2e::chart::render("ccm", "provider: {ref: 'oci://r.example/p:v1', name: p}")
@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+use crate::docs::Shell;
 
 /// The namespace charts are rendered into.
 pub const NAMESPACE: &str = "kube-system";
@@ -316,59 +318,66 @@ pub fn grants(objects: &[Rendered], namespace: &str, account: &str) -> Vec<Grant
     grants
 }
 
-/// helm and kubectl against one cluster, as an operator types them in the repository: with
-/// that cluster's kubeconfig, and helm's and kubectl's caches in a directory of their own
-/// (not `~/.cache`).
+/// helm and kubectl against one cluster, as an operator types them: in a [`Shell`] whose
+/// directory holds `charts/` (the repository's), with that cluster's kubeconfig, and helm's
+/// and kubectl's caches in that directory (not `~/.cache`).
 pub struct Operator {
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
+    shell: Shell,
 }
 
 impl Operator {
     pub fn new(kubeconfig: &Path) -> Operator {
-        Operator {
-            kubeconfig: kubeconfig.to_path_buf(),
-            home: tempfile::tempdir().expect("a home for helm and kubectl"),
+        let mut shell = Shell::new();
+        shell.link("helm", &helm());
+        if let Some(kubectl) = std::env::var_os("KUBECTL") {
+            shell.link("kubectl", Path::new(&kubectl));
         }
+        std::os::unix::fs::symlink(repo().join("charts"), shell.path("charts"))
+            .expect("link charts/");
+        let home = shell.dir().to_path_buf();
+        shell
+            .env("KUBECONFIG", kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("helm-cache"))
+            .env("HELM_CONFIG_HOME", home.join("helm-config"))
+            .env("HELM_DATA_HOME", home.join("helm-data"))
+            .env("KUBECACHEDIR", home.join("kube-cache"));
+        Operator { shell }
     }
 
     /// A file in this operator's directory holding `text`, to pass as `-f`.
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.home.path().join(name);
+        let path = self.shell.path(name);
         std::fs::write(&path, text).expect("write a file");
         path
     }
 
-    /// Run `helm ARGS` in the repository (so `charts/wasm-ccm` is the chart): what it
-    /// printed, or a panic with its output.
+    /// Run `helm ARGS`: what it printed, or a panic with its output.
     pub fn helm(&self, args: &[&str]) -> String {
-        self.run(helm(), &repo(), args)
+        self.run("helm", args)
     }
 
-    /// Run `kubectl ARGS` (`$KUBECTL`, else `kubectl` on the `PATH`) in this operator's
-    /// directory, where [`Operator::file`] puts files.
+    /// Run `kubectl ARGS` (`$KUBECTL`, else `kubectl` on the `PATH`).
     pub fn kubectl(&self, args: &[&str]) -> String {
-        let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
-        self.run(PathBuf::from(kubectl), self.home.path(), args)
+        self.run("kubectl", args)
     }
 
-    fn run(&self, program: PathBuf, directory: &Path, args: &[&str]) -> String {
-        let home = self.home.path();
-        let output = Command::new(&program)
+    /// Type `command` (a page's, helm and kubectl on the `PATH`): what it printed, or a panic
+    /// with its output.
+    pub fn typed(&self, command: &str) -> String {
+        self.shell.typed(command)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> String {
+        let output = self
+            .shell
+            .command(program)
             .args(args)
-            .current_dir(directory)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HELM_CACHE_HOME", home.join("helm-cache"))
-            .env("HELM_CONFIG_HOME", home.join("helm-config"))
-            .env("HELM_DATA_HOME", home.join("helm-data"))
-            .env("KUBECACHEDIR", home.join("kube-cache"))
             .output()
-            .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()));
+            .unwrap_or_else(|error| panic!("cannot run {program}: {error}"));
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         assert!(
             output.status.success(),
-            "{} {} failed ({}):\n{}{stdout}",
-            program.display(),
+            "{program} {} failed ({}):\n{}{stdout}",
             args.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr)

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use e2e::docs;
+use e2e::docs::{self, Shell};
 
 /// Whether `path` holds a wasm component (the preamble of the component model's binary
 /// format: `\0asm`, version 0x0d, layer 1).
@@ -55,33 +55,14 @@ fn the_documented_python_build_command_makes_the_component_the_tests_run() {
     assert!(is_component(Path::new(guest_builds::SIMCLOUD_PY)));
 }
 
-/// A directory with `wasm-ccm` and `cloud-sim` in it, for a `PATH` as a reader's would have
-/// them, and that `PATH`.
-fn tools_on_path() -> (tempfile::TempDir, String) {
-    let bin = tempfile::tempdir().expect("temp dir");
-    std::os::unix::fs::symlink(e2e::wasm_ccm_binary(), bin.path().join("wasm-ccm"))
-        .expect("symlink");
-    std::os::unix::fs::symlink(e2e::cloud_sim_binary(), bin.path().join("cloud-sim"))
-        .expect("symlink");
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    (bin, path)
-}
-
-/// The page's `cloud-sim … &` line run as typed, on a free port instead of `127.0.0.1:8080`;
-/// the simulator (killed when dropped) and the address it listens on.
-async fn typed_simulator(line: &str, path: &str) -> (tokio::process::Child, String) {
+/// The page's `cloud-sim … &` line run as typed in `shell`, on a free port instead of
+/// `127.0.0.1:8080`; the simulator (killed when dropped) and the address it listens on.
+async fn typed_simulator(line: &str, shell: &Shell) -> (tokio::process::Child, String) {
     let command = line
         .strip_suffix(" &")
         .unwrap_or_else(|| panic!("the simulator runs in the background: {line}"))
         .replace("127.0.0.1:8080", "127.0.0.1:0");
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec {command}"))
-        .env("PATH", path)
+    let mut child = tokio::process::Command::from(shell.sh(&format!("exec {command}")))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -100,20 +81,26 @@ async fn typed_simulator(line: &str, path: &str) -> (tokio::process::Child, Stri
     (child, url.to_string())
 }
 
-/// Every `sh` block of `page`, in order, typed as one shell session in `dir` (a `cd` holds),
-/// stopping at the first command that fails; its `cloud-sim … &` line run apart, on a free
-/// port, and the page's `127.0.0.1:8080` (the simulator) and `127.0.0.1:5000` (a registry,
-/// started if the page names one) replaced by the servers' addresses. What it printed.
-async fn type_page(page: &str, dir: &Path) -> String {
-    let blocks = docs::blocks(page, "sh").join("\n");
+/// The `sh` blocks of the page at `path`, `blocks`, which must be all of them in order,
+/// typed as one shell session in `shell` (a `cd` holds), stopping at the first command that
+/// fails; its `cloud-sim … &` line run apart, on a free port, and the page's `127.0.0.1:8080`
+/// (the simulator) and `127.0.0.1:5000` (a registry, started if the page names one) replaced
+/// by the servers' addresses. What it printed.
+async fn type_page(path: &str, blocks: &[String], shell: &Shell) -> String {
+    let page: Vec<String> = docs::blocks(&docs::page(path), "sh")
+        .into_iter()
+        .map(|block| format!("{block}\n"))
+        .collect();
+    assert_eq!(blocks, page, "the test types {path} whole, in order");
+    let blocks = blocks.concat();
     let simulator = blocks
         .lines()
         .find(|line| line.starts_with("cloud-sim "))
         .expect("the page starts the simulator");
-    let (_bin, path) = tools_on_path();
-    let (_sim, sim_addr) = typed_simulator(simulator.trim(), &path).await;
-    let mut script =
-        format!("set -e\n{}", blocks.replace(simulator, "")).replace("127.0.0.1:8080", &sim_addr);
+    let (_sim, sim_addr) = typed_simulator(simulator.trim(), shell).await;
+    let mut script = blocks
+        .replace(simulator, "")
+        .replace("127.0.0.1:8080", &sim_addr);
     let _registry = if script.contains("127.0.0.1:5000") {
         let registry = e2e::registry::Registry::start(Default::default()).await;
         script = script.replace("127.0.0.1:5000", &registry.addr().to_string());
@@ -121,12 +108,7 @@ async fn type_page(page: &str, dir: &Path) -> String {
     } else {
         None
     };
-    let output = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .current_dir(dir)
-        .env("PATH", &path)
-        .stdin(Stdio::null())
+    let output = tokio::process::Command::from(shell.sh(&script))
         .output()
         .await
         .expect("run sh");
@@ -141,9 +123,35 @@ async fn type_page(page: &str, dir: &Path) -> String {
 
 #[tokio::test]
 async fn the_first_provider_page_works_as_typed() {
+    let blocks = [
+        docs::block_starting(
+            "docs/src/authors/first-provider.md",
+            "sh",
+            "wasm-ccm provider new mycloud",
+        ),
+        docs::block_starting(
+            "docs/src/authors/first-provider.md",
+            "sh",
+            "wasm-ccm provider inspect",
+        ),
+        docs::block_starting("docs/src/authors/first-provider.md", "sh", "cloud-sim "),
+        docs::block_starting("docs/src/authors/first-provider.md", "sh", "echo '{"),
+        docs::block_starting(
+            "docs/src/authors/first-provider.md",
+            "sh",
+            "cat > conformance.yaml",
+        ),
+        docs::block_starting(
+            "docs/src/authors/first-provider.md",
+            "sh",
+            "wasm-ccm provider push",
+        ),
+    ];
+    let mut shell = Shell::new();
+    // cargo and rustup find their homes (the toolchain, the crates) under the reader's HOME.
+    shell.env("HOME", std::env::var_os("HOME").expect("a HOME"));
+    let stdout = type_page("docs/src/authors/first-provider.md", &blocks, &shell).await;
     let page = docs::page("docs/src/authors/first-provider.md");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let stdout = type_page(&page, dir.path()).await;
 
     // The call printed the metadata the page shows, but for the instance ID.
     let shown: serde_json::Value =
@@ -168,7 +176,7 @@ async fn the_first_provider_page_works_as_typed() {
         "{stdout}"
     );
     // The crate's own README gives the same build and call commands.
-    let readme = std::fs::read_to_string(dir.path().join("mycloud/README.md")).expect("README");
+    let readme = std::fs::read_to_string(shell.path("mycloud/README.md")).expect("README");
     for block in docs::blocks(&readme, "sh") {
         for line in block.lines() {
             assert!(page.contains(line), "the page has the README's {line:?}");
@@ -178,11 +186,15 @@ async fn the_first_provider_page_works_as_typed() {
 
 #[tokio::test]
 async fn the_commands_page_works_as_typed() {
-    let page = docs::page("docs/src/authors/commands.md");
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(guest_builds::SIMCLOUD, dir.path().join("simcloud.wasm")).expect("copy");
-    let stdout = type_page(&page, dir.path()).await;
-    assert!(dir.path().join("mycloud/Cargo.toml").is_file());
+    let block = docs::block_starting(
+        "docs/src/authors/commands.md",
+        "sh",
+        "# A new provider crate that builds",
+    );
+    let shell = Shell::new();
+    std::fs::copy(guest_builds::SIMCLOUD, shell.path("simcloud.wasm")).expect("copy");
+    let stdout = type_page("docs/src/authors/commands.md", &[block], &shell).await;
+    assert!(shell.path("mycloud/Cargo.toml").is_file());
     assert!(
         stdout.contains("\"providerID\": \"simcloud://i-"),
         "{stdout}"

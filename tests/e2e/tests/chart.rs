@@ -5,9 +5,10 @@
 //! values, which never touch the pod template.
 //!
 //! Also: the pod's security, tolerations, probes and flags; leader election with several
-//! replicas; the Roles naming exactly the referenced Secrets; the documented `aws.yaml` (IRSA's
-//! role annotation on the ServiceAccount, the `CloudProvider` signing with the web identity
-//! and reaching EC2 and ELBv2 only, routes on or off); `egressGrantCeiling` passed as the flag,
+//! replicas; the Roles naming exactly the referenced Secrets; the documented `aws.yaml`,
+//! installed with the AWS page's `helm install` (IRSA's role annotation on the
+//! ServiceAccount, the `CloudProvider` signing with the web identity and reaching EC2 and
+//! ELBv2 only, routes on or off); `egressGrantCeiling` passed as the flag,
 //! which the manager parses into a ceiling holding the rendered spec and refusing a wider one;
 //! the metrics RBAC, the ServiceMonitor's token and serving CA (one that could verify nothing
 //! refused) and the NetworkPolicy. helm and `kubernetes-validate` are installed, pinned, by
@@ -15,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use e2e::chart::{self, NAMESPACE, Rendered, all, args, container, only, render};
+use e2e::chart::{self, NAMESPACE, Operator, Rendered, all, args, container, only, render};
+use e2e::docs;
 use kube::Api;
 use kube::api::PostParams;
 use kube_emulator::{Emulator, EmulatorOptions};
@@ -508,13 +510,28 @@ fn chart_roles_grant_the_referenced_secrets_by_name() {
     }
 }
 
-/// The AWS page's values (IRSA): the role annotation on the manager's ServiceAccount, named
-/// as the role's trust policy says, and a CloudProvider running the aws provider with its
-/// cloud config, reaching EC2 and ELBv2 only and signing with the web identity's keys (no
-/// Secret to read).
-#[test]
-fn chart_documented_aws_values_annotate_the_service_account_and_sign_with_the_web_identity() {
-    let objects = chart::render("wasm-ccm", &chart::aws_values()).expect("renders");
+/// The AWS page's values (IRSA), installed with the page's `helm install`, typed, into the
+/// API emulator: the role annotation on the manager's ServiceAccount, named as the role's
+/// trust policy says, and a CloudProvider running the aws provider with its cloud config,
+/// reaching EC2 and ELBv2 only and signing with the web identity's keys (no Secret to read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_documented_aws_values_annotate_the_service_account_and_sign_with_the_web_identity() {
+    let emulator = Emulator::start("127.0.0.1:0".parse().unwrap(), EmulatorOptions::default())
+        .await
+        .expect("emulator starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    emulator
+        .write_kubeconfig(&kubeconfig)
+        .expect("write kubeconfig");
+    let operator = Operator::new(&kubeconfig);
+    operator.file("aws.yaml", &chart::aws_values());
+    operator.typed(&docs::block_starting(
+        "docs/src/operators/aws.md",
+        "sh",
+        "helm install wasm-ccm charts/wasm-ccm",
+    ));
+    let objects = chart::parse(&operator.helm(&["get", "manifest", "wasm-ccm", "-n", NAMESPACE]));
     let account = only(&objects, "ServiceAccount");
     assert_eq!(account.name(), "wasm-ccm");
     assert_eq!(account.namespace(), Some(NAMESPACE));
@@ -554,6 +571,14 @@ fn chart_documented_aws_values_annotate_the_service_account_and_sign_with_the_we
             .all(|rule| rule["resources"] != json!(["secrets"]))
     }));
     assert!(args(&objects).contains(&"--cluster-cidr=10.244.0.0/16".to_string()));
+    let config = kube::Config::from_custom_kubeconfig(emulator.kubeconfig(), &Default::default())
+        .await
+        .expect("kubeconfig");
+    let installed = Api::<CloudProvider>::all(kube::Client::try_from(config).expect("client"))
+        .get("wasm-ccm")
+        .await
+        .expect("the release's CloudProvider, as the API server stored it");
+    assert_eq!(installed.spec.name, "aws");
 
     // Without pod routes, as the AWS page says for the VPC CNI or an overlay.
     let values =

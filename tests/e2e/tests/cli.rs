@@ -981,7 +981,8 @@ fn printed(run: &Run) -> serde_json::Value {
 
 /// The AWS page's `provider call` of the AWS provider, against moto with signature checking on
 /// and the provider's keys limited to the AWS page's IAM policy: a node's metadata from its EC2
-/// instance (found by private DNS name), a Service's NLB made and deleted. The same policy
+/// instance (found by private DNS name; the page's block, typed), a Service's NLB made and
+/// deleted. The same policy
 /// without `CreateLoadBalancer` is refused by moto, so the policy moto checked is the one
 /// that let the calls through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -999,8 +1000,50 @@ async fn call_runs_the_aws_provider_against_moto_within_the_documented_iam_polic
     )
     .expect("write cloud.json");
 
-    let node = serde_json::json!({"node": {"name": instance.private_dns}});
-    let metadata = printed(&call_aws(&moto, &cloud_json, &keys, "instance-metadata", node).await);
+    // The page's call, typed: moto in place of AWS's endpoints as the page says (its URL in
+    // cloud.json's `endpoints`, allowed, and the region and services in the rule).
+    let shell = e2e::docs::Shell::new();
+    std::fs::copy(guest_builds::AWS, shell.path("aws.wasm")).expect("copy aws.wasm");
+    let url = moto.url();
+    let rule = format!("{url}=aws-sigv4:env,region=us-east-1,services=ec2+elasticloadbalancing");
+    let typed = docs::substitute(
+        &docs::block_starting("docs/src/operators/aws.md", "sh", "echo '{"),
+        &[
+            (
+                r#"{"region": "us-east-1", "cluster_id": "prod", "vpc_id": "vpc-0abc1234"}"#,
+                &config(url, &net.network).to_string(),
+            ),
+            (
+                "AWS_ACCESS_KEY_ID=…",
+                &format!("AWS_ACCESS_KEY_ID={}", keys.0),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY=…",
+                &format!("AWS_SECRET_ACCESS_KEY={}", keys.1),
+            ),
+            ("ip-10-0-1-5.ec2.internal", &instance.private_dns),
+            ("https://ec2.us-east-1.amazonaws.com", url),
+            ("https://elasticloadbalancing.us-east-1.amazonaws.com", url),
+            (
+                "https://*.amazonaws.com=aws-sigv4:env,region=us-east-1",
+                &rule,
+            ),
+        ],
+    );
+    let output = tokio::process::Command::from(shell.sh(&typed))
+        .output()
+        .await
+        .expect("run sh");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{typed}\n{stdout}{stderr}");
+    assert!(
+        !stdout.contains(&keys.1) && !stderr.contains(&keys.1),
+        "the secret key printed"
+    );
+    let metadata: serde_json::Value = serde_json::from_str(&stdout).expect("JSON metadata");
     let provider_id = format!("aws:///{ZONE}/{}", instance.id);
     assert_eq!(metadata["providerID"], provider_id);
     assert_eq!(metadata["instanceType"], "m5.large");

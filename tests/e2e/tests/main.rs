@@ -16,6 +16,7 @@ mod containment_names;
 mod controllers;
 mod cpu_yield;
 mod deploy;
+mod docs_commands;
 mod hot_swap;
 mod manager;
 mod registry;

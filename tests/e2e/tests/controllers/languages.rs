@@ -10,7 +10,10 @@
 //! cloud's throttling as `retry-after`; a request the egress gate refuses as a provider
 //! error naming it; a load balancer's life (its name, a port without node port refused,
 //! `retry-after` while provisioning, then its ingress, an update to other nodes, deleting it
-//! twice), also with the PROXY protocol from the cloud config; routes (created, created
+//! twice), also with the PROXY protocol from the cloud config; a load balancer targeting
+//! only the nodes whose labels match the Service's target-node-labels annotation (a
+//! malformed one, or one naming a label the cloud config does not declare, an error naming
+//! it), with the configured label keys declared by `init`; routes (created, created
 //! again, a CIDR routed elsewhere, a missing node, listed, deleted by id, by CIDR and by
 //! name, deleted again); and a manager running the port initialising a Node.
 //!
@@ -178,6 +181,19 @@ async fn init_names_what_is_wrong_in_the_cloud_config(language: &Language) {
         (
             Some(serde_json::json!(["api_url"])),
             "expected a JSON object",
+        ),
+        (
+            Some(serde_json::json!({ "api_url": url, "target_node_label_keys": "tier" })),
+            "\"target_node_label_keys\" must be a list of node label keys such as \
+             [\"node-role.example.com/lb\"]: got \"tier\"",
+        ),
+        (
+            Some(serde_json::json!({ "api_url": url, "target_node_label_keys": ["-tier"] })),
+            "\"-tier\" is not a label key",
+        ),
+        (
+            Some(serde_json::json!({ "api_url": url, "target_node_label_keys": ["tier", "tier"] })),
+            "\"tier\" is listed twice",
         ),
     ] {
         let described = format!("{} simcloud, {config:?}", language.name);
@@ -469,6 +485,221 @@ async fn balances_load_as_the_rust_simcloud(language: &Language, proxy_protocol:
     assert!(cloud.sim.state().load_balancers().is_empty());
 }
 
+/// The label key the target-node-labels scenario chooses nodes by, besides `tier`.
+const LB_ROLE: &str = "node-role.simcloud.test/lb";
+/// The Service annotation choosing target nodes by their labels.
+const TARGET_NODE_LABELS: &str = "simcloud.wasm-ccm.io/load-balancer-target-node-labels";
+
+/// `web_service()` with the target-node-labels annotation `value`, if any.
+fn service_targeting(value: Option<&str>) -> Service {
+    Service {
+        annotations: value
+            .map(|value| (TARGET_NODE_LABELS.to_string(), value.to_string()))
+            .into_iter()
+            .collect(),
+        ..web_service()
+    }
+}
+
+/// A load balancer's life through `p` with target-node-labels over `nodes`: refused
+/// annotations (which ask the cloud nothing), created for the nodes one annotation matches,
+/// updated to those another matches, a malformed one on update, then ensured without the
+/// annotation, deleted. What it answered (each write followed by the simulator's targets) and
+/// the requests and bodies the simulator received, with the load balancer's id and address as
+/// `{lb}`.
+async fn target_node_label_answers(
+    cloud: &Cloud,
+    p: &Provider,
+    nodes: &[Node],
+) -> (Vec<String>, Vec<String>) {
+    let nodes: Arc<[Node]> = nodes.into();
+    let start = cloud.sim.state().requests().len();
+    let targets = || match cloud.sim.state().load_balancers().as_slice() {
+        [lb] => format!("targets {:?}", lb.targets),
+        other => format!("{} load balancers", other.len()),
+    };
+    let mut answers = Vec::new();
+    for malformed in ["=edge", "topology.kubernetes.io/zone=sim-central-1a"] {
+        let svc = service_targeting(Some(malformed));
+        let ensured = p.ensure_load_balancer("kubernetes", &svc, &nodes).await;
+        answers.push(show(ensured.map(|s| format!("{s:?}"))));
+    }
+    assert_eq!(
+        cloud.sim.state().requests().len(),
+        start,
+        "a refused annotation asks the cloud nothing"
+    );
+    let edge = service_targeting(Some(&format!(" {LB_ROLE} = edge , tier ")));
+    let ensured = p.ensure_load_balancer("kubernetes", &edge, &nodes).await;
+    answers.push(show(ensured.map(|s| format!("{s:?}"))));
+    // Longer than the simulator's 300 ms of provisioning.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let ensured = p.ensure_load_balancer("kubernetes", &edge, &nodes).await;
+    answers.push(show(ensured.map(|s| format!("{s:?}"))));
+    answers.push(targets());
+    let gold = service_targeting(Some("tier=gold"));
+    let done = p.update_load_balancer("kubernetes", &gold, &nodes).await;
+    answers.push(show(done.map(|()| "updated".to_string())));
+    answers.push(targets());
+    let before = cloud.sim.state().requests().len();
+    let malformed = service_targeting(Some("tier=gold=silver"));
+    let done = p
+        .update_load_balancer("kubernetes", &malformed, &nodes)
+        .await;
+    answers.push(show(done.map(|()| "updated".to_string())));
+    assert_eq!(
+        cloud.sim.state().requests().len(),
+        before,
+        "a malformed annotation on update asks the cloud nothing"
+    );
+    let every = service_targeting(None);
+    let ensured = p.ensure_load_balancer("kubernetes", &every, &nodes).await;
+    answers.push(show(ensured.map(|s| format!("{s:?}"))));
+    answers.push(targets());
+    let variable: Vec<String> = cloud
+        .sim
+        .state()
+        .load_balancers()
+        .iter()
+        .flat_map(|lb| [Some(lb.id.clone()), lb.ip.clone(), lb.hostname.clone()])
+        .flatten()
+        .collect();
+    let deleted = p.ensure_load_balancer_deleted("kubernetes", &every).await;
+    answers.push(show(deleted.map(|()| "deleted".to_string())));
+    let hide = |text: String| {
+        variable
+            .iter()
+            .fold(text, |text, value| text.replace(value.as_str(), "{lb}"))
+    };
+    let requests = cloud.sim.state().requests()[start..]
+        .iter()
+        .map(|r| hide(format!("{} {}?{:?} {}", r.method, r.path, r.query, r.body)))
+        .collect();
+    (answers.into_iter().map(hide).collect(), requests)
+}
+
+/// A Service's target-node-labels annotation through the port and the Rust simcloud, both
+/// declaring the two label keys it may name: only the nodes with every label (and value)
+/// become targets, a malformed annotation is an error naming it, and without it every node
+/// is a target again.
+async fn targets_nodes_by_their_labels_as_the_rust_simcloud(language: &Language) {
+    let cloud = Cloud::start().await;
+    let instances: Vec<_> = (1..=4)
+        .map(|n| add_instance(&cloud, &format!("node-{n}"), 10 + n))
+        .collect();
+    let id = |n: usize| instances[n - 1].id.clone();
+    let labelled = |node: Node, labels: &[(&str, &str)]| Node {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..node
+    };
+    let node = |n: usize| node_with_id(&format!("node-{n}"), &id(n));
+    let nodes = [
+        labelled(
+            node(1),
+            &[
+                (LB_ROLE, "edge"),
+                ("tier", "gold"),
+                ("kubernetes.io/os", "linux"),
+            ],
+        ),
+        labelled(node(2), &[(LB_ROLE, "edge")]),
+        labelled(node(3), &[(LB_ROLE, "inner"), ("tier", "gold")]),
+        labelled(node(4), &[("tier", ""), (LB_ROLE, "edge")]),
+        // Matches every annotation but is of another cloud: never a target.
+        labelled(
+            node_with_provider_id("foreign", "aws:///eu-west-1a/i-0123"),
+            &[(LB_ROLE, "edge"), ("tier", "gold")],
+        ),
+    ];
+    let config = serde_json::json!({
+        "api_url": cloud.sim.url(),
+        "target_node_label_keys": [LB_ROLE, "tier"],
+    });
+    let rust = simcloud_port(guest_builds::SIMCLOUD, cloud.egress(), Some(config.clone()))
+        .await
+        .expect("simcloud loads");
+    let port = language
+        .load(&cloud, Some(config))
+        .await
+        .expect("the port loads");
+    assert_eq!(
+        port.capabilities(),
+        rust.capabilities(),
+        "{}",
+        language.name
+    );
+    let declared = port
+        .capabilities()
+        .node_metadata
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        declared
+            .labels
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        ["node-role.simcloud.test/lb", "tier"],
+        "init declares exactly the configured label keys"
+    );
+    assert!(declared.annotations.is_empty(), "{declared:?}");
+
+    let (expected, expected_requests) = target_node_label_answers(&cloud, &rust, &nodes).await;
+    assert!(cloud.sim.state().load_balancers().is_empty());
+    let (answers, requests) = target_node_label_answers(&cloud, &port, &nodes).await;
+    assert_eq!(answers, expected, "{}", language.name);
+    assert_eq!(requests, expected_requests, "{}", language.name);
+    let refusal = format!("other: service shop/web: {TARGET_NODE_LABELS} ");
+    assert!(
+        answers[0].starts_with(&refusal)
+            && answers[0].ends_with("entry \"=edge\" has no label key"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[1].starts_with(&refusal)
+            && answers[1].contains("names node label \"topology.kubernetes.io/zone\"")
+            && answers[1].contains(
+                "add it to \"target_node_label_keys\" in the cloud config \
+                 (now [\"node-role.simcloud.test/lb\", \"tier\"])"
+            ),
+        "{answers:?}"
+    );
+    assert!(answers[2].starts_with("retry-after"), "{answers:?}");
+    assert!(answers[3].contains("{lb}"), "{answers:?}");
+    assert_eq!(
+        answers[4],
+        format!("targets {:?}", [id(1), id(4)]),
+        "edge nodes with any tier"
+    );
+    assert_eq!(answers[5], "updated", "{answers:?}");
+    assert_eq!(
+        answers[6],
+        format!("targets {:?}", [id(1), id(3)]),
+        "gold nodes of any role"
+    );
+    assert!(
+        answers[7].starts_with(&refusal)
+            && answers[7].ends_with(
+                "entry \"tier=gold=silver\" has more than one '=': write key=value or key"
+            ),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[8], answers[3],
+        "the same ingress without the annotation"
+    );
+    assert_eq!(
+        answers[9],
+        format!("targets {:?}", [id(1), id(2), id(3), id(4)]),
+        "without the annotation, every node of this cloud"
+    );
+    assert_eq!(answers[10], "deleted", "{answers:?}");
+    assert!(cloud.sim.state().load_balancers().is_empty());
+}
+
 /// The same route operations through `p`: what it answered, and the requests and bodies the
 /// simulator received, with route ids (new for every route) as `{id}`.
 async fn route_answers(cloud: &Cloud, p: &Provider) -> (Vec<String>, Vec<String>) {
@@ -661,6 +892,11 @@ macro_rules! every_language {
             #[tokio::test]
             async fn balances_load_with_the_proxy_protocol_as_the_rust_simcloud() {
                 super::balances_load_as_the_rust_simcloud(&LANGUAGE, true).await;
+            }
+
+            #[tokio::test]
+            async fn targets_nodes_by_their_labels_as_the_rust_simcloud() {
+                super::targets_nodes_by_their_labels_as_the_rust_simcloud(&LANGUAGE).await;
             }
 
             #[tokio::test]

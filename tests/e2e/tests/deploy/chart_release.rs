@@ -22,6 +22,7 @@ use cloud_sim::InstanceStatus;
 use e2e::TOKEN;
 use e2e::chart::{self, Grant, NAMESPACE, Operator, Rendered};
 use e2e::cloud_provider::{active_reference, simcloud_config};
+use e2e::docs;
 use e2e::pod::Pod;
 use e2e::registry::{Credentials, Registry, RegistryOptions};
 use e2e::testbed::{Testbed, eventually, has_taint, is_uninitialized};
@@ -116,49 +117,31 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     .await;
     let operator = Operator::new(&bed.kubeconfig());
 
-    // The install page: the token's Secret, the cloud config, the registry's pull
-    // secret, then the release.
-    let token = format!("--from-literal=token={TOKEN}");
-    operator.kubectl(&[
-        "-n", NAMESPACE, "create", "secret", "generic", "simcloud", &token,
-    ]);
+    // The install page's block, typed: the token's Secret, the cloud config, the registry's
+    // pull secret, then the release, with this test's values file after the page's.
     operator.file("cloud.json", &simcloud_config(&bed));
-    operator.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "create",
-        "configmap",
-        "simcloud-config",
-        "--from-file=cloud.json",
-    ]);
-    let server = format!("--docker-server={}", registry.addr());
-    let user = format!("--docker-username={REGISTRY_USER}");
-    let password = format!("--docker-password={REGISTRY_PASSWORD}");
-    operator.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "create",
-        "secret",
-        "docker-registry",
-        "registry-credentials",
-        &server,
-        &user,
-        &password,
-    ]);
-    let simcloud = operator.file("simcloud.yaml", &install_values(&registry, &bed));
-    let test = operator.file("test.yaml", &test_values(&registry));
-    let (simcloud, test) = (simcloud.to_str().unwrap(), test.to_str().unwrap());
-    let notes = operator.helm(&[
-        "install",
-        RELEASE,
-        "charts/wasm-ccm",
-        "-n",
-        NAMESPACE,
-        "-f",
-        simcloud,
-        "-f",
-        test,
-    ]);
+    operator.file("simcloud.yaml", &install_values(&registry, &bed));
+    operator.file("test.yaml", &test_values(&registry));
+    let notes = operator.typed(&docs::substitute(
+        &docs::block_starting(
+            "docs/src/operators/install.md",
+            "sh",
+            "kubectl -n kube-system create secret generic simcloud",
+        ),
+        &[
+            ("token=…", &format!("token={TOKEN}")),
+            ("registry.example.com", &registry.addr().to_string()),
+            (
+                "--docker-username=…",
+                &format!("--docker-username={REGISTRY_USER}"),
+            ),
+            (
+                "--docker-password=…",
+                &format!("--docker-password={REGISTRY_PASSWORD}"),
+            ),
+            ("-f simcloud.yaml", "-f simcloud.yaml -f test.yaml"),
+        ],
+    ));
 
     let deployments: Api<Deployment> = Api::namespaced(bed.client.clone(), NAMESPACE);
     let installed = deployments
@@ -209,21 +192,16 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
     live_a_little(&bed).await;
     scraped_by_prometheus(&bed, &pods).await;
 
-    // The install page's upgrade: only the CloudProvider changes, the Deployment is not rolled.
-    let v2 = format!(
-        "provider.ref=oci://{}",
-        registry.reference("acme/simcloud:v1.3.0")
-    );
-    operator.helm(&[
-        "upgrade",
-        RELEASE,
-        "charts/wasm-ccm",
-        "-n",
-        NAMESPACE,
-        "--reuse-values",
-        "--set",
-        &v2,
-    ]);
+    // The install page's upgrade, typed: only the CloudProvider changes, the Deployment is
+    // not rolled.
+    operator.typed(&docs::substitute(
+        &docs::block_starting(
+            "docs/src/operators/install.md",
+            "sh",
+            "helm upgrade wasm-ccm charts/wasm-ccm",
+        ),
+        &[("registry.example.com", &registry.addr().to_string())],
+    ));
     let upgraded = deployments
         .get(RELEASE)
         .await

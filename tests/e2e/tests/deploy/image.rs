@@ -1,8 +1,8 @@
-//! The container image as an operator gets it: `image/build.sh` packs the manager binary the
-//! tests built (no release build, no daemon) and pushes it to Debian's `docker-registry` on
-//! loopback; the test then reads the image back over the registry's HTTP API, checks its
-//! config, labels and every file of its layer, and runs the binary inside it with the image's
-//! own dynamic loader and libraries: a non-root user, the entrypoint and port, the OCI labels
+//! The container image as an operator gets it: `image/build.sh`, typed as the install page
+//! gives it, packs the manager binary the tests built (no release build, no daemon) and
+//! pushes it to Debian's `docker-registry` on loopback; the test then reads the image back
+//! over the registry's HTTP API, checks its config, labels and every file of its layer, and
+//! runs the binary inside it with the image's own dynamic loader and libraries: a non-root user, the entrypoint and port, the OCI labels
 //! (revision = git HEAD) also as annotations, a layer holding exactly the binary, its
 //! libraries, the CA bundle, passwd, group and nsswitch.conf (no shell, no links). Two builds
 //! of the same binary and commit give one digest. `make setup` installs umoci and skopeo.
@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use e2e::docs;
 use e2e::registry::{Registry, RegistryOptions};
 
 /// 2026-01-01T00:00:00Z: the mtime of every file and the image's `created`.
@@ -158,27 +159,37 @@ async fn pushed_image_runs_the_manager_as_nonroot_with_only_its_own_libraries() 
         .expect("`wasm-ccm --version` prints a version")
         .to_owned();
     let registry = Registry::start(RegistryOptions::default()).await;
-    let reference = registry.reference("wasm-ccm:e2e");
+    let reference = registry.reference("wasm-ccm:dev");
     let dir = tempfile::tempdir().expect("temp dir");
     let layout = dir.path().join("oci");
 
-    // Another commit may land while the image builds: the revision is HEAD before or after.
-    let head_before = git_head();
-    let build = build_image(
-        &binary,
+    // The install page's build of a built binary, typed in the repository. Another commit
+    // may land while the image builds: the revision is HEAD before or after.
+    let typed = docs::substitute(
+        &docs::block_starting(
+            "docs/src/operators/install.md",
+            "sh",
+            "image/build.sh --binary",
+        ),
         &[
-            "--layout",
-            layout.to_str().expect("UTF-8 path"),
-            "--push",
-            &reference,
-            "--insecure",
+            ("--binary PATH", &format!("--binary {}", binary.display())),
+            ("--layout DIR", &format!("--layout {}", layout.display())),
+            ("--tag TAG", "--tag dev"),
+            ("--source URL", &format!("--source {SOURCE}")),
+            ("127.0.0.1:5000", &registry.addr().to_string()),
         ],
     );
+    let head_before = git_head();
+    let build = run(Command::new("sh")
+        .arg("-c")
+        .arg(&typed)
+        .env("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+        .current_dir(workspace_root()));
     let heads = [head_before, git_head()];
 
     // The manifest as a client pulls it, by tag: the digest the layout and the script name.
     let response = registry
-        .get("/v2/wasm-ccm/manifests/e2e", None)
+        .get("/v2/wasm-ccm/manifests/dev", None)
         .await
         .expect("GET manifest");
     assert_eq!(response.status(), 200, "{}", registry.log());

@@ -1,11 +1,13 @@
 //! `wasm-ccm` run mode through the binary: flags, serving, and two managers electing a leader.
 //! Bad flags are refused naming the flag; the standby takes over when the leader is killed
-//! (`kill -9`); `/healthz` and `/metrics` are served over HTTPS; a clean shutdown releases the
-//! lease.
+//! (`kill -9`); `/healthz` and `/metrics` are served over HTTPS; the running page's command,
+//! typed, runs every controller, and a clean shutdown releases the lease.
 
+use std::net::SocketAddr;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use e2e::docs::{self, Shell};
 use e2e::https;
 use e2e::testbed::{ManagerProcess as Manager, Testbed, eventually, is_uninitialized};
 use e2e::wasm_ccm_binary;
@@ -355,12 +357,69 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
     }
 }
 
+/// The running page's command, typed with the testbed in place of its paths and host
+/// (`~/.kube/config` the testbed's kubeconfig) and a port of its own: it runs every
+/// controller and leads, with leader election on as upstream's default, initialises a node,
+/// and releases the lease on a clean shutdown (SIGTERM).
 #[tokio::test]
-async fn a_clean_shutdown_releases_the_lease() {
+async fn the_documented_command_runs_and_a_clean_shutdown_releases_the_lease() {
     let bed = Testbed::start().await;
-    let mut manager = spawn(&bed, &LEASE);
+    let mut shell = Shell::new();
+    shell.env("RUST_LOG", "warn");
+    std::fs::create_dir(shell.path(".kube")).expect("~/.kube");
+    std::fs::copy(bed.kubeconfig(), shell.path(".kube/config")).expect("~/.kube/config");
+    let port = https::free_port();
+    let command = docs::substitute(
+        &docs::block_starting(
+            "docs/src/operators/running.md",
+            "sh",
+            "wasm-ccm --provider file://",
+        ),
+        &[
+            (
+                "file:///opt/providers/simcloud.wasm",
+                &format!("file://{}", guest_builds::SIMCLOUD),
+            ),
+            (
+                "/etc/simcloud/cloud.json",
+                &bed.cloud_config().display().to_string(),
+            ),
+            ("https://api.simcloud.example", &bed.cloud.sim.url()),
+            (
+                "/var/run/secrets/simcloud/token",
+                &bed.cloud.token_file.path().display().to_string(),
+            ),
+            // Other tests' managers serve beside it.
+            (
+                "--concurrent-service-syncs 10",
+                &format!(
+                    "--concurrent-service-syncs 10 --bind-address 127.0.0.1 --secure-port {port}"
+                ),
+            ),
+        ],
+    );
+    let mut manager = Manager {
+        child: shell.spawn(&command),
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
     eventually("leading", WAIT, || async {
         is_leading(&bed, &manager).await.filter(|l| *l)
+    })
+    .await;
+    let (_, health) = https::get(manager.addr, "/healthz?verbose")
+        .await
+        .expect("/healthz");
+    for controller in [
+        "cloud-node-controller",
+        "cloud-node-lifecycle-controller",
+        "service-lb-controller",
+        "node-route-controller",
+    ] {
+        assert!(health.contains(&format!("[+]{controller} ok")), "{health}");
+    }
+    bed.add_node("n1", "sim-central-1a").await;
+    eventually("n1 initialised", WAIT, || async {
+        bed.node("n1").await.filter(|n| !is_uninitialized(n))
     })
     .await;
     assert!(holder(&bed).await.is_some());

@@ -8,12 +8,14 @@
 //! compiling, and refusing a tag with the registry down; refusals with their exact messages
 //! (an unknown tag, a wrong pinned digest, a container image, a component that is no provider,
 //! a blob tampered with in the registry's storage, missing and wrong credentials, never
-//! printed, a plain-HTTP registry without `--insecure-registry`).
+//! printed, a plain-HTTP registry without `--insecure-registry`); and the registries page's
+//! first block typed against a private registry over HTTPS.
 
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
+use e2e::docs::{self, Shell};
 use e2e::registry::{Credentials, Registry, RegistryOptions};
 use e2e::testbed::{ManagerProcess, Testbed, eventually, is_uninitialized};
 use e2e::{https, wasm_ccm_binary};
@@ -451,66 +453,138 @@ async fn bad_artifacts_are_refused_naming_what_is_wrong() {
     assert!(!out.exists(), "nothing is written from a tampered artifact");
 }
 
+/// The registries page's first block, typed against a private registry: HTTPS (its
+/// certificate trusted through `SSL_CERT_FILE`, as a private CA's would be) behind basic auth,
+/// the login in `~/.docker/config.json`. The push prints the digest; the manager runs the
+/// provider pinned by tag and digest with `--registry-config` (the login as a mounted Secret
+/// would give it) and `--cache-dir`, and initialises a node; the pull gives the same bytes
+/// back and inspect shows the manifest and the annotations pushed. The page's pull without
+/// the login, or with a wrong password, is refused saying which; no password is printed.
 #[tokio::test]
-async fn a_registry_behind_basic_auth_needs_the_right_docker_config() {
+async fn the_registries_page_publishes_to_and_runs_from_a_private_registry_as_typed() {
     let user = Credentials::new("alice", "correct-horse-battery");
     let registry = Registry::start(RegistryOptions {
         auth: Some(user.clone()),
+        tls: true,
         ..RegistryOptions::default()
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let right = dir.path().join("config.json");
-    std::fs::write(&right, registry.docker_config_json()).unwrap();
-    let wrong = dir.path().join("wrong.json");
+    let bed = Testbed::start().await;
+    let mut shell = Shell::new();
+    shell
+        .trust(registry.certificate_pem().expect("a certificate"))
+        .env("RUST_LOG", "warn");
+    std::fs::create_dir(shell.path(".docker")).unwrap();
     std::fs::write(
-        &wrong,
+        shell.path(".docker/config.json"),
+        registry.docker_config_json(),
+    )
+    .unwrap();
+    let mounted = shell.path("mounted-config.json");
+    std::fs::write(&mounted, registry.docker_config_json()).unwrap();
+    std::fs::write(
+        shell.path("wrong.json"),
         registry.docker_config_json_for(&Credentials::new("alice", "wrong-password-123")),
     )
     .unwrap();
-    let with_config = |path: &Path| format!("--registry-config={}", path.display());
-    let insecure = insecure(&registry);
-    push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "private/simcloud:v1",
-        &[&with_config(&right)],
-    );
-    let out = dir.path().join("out.wasm");
+    std::fs::copy(guest_builds::SIMCLOUD, shell.path("simcloud.wasm")).unwrap();
 
-    let output = pull(&registry, "private/simcloud:v1", &out, &[&insecure]);
+    let block = docs::substitute(
+        &docs::block_starting(
+            "docs/src/operators/registries.md",
+            "sh",
+            "wasm-ccm provider push simcloud.wasm",
+        ),
+        &[("registry.example.com", &registry.addr().to_string())],
+    );
+    let commands = docs::commands(&block);
+    let [push, run, pull, inspect] = commands.as_slice() else {
+        panic!("the page publishes, runs, pulls and inspects: {block}");
+    };
+    let digest = shell.typed(push).trim().to_string();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    // The manager, pinned, with the testbed's cluster and cloud for the page's `…`.
+    let cache = tempfile::tempdir().unwrap();
+    let port = https::free_port();
+    let mut rest: Vec<String> = bed
+        .provider_flags()
+        .into_iter()
+        .filter(|f| !f.starts_with("--provider=") && !f.starts_with("--cloud-provider="))
+        .collect();
+    rest.extend([
+        "--controllers=cloud-node".into(),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ]);
+    let run = docs::substitute(
+        run,
+        &[
+            ("sha256:4f1c…", &digest),
+            (
+                "/etc/wasm-ccm/registry/config.json",
+                &mounted.display().to_string(),
+            ),
+            ("/var/cache/wasm-ccm", &cache.path().display().to_string()),
+            ("…", &rest.join(" ")),
+        ],
+    );
+    let manager = ManagerProcess {
+        child: shell.spawn(&run),
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    bed.add_node("from-registry", "sim-central-1a").await;
+    eventually("from-registry initialised", WAIT, || async {
+        bed.node("from-registry")
+            .await
+            .filter(|node| !is_uninitialized(node))
+    })
+    .await;
+    drop(manager);
+
+    // The page's pull, without the login and with a wrong one.
+    let without = shell.run(&pull.replace("--registry-config ~/.docker/config.json", ""));
     assert_refused(
-        &output,
+        &without,
         &[&format!(
             "the registry requires credentials (401); --registry-config has none for {}",
             registry.addr()
         )],
     );
-    let output = pull(
-        &registry,
-        "private/simcloud:v1",
-        &out,
-        &[&insecure, &with_config(&wrong)],
-    );
+    let wrong = shell.run(&pull.replace("~/.docker/config.json", "wrong.json"));
     assert_refused(
-        &output,
+        &wrong,
         &[&format!(
             "the registry rejected the credentials --registry-config has for {} (401)",
             registry.addr()
         )],
     );
-    assert!(!stderr(&output).contains("wrong-password-123"));
+    assert!(!stderr(&wrong).contains("wrong-password-123"));
 
-    let output = pull(
-        &registry,
-        "private/simcloud:v1",
-        &out,
-        &[&insecure, &with_config(&right)],
+    std::fs::remove_file(shell.path("simcloud.wasm")).unwrap();
+    let pulled = shell.run(pull);
+    assert!(pulled.status.success(), "{}", stderr(&pulled));
+    assert_eq!(stdout(&pulled).trim(), digest);
+    assert!(
+        std::fs::read(shell.path("simcloud.wasm")).unwrap()
+            == std::fs::read(guest_builds::SIMCLOUD).unwrap()
     );
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(std::fs::read(&out).unwrap() == std::fs::read(guest_builds::SIMCLOUD).unwrap());
-    let output = stderr(&output) + &stdout(&output);
-    assert!(!output.contains("correct-horse-battery"), "{output}");
+    let printed = stderr(&pulled) + &stdout(&pulled);
+    assert!(!printed.contains("correct-horse-battery"), "{printed}");
+
+    let text = shell.typed(inspect);
+    for expected in [
+        format!("manifest:  {digest} (application/vnd.oci.image.manifest.v1+json)"),
+        "org.opencontainers.image.version: v1.2.0".into(),
+        "org.opencontainers.image.source: https://github.com/acme/simcloud".into(),
+        "satisfies the host contract: yes".into(),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
+    }
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
-//! Signed providers against a real registry: keys made with openssl as the registries page tells an
-//! operator, `provider push --sign-key`, `provider sign`, `provider verify` and `provider
-//! inspect`; run mode with `--provider-signature-key` (signed, unsigned, signed by another
-//! key, from the cache with the registry down); a CloudProvider whose `spec.signature` keys
+//! Signed providers against a real registry: the registries page's block on signing typed
+//! as an operator types it (keys made with openssl, `provider push --sign-key`, `provider
+//! sign`, `provider verify`, `provider inspect`, the manager with `--provider-signature-key`);
+//! run mode with `--provider-signature-key` (signed, unsigned, signed by another key, from the
+//! cache with the registry down); a CloudProvider whose `spec.signature` keys
 //! come from a Secret; and an independent implementation of cosign's format (`cosign.py`,
 //! PyCA `cryptography`) whose signatures we accept and which accepts ours.
 //!
@@ -19,9 +20,10 @@ use e2e::cloud_provider::{
     NAME, NAMESPACE, active_digest, apply, cloud_provider, condition_is, install_crd,
     resource_config, simcloud_config, status_where, token_secret,
 };
+use e2e::docs::{self, Shell};
+use e2e::https;
 use e2e::registry::{Registry, RegistryOptions};
 use e2e::testbed::{ManagerProcess, Testbed, eventually, is_uninitialized};
-use e2e::{https, wasm_ccm_binary};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use wasm_ccm::resource::{ConditionStatus, condition};
@@ -50,16 +52,28 @@ fn typed(dir: &Path, command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// A key pair made as the registries page tells: `NAME.pem` (private, PKCS#8) and `NAME.pub`.
+/// The registries page's block on signing: its commands, with the test's registry in place of
+/// the page's.
+fn signing_block(registry: &Registry) -> Vec<String> {
+    let block = docs::block_starting("docs/src/operators/registries.md", "sh", "openssl genpkey");
+    docs::commands(&docs::substitute(
+        &block,
+        &[("registry.example.com", &registry.addr().to_string())],
+    ))
+}
+
+/// A key pair made in `dir` with the registries page's `openssl` lines, typed (`NAME` for the
+/// page's `signing`): `NAME.pem` (private, PKCS#8) and `NAME.pub`.
 fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    typed(
-        dir,
-        &format!("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {name}.pem"),
-    );
-    typed(
-        dir,
-        &format!("openssl pkey -in {name}.pem -pubout -out {name}.pub"),
-    );
+    let block = docs::block_starting("docs/src/operators/registries.md", "sh", "openssl genpkey");
+    let openssl: Vec<String> = docs::commands(&block)
+        .into_iter()
+        .filter(|command| command.starts_with("openssl "))
+        .collect();
+    assert_eq!(openssl.len(), 2, "the page makes a key pair: {block}");
+    for command in openssl {
+        typed(dir, &command.replace("signing", name));
+    }
     (
         dir.join(format!("{name}.pem")),
         dir.join(format!("{name}.pub")),
@@ -105,35 +119,69 @@ fn sign(registry: &Registry, reference: &str, key: &Path) -> Output {
     ]))
 }
 
+/// The registries page's block on signing, typed against a registry over HTTPS (its
+/// certificate trusted through `SSL_CERT_FILE`): a key pair, the push signed, a second
+/// signature, verify, inspect listing both, and the manager run with the public key, which
+/// initialises a node. Around it, by hand: what run mode refuses, and the verdict's cache.
 #[tokio::test]
 async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from_the_cache() {
     let bed = Testbed::start().await;
-    let registry = Registry::start(RegistryOptions::default()).await;
-    let keys = tempfile::tempdir().unwrap();
-    let (signing, signing_pub) = key_pair(keys.path(), "signing");
-    let (other, _) = key_pair(keys.path(), "other");
-    let insecure_flag = insecure(&registry);
+    let registry = Registry::start(RegistryOptions {
+        tls: true,
+        ..RegistryOptions::default()
+    })
+    .await;
+    let mut shell = Shell::new();
+    shell
+        .trust(registry.certificate_pem().expect("a certificate"))
+        .env("RUST_LOG", "warn");
+    std::fs::copy(guest_builds::SIMCLOUD, shell.path("simcloud.wasm")).unwrap();
+    let wasm_ccm = |args: &[String]| {
+        shell
+            .command("wasm-ccm")
+            .args(args)
+            .output()
+            .expect("run wasm-ccm")
+    };
+    let commands = signing_block(&registry);
+    let [_, _, push_signed, sign_again, verify, inspect, run] = commands.as_slice() else {
+        panic!("the page makes keys, pushes, signs, verifies, inspects and runs: {commands:#?}");
+    };
+    let (signing, signing_pub) = key_pair(shell.dir(), "signing");
+    let (other, _) = key_pair(shell.dir(), "other");
 
-    // Signed at push; unsigned; signed by another key (three digests: the versions differ).
-    let signed = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:v1",
-        &["--version=v1", "--sign-key", &path(&signing)],
+    // Signed at push, and once more; unsigned; signed by another key (three digests: the
+    // versions differ).
+    let signed = shell.typed(push_signed).trim().to_string();
+    let output = shell.run(sign_again);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), signed);
+    assert!(
+        stderr(&output).contains("2 signature(s)"),
+        "{}",
+        stderr(&output)
     );
-    let unsigned = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:unsigned",
-        &["--version=unsigned"],
-    );
-    let wrongly = push(
-        &registry,
-        guest_builds::SIMCLOUD,
-        "acme/simcloud:other",
-        &["--version=other"],
-    );
-    let output = sign(&registry, "acme/simcloud:other", &other);
+    let pushed = |reference: &str, version: &str| {
+        let output = wasm_ccm(&args(&[
+            "provider",
+            "push",
+            "simcloud.wasm",
+            &oci(&registry, reference),
+            "--version",
+            version,
+        ]));
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output).trim().to_string()
+    };
+    let unsigned = pushed("acme/simcloud:unsigned", "unsigned");
+    let wrongly = pushed("acme/simcloud:other", "other");
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "sign",
+        &oci(&registry, "acme/simcloud:other"),
+        "--key",
+        &path(&other),
+    ]));
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output).trim(), wrongly);
     assert!(
@@ -143,45 +191,22 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
     );
 
     // provider verify: 0 when the key signed, 2 naming the reason when not.
-    let verify = |reference: &str| {
-        wasm_ccm(&args(&[
-            "provider",
-            "verify",
-            &oci(&registry, reference),
-            "--key",
-            &path(&signing_pub),
-            &insecure_flag,
-        ]))
-    };
-    let output = verify("acme/simcloud:v1");
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(stdout(&output).trim(), signed);
-    assert_refused(
-        &verify("acme/simcloud:unsigned"),
-        &["no signature by --key"],
-    );
-    assert_refused(
-        &verify("acme/simcloud:other"),
-        &["no valid signature by --key"],
-    );
+    assert_eq!(shell.typed(verify).trim(), signed);
+    for (version, refusal) in [
+        ("unsigned", "no signature by --key"),
+        ("other", "no valid signature by --key"),
+    ] {
+        let refused = shell.run(&verify.replace("simcloud:v1.2.0", &format!("simcloud:{version}")));
+        assert_refused(&refused, &[refusal]);
+    }
 
     // provider inspect lists the signatures, and the given key that verifies each.
-    let output = wasm_ccm(&args(&[
-        "provider",
-        "inspect",
-        &oci(&registry, "acme/simcloud:v1"),
-        "--signature-key",
-        &path(&signing_pub),
-        &insecure_flag,
-    ]));
-    let text = stdout(&output);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(text.contains("signatures: 1 (sha256-"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "  {signed}\n    verified with {}",
-            path(&signing_pub)
-        )),
+    let text = shell.typed(inspect);
+    assert!(text.contains("signatures: 2 (sha256-"), "{text}");
+    assert_eq!(
+        text.matches(&format!("  {signed}\n    verified with signing.pub"))
+            .count(),
+        2,
         "{text}"
     );
 
@@ -195,7 +220,6 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
         flags.extend([
             format!("--provider={provider}"),
             format!("--provider-signature-key={}", path(&signing_pub)),
-            insecure_flag.clone(),
             format!("--cache-dir={}", cache.path().display()),
         ]);
         flags.extend(extra.iter().cloned());
@@ -216,10 +240,7 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
         &["no valid signature by", &key_named, &wrongly],
     );
     // The fingerprint named is the one the registries page computes.
-    let fingerprint = typed(
-        keys.path(),
-        "openssl pkey -pubin -in signing.pub -outform DER | sha256sum",
-    );
+    let fingerprint = shell.typed("openssl pkey -pubin -in signing.pub -outform DER | sha256sum");
     let fingerprint = fingerprint.split_whitespace().next().unwrap_or_default();
     assert_refused(
         &refused_at_start(&oci(&registry, "acme/simcloud:unsigned")),
@@ -227,7 +248,7 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
     );
     // A key that is not a public key stops it before anything runs.
     let mut flags = flags_for(
-        &oci(&registry, "acme/simcloud:v1"),
+        &oci(&registry, "acme/simcloud:v1.2.0"),
         &["--secure-port=0".into()],
     );
     flags.push(format!("--provider-signature-key={}", path(&signing)));
@@ -245,19 +266,18 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
         &["a file:// provider has no signature artifact"],
     );
 
-    // Signed: it runs.
-    let run = |provider: String| {
-        let port = https::free_port();
-        let flags = flags_for(
-            &provider,
-            &[
-                "--controllers=cloud-node".into(),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-            ],
-        );
-        ManagerProcess::spawn(&wasm_ccm_binary(), &flags, port, true)
+    // Signed: the page's manager runs, with the testbed's cluster and cloud for its `…`.
+    let serving = |port: u16| -> Vec<String> {
+        vec![
+            "--controllers=cloud-node".into(),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+        ]
+    };
+    let manager = |child: std::process::Child, port: u16| ManagerProcess {
+        child,
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
     };
     let initialised = |name: &'static str| {
         let bed = &bed;
@@ -269,19 +289,38 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
             .await
         }
     };
-    let manager = run(oci(&registry, "acme/simcloud:v1"));
+    let port = https::free_port();
+    let mut rest: Vec<String> = bed
+        .provider_flags()
+        .into_iter()
+        .filter(|f| !f.starts_with("--provider="))
+        .collect();
+    rest.push(format!("--cache-dir={}", cache.path().display()));
+    rest.extend(serving(port));
+    let running = manager(
+        shell.spawn(&docs::substitute(run, &[("…", &rest.join(" "))])),
+        port,
+    );
     initialised("signed").await;
-    drop(manager);
+    drop(running);
 
     // With the registry down, the pinned digest verified before starts from the cache: no
     // request, so no signature read (any would fail).
     registry.stop();
-    let manager = run(format!(
-        "oci://{}@{signed}",
-        registry.reference("acme/simcloud")
-    ));
+    let port = https::free_port();
+    let pinned = flags_for(
+        &format!("oci://{}@{signed}", registry.reference("acme/simcloud")),
+        &serving(port),
+    );
+    let child = shell
+        .command("wasm-ccm")
+        .args(&pinned)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start wasm-ccm");
+    let running = manager(child, port);
     initialised("from-cache").await;
-    drop(manager);
+    drop(running);
     // The verdict is per key: another key must be checked, which needs the registry.
     let mut flags = flags_for(
         &format!("oci://{}@{signed}", registry.reference("acme/simcloud")),
@@ -290,7 +329,7 @@ async fn run_mode_starts_only_signed_providers_and_a_verified_digest_starts_from
     flags.retain(|flag| !flag.starts_with("--provider-signature-key="));
     flags.push(format!(
         "--provider-signature-key={}",
-        path(&keys.path().join("other.pub"))
+        path(&shell.path("other.pub"))
     ));
     assert_refused(&wasm_ccm(&flags), &["cannot read the signatures"]);
 }
