@@ -194,10 +194,14 @@ const READ_PREFIXES: [&str; 3] = ["Describe", "Get", "List"];
 
 /// Where a request's action came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
+pub enum Source {
+    /// The query's `Action`.
     Query,
+    /// The form body's `Action`.
     Form,
+    /// `X-Amz-Target`.
     Target,
+    /// An RPC path (`/service/…/operation/…`).
     Rpc,
 }
 
@@ -210,6 +214,33 @@ impl fmt::Display for Source {
             Source::Rpc => "the RPC path",
         })
     }
+}
+
+/// Why the gate cannot tell a request's API action.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    /// A value where an action goes that is no action name.
+    #[error("{value:?} (from {from}) is not an API action name")]
+    NotAnAction {
+        /// The value, cut to the longest action name.
+        value: String,
+        /// Where the request carries it.
+        from: Source,
+    },
+    /// Two places of the request name different actions.
+    #[error(
+        "the request names two actions, {first} ({first_source}) and {other} ({other_source}); AWS would act on one of them"
+    )]
+    TwoActions {
+        /// The first action named.
+        first: String,
+        /// Where.
+        first_source: Source,
+        /// Another, different one.
+        other: String,
+        /// Where.
+        other_source: Source,
+    },
 }
 
 /// Services (by signing name) of the Query protocol, whose front end may read a body as a
@@ -293,7 +324,7 @@ impl<'a> Parameters<'a> {
         mut self,
         parts: &'a http::request::Parts,
         service: &str,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, ActionError> {
         if QUERY_SERVICES.contains(&service) {
             self.add_actions(Source::Form, self.typed);
         }
@@ -314,16 +345,19 @@ impl<'a> Parameters<'a> {
         };
         for (_, value) in &self.actions {
             if !is_action_name(value) {
-                return Err(format!(
-                    "{:?} (from {source}) is not an API action name",
-                    crate::text::cut(value, MAX_ACTION)
-                ));
+                return Err(ActionError::NotAnAction {
+                    value: crate::text::cut(value, MAX_ACTION).to_string(),
+                    from: *source,
+                });
             }
         }
         if let Some((other_source, other)) = self.actions.iter().find(|(_, value)| value != first) {
-            return Err(format!(
-                "the request names two actions, {first} ({source}) and {other} ({other_source}); AWS would act on one of them"
-            ));
+            return Err(ActionError::TwoActions {
+                first: first.to_string(),
+                first_source: *source,
+                other: other.to_string(),
+                other_source: *other_source,
+            });
         }
         Ok(Some(self.actions.swap_remove(0).1.into_owned()))
     }
@@ -484,7 +518,9 @@ mod tests {
         body: &[u8],
         service: &str,
     ) -> Result<Option<String>, String> {
-        Parameters::read(parts, body).action(parts, service)
+        Parameters::read(parts, body)
+            .action(parts, service)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
