@@ -3,12 +3,14 @@ SDK (`guest-sdk-py`), for the bundled cloud simulator (`tests/cloud-sim`). This 
 the provider's identity (`init` and its capabilities) and the classes componentize-py calls;
 each interface lives in its own module.
 
-It reads the same cloud config (`{"api_url": ..., "proxy_protocol": false}`, see
-`config.py`), answers the same provider IDs (`simcloud://<instance-id>`) and makes the same
-requests to the simulator as the Rust simcloud for every function of the `cloud-provider`
-world (`init`, instances, load balancers, routes). Load-balancer calls get the nodes lent
-as a node set (`cloud-provider-node-sets`), of which it reads the provider IDs, and the
-names only of nodes it skips. It has no build stamp.
+It reads the same cloud config (`{"api_url": ..., "proxy_protocol": false,
+"target_node_label_keys": []}`, see `config.py`) and annotations (see `targets.py`), answers
+the same provider IDs (`simcloud://<instance-id>`) and makes the same requests to the
+simulator as the Rust simcloud for every function of the `cloud-provider` world (`init`,
+instances, load balancers, routes). Load-balancer calls get the nodes lent as a node set
+(`cloud-provider-node-sets`), of which it reads the provider IDs, and the names only of
+nodes it skips; whole nodes only for a Service choosing its targets by node labels
+(`simcloud.wasm-ccm.io/load-balancer-target-node-labels`). It has no build stamp.
 """
 
 from typing import List, Optional
@@ -30,8 +32,11 @@ class Provider(provider.Provider):
             load_balancer=True,
             routes=True,
             has_cluster_id=True,
-            # Nodes are found by provider ID and name: no label or annotation is read.
-            node_metadata=ccm_types.NodeMetadataKeys(labels=[], annotations=[]),
+            # Nodes are found by provider ID and name; only the labels Services may choose
+            # their targets by are read, and no annotation.
+            node_metadata=ccm_types.NodeMetadataKeys(
+                labels=parsed.target_node_label_keys, annotations=[]
+            ),
         )
 
 

@@ -1,15 +1,25 @@
 """The cloud configuration (`--cloud-config`), as the Rust simcloud reads it: JSON with
 `api_url` (required: the simulator's base URL, `http://` or `https://`, optionally with a
-path prefix, no query) and `proxy_protocol` (a boolean, default false). Unknown fields are
-refused. Parsed by `init`, re-read by every call."""
+path prefix, no query), `proxy_protocol` (a boolean, default false) and
+`target_node_label_keys` (the distinct node label keys a Service's target-node-labels
+annotation may name, default none). Unknown fields are refused. Parsed by `init`, re-read by
+every call."""
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 from wasm_ccm_sdk import errors, host
 
-_FIELDS = ("api_url", "proxy_protocol")
+# The field listing the node label keys the target-node-labels annotation may name.
+TARGET_NODE_LABEL_KEYS = "target_node_label_keys"
+
+_FIELDS = ("api_url", "proxy_protocol", TARGET_NODE_LABEL_KEYS)
+
+# A label key's name and each dot-separated part of its prefix.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_PREFIX_PART = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 
 
 @dataclass
@@ -18,6 +28,9 @@ class Config:
     api_url: str
     # Whether load balancers send the PROXY protocol to their targets.
     proxy_protocol: bool
+    # The node label keys a Service's target-node-labels annotation may name: the labels
+    # `init` declares in `node-metadata`, so the host passes them (and no other).
+    target_node_label_keys: List[str]
 
 
 def load() -> Config:
@@ -47,7 +60,51 @@ def parse(raw: Optional[bytes]) -> Config:
             'simcloud cloud config: "proxy_protocol" must be true or false, got '
             f"{proxy_protocol!r}"
         )
-    return Config(api_url=_validated_url(api_url), proxy_protocol=proxy_protocol)
+    return Config(
+        api_url=_validated_url(api_url),
+        proxy_protocol=proxy_protocol,
+        target_node_label_keys=_label_keys(fields.get(TARGET_NODE_LABEL_KEYS)),
+    )
+
+
+def _label_keys(value) -> List[str]:
+    """`target_node_label_keys`: a list of distinct Kubernetes label keys, if given."""
+    if value is None:
+        return []
+
+    def fail(detail: str):
+        return errors.other(
+            f'simcloud cloud config: "{TARGET_NODE_LABEL_KEYS}" must be a list of node label '
+            f'keys such as ["node-role.example.com/lb"]: {detail}'
+        )
+
+    if not isinstance(value, list):
+        raise fail(f"got {_json(value)}")
+    keys: List[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            raise fail(f"{_json(item)} is not a string")
+        if not _is_label_key(item):
+            raise fail(f"{_json(item)} is not a label key")
+        if item in keys:
+            raise fail(f"{_json(item)} is listed twice")
+        keys.append(item)
+    return keys
+
+
+def _is_label_key(key: str) -> bool:
+    """A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name of at
+    most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit."""
+    prefix, slash, name = key.rpartition("/")
+    prefix_ok = not slash or (
+        len(prefix) <= 253 and all(_PREFIX_PART.fullmatch(part) for part in prefix.split("."))
+    )
+    return prefix_ok and _LABEL_NAME.fullmatch(name) is not None
+
+
+def _json(value) -> str:
+    """`value` as compact JSON, as the Rust simcloud writes it in a message."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _validated_url(url: str) -> str:

@@ -1,7 +1,7 @@
 """`LoadBalancer`, as the Rust simcloud does it: one simulator load balancer per Service,
 named with upstream's `DefaultLoadBalancerName` and looked up by that name within the cluster.
-Owns the mapping from a Service and its nodes to listeners, targets and source ranges, and
-from a load balancer to the Service's status."""
+Owns the mapping from a Service and its nodes to listeners, targets (the nodes `targets`
+chooses) and source ranges, and from a load balancer to the Service's status."""
 
 from typing import List, Optional
 
@@ -11,7 +11,7 @@ from wit_world.imports import ccm_types
 
 from . import config
 from .api import Api
-from .instances import instance_id_of
+from .targets import node_selector, target_ids
 
 # How long the host waits before asking again about a provisioning load balancer, in s.
 PROVISIONING_RETRY = 2.0
@@ -46,7 +46,7 @@ def ensure_load_balancer(
     settings = config.load()
     api = Api(settings.api_url)
     name = lb_name(svc)
-    spec = _desired(svc, nodes, settings.proxy_protocol)
+    spec = _desired(svc, nodes, settings)
     lb = api.load_balancer_named(name, cluster_name)
     if lb is None:
         spec["targets"] = _live(api, spec["targets"])
@@ -59,9 +59,10 @@ def ensure_load_balancer(
 
 
 def update_load_balancer(cluster_name: str, svc: ccm_types.Service, nodes: Nodes) -> None:
-    api = Api.load()
+    settings = config.load()
+    targets = target_ids(nodes, node_selector(svc, settings))
+    api = Api(settings.api_url)
     lb = _existing(api, cluster_name, svc)
-    targets = _target_ids(nodes)
     if set(targets) == set(lb["targets"]):
         return
     targets = _live(api, targets)
@@ -106,14 +107,15 @@ def _update(api: Api, lb: dict, spec: dict) -> dict:
     return updated
 
 
-def _desired(svc: ccm_types.Service, nodes: Nodes, proxy_protocol: bool) -> dict:
+def _desired(svc: ccm_types.Service, nodes: Nodes, settings: config.Config) -> dict:
     """What the load balancer of `svc` should look like for `nodes`, in the order of the
     simulator's request body."""
+    listeners = [_listener(port) for port in svc.ports]
     return {
-        "listeners": [_listener(port) for port in svc.ports],
-        "targets": _target_ids(nodes),
+        "listeners": listeners,
+        "targets": target_ids(nodes, node_selector(svc, settings)),
         "source_ranges": list(svc.load_balancer_source_ranges),
-        "proxy_protocol": proxy_protocol,
+        "proxy_protocol": settings.proxy_protocol,
     }
 
 
@@ -162,31 +164,6 @@ def _unless_stale(write):
     except BaseException:
         host.cache_delete(LIVE_IDS)
         raise
-
-
-def _target_ids(nodes: Nodes) -> List[str]:
-    """The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
-    provider ID are skipped. Only the provider IDs are read (and the names, to report a
-    skipped node)."""
-    provider_ids = nodes.provider_ids()
-    ids: List[str] = []
-    seen = set()
-    skipped = []
-    for index, provider_id in enumerate(provider_ids):
-        instance_id = instance_id_of(provider_id) if provider_id is not None else None
-        if instance_id is None:
-            skipped.append(index)
-        elif instance_id not in seen:
-            seen.add(instance_id)
-            ids.append(instance_id)
-    if skipped:
-        names = nodes.names()
-        for index in skipped:
-            host.info(
-                f"node {names[index]} is not a load-balancer target: provider ID "
-                f"{provider_ids[index]!r} is not simcloud://"
-            )
-    return ids
 
 
 def _ready_status(lb: dict) -> ccm_types.LbStatus:

@@ -7,9 +7,10 @@
  * It implements every function of the `cloud-provider` world: `init`, instances
  * (`instances.ts`), load balancers (`loadBalancers.ts`) and routes (`routes.ts`), with the
  * Rust simcloud's cloud config, provider IDs, load-balancer and route names (see
- * `config.ts`). Load-balancer calls get the nodes lent as a node set
- * (`cloud-provider-node-sets`), of which it reads the provider IDs, and the names only of
- * nodes it skips. It has no build stamp.
+ * `config.ts`) and annotations (`targets.ts`). Load-balancer calls get the nodes lent as a
+ * node set (`cloud-provider-node-sets`), of which it reads the provider IDs, and the names
+ * only of nodes it skips; whole nodes only for a Service choosing its targets by node labels
+ * (`simcloud.wasm-ccm.io/load-balancer-target-node-labels`). It has no build stamp.
  */
 
 import { exportProvider, log } from '@wasm-ccm/provider-sdk';
@@ -30,8 +31,9 @@ const simcloud: Provider = {
       loadBalancer: true,
       routes: true,
       hasClusterId: true,
-      // Nodes are found by provider ID and name: no label or annotation is read.
-      nodeMetadata: { labels: [], annotations: [] },
+      // Nodes are found by provider ID and name; only the labels Services may choose their
+      // targets by are read, and no annotation.
+      nodeMetadata: { labels: parsed.targetNodeLabelKeys, annotations: [] },
     };
   },
   instances: simcloudInstances,

@@ -3,7 +3,8 @@
  * Service, named with upstream's `DefaultLoadBalancerName` (`"a"` + UID without dashes, ≤ 32
  * characters; the SDK's default `get-load-balancer-name` answers the same) and looked up by
  * that name within the cluster. Owns the mapping from a Service and its nodes to listeners,
- * targets and source ranges, and from a load balancer to the Service's status.
+ * targets (the nodes `targets.ts` chooses) and source ranges, and from a load balancer to the
+ * Service's status.
  *
  * A load balancer still provisioning answers `retry-after` 2 s. Before a write, targets whose
  * instance no longer exists are left out: the ids of the live instances are kept in the host
@@ -24,8 +25,9 @@ import type {
 
 import { Api } from './api.js';
 import { parseConfig } from './config.js';
-import { instanceIdOf } from './instances.js';
+import type { Config } from './config.js';
 import type { LbSpec, Listener, LoadBalancer } from './model.js';
+import { nodeSelector, targetIds } from './targets.js';
 
 /** How long the host waits before asking again about a provisioning load balancer. */
 const PROVISIONING_RETRY_MS = 2000;
@@ -47,7 +49,7 @@ export const simcloudLoadBalancer: Omit<LoadBalancerFunctions, 'getLoadBalancerN
     const config = parseConfig();
     const api = new Api(config);
     const name = defaultLoadBalancerName(svc);
-    const spec = desired(svc, nodes, config.proxyProtocol);
+    const spec = desired(svc, nodes, config);
     let lb = await api.loadBalancerNamed(name, clusterName);
     if (lb === undefined) {
       spec.targets = await live(api, spec.targets);
@@ -63,9 +65,10 @@ export const simcloudLoadBalancer: Omit<LoadBalancerFunctions, 'getLoadBalancerN
   },
 
   async updateLoadBalancer(clusterName, svc, nodes) {
-    const api = Api.load();
+    const config = parseConfig();
+    const wanted = targetIds(nodes, nodeSelector(svc, config));
+    const api = new Api(config);
     const lb = await existing(api, clusterName, svc);
-    const wanted = targetIds(nodes);
     if (sameSet(wanted, lb.targets)) {
       return;
     }
@@ -120,12 +123,13 @@ async function update(api: Api, lb: LoadBalancer, spec: LbSpec): Promise<LoadBal
 }
 
 /** What the load balancer of `svc` should look like for `nodes`, fields in the wire order. */
-function desired(svc: Service, nodes: Nodes, proxyProtocol: boolean): LbSpec {
+function desired(svc: Service, nodes: Nodes, config: Config): LbSpec {
+  const listeners = svc.ports.map(listener);
   return {
-    listeners: svc.ports.map(listener),
-    targets: targetIds(nodes),
+    listeners,
+    targets: targetIds(nodes, nodeSelector(svc, config)),
     source_ranges: [...svc.loadBalancerSourceRanges],
-    proxy_protocol: proxyProtocol,
+    proxy_protocol: config.proxyProtocol,
   };
 }
 
@@ -198,36 +202,6 @@ async function unlessStale<T>(write: () => Promise<T>): Promise<T> {
     cache.delete(LIVE_IDS);
     throw error;
   }
-}
-
-/**
- * The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
- * provider ID are skipped (and logged). Only the provider IDs are read (and the names, to
- * report a skipped node).
- */
-function targetIds(nodes: Nodes): string[] {
-  const providerIds = nodes.providerIds();
-  const ids = new Set<string>();
-  const skipped: number[] = [];
-  providerIds.forEach((providerId, index) => {
-    const id = providerId === undefined ? undefined : instanceIdOf(providerId);
-    if (id === undefined) {
-      skipped.push(index);
-    } else {
-      ids.add(id);
-    }
-  });
-  if (skipped.length > 0) {
-    const names = nodes.names();
-    for (const index of skipped) {
-      log.info(
-        `node ${names[index]} is not a load-balancer target: provider ID ` +
-          `${JSON.stringify(providerIds[index] ?? null)} is not simcloud://`,
-      );
-    }
-  }
-  // A Set keeps the order of first insertion.
-  return [...ids];
 }
 
 /** The status of an active load balancer; a `retry-after` while it is provisioning. */

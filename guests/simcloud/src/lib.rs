@@ -4,14 +4,27 @@
 //!
 //! # Cloud config
 //!
-//! `--cloud-config` is JSON: `{"api_url": "http://127.0.0.1:8080", "proxy_protocol": false}`.
+//! `--cloud-config` is JSON: `{"api_url": "http://127.0.0.1:8080", "proxy_protocol": false,
+//! "target_node_label_keys": ["node-role.example.com/lb"]}`.
 //! `api_url` (required) is the simulator's base URL, `http://` or `https://`, optionally with
 //! a path prefix; `/v1/...` is appended to it. `proxy_protocol` (default `false`) makes load
 //! balancers speak the PROXY protocol, reported as ip-mode `proxy` instead of `vip`.
+//! `target_node_label_keys` (default none) lists the node label keys a Service's
+//! target-node-labels annotation may name: `init` declares them in
+//! `capabilities.node-metadata`, so the host passes these labels and no other.
 //! Unknown fields are refused.
 //!
 //! The provider never sets credentials: the host adds `Authorization: Bearer …` to requests
 //! bound for the granted simulator.
+//!
+//! # Annotations
+//!
+//! - `simcloud.wasm-ccm.io/load-balancer-target-node-labels` on a Service (`key=value,key2`,
+//!   after AWS's `aws-load-balancer-target-node-labels`): its load balancer targets only the
+//!   nodes with every label, with the value where one is given (`key` or `key=`: any value).
+//!   Each key must be in `target_node_label_keys`; a malformed entry or another key is a
+//!   provider error naming the annotation. Without it (or with no entry) every node is a
+//!   target and only the nodes' provider IDs are read.
 //!
 //! # Names
 //!
@@ -45,6 +58,7 @@ mod instances;
 mod load_balancers;
 mod model;
 mod routes;
+mod targets;
 
 use wasm_ccm_sdk::{Capabilities, Error, NodeMetadataKeys, export_provider};
 
@@ -101,9 +115,10 @@ impl wasm_ccm_sdk::Provider for SimCloud {
             load_balancer: true,
             routes: true,
             has_cluster_id: true,
-            // Nodes are found by provider ID and name: no label or annotation is read.
+            // Nodes are found by provider ID and name; only the labels Services may choose
+            // their targets by are read, and no annotation.
             node_metadata: Some(NodeMetadataKeys {
-                labels: vec![],
+                labels: config.target_node_label_keys,
                 annotations: vec![],
             }),
         })

@@ -1,7 +1,8 @@
 //! `LoadBalancer`: one simulator load balancer per Service, named with upstream's
 //! `DefaultLoadBalancerName` (`"a"` + UID without dashes, ≤ 32 characters) and looked up by
 //! that name within the cluster. Owns the mapping from a Service and its nodes to listeners,
-//! targets and source ranges, and from a load balancer to the Service's status.
+//! targets (the nodes `targets` chooses) and source ranges, and from a load balancer to the
+//! Service's status.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -14,8 +15,8 @@ use wasm_ccm_sdk::{
 use crate::SimCloud;
 use crate::api::Api;
 use crate::config::Config;
-use crate::instances::instance_id_of;
 use crate::model::{InstanceStatus, LbSpec, LbState, Listener, LoadBalancer, NewLoadBalancer, set};
+use crate::targets::{NodeSelector, target_ids};
 
 /// How long the host waits before asking again about a provisioning load balancer.
 const PROVISIONING_RETRY: Duration = Duration::from_secs(2);
@@ -42,7 +43,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         let config = Config::load()?;
         let api = Api::new(&config);
         let name = default_load_balancer_name(&svc);
-        let mut spec = desired(&svc, &nodes, config.proxy_protocol)?;
+        let mut spec = desired(&svc, &nodes, &config)?;
         let lb = match api.load_balancer_named(&name, &cluster_name)? {
             Some(lb) if spec.matches(&lb) => lb,
             None => {
@@ -66,9 +67,10 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         svc: Service,
         nodes: Nodes<'_>,
     ) -> Result<(), Error> {
-        let api = Api::load()?;
+        let config = Config::load()?;
+        let targets = target_ids(&nodes, NodeSelector::of(&svc, &config)?.as_ref());
+        let api = Api::new(&config);
         let lb = existing(&api, &cluster_name, &svc)?;
-        let targets = target_ids(&nodes);
         if set(&targets) == set(&lb.targets) {
             return Ok(());
         }
@@ -143,12 +145,14 @@ fn update(api: &Api, lb: &LoadBalancer, spec: &LbSpec) -> Result<LoadBalancer, E
 }
 
 /// What the load balancer of `svc` should look like for `nodes`.
-fn desired(svc: &Service, nodes: &Nodes<'_>, proxy_protocol: bool) -> Result<LbSpec, Error> {
+fn desired(svc: &Service, nodes: &Nodes<'_>, config: &Config) -> Result<LbSpec, Error> {
+    let listeners = svc.ports.iter().map(listener).collect::<Result<_, _>>()?;
+    let selector = NodeSelector::of(svc, config)?;
     Ok(LbSpec {
-        listeners: svc.ports.iter().map(listener).collect::<Result<_, _>>()?,
-        targets: target_ids(nodes),
+        listeners,
+        targets: target_ids(nodes, selector.as_ref()),
         source_ranges: svc.load_balancer_source_ranges.clone(),
-        proxy_protocol,
+        proxy_protocol: config.proxy_protocol,
     })
 }
 
@@ -203,34 +207,6 @@ fn unless_stale<T>(write: Result<T, Error>) -> Result<T, Error> {
         cache::delete(LIVE_IDS);
     }
     write
-}
-
-/// The instance ids of `nodes`, in order and without duplicates; nodes without a simcloud
-/// provider ID are skipped. Only the provider IDs are read (and the names, to report a
-/// skipped node).
-fn target_ids(nodes: &Nodes<'_>) -> Vec<String> {
-    let provider_ids = nodes.provider_ids();
-    let mut ids: Vec<String> = Vec::with_capacity(provider_ids.len());
-    let mut seen = HashSet::with_capacity(provider_ids.len());
-    let mut skipped = Vec::new();
-    for (index, provider_id) in provider_ids.iter().enumerate() {
-        match provider_id.as_deref().and_then(instance_id_of) {
-            Some(id) if !seen.insert(id) => {}
-            Some(id) => ids.push(id.to_string()),
-            None => skipped.push(index),
-        }
-    }
-    if !skipped.is_empty() {
-        let names = nodes.names();
-        for index in skipped {
-            wasm_ccm_sdk::info!(
-                "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",
-                names[index],
-                provider_ids[index]
-            );
-        }
-    }
-    ids
 }
 
 /// The status of an active load balancer; a `retry-after` while it is provisioning.
