@@ -10,9 +10,11 @@
 //! section the fixture lacks skips its rules, saying so.
 //!
 //! The kit makes real cloud resources (a load balancer, a route) and deletes them at the
-//! end whatever failed on the way, as the controllers would on the Service's deletion.
+//! end whatever failed on the way, as the controllers would on the Service's deletion; a
+//! run interrupted before its end deletes what it had asked for ([`Made`], [`clean_up`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::provider_cmd::CallRequest;
@@ -323,8 +325,60 @@ impl Report {
     }
 }
 
-/// Run every rule against `provider` with `fixture`.
-pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
+/// What a run has asked the cloud to make, kept apart from the run so that an interrupted
+/// one (its future dropped) still knows what to delete.
+#[derive(Debug, Default)]
+pub struct Made {
+    load_balancer: AtomicBool,
+    route: AtomicBool,
+}
+
+/// Delete what an interrupted run asked the cloud to make (both deletes are idempotent in
+/// the contract, so one that never happened is harmless): a line for each, saying what was
+/// deleted or what could not be and must be deleted by hand.
+pub async fn clean_up(provider: &Provider, fixture: &Fixture, made: &Made) -> Vec<String> {
+    let cluster = fixture.cluster_name.as_str();
+    let mut lines = Vec::new();
+    if made.load_balancer.load(Ordering::SeqCst)
+        && let Some(lb) = &fixture.load_balancer
+    {
+        let svc = &lb.service;
+        let what = format!(
+            "the load balancer of Service {}/{}",
+            svc.namespace, svc.name
+        );
+        lines.push(
+            match provider.ensure_load_balancer_deleted(cluster, svc).await {
+                Ok(()) => format!("deleted {what}"),
+                Err(e) => format!(
+                    "could not delete {what}: {} ({e}); delete it by hand",
+                    e.outcome()
+                ),
+            },
+        );
+    }
+    if made.route.load(Ordering::SeqCst)
+        && let Some(routes) = &fixture.routes
+    {
+        let route = &routes.route;
+        let what = format!(
+            "the route to {} via {}",
+            route.destination_cidr, route.target_node
+        );
+        lines.push(match provider.delete_route(cluster, route).await {
+            Ok(()) => format!("deleted {what}"),
+            Err(e) => format!(
+                "could not delete {what}: {} ({e}); delete it by hand",
+                e.outcome()
+            ),
+        });
+    }
+    lines
+}
+
+/// Run every rule against `provider` with `fixture`, noting in `made` what it asks the
+/// cloud to make before it asks.
+pub async fn run(provider: &Provider, fixture: &Fixture, made: &Made) -> Report {
     let mut report = Report {
         provider: provider.label(),
         ..Report::default()
@@ -347,13 +401,19 @@ pub async fn run(provider: &Provider, fixture: &Fixture) -> Report {
     }
     if capabilities.load_balancer {
         match &fixture.load_balancer {
-            Some(lb) => load_balancer_rules(provider, &fixture.cluster_name, lb, &mut report).await,
+            Some(lb) => {
+                made.load_balancer.store(true, Ordering::SeqCst);
+                load_balancer_rules(provider, &fixture.cluster_name, lb, &mut report).await
+            }
             None => report.skip(LB_RULES, "the fixture has no loadBalancer section"),
         }
     }
     if capabilities.routes {
         match &fixture.routes {
-            Some(routes) => route_rules(provider, &fixture.cluster_name, routes, &mut report).await,
+            Some(routes) => {
+                made.route.store(true, Ordering::SeqCst);
+                route_rules(provider, &fixture.cluster_name, routes, &mut report).await
+            }
             None => report.skip(ROUTE_RULES, "the fixture has no routes section"),
         }
     }

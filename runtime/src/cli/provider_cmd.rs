@@ -232,7 +232,15 @@ impl ProviderCommand {
                 let fixture = Fixture::read(&fixture)?;
                 let (loaded, _gate) = load.load(&provider).await?;
                 let report = match loaded {
-                    Ok(provider) => conformance::run(&provider, &fixture).await,
+                    Ok(provider) => {
+                        let made = conformance::Made::default();
+                        tokio::select! {
+                            report = conformance::run(&provider, &fixture, &made) => report,
+                            _ = super::run::wait_for_signal() => {
+                                return Ok(interrupted(&provider, &fixture, &made).await);
+                            }
+                        }
+                    }
                     Err(wasm_ccm_host::provider::ProviderLoadError::Init { origin, error }) => {
                         conformance::Report::init_failed(&origin, &error)
                     }
@@ -686,6 +694,28 @@ impl LoadFlags {
         .await;
         Ok((loaded, gate))
     }
+}
+
+/// A conformance run interrupted (Ctrl-C or SIGTERM): delete what it asked the cloud to
+/// make, saying what was deleted and what was not, and exit 130 (as a shell reports
+/// SIGINT). A second signal stops the deleting, saying so.
+async fn interrupted(
+    provider: &wasm_ccm_host::provider::Provider,
+    fixture: &Fixture,
+    made: &conformance::Made,
+) -> ExitCode {
+    eprintln!("interrupted: deleting what the kit made (Ctrl-C again to stop)");
+    tokio::select! {
+        lines = conformance::clean_up(provider, fixture, made) => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+        }
+        _ = super::run::wait_for_signal() => {
+            eprintln!("interrupted again: what the kit made may be left in the cloud (see the fixture's loadBalancer.service and routes.route)");
+        }
+    }
+    ExitCode::from(130)
 }
 
 /// Print the outcome of a call: JSON on stdout, or the error on stderr.

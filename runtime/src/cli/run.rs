@@ -459,7 +459,8 @@ impl RunFlags {
     }
 }
 
-async fn wait_for_signal() {
+/// Until the process is asked to stop: Ctrl-C (SIGINT) or SIGTERM.
+pub(super) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut terminate) => {

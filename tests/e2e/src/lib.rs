@@ -45,9 +45,14 @@ pub struct Cloud {
 impl Cloud {
     /// A simulator on 127.0.0.1 with quick load-balancer provisioning.
     pub async fn start() -> Cloud {
+        Cloud::provisioning_for(Duration::from_millis(300)).await
+    }
+
+    /// A simulator on 127.0.0.1 whose new load balancers stay `provisioning` for `time`.
+    pub async fn provisioning_for(time: Duration) -> Cloud {
         let options = SimOptions {
             token: TOKEN.into(),
-            lb_provision: Duration::from_millis(300),
+            lb_provision: time,
             ..SimOptions::default()
         };
         let sim = CloudSim::start(loopback(), options)

@@ -1667,6 +1667,83 @@ loadBalancer:
     );
 }
 
+/// Interrupted (SIGINT, as Ctrl-C sends it) while the cloud still provisions the load
+/// balancer it made, the kit deletes it, says so and exits 130: nothing is left in the cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_interrupted_deletes_the_load_balancer_it_made() {
+    let cloud = Cloud::provisioning_for(Duration::from_secs(600)).await;
+    let node = cloud.sim.state().add_instance(NewInstance {
+        name: "node-1".into(),
+        instance_type: "sim.large".into(),
+        zone: "sim-central-1c".into(),
+        private_ip: Some("10.0.3.7".into()),
+        ..NewInstance::default()
+    });
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(config.path(), cloud.simcloud_config()).expect("write config");
+    let fixture = fixture_file(&format!(
+        r#"
+clusterName: kubernetes
+loadBalancer:
+  service:
+    name: web
+    namespace: default
+    uid: 11112222-3333-4444-5555-666677778888
+    type: LoadBalancer
+    ports: [{{name: http, protocol: TCP, port: 80, nodePort: 30080}}]
+  nodes: [{{name: node-1, providerID: "simcloud://{id}"}}]
+  updatedNodes: [{{name: node-1, providerID: "simcloud://{id}"}}]
+  retryFor: 10m
+"#,
+        id = node.id
+    ));
+    let mut command = Command::new(wasm_ccm_binary());
+    command
+        .args(conformance_args(
+            guest_builds::SIMCLOUD,
+            &fixture,
+            &granted_with_env_token(&cloud, &config),
+        ))
+        .env("SIM_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = command.spawn().expect("wasm-ccm runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cloud.sim.state().load_balancers().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the kit made no load balancer within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect("the kit exits within 60 s of Ctrl-C")
+    .expect("the waiting task")
+    .expect("its output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted: deleting what the kit made")
+            && stderr.contains("deleted the load balancer of Service default/web"),
+        "{stderr}"
+    );
+    assert_eq!(
+        cloud.sim.state().load_balancers(),
+        vec![],
+        "the load balancer it made was deleted"
+    );
+}
+
 /// A provider whose `init` refuses its configuration fails conformance with one `init` row,
 /// in the text report and in the JSON one (where a script reads it), exit 1.
 #[test]
