@@ -353,7 +353,8 @@ fn build(workspace: &Path, target_dir: &Path, packages: &[&str], stamp: Option<&
         command.args(["-p", package]);
     }
     // Flags meant for the host build must not leak into the guest build, nor a stamp set
-    // around the outer cargo into the unstamped build.
+    // around the outer cargo into the unstamped build. `make test`'s lints
+    // (RUSTC_WORKSPACE_WRAPPER, CLIPPY_ARGS) do pass on: the guests are linted as they build.
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",
