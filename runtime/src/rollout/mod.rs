@@ -20,13 +20,17 @@
 //! leader's rollbacks); only the leader writes status and events.
 //!
 //! This module owns the loop, which takes the steps of a rollout; [`machine`] holds the
-//! rollout's phase and decides each step (the rules, without I/O), [`spec`] parses a spec,
+//! rollout's phase and decides each step (the rules, without I/O), [`candidate`] brings a
+//! version up (fetch, verify, compile, `init`) or reports why not, [`activation`] makes it
+//! serve and opens the rollback window, [`spec`] parses a spec,
 //! [`ceiling`] holds its grants within the operator's `--egress-grant-ceiling`,
 //! [`references`] watches the Secrets and ConfigMaps it names, [`status`] writes conditions,
 //! [`shadowing`] runs a candidate beside the active version, [`rollback`] watches a new
 //! one and rolls it back, [`record`] keeps the rollback window across restarts, and [`tag`]
 //! keeps a tag's digest across restarts and replicas and reports a moved tag.
 
+mod activation;
+mod candidate;
 pub mod ceiling;
 mod machine;
 mod record;
@@ -50,21 +54,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
-    Candidate, CandidatePhase, CloudConfigSource, CloudProvider, CloudProviderSpec,
-    CloudProviderStatus, ConditionStatus, ProviderVersion, condition,
+    CandidatePhase, CloudConfigSource, CloudProvider, CloudProviderSpec, CloudProviderStatus,
+    ConditionStatus, condition,
 };
 use ceiling::GrantCeiling;
-use machine::{Failure, Observed, RollOut, RollbackWindow, Step, Target};
+use machine::{Failure, Observed, RollOut, Step, Target};
 use record::RollbackRecord;
 use references::{Kind, ObjectKey, References};
-use spec::{Defaults, Desired, SpecError, VersionSpec};
+use spec::{Defaults, Desired, SpecError};
 use status::set_condition;
-use wasm_ccm_host::contract::Capabilities;
-use wasm_ccm_host::egress::{EgressGate, MethodPolicy};
+use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
-use wasm_ccm_host::provider::{Compiled, Provider, ProviderLoadError, ProviderSlot, Shadow};
-use wasm_ccm_host::sandbox::{LoadError, Sandbox};
-use wasm_ccm_host::source::{Distribution, DistributionSettings, FetchError, RegistryError};
+use wasm_ccm_host::provider::{Compiled, Provider, ProviderSlot, Shadow};
+use wasm_ccm_host::sandbox::Sandbox;
+use wasm_ccm_host::source::{Distribution, DistributionSettings};
 
 /// How often the rollback window compares failure rates.
 const ROLLBACK_TICK: Duration = Duration::from_secs(1);
@@ -174,18 +177,6 @@ pub fn start(
 type Active = machine::Loaded<Arc<Provider>>;
 /// Where the rollout stands, with the versions it loaded.
 type Phase = machine::Phase<Arc<Provider>, Arc<Shadow>>;
-
-/// A step of a rollout that refused the candidate.
-struct Refusal {
-    /// The condition the step reports (`Fetched` or `Verified`), if any besides
-    /// `Progressing`.
-    condition: Option<&'static str>,
-    /// CamelCase, as conditions and events carry it.
-    reason: &'static str,
-    message: String,
-    /// Whether trying again later may succeed.
-    transient: bool,
-}
 
 struct Rollout {
     settings: RolloutSettings,
@@ -616,401 +607,6 @@ impl Rollout {
         }
     }
 
-    async fn phase(
-        &mut self,
-        reference: &str,
-        digest: Option<&str>,
-        phase: CandidatePhase,
-        generation: Option<i64>,
-    ) {
-        self.status.candidate = Some(Candidate {
-            reference: reference.to_string(),
-            digest: digest.map(str::to_string),
-            phase,
-            since: Some(status::now()),
-        });
-        set_condition(
-            &mut self.status,
-            condition::PROGRESSING,
-            ConditionStatus::True,
-            &format!("{phase:?}"),
-            format!("rolling out {reference}: {}", describe_phase(phase)),
-            generation,
-        );
-        self.write_status().await;
-    }
-
-    /// Fetch, verify, compile and `init` the desired version, with the egress of a shadow
-    /// (safe methods only) if `shadow`.
-    async fn load(
-        &mut self,
-        desired: &Desired,
-        generation: Option<i64>,
-        shadow: bool,
-    ) -> Result<Provider, Refusal> {
-        let version = &desired.version;
-        let reference = version.reference.to_string();
-        let artifact = self
-            .distribution
-            .fetch_signed(&version.reference, &version.signature)
-            .await
-            .map_err(fetch_refusal)?;
-        let digest = artifact.identity.digest.clone();
-        if let Some(pinned) = &version.digest
-            && *pinned != digest
-        {
-            return Err(Refusal {
-                condition: Some(condition::VERIFIED),
-                reason: "DigestMismatch",
-                message: format!("{reference} has digest {digest}, but spec.digest is {pinned}"),
-                transient: false,
-            });
-        }
-        set_condition(
-            &mut self.status,
-            condition::FETCHED,
-            ConditionStatus::True,
-            "Fetched",
-            format!(
-                "{reference} fetched: {digest}, {} bytes",
-                artifact.wasm.len()
-            ),
-            generation,
-        );
-        self.phase(
-            &reference,
-            Some(&digest),
-            CandidatePhase::Verifying,
-            generation,
-        )
-        .await;
-        let sandbox = self.sandbox_for(version)?;
-        let compiled = Compiled::new(&sandbox, artifact)
-            .await
-            .map_err(load_refusal)?
-            .with_limits(version.sandbox.call_limits())
-            .expecting(&version.name);
-        set_condition(
-            &mut self.status,
-            condition::VERIFIED,
-            ConditionStatus::True,
-            "Verified",
-            format!("{reference} ({digest}) implements the host contract and imports nothing else"),
-            generation,
-        );
-        self.phase(
-            &reference,
-            Some(&digest),
-            CandidatePhase::Initializing,
-            generation,
-        )
-        .await;
-        let mut egress = desired.egress.clone();
-        if shadow {
-            egress.methods = MethodPolicy::SafeOnly {
-                methods: desired.rollout.shadow.methods.clone(),
-                actions: desired.rollout.shadow.actions.clone(),
-            };
-        }
-        let gate = EgressGate::new(egress, self.metrics.clone());
-        let provider = compiled
-            .init(gate, version.cloud_config.clone(), self.metrics.clone())
-            .await
-            .map_err(|error| match error {
-                ProviderLoadError::Load(error) => load_refusal(error),
-                ProviderLoadError::Init { error, .. } => Refusal {
-                    condition: None,
-                    reason: "InitFailed",
-                    message: format!("{reference}: init failed: {error}"),
-                    transient: true,
-                },
-            })?;
-        if let Err(refusal) = self.check(&provider, version) {
-            self.unloaded(&provider);
-            return Err(refusal);
-        }
-        Ok(provider)
-    }
-
-    /// The engine for `version`'s limits: the one in use, or a new one when they changed.
-    fn sandbox_for(&mut self, version: &VersionSpec) -> Result<Sandbox, Refusal> {
-        let limits = version.engine_limits();
-        if let Some((made_for, sandbox)) = &self.sandbox
-            && *made_for == limits
-        {
-            return Ok(sandbox.clone());
-        }
-        let sandbox =
-            Sandbox::new(version.sandbox.clone(), self.metrics.clone()).map_err(|error| {
-                Refusal {
-                    condition: None,
-                    reason: "SandboxFailed",
-                    message: format!("spec.limits: cannot set up the sandbox: {error}"),
-                    transient: false,
-                }
-            })?;
-        self.sandbox = Some((limits, sandbox.clone()));
-        Ok(sandbox)
-    }
-
-    /// The candidate reports the name the spec asks for, and supports every controller
-    /// running.
-    fn check(&self, provider: &Provider, version: &VersionSpec) -> Result<(), Refusal> {
-        let capabilities = provider.capabilities();
-        if capabilities.name != version.name {
-            return Err(Refusal {
-                condition: Some(condition::VERIFIED),
-                reason: "WrongName",
-                message: format!(
-                    "{} reports its name as {:?}, but spec.name is {:?}",
-                    version.reference, capabilities.name, version.name
-                ),
-                transient: false,
-            });
-        }
-        if !capabilities.has_cluster_id && !self.settings.allow_untagged_cloud {
-            return Err(Refusal {
-                condition: Some(condition::VERIFIED),
-                reason: "Untagged",
-                message: format!(
-                    "{} reports no cluster ID (has-cluster-id = false); run the manager with --allow-untagged-cloud to accept it",
-                    version.reference
-                ),
-                transient: false,
-            });
-        }
-        if let Some(running) = self.required.get() {
-            let dropped: Vec<String> = running
-                .iter()
-                .filter_map(|controller| {
-                    let (needed, supported) = needed_capability(*controller, capabilities);
-                    (!supported).then(|| format!("{needed} (needed by {controller})"))
-                })
-                .collect();
-            if !dropped.is_empty() {
-                return Err(Refusal {
-                    condition: Some(condition::VERIFIED),
-                    reason: "CapabilityDropped",
-                    message: format!(
-                        "{} does not support {}, which a running controller needs",
-                        version.reference,
-                        dropped.join(", ")
-                    ),
-                    transient: false,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn activate(
-        &mut self,
-        desired: Desired,
-        provider: Provider,
-        generation: Option<i64>,
-        started: Instant,
-    ) {
-        let label = provider.label();
-        let identity = provider.identity().clone();
-        let now = status::now();
-        // A replica taking over the version the status names keeps its activation time.
-        let since = match &self.status.active {
-            Some(active) if active.digest == identity.digest && self.phase.active().is_none() => {
-                active.since.clone().unwrap_or_else(|| now.clone())
-            }
-            _ => now.clone(),
-        };
-        // (Not `match self.slot_tx.borrow()…`: the borrow would live through the arms and
-        // `send_replace` would wait for it forever.)
-        let slot = self.slot_tx.borrow().clone();
-        match slot {
-            None => {
-                self.slot_tx.send_replace(Some(ProviderSlot::new(provider)));
-            }
-            // The replaced version finishes the calls it started; `previous` below keeps it.
-            Some(slot) => drop(slot.activate(provider)),
-        }
-        let slot = self.slot_tx.borrow().clone().expect("just set");
-        let provider = slot.current();
-        let active = Active {
-            call_limits: desired.version.sandbox.call_limits(),
-            version: desired.version,
-            egress_key: desired.egress_key,
-            counts_at_activation: provider.call_counts(),
-            provider,
-            since,
-        };
-        let (previous, closed) = self.phase.activated(active);
-        // A version rolled out while a window is open replaces the window's previous one.
-        if let Some(window) = closed {
-            self.unloaded(&window.previous.provider);
-        }
-        let elapsed = started.elapsed();
-        let note = match &previous {
-            Some(previous) => format!(
-                "{label} ({}) activated in {} ms, replacing {}",
-                identity.reference,
-                elapsed.as_millis(),
-                previous.provider.label()
-            ),
-            None => format!(
-                "{label} ({}) activated in {} ms",
-                identity.reference,
-                elapsed.as_millis()
-            ),
-        };
-        tracing::info!(resource = %self.settings.resource, "{note}");
-        self.status.candidate = None;
-        self.status.active = self
-            .phase
-            .active()
-            .map(|active| version_status(active, None));
-        self.status.previous = previous
-            .as_ref()
-            .map(|previous| version_status(previous, Some(now.clone())));
-        self.status.rollback_window_end = None;
-        self.status.version_calls.clear();
-        set_condition(
-            &mut self.status,
-            condition::READY,
-            ConditionStatus::True,
-            "Active",
-            format!("{label} ({}) is serving calls", identity.reference),
-            generation,
-        );
-        set_condition(
-            &mut self.status,
-            condition::PROGRESSING,
-            ConditionStatus::False,
-            "Activated",
-            note.clone(),
-            generation,
-        );
-        // A rollback of an earlier generation is over; one of this generation stays (a
-        // restart activating the version it rolled back to) if the record says so.
-        let recorded = self
-            .record
-            .as_ref()
-            .is_some_and(|record| record.rolled_back_at(generation));
-        if status::condition(&self.status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
-            rolled_back.observed_generation != generation
-                || (rolled_back.status == ConditionStatus::True && !recorded)
-        }) {
-            set_condition(
-                &mut self.status,
-                condition::ROLLED_BACK,
-                ConditionStatus::False,
-                "Activated",
-                format!("{label} was activated for this generation"),
-                generation,
-            );
-        }
-        self.normal("Activated", &label, note);
-        self.set_not_ready(None);
-        if let Some(object) = self.object.clone() {
-            self.resolved(&object.spec, generation, &identity);
-        }
-        if let Some(previous) = previous {
-            let policy = desired.rollout.rollback;
-            if policy.window.is_zero() {
-                self.unloaded(&previous.provider);
-            } else {
-                let window_end = status::later(policy.window);
-                if let Some(generation) = generation {
-                    let identity = previous.provider.identity();
-                    self.record = Some(RollbackRecord {
-                        generation,
-                        previous_reference: identity.reference.to_string(),
-                        previous_digest: identity.digest.clone(),
-                        previous_cloud_config: previous.version.cloud_config_source.clone(),
-                        window_end: window_end.clone(),
-                        rolled_back: false,
-                    });
-                }
-                self.status.rollback_window_end = Some(window_end);
-                self.phase.open_window(RollbackWindow {
-                    previous,
-                    until: Instant::now() + policy.window,
-                    policy,
-                });
-            }
-        }
-    }
-
-    fn refused(&mut self, desired: &Desired, generation: Option<i64>, refusal: Refusal) {
-        let failure = Failure::after(
-            self.phase.failure(),
-            desired.version.clone(),
-            refusal.transient,
-            Instant::now(),
-        );
-        let retry_at = failure.retry_at();
-        self.phase.failed(failure);
-        let serving = match self.phase.active() {
-            Some(active) => format!("{} keeps serving", active.provider.label()),
-            None => "no version is active".to_string(),
-        };
-        let retry = match retry_at {
-            Some(at) => format!(
-                "; trying again in {}s",
-                at.saturating_duration_since(Instant::now()).as_secs()
-            ),
-            None => "; fix the spec to try again".to_string(),
-        };
-        let message = format!("{}; {serving}{retry}", refusal.message);
-        tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");
-        if let Some(type_) = refusal.condition {
-            set_condition(
-                &mut self.status,
-                type_,
-                ConditionStatus::False,
-                refusal.reason,
-                refusal.message.clone(),
-                generation,
-            );
-        }
-        if refusal.reason == "FetchFailed" {
-            set_condition(
-                &mut self.status,
-                condition::FETCHED,
-                ConditionStatus::False,
-                refusal.reason,
-                refusal.message.clone(),
-                generation,
-            );
-        }
-        set_condition(
-            &mut self.status,
-            condition::PROGRESSING,
-            ConditionStatus::False,
-            refusal.reason,
-            message.clone(),
-            generation,
-        );
-        self.status.candidate = None;
-        if self.phase.active().is_none() {
-            set_condition(
-                &mut self.status,
-                condition::READY,
-                ConditionStatus::False,
-                refusal.reason,
-                message.clone(),
-                generation,
-            );
-            self.set_not_ready(Some(message.clone()));
-        }
-        let subject = desired.version.reference.to_string();
-        self.warn(refusal.reason, &subject, message);
-    }
-
-    /// A version no longer loaded leaves `wasm_ccm_provider_info`.
-    fn unloaded(&self, provider: &Provider) {
-        let label = provider.label();
-        let short = label.split_once('@').map_or("", |(_, short)| short);
-        self.metrics
-            .provider_unloaded(&provider.capabilities().name, short, provider.identity());
-    }
-
     /// Write the status, as the leader, when it changed.
     async fn write_status(&mut self) {
         if !self.leading() || self.object.is_none() {
@@ -1113,77 +709,4 @@ fn cloud_config_keys(references: &References, source: &CloudConfigSource) -> Vec
         .iter()
         .map(|key| references.key(Kind::Secret, key));
     config_map.chain(secret).collect()
-}
-
-/// The capability `controller` needs, and whether `capabilities` has it.
-fn needed_capability(controller: Controller, capabilities: &Capabilities) -> (&'static str, bool) {
-    match controller {
-        Controller::CloudNode | Controller::CloudNodeLifecycle => {
-            ("instances", capabilities.instances)
-        }
-        Controller::ServiceLoadBalancer => ("load-balancer", capabilities.load_balancer),
-        Controller::NodeRoute => ("routes", capabilities.routes),
-    }
-}
-
-fn version_status(
-    version: &Active,
-    since: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-) -> ProviderVersion {
-    ProviderVersion {
-        reference: version.provider.identity().reference.clone(),
-        digest: version.provider.identity().digest.clone(),
-        version: Some(version.provider.label()),
-        since: Some(since.unwrap_or_else(|| version.since.clone())),
-    }
-}
-
-fn describe_phase(phase: CandidatePhase) -> &'static str {
-    match phase {
-        CandidatePhase::Fetching => "downloading the artifact",
-        CandidatePhase::Verifying => {
-            "checking the component against the host contract and compiling it"
-        }
-        CandidatePhase::Initializing => "calling init with the cloud config",
-        CandidatePhase::Shadowing => "answering read-only calls beside the active version",
-    }
-}
-
-fn fetch_refusal(error: FetchError) -> Refusal {
-    let message = error.to_string();
-    let (condition, reason, transient) = match &error {
-        FetchError::Registry {
-            error: RegistryError::DigestMismatch { .. },
-            ..
-        } => (Some(condition::VERIFIED), "DigestMismatch", false),
-        FetchError::Layout { .. } => (Some(condition::VERIFIED), "NotAWasmArtifact", false),
-        FetchError::Registry { .. } | FetchError::File { .. } => (None, "FetchFailed", true),
-        // A signature may be pushed (or the registry come back) later: tried again with
-        // backoff, as a failed fetch.
-        FetchError::Signature(signature) => match signature.reason() {
-            "FetchFailed" => (None, "FetchFailed", true),
-            reason => (Some(condition::VERIFIED), reason, true),
-        },
-    };
-    Refusal {
-        condition,
-        reason,
-        message,
-        transient,
-    }
-}
-
-fn load_refusal(error: LoadError) -> Refusal {
-    let reason = match &error {
-        LoadError::Invalid { .. } => "InvalidComponent",
-        LoadError::UnsatisfiedImport { .. } => "UnsatisfiedImport",
-        LoadError::NotAProvider { .. } => "MissingExport",
-        _ => "CompileFailed",
-    };
-    Refusal {
-        condition: Some(condition::VERIFIED),
-        reason,
-        message: error.to_string(),
-        transient: false,
-    }
 }

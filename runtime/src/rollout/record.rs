@@ -18,6 +18,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
+use super::Active;
 use crate::resource::{CloudConfigSource, CloudProvider};
 use wasm_ccm_host::source::ProviderRef;
 
@@ -51,6 +52,25 @@ pub struct RollbackRecord {
 pub struct RecordError(#[from] serde_json::Error);
 
 impl RollbackRecord {
+    /// The record of generation `generation`'s window, which keeps `previous` loaded until
+    /// `window_end` (`rolled_back`: and runs it again).
+    pub(super) fn keeping(
+        generation: i64,
+        previous: &Active,
+        window_end: Time,
+        rolled_back: bool,
+    ) -> RollbackRecord {
+        let identity = previous.provider.identity();
+        RollbackRecord {
+            generation,
+            previous_reference: identity.reference.to_string(),
+            previous_digest: identity.digest.clone(),
+            previous_cloud_config: previous.version.cloud_config_source.clone(),
+            window_end,
+            rolled_back,
+        }
+    }
+
     /// The record on `object`, if it carries one.
     pub fn of(object: &CloudProvider) -> Option<Result<RollbackRecord, RecordError>> {
         let text = object.metadata.annotations.as_ref()?.get(ANNOTATION)?;

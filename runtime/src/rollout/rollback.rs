@@ -16,11 +16,12 @@ use k8s_openapi::jiff::Timestamp;
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::provider::{CallCounts, Compiled, Provider};
 
+use super::activation::version_status;
 use super::machine::{self, RollbackWindow, WindowVerdict};
 use super::record::RollbackRecord;
 use super::spec::Desired;
 use super::status::{self, set_condition};
-use super::{Active, Rollout, spec, version_status};
+use super::{Active, Rollout, spec};
 use crate::resource::{ConditionStatus, VersionCalls, condition};
 
 impl Rollout {
@@ -139,15 +140,12 @@ impl Rollout {
         tracing::error!(resource = %self.settings.resource, "rolled back: {message}");
         let now = status::now();
         if let Some(generation) = generation {
-            let identity = previous.provider.identity();
-            self.record = Some(RollbackRecord {
+            self.record = Some(RollbackRecord::keeping(
                 generation,
-                previous_reference: identity.reference.to_string(),
-                previous_digest: identity.digest.clone(),
-                previous_cloud_config: previous.version.cloud_config_source.clone(),
-                window_end: now.clone(),
-                rolled_back: true,
-            });
+                previous,
+                now.clone(),
+                true,
+            ));
         }
         self.status.rollback_window_end = None;
         self.status.active = Some(version_status(previous, None));
