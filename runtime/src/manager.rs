@@ -197,11 +197,18 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
+    // Whether this replica leads: only the leader writes events and the CloudProvider's
+    // status.
+    let leading = watch::Sender::new(config.leader_election.is_none());
     let events = EventBroadcaster::new(
         clients.client(cluster::EVENT_RECORDER)?,
         &config.settings.identity,
-        config.settings.event_queue_length,
+        (
+            config.settings.event_queue_length,
+            config.settings.event_retry_interval,
+        ),
         event_metrics,
+        leading.subscribe(),
         shutdown.clone(),
     );
     // Started before the Lease is sought: a new leader's controllers find the caches
@@ -241,8 +248,6 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             elector.health_check(),
         );
     }
-    // Whether this replica leads: only the leader writes the CloudProvider's status.
-    let leading = watch::Sender::new(elector.is_none());
     // `Err`: the resource named, --allow-untagged-cloud, the ceiling and the tag check's
     // interval, for the rollout to follow.
     let provider = match flagged {

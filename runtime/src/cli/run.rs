@@ -352,6 +352,7 @@ impl RunFlags {
                 load_balancer_drift_period: self.load_balancer_drift_period,
                 identity,
                 event_queue_length: crate::controllers::QUEUE_LENGTH,
+                event_retry_interval: crate::controllers::RETRY_INTERVAL,
             },
             leader_election,
             serving: ServingConfig {

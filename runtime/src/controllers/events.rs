@@ -17,9 +17,18 @@
 //!   spam filter does, each object gets at most 25 events at once and one more every
 //!   5 minutes after that, so a sync retried in a loop cannot flood the API server. The
 //!   filter is applied before the queue, so a filtered event takes no place in it.
+//! - A write that may pass is tried again, as client-go's `recordToSink`: up to
+//!   [`TRIES_PER_EVENT`] tries, the first retry after a random part of the retry interval
+//!   (10 s, [`RETRY_INTERVAL`]) so that replicas do not retry in step, the others a whole
+//!   interval apart. What may pass: no answer (a connection refused or cut, a timeout) or an
+//!   API server too busy or unavailable (429, 503, 504); an event the API server refused
+//!   (400, 403, 404, 409, 422…) is not sent again. The queue waits meanwhile, filling and then
+//!   dropping as above.
 //!
-//! The queues last as long as the manager; its shutdown ends the workers and drops the
-//! events still queued (as client-go's `Shutdown`).
+//! Only the leader writes events: when leadership is lost, each worker drops the events
+//! still queued or being tried (logged with their number), as the upstream manager, which
+//! exits then, loses them. The queues last as long as the manager; its shutdown ends the
+//! workers and drops the events still queued (as client-go's `Shutdown`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,13 +40,17 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wasm_ccm_host::text::ellipsized;
 
 /// Events each component may have waiting to be written: client-go's `maxQueuedEvents`.
 pub const QUEUE_LENGTH: usize = 1000;
+/// Tries to write one event before it is given up: client-go's `maxTriesPerEvent`.
+pub const TRIES_PER_EVENT: u32 = 12;
+/// Time between two tries of one event: client-go's broadcaster's `sleepDuration`.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ComponentLabels {
@@ -80,20 +93,25 @@ struct Broadcast {
     client: kube::Client,
     instance: String,
     queue_length: usize,
+    retry_interval: Duration,
     metrics: EventMetrics,
+    leading: watch::Receiver<bool>,
     stop: CancellationToken,
     sinks: Mutex<HashMap<&'static str, EventSink>>,
 }
 
 impl EventBroadcaster {
     /// Events written with `client` (the event recorder's own), reported by `instance` (this
-    /// process); each component queues at most `queue_length` ([`QUEUE_LENGTH`] but in
-    /// tests); the workers end when `stop` is cancelled.
+    /// process), while `leading` says this replica leads; each component queues at most
+    /// `queue_length` ([`QUEUE_LENGTH`] but in tests) and tries a write again after
+    /// `retry_interval` ([`RETRY_INTERVAL`] but in tests); the workers end when `stop` is
+    /// cancelled.
     pub fn new(
         client: kube::Client,
         instance: &str,
-        queue_length: usize,
+        (queue_length, retry_interval): (usize, Duration),
         metrics: EventMetrics,
+        leading: watch::Receiver<bool>,
         stop: CancellationToken,
     ) -> EventBroadcaster {
         EventBroadcaster {
@@ -101,7 +119,9 @@ impl EventBroadcaster {
                 client,
                 instance: instance.to_string(),
                 queue_length: queue_length.max(1),
+                retry_interval,
                 metrics,
+                leading,
                 stop,
                 sinks: Mutex::default(),
             }),
@@ -124,7 +144,16 @@ impl EventBroadcaster {
                     instance: Some(shared.instance.clone()),
                 };
                 let recorder = Recorder::new(shared.client.clone(), reporter);
-                tokio::spawn(publish(recorder, component, queue, shared.stop.clone()));
+                tokio::spawn(publish(
+                    Writer {
+                        recorder,
+                        component,
+                        retry_interval: shared.retry_interval,
+                    },
+                    queue,
+                    shared.leading.clone(),
+                    shared.stop.clone(),
+                ));
                 sink
             })
             .clone()
@@ -137,11 +166,12 @@ struct Pending {
     event: Event,
 }
 
-/// Write the events of `queue` one at a time until `stop` (or until every sink is gone).
+/// Write the events of `queue` one at a time while this replica leads, until `stop` (or
+/// until every sink is gone).
 async fn publish(
-    recorder: Recorder,
-    component: &'static str,
+    writer: Writer,
     mut queue: mpsc::Receiver<Pending>,
+    mut leading: watch::Receiver<bool>,
     stop: CancellationToken,
 ) {
     loop {
@@ -152,19 +182,76 @@ async fn publish(
                 None => return,
             },
         };
-        let published = tokio::select! {
-            () = stop.cancelled() => return,
-            published = recorder.publish(&pending.event, &pending.regarding) => published,
+        let lost = async {
+            if leading.wait_for(|leads| !leads).await.is_err() {
+                // The manager is gone: `stop` ends the worker.
+                std::future::pending::<()>().await;
+            }
         };
-        if let Err(error) = published {
-            tracing::warn!(
-                component,
-                reason = pending.event.reason,
-                object = pending.regarding.name.as_deref().unwrap_or_default(),
-                %error,
-                "could not record event"
-            );
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = lost => {
+                let dropped = 1 + std::iter::from_fn(|| queue.try_recv().ok()).count();
+                tracing::info!(
+                    component = writer.component,
+                    dropped,
+                    "leadership lost: events queued and not yet written are dropped (only the leader writes events)"
+                );
+            }
+            () = writer.write(&pending) => {}
         }
+    }
+}
+
+/// Writes one component's events.
+struct Writer {
+    recorder: Recorder,
+    component: &'static str,
+    retry_interval: Duration,
+}
+
+impl Writer {
+    /// Write `pending`, trying again while the failure may pass, at most
+    /// [`TRIES_PER_EVENT`] times.
+    async fn write(&self, pending: &Pending) {
+        for tries in 1..=TRIES_PER_EVENT {
+            let Err(error) = self
+                .recorder
+                .publish(&pending.event, &pending.regarding)
+                .await
+            else {
+                return;
+            };
+            let object = pending.regarding.name.as_deref().unwrap_or_default();
+            let reason = &pending.event.reason;
+            if !may_pass(&error) {
+                tracing::warn!(component = self.component, reason, object, %error, "could not record event: the API server refused it (not tried again)");
+                return;
+            }
+            if tries == TRIES_PER_EVENT {
+                tracing::warn!(component = self.component, reason, object, %error, "could not record event after {TRIES_PER_EVENT} tries; given up");
+                return;
+            }
+            // The first retry after a random part of the interval, so that replicas and
+            // components do not all retry in step after an outage.
+            let wait = if tries == 1 {
+                self.retry_interval.mul_f64(rand::random::<f64>())
+            } else {
+                self.retry_interval
+            };
+            tracing::debug!(component = self.component, reason, object, %error, tries, "could not record event; trying again in {wait:?}");
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// Whether a failed event write may succeed if sent again: no answer came (a connection
+/// refused or cut, a timeout), or the API server said it was too busy or unavailable.
+fn may_pass(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        kube::Error::Api(status) => matches!(status.code, 429 | 503 | 504),
+        _ => false,
     }
 }
 
@@ -526,7 +613,14 @@ mod tests {
         let client = kube::Client::try_from(config).unwrap();
         let metrics = EventMetrics::default();
         let stop = CancellationToken::new();
-        let events = EventBroadcaster::new(client, "test", 2, metrics.clone(), stop.clone());
+        let events = EventBroadcaster::new(
+            client,
+            "test",
+            (2, RETRY_INTERVAL),
+            metrics.clone(),
+            watch::channel(true).1,
+            stop.clone(),
+        );
         let first = events.sink("cloud-node-controller");
         let again = events.sink("cloud-node-controller");
         let other = events.sink("service-controller");
@@ -541,6 +635,167 @@ mod tests {
                 "each component's counter shows from its start: {text}"
             );
         }
+        stop.cancel();
+    }
+
+    /// A fresh API emulator, a client of it, and a broadcaster retrying after 50 ms, leading as
+    /// `leading` says, writing through a proxy that cuts its first `cut` connections without
+    /// an answer.
+    async fn against_an_emulator(
+        cut: usize,
+        leading: watch::Receiver<bool>,
+        stop: &CancellationToken,
+    ) -> (kube_emulator::Emulator, kube::Client, EventBroadcaster) {
+        let emulator = kube_emulator::Emulator::start(
+            "127.0.0.1:0".parse().unwrap(),
+            kube_emulator::EmulatorOptions::default(),
+        )
+        .await
+        .expect("emulator starts");
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_url = format!("https://{}", proxy.local_addr().unwrap());
+        let upstream = emulator.addr();
+        tokio::spawn(async move {
+            for accepted in 0.. {
+                let Ok((mut incoming, _)) = proxy.accept().await else {
+                    return;
+                };
+                if accepted < cut {
+                    drop(incoming);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let mut outgoing = tokio::net::TcpStream::connect(upstream).await?;
+                    tokio::io::copy_bidirectional(&mut incoming, &mut outgoing).await
+                });
+            }
+        });
+        let client = |kubeconfig| async {
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .unwrap();
+            kube::Client::try_from(config).unwrap()
+        };
+        let mut proxied = emulator.kubeconfig();
+        proxied.clusters[0].cluster.as_mut().unwrap().server = Some(proxy_url);
+        let events = EventBroadcaster::new(
+            client(proxied).await,
+            "test",
+            (QUEUE_LENGTH, Duration::from_millis(50)),
+            EventMetrics::default(),
+            leading,
+            stop.clone(),
+        );
+        let direct = client(emulator.kubeconfig()).await;
+        (emulator, direct, events)
+    }
+
+    /// The names of the nodes the stored events are about, once `expected` is among them.
+    async fn events_about(client: &kube::Client, expected: &str) -> Vec<String> {
+        let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(client.clone());
+        for _ in 0..200 {
+            let names: Vec<String> = api
+                .list(&Default::default())
+                .await
+                .expect("list events")
+                .items
+                .into_iter()
+                .filter_map(|event| event.regarding.and_then(|regarding| regarding.name))
+                .collect();
+            if names.iter().any(|name| name == expected) {
+                return names;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no event about {expected} was written");
+    }
+
+    #[tokio::test]
+    async fn a_write_with_no_answer_is_tried_again_and_a_refused_one_is_not() {
+        let stop = CancellationToken::new();
+        // The first three connections are cut: three writes get no answer.
+        let (emulator, client, events) =
+            against_an_emulator(3, watch::channel(true).1, &stop).await;
+        let sink = events.sink("cloud-node-controller");
+        let creates = || emulator.requests().get("create", "events.events.k8s.io");
+
+        sink.normal(node("node-a"), "Synced", "Node synced".into());
+        assert_eq!(events_about(&client, "node-a").await, ["node-a"]);
+        assert_eq!(
+            creates(),
+            1,
+            "written at the fourth try, the first to arrive"
+        );
+
+        // Refused: never sent again, and the queue goes on (one writer, in order).
+        emulator.faults().fail_next(
+            kube_emulator::FailRule::new(1, 422)
+                .method("POST")
+                .path_contains("/events"),
+        );
+        sink.normal(node("node-b"), "Synced", "Node synced".into());
+        sink.normal(node("node-c"), "Synced", "Node synced".into());
+        assert_eq!(events_about(&client, "node-c").await, ["node-a", "node-c"]);
+        assert_eq!(creates(), 3, "node-b's refused write was not tried again");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn no_answer_may_pass_and_a_refusal_may_not() {
+        // Nothing listens on the discard port: the connection is refused.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(client);
+        let refused = api.list(&Default::default()).await.unwrap_err();
+        assert!(may_pass(&refused), "{refused:?}");
+        let answered = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        for code in [429, 503, 504] {
+            assert!(may_pass(&answered(code)), "{code}");
+        }
+        for code in [400, 403, 404, 409, 422, 500] {
+            assert!(!may_pass(&answered(code)), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn events_queued_when_leadership_is_lost_are_never_written() {
+        let stop = CancellationToken::new();
+        let (leading, led) = watch::channel(true);
+        let (emulator, client, events) = against_an_emulator(0, led, &stop).await;
+        let sink = events.sink("cloud-node-controller");
+        let held = kube_emulator::DelayRule::new(Duration::from_secs(30))
+            .method("POST")
+            .path_contains("/events");
+        emulator.faults().delay(held.clone());
+        for name in ["old-1", "old-2", "old-3"] {
+            sink.normal(node(name), "Synced", "Node synced".into());
+        }
+        // old-1's write is held by the API server, the others queued behind it.
+        for _ in 0..100 {
+            if emulator.requests().get("create", "events.events.k8s.io") > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        leading.send_replace(false);
+        // The worker drops them as soon as it sees the change; give it that time before the
+        // next term starts.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        emulator
+            .faults()
+            .delay(kube_emulator::DelayRule { ms: 0, ..held });
+        leading.send_replace(true);
+        sink.normal(node("new"), "Synced", "Node synced".into());
+        assert_eq!(
+            events_about(&client, "new").await,
+            ["new"],
+            "the lost term's events are not written by the next one"
+        );
         stop.cancel();
     }
 

@@ -27,7 +27,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
-pub use events::{EventBroadcaster, EventMetrics, EventSink, QUEUE_LENGTH};
+pub use events::{EventBroadcaster, EventMetrics, EventSink, QUEUE_LENGTH, RETRY_INTERVAL};
 pub use informer::Informer;
 pub use metrics::ControllerMetrics;
 pub use selection::{Controller, ControllerSelection, SelectionError};
@@ -73,6 +73,9 @@ pub struct ControllerSettings {
     /// they are dropped and counted: [`QUEUE_LENGTH`], client-go's, with no flag as upstream
     /// has none (tests make it small).
     pub event_queue_length: usize,
+    /// Time between two tries of an event write that may pass: [`RETRY_INTERVAL`],
+    /// client-go's, with no flag as upstream has none (tests make it short).
+    pub event_retry_interval: Duration,
 }
 
 impl ControllerSettings {

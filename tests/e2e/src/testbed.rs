@@ -143,6 +143,7 @@ impl Testbed {
                 load_balancer_drift_period: Duration::ZERO,
                 identity: "test-manager".into(),
                 event_queue_length: wasm_ccm::controllers::QUEUE_LENGTH,
+                event_retry_interval: wasm_ccm::controllers::RETRY_INTERVAL,
             },
             leader_election: None,
             serving: ServingConfig {
