@@ -94,6 +94,7 @@ pub mod cache;
 pub mod config;
 mod error;
 pub mod http;
+pub mod labels;
 pub mod log;
 mod nodes;
 mod traits;

@@ -28,6 +28,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use wasm_ccm_sdk::labels::LabelSelector;
 use wasm_ccm_sdk::{Error, LbIngress, LbStatus, Nodes, Service};
 
 use crate::AwsProvider;
@@ -38,8 +39,7 @@ use crate::instances::{by_id, instance_id_of, list_cluster};
 use crate::query::{Aws, Query};
 use crate::security_groups::{self, Access};
 use crate::spec::{
-    self, CROSS_ZONE_ATTRIBUTE, INTERNAL, NodeSelector, PortMapping, SUBNETS, Selection, Spec,
-    TARGET_NODE_LABELS,
+    self, CROSS_ZONE_ATTRIBUTE, INTERNAL, PortMapping, SUBNETS, Selection, Spec, TARGET_NODE_LABELS,
 };
 use crate::subnets;
 
@@ -267,7 +267,7 @@ fn targets(
     config: &Config,
     aws: &Aws,
     nodes: &Nodes<'_>,
-    selector: Option<&NodeSelector>,
+    selector: Option<&LabelSelector>,
 ) -> Result<Vec<Instance>, Error> {
     let (provider_ids, names): (Vec<Option<String>>, Option<Vec<String>>) = match selector {
         None => (nodes.provider_ids(), None),

@@ -5,6 +5,7 @@
 //! target group). Pure: nothing here calls AWS, and every refusal names the field or
 //! annotation.
 
+use wasm_ccm_sdk::labels::LabelSelector;
 use wasm_ccm_sdk::{Error, Protocol, Service, default_load_balancer_name};
 
 use crate::config::{Config, TARGET_NODE_LABEL_KEYS};
@@ -94,25 +95,7 @@ pub struct Spec {
     /// Client CIDRs allowed to the node ports.
     pub source_ranges: Vec<String>,
     /// The labels a node needs to be a target (`target-node-labels`); `None`: every node.
-    pub target_nodes: Option<NodeSelector>,
-}
-
-/// `target-node-labels` (`k=v,k2`), as upstream's `filterTargetNodes`: a node is a target
-/// when it has every label, with the value where one is given (`k` and `k=` ask for the
-/// label with any value).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeSelector(Vec<(String, Option<String>)>);
-
-impl NodeSelector {
-    /// Whether a node with `labels` is a target.
-    pub fn matches(&self, labels: &[(String, String)]) -> bool {
-        self.0.iter().all(|(key, wanted)| {
-            labels
-                .iter()
-                .find(|(k, _)| k == key)
-                .is_some_and(|(_, value)| wanted.as_ref().is_none_or(|wanted| wanted == value))
-        })
-    }
+    pub target_nodes: Option<LabelSelector>,
 }
 
 /// Whether this provider balances the Service.
@@ -253,46 +236,19 @@ pub fn spec(config: &Config, svc: &Service) -> Result<Spec, Error> {
     })
 }
 
-/// The Service's `target-node-labels`: `None` without the annotation or with no entry in it
-/// (every node, as upstream). Each key must be one of the configured
-/// `target_node_label_keys`, the only labels the host passes this provider; an entry
-/// without a key, with two `=`, or a key given twice is refused (upstream drops or mangles
-/// them silently).
-fn target_nodes(config: &Config, svc: &Service) -> Result<Option<NodeSelector>, Error> {
+/// The Service's `target-node-labels` (`k=v,k2`, as upstream's `filterTargetNodes`):
+/// `None` without the annotation or with no entry in it (every node, as upstream). Each key
+/// must be one of the configured `target_node_label_keys`, the only labels the host passes
+/// this provider; an entry without a key, with two `=`, or a key given twice is refused
+/// (upstream drops or mangles them silently).
+fn target_nodes(config: &Config, svc: &Service) -> Result<Option<LabelSelector>, Error> {
     let Some(value) = annotation(svc, TARGET_NODE_LABELS) else {
         return Ok(None);
     };
-    let mut wanted: Vec<(String, Option<String>)> = Vec::new();
-    for entry in list(value) {
-        let (key, value) = match entry.split_once('=') {
-            Some((key, value)) => (key.trim(), Some(value.trim())),
-            None => (entry.as_str(), None),
-        };
-        let bad = |why: &str| refused(svc, TARGET_NODE_LABELS, &format!("entry {entry:?} {why}"));
-        if key.is_empty() {
-            return Err(bad("has no label key"));
-        }
-        if value.is_some_and(|value| value.contains('=')) {
-            return Err(bad("has more than one '=': write key=value or key"));
-        }
-        if wanted.iter().any(|(k, _)| k == key) {
-            return Err(bad("names a label key given before"));
-        }
-        if !config.target_node_label_keys.iter().any(|k| k == key) {
-            return Err(refused(
-                svc,
-                TARGET_NODE_LABELS,
-                &format!(
-                    "names node label {key:?}, which the provider does not read: add it to \
-                     \"{TARGET_NODE_LABEL_KEYS}\" in the cloud config (now {:?})",
-                    config.target_node_label_keys
-                ),
-            ));
-        }
-        let value = value.filter(|value| !value.is_empty()).map(str::to_string);
-        wanted.push((key.to_string(), value));
-    }
-    Ok((!wanted.is_empty()).then_some(NodeSelector(wanted)))
+    LabelSelector::parse(value, &config.target_node_label_keys).map_err(|error| {
+        let problem = error.explained(TARGET_NODE_LABEL_KEYS, &config.target_node_label_keys);
+        refused(svc, TARGET_NODE_LABELS, &problem)
+    })
 }
 
 /// The upstream defaults (TCP on the traffic port, or with `externalTrafficPolicy: Local`
@@ -670,22 +626,15 @@ mod tests {
         .unwrap()
     }
 
-    fn selector(value: &str) -> Result<Option<NodeSelector>, String> {
+    fn selector(value: &str) -> Result<Option<LabelSelector>, String> {
         let svc = service(&[(TARGET_NODE_LABELS, value)]);
         spec(&labelled_config(), &svc)
             .map(|spec| spec.target_nodes)
             .map_err(message)
     }
 
-    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
     #[test]
-    fn target_node_labels_parse_as_upstreams_key_value_list() {
+    fn target_node_labels_select_nodes_only_when_given() {
         assert_eq!(
             spec(&labelled_config(), &service(&[]))
                 .unwrap()
@@ -694,52 +643,16 @@ mod tests {
         );
         // No entry at all: every node, as upstream.
         assert_eq!(selector(" , ").unwrap(), None);
-        assert_eq!(
-            selector(" node-role.example.com/lb = edge , tier,, ").unwrap(),
-            Some(NodeSelector(vec![
-                ("node-role.example.com/lb".into(), Some("edge".into())),
-                ("tier".into(), None),
-            ]))
-        );
-        // `k=` asks for the label with any value, as `k` does.
-        assert_eq!(
-            selector("tier=").unwrap(),
-            Some(NodeSelector(vec![("tier".into(), None)]))
-        );
-    }
-
-    #[test]
-    fn target_node_labels_need_every_label_with_its_value_where_given() {
-        let selector = selector("node-role.example.com/lb=edge,tier")
-            .unwrap()
-            .unwrap();
-        assert!(selector.matches(&labels(&[
-            ("tier", "gold"),
-            ("node-role.example.com/lb", "edge")
-        ])));
-        assert!(selector.matches(&labels(&[
-            ("node-role.example.com/lb", "edge"),
-            ("tier", "")
-        ])));
-        for other in [
-            labels(&[("node-role.example.com/lb", "edge")]),
-            labels(&[("node-role.example.com/lb", "inner"), ("tier", "gold")]),
-            labels(&[("node-role.example.com/lb", "Edge"), ("tier", "gold")]),
-            labels(&[("tier", "gold")]),
-            labels(&[]),
-        ] {
-            assert!(!selector.matches(&other), "{other:?}");
-        }
+        let edge = selector("node-role.example.com/lb=edge").unwrap().unwrap();
+        let labels =
+            |value: &str| vec![("node-role.example.com/lb".to_string(), value.to_string())];
+        assert!(edge.matches(&labels("edge")));
+        assert!(!edge.matches(&labels("inner")));
     }
 
     #[test]
     fn bad_target_node_labels_are_refused_naming_the_annotation_and_the_entry() {
         for (value, problem) in [
-            ("=edge", "entry \"=edge\" has no label key"),
-            (
-                "tier=a=b",
-                "entry \"tier=a=b\" has more than one '=': write key=value or key",
-            ),
             (
                 "tier=a,tier=b",
                 "entry \"tier=b\" names a label key given before",

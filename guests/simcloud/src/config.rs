@@ -53,59 +53,12 @@ impl Config {
 
 /// `target_node_label_keys`: a list of distinct Kubernetes label keys, if given.
 fn label_keys(value: Option<serde_json::Value>) -> Result<Vec<String>, Error> {
-    let Some(value) = value else {
-        return Ok(Vec::new());
-    };
-    let fail = |detail: &str| {
+    wasm_ccm_sdk::labels::label_keys(value).map_err(|error| {
         Error::other(format!(
             "simcloud cloud config: \"{TARGET_NODE_LABEL_KEYS}\" must be a list of node label \
-             keys such as [\"node-role.example.com/lb\"]: {detail}"
+             keys such as [\"node-role.example.com/lb\"]: {error}"
         ))
-    };
-    let serde_json::Value::Array(items) = value else {
-        return Err(fail(&format!("got {value}")));
-    };
-    let mut keys: Vec<String> = Vec::with_capacity(items.len());
-    for item in items {
-        let serde_json::Value::String(key) = item else {
-            return Err(fail(&format!("{item} is not a string")));
-        };
-        if !is_label_key(&key) {
-            return Err(fail(&format!("{key:?} is not a label key")));
-        }
-        if keys.contains(&key) {
-            return Err(fail(&format!("{key:?} is listed twice")));
-        }
-        keys.push(key);
-    }
-    Ok(keys)
-}
-
-/// A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name of at most
-/// 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
-fn is_label_key(key: &str) -> bool {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(|prefix| {
-        prefix.len() <= 253
-            && prefix.split('.').all(|part| {
-                !part.is_empty()
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
-    });
-    let name_ok = (1..=63).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    prefix_ok && name_ok
+    })
 }
 
 /// `url` without trailing slashes if it is an absolute `http(s)://host[...]` URL.

@@ -16,7 +16,7 @@ use crate::SimCloud;
 use crate::api::Api;
 use crate::config::Config;
 use crate::model::{InstanceStatus, LbSpec, LbState, Listener, LoadBalancer, NewLoadBalancer, set};
-use crate::targets::{NodeSelector, target_ids};
+use crate::targets::{selector_of, target_ids};
 
 /// How long the host waits before asking again about a provisioning load balancer.
 const PROVISIONING_RETRY: Duration = Duration::from_secs(2);
@@ -68,7 +68,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         nodes: Nodes<'_>,
     ) -> Result<(), Error> {
         let config = Config::load()?;
-        let targets = target_ids(&nodes, NodeSelector::of(&svc, &config)?.as_ref());
+        let targets = target_ids(&nodes, selector_of(&svc, &config)?.as_ref());
         let api = Api::new(&config);
         let lb = existing(&api, &cluster_name, &svc)?;
         if set(&targets) == set(&lb.targets) {
@@ -147,7 +147,7 @@ fn update(api: &Api, lb: &LoadBalancer, spec: &LbSpec) -> Result<LoadBalancer, E
 /// What the load balancer of `svc` should look like for `nodes`.
 fn desired(svc: &Service, nodes: &Nodes<'_>, config: &Config) -> Result<LbSpec, Error> {
     let listeners = svc.ports.iter().map(listener).collect::<Result<_, _>>()?;
-    let selector = NodeSelector::of(svc, config)?;
+    let selector = selector_of(svc, config)?;
     Ok(LbSpec {
         listeners,
         targets: target_ids(nodes, selector.as_ref()),

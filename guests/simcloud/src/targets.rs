@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 
+use wasm_ccm_sdk::labels::LabelSelector;
 use wasm_ccm_sdk::{Error, Nodes, Service};
 
 use crate::config::{Config, TARGET_NODE_LABEL_KEYS};
@@ -16,78 +17,29 @@ use crate::instances::instance_id_of;
 /// The Service annotation choosing target nodes by their labels.
 pub const TARGET_NODE_LABELS: &str = "simcloud.wasm-ccm.io/load-balancer-target-node-labels";
 
-/// The labels a node needs to be a target, as upstream's `filterTargetNodes`: every label,
-/// with the value where one is given (`key` and `key=` ask for the label with any value).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeSelector(Vec<(String, Option<String>)>);
-
-impl NodeSelector {
-    /// The selector of `svc`: `None` without the annotation or with no entry in it (every
-    /// node, as upstream). Each key must be one of the configured `target_node_label_keys`,
-    /// the only labels the host passes this provider; an entry without a key, with two `=`,
-    /// or a key given twice is refused.
-    pub fn of(svc: &Service, config: &Config) -> Result<Option<NodeSelector>, Error> {
-        let Some((_, value)) = svc
-            .annotations
-            .iter()
-            .find(|(k, _)| k == TARGET_NODE_LABELS)
-        else {
-            return Ok(None);
-        };
-        let mut wanted: Vec<(String, Option<String>)> = Vec::new();
-        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (key, value) = match entry.split_once('=') {
-                Some((key, value)) => (key.trim(), Some(value.trim())),
-                None => (entry, None),
-            };
-            let bad = |why: &str| refused(svc, &format!("entry {entry:?} {why}"));
-            if key.is_empty() {
-                return Err(bad("has no label key"));
-            }
-            if value.is_some_and(|value| value.contains('=')) {
-                return Err(bad("has more than one '=': write key=value or key"));
-            }
-            if wanted.iter().any(|(k, _)| k == key) {
-                return Err(bad("names a label key given before"));
-            }
-            if !config.target_node_label_keys.iter().any(|k| k == key) {
-                return Err(refused(
-                    svc,
-                    &format!(
-                        "names node label {key:?}, which the provider does not read: add it to \
-                         \"{TARGET_NODE_LABEL_KEYS}\" in the cloud config (now {:?})",
-                        config.target_node_label_keys
-                    ),
-                ));
-            }
-            let value = value.filter(|value| !value.is_empty()).map(str::to_string);
-            wanted.push((key.to_string(), value));
-        }
-        Ok((!wanted.is_empty()).then_some(NodeSelector(wanted)))
-    }
-
-    /// Whether a node with `labels` is a target.
-    pub fn matches(&self, labels: &[(String, String)]) -> bool {
-        self.0.iter().all(|(key, wanted)| {
-            labels
-                .iter()
-                .find(|(k, _)| k == key)
-                .is_some_and(|(_, value)| wanted.as_ref().is_none_or(|wanted| wanted == value))
-        })
-    }
-}
-
-/// A refusal of the Service's annotation, naming the Service and the annotation.
-fn refused(svc: &Service, problem: &str) -> Error {
-    Error::other(format!(
-        "service {}/{}: {TARGET_NODE_LABELS} {problem}",
-        svc.namespace, svc.name
-    ))
+/// The target nodes `svc` asks for: `None` without the annotation or with no entry in it
+/// (every node, as upstream). Each key must be one of the configured
+/// `target_node_label_keys`, the only labels the host passes this provider.
+pub fn selector_of(svc: &Service, config: &Config) -> Result<Option<LabelSelector>, Error> {
+    let Some((_, value)) = svc
+        .annotations
+        .iter()
+        .find(|(k, _)| k == TARGET_NODE_LABELS)
+    else {
+        return Ok(None);
+    };
+    LabelSelector::parse(value, &config.target_node_label_keys).map_err(|error| {
+        let problem = error.explained(TARGET_NODE_LABEL_KEYS, &config.target_node_label_keys);
+        Error::other(format!(
+            "service {}/{}: {TARGET_NODE_LABELS} {problem}",
+            svc.namespace, svc.name
+        ))
+    })
 }
 
 /// The instance ids of `nodes` (only those `selector` matches, when there is one), in order
 /// and without duplicates; nodes without a simcloud provider ID are skipped.
-pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&NodeSelector>) -> Vec<String> {
+pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<String> {
     let (provider_ids, names) = match selector {
         // Only the provider IDs (and the names, to report a skipped node).
         None => (nodes.provider_ids(), None),
@@ -164,8 +116,8 @@ mod tests {
         }
     }
 
-    fn selector(value: &str) -> Result<Option<NodeSelector>, String> {
-        NodeSelector::of(
+    fn selector(value: &str) -> Result<Option<LabelSelector>, String> {
+        selector_of(
             &service(Some(value)),
             &config(&["node-role.simcloud.test/lb", "tier"]),
         )
@@ -175,66 +127,24 @@ mod tests {
         })
     }
 
-    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
     #[test]
-    fn target_node_labels_parse_as_a_key_value_list() {
-        let without = NodeSelector::of(&service(None), &config(&[])).unwrap();
+    fn target_node_labels_select_nodes_only_when_given() {
+        let without = selector_of(&service(None), &config(&[])).unwrap();
         assert_eq!(without, None, "every node, read cheaply");
         assert_eq!(selector(" , ").unwrap(), None, "no entry: every node");
-        assert_eq!(
-            selector(" node-role.simcloud.test/lb = edge , tier,, ").unwrap(),
-            Some(NodeSelector(vec![
-                ("node-role.simcloud.test/lb".into(), Some("edge".into())),
-                ("tier".into(), None),
-            ]))
-        );
-        assert_eq!(
-            selector("tier=").unwrap(),
-            Some(NodeSelector(vec![("tier".into(), None)])),
-            "`key=` asks for the label with any value, as `key` does"
-        );
-    }
-
-    #[test]
-    fn target_node_labels_need_every_label_with_its_value_where_given() {
-        let selector = selector("node-role.simcloud.test/lb=edge,tier")
+        let edge = selector("node-role.simcloud.test/lb=edge")
             .unwrap()
             .unwrap();
-        for target in [
-            labels(&[("tier", "gold"), ("node-role.simcloud.test/lb", "edge")]),
-            labels(&[("node-role.simcloud.test/lb", "edge"), ("tier", "")]),
-        ] {
-            assert!(selector.matches(&target), "{target:?}");
-        }
-        for other in [
-            labels(&[("node-role.simcloud.test/lb", "edge")]),
-            labels(&[("node-role.simcloud.test/lb", "inner"), ("tier", "gold")]),
-            labels(&[("node-role.simcloud.test/lb", "Edge"), ("tier", "gold")]),
-            labels(&[("tier", "gold")]),
-            labels(&[]),
-        ] {
-            assert!(!selector.matches(&other), "{other:?}");
-        }
+        let labels =
+            |value: &str| vec![("node-role.simcloud.test/lb".to_string(), value.to_string())];
+        assert!(edge.matches(&labels("edge")));
+        assert!(!edge.matches(&labels("inner")));
     }
 
     #[test]
     fn bad_target_node_labels_are_refused_naming_the_annotation_and_the_entry() {
         for (value, problem) in [
             ("=edge", "entry \"=edge\" has no label key"),
-            (
-                "tier=a=b",
-                "entry \"tier=a=b\" has more than one '=': write key=value or key",
-            ),
-            (
-                "tier=a,tier=b",
-                "entry \"tier=b\" names a label key given before",
-            ),
             (
                 "kubernetes.io/hostname=n1",
                 "names node label \"kubernetes.io/hostname\", which the provider does not \

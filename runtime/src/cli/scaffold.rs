@@ -53,6 +53,10 @@ const SDK: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk/src/http.rs"),
     ),
     (
+        "wasm-ccm-sdk/src/labels.rs",
+        include_str!("../../../guest-sdk/src/labels.rs"),
+    ),
+    (
         "wasm-ccm-sdk/src/log.rs",
         include_str!("../../../guest-sdk/src/log.rs"),
     ),
@@ -168,6 +172,27 @@ mod tests {
 
     /// The SDK's manifest beside a new crate names the dependencies the workspace builds the
     /// SDK with, at the same versions.
+    #[test]
+    fn every_source_of_the_sdk_is_written() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk/src");
+        let mut sources: Vec<String> = std::fs::read_dir(dir)
+            .expect("the SDK's sources")
+            .map(|entry| entry.expect("an entry").file_name())
+            .map(|name| format!("wasm-ccm-sdk/src/{}", name.to_string_lossy()))
+            .collect();
+        sources.sort();
+        let mut written: Vec<&str> = SDK
+            .iter()
+            .map(|(path, _)| *path)
+            .filter(|path| path.starts_with("wasm-ccm-sdk/src/"))
+            .collect();
+        written.sort();
+        assert_eq!(
+            written, sources,
+            "SDK in scaffold.rs lists every file of guest-sdk/src"
+        );
+    }
+
     #[test]
     fn the_sdk_manifest_matches_the_workspace() {
         let workspace = include_str!("../../../Cargo.toml");
