@@ -7,8 +7,10 @@
 //! rate limiter, so a busy controller spends only its own budget; and each names itself in
 //! its user agent,
 //! `wasm-ccm/<version> (<os>/<arch>) <client name>`, so the API server's audit log tells
-//! them apart. Requests of all of them are counted and timed together, with client-go's
-//! metrics and labels (`rest_client_requests_total`, `rest_client_request_duration_seconds`).
+//! them apart. Requests of all of them are counted and timed with client-go's metrics and
+//! labels (`rest_client_requests_total`, `rest_client_request_duration_seconds`), the count
+//! also by client (`client`, ours), so that a dashboard or a benchmark on a real cluster
+//! can tell event writes and the Lease's from state writes.
 //!
 //! The limiter sits in the client's `poll_ready`, so a request waits for a token of its
 //! client before it is sent, exactly once per request.
@@ -106,12 +108,13 @@ pub struct ClusterSettings {
     pub use_service_account_credentials: bool,
 }
 
-/// `rest_client_requests_total` labels, as client-go.
+/// `rest_client_requests_total` labels: client-go's, and the client's name.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     code: String,
     method: String,
     host: String,
+    client: Arc<str>,
 }
 
 /// `rest_client_request_duration_seconds` labels, as client-go.
@@ -152,7 +155,7 @@ impl ClientMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "rest_client_requests",
-            "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host",
+            "Number of HTTP requests to the Kubernetes API, partitioned by status code, method, and host, and by the manager's client that sent them",
             self.requests.clone(),
         );
         registry.register(
@@ -278,6 +281,7 @@ impl Base {
             budgets: Arc::new(Budgets::new(self.budget)),
             metrics: self.metrics.clone(),
             host: self.host.clone(),
+            client: name.into(),
         };
         Ok(match bearer {
             None => builder.with_layer(&throttle).build(),
@@ -322,6 +326,8 @@ struct ThrottleLayer {
     budgets: Arc<Budgets>,
     metrics: ClientMetrics,
     host: Arc<str>,
+    /// The client's name, as its user agent ends.
+    client: Arc<str>,
 }
 
 impl<S> Layer<S> for ThrottleLayer {
@@ -333,6 +339,7 @@ impl<S> Layer<S> for ThrottleLayer {
             budgets: self.budgets.clone(),
             metrics: self.metrics.clone(),
             host: self.host.clone(),
+            client: self.client.clone(),
             wait: None,
             permitted: false,
         }
@@ -344,6 +351,7 @@ struct Throttle<S> {
     budgets: Arc<Budgets>,
     metrics: ClientMetrics,
     host: Arc<str>,
+    client: Arc<str>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A token was taken for the next `call`.
     permitted: bool,
@@ -381,6 +389,7 @@ where
         let method = request.method().to_string();
         let metrics = self.metrics.clone();
         let host = self.host.to_string();
+        let client = self.client.clone();
         let response = self.inner.call(request);
         let started = std::time::Instant::now();
         Box::pin(async move {
@@ -399,7 +408,12 @@ where
             metrics.sent.inc();
             metrics
                 .requests
-                .get_or_create(&RequestLabels { code, method, host })
+                .get_or_create(&RequestLabels {
+                    code,
+                    method,
+                    host,
+                    client,
+                })
                 .inc();
             result
         })

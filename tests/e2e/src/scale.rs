@@ -20,14 +20,16 @@
 //! count as the load balancers' writes); nodes initialised per second, provider calls per
 //! node and per Service, and cloud requests.
 //!
+//! The writes split by client (state, events, the Lease) come from the manager's own
+//! `/metrics` (`rest_client_requests_total` by `client`), in both modes.
+//!
 //! Two modes ([`Target`]):
 //! - the API emulator and the cloud simulator in this process; the emulator counts the
-//!   manager's requests by client (user agent), which gives its LISTs and WATCHes and its
-//!   event writes apart from its state writes;
+//!   manager's requests by client (user agent), which gives its LISTs and WATCHes;
 //! - a cluster's kubeconfig and a `cloud-sim` started elsewhere (e.g. `cloud-sim --listen
 //!   0.0.0.0:8080 --token T`), so the numbers can be reproduced on a real kube-apiserver. The
-//!   manager's LISTs come from the API server's `/metrics`, less the bench's own; event
-//!   writes cannot be told apart there. The cluster should run no other
+//!   manager's LISTs come from the API server's `/metrics`, less the bench's own; its
+//!   WATCHes are not known there. The cluster should run no other
 //!   cloud-controller-manager; the bench creates its Nodes (`bench-node-NNNNN`, labelled
 //!   `wasm-ccm-bench=true`) and Services (in namespace `wasm-ccm-bench`), and deletes them all
 //!   at the end, then stops the manager cleanly so that it releases the Lease.
@@ -55,8 +57,8 @@ const LEASE_NAME: &str = "cloud-controller-manager";
 /// What every user agent of the manager's clients contains (`wasm-ccm/0.1.0 (linux/amd64)
 /// shared-informers`).
 const MANAGER_AGENT: &str = "wasm-ccm/";
-/// The emulator's verbs that write.
-const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+/// The HTTP methods that write.
+const WRITE_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 /// Where the bench's Services live.
 pub const NAMESPACE: &str = "wasm-ccm-bench";
 /// The label on the bench's Nodes.
@@ -392,6 +394,37 @@ impl Metrics {
             .sum()
     }
 
+    /// The manager's writes (POST, PUT, PATCH and DELETE requests) by the client that made
+    /// them.
+    fn writes_by_client(&self) -> Writes {
+        let mut writes = Writes::default();
+        for line in self
+            .0
+            .lines()
+            .filter(|l| l.starts_with("rest_client_requests_total{"))
+        {
+            let label = |name: &str| {
+                line.split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|rest| rest.split('"').next())
+            };
+            let (Some(method), Some(client)) = (label("method"), label("client")) else {
+                continue;
+            };
+            if !WRITE_METHODS.contains(&method) {
+                continue;
+            }
+            let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            let count = match client {
+                EVENT_RECORDER => &mut writes.events,
+                LEADER_ELECTION => &mut writes.lease,
+                _ => &mut writes.state,
+            };
+            *count += value.unwrap_or(0.0);
+        }
+        writes
+    }
+
     /// API requests by HTTP method.
     fn requests_by_method(&self) -> BTreeMap<String, f64> {
         let mut methods = BTreeMap::new();
@@ -414,15 +447,32 @@ impl Metrics {
     }
 }
 
-/// The manager's API requests as the emulator counted them by user agent.
+/// The manager's writes, by the client that made them, as its `rest_client_requests_total`
+/// counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Writes {
+    /// Of the Nodes, Services and anything else but events and the Lease.
+    pub state: f64,
+    /// Of the event recorder's client ([`EVENT_RECORDER`]).
+    pub events: f64,
+    /// Of the leader election's client ([`LEADER_ELECTION`]).
+    pub lease: f64,
+}
+
+impl Writes {
+    /// What was written from `before` to `self`.
+    fn since(&self, before: &Writes) -> Writes {
+        Writes {
+            state: self.state - before.state,
+            events: self.events - before.events,
+            lease: self.lease - before.lease,
+        }
+    }
+}
+
+/// The manager's LISTs and WATCHes as the emulator counted them by user agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ManagerRequests {
-    /// Writes of the Nodes, Services and anything else but events and the Lease.
-    pub state_writes: u64,
-    /// Writes of the event recorder's client ([`EVENT_RECORDER`]).
-    pub event_writes: u64,
-    /// Writes of the leader election's client ([`LEADER_ELECTION`]).
-    pub lease_writes: u64,
     pub list_nodes: u64,
     pub list_services: u64,
     pub watch_nodes: u64,
@@ -433,13 +483,7 @@ impl ManagerRequests {
     /// The requests of the manager's clients (every user agent with [`MANAGER_AGENT`]) among
     /// `served`.
     fn of(served: &RequestCounts) -> ManagerRequests {
-        let writes = |counts: &RequestCounts| WRITE_VERBS.iter().map(|v| counts.verb(v)).sum();
-        let mut requests = ManagerRequests {
-            event_writes: writes(&served.client(EVENT_RECORDER)),
-            lease_writes: writes(&served.client(LEADER_ELECTION)),
-            ..ManagerRequests::default()
-        };
-        let mut all_writes = 0;
+        let mut requests = ManagerRequests::default();
         for (_, counts) in served
             .by_user_agent
             .iter()
@@ -452,23 +496,16 @@ impl ManagerRequests {
                     ("list", "services") => requests.list_services += n,
                     ("watch", "nodes") => requests.watch_nodes += n,
                     ("watch", "services") => requests.watch_services += n,
-                    _ if WRITE_VERBS.contains(&verb) => all_writes += n,
                     _ => {}
                 }
             }
         }
-        requests.state_writes = all_writes
-            .saturating_sub(requests.event_writes)
-            .saturating_sub(requests.lease_writes);
         requests
     }
 
     /// What was made from `before` to `self`.
     fn since(&self, before: &ManagerRequests) -> ManagerRequests {
         ManagerRequests {
-            state_writes: self.state_writes - before.state_writes,
-            event_writes: self.event_writes - before.event_writes,
-            lease_writes: self.lease_writes - before.lease_writes,
             list_nodes: self.list_nodes - before.list_nodes,
             list_services: self.list_services - before.list_services,
             watch_nodes: self.watch_nodes - before.watch_nodes,
@@ -483,6 +520,7 @@ struct Sample {
     manager_cpu: f64,
     bench_cpu: f64,
     requests: BTreeMap<String, f64>,
+    writes: Writes,
     provider_calls: f64,
     /// As the emulator counted them; `None` on a cluster.
     served: Option<ManagerRequests>,
@@ -496,6 +534,7 @@ impl Sample {
             manager_cpu: cpu_seconds(manager.child.id()),
             bench_cpu: cpu_seconds(std::process::id()),
             requests: metrics.requests_by_method(),
+            writes: metrics.writes_by_client(),
             provider_calls: metrics.sum("wasm_ccm_provider_calls_total", ""),
             served: setup.served().as_ref().map(ManagerRequests::of),
         }
@@ -509,6 +548,7 @@ impl Sample {
             manager_cpu: 0.0,
             bench_cpu: cpu_seconds(std::process::id()),
             requests: BTreeMap::new(),
+            writes: Writes::default(),
             provider_calls: 0.0,
             served: setup.served().as_ref().map(ManagerRequests::of),
         }
@@ -523,7 +563,9 @@ pub struct Phase {
     bench_cpu: f64,
     /// API requests the manager made, by HTTP method.
     pub requests: BTreeMap<String, f64>,
-    /// The same as the emulator counted them by client; `None` on a cluster.
+    /// Its writes by client.
+    pub writes_by_client: Writes,
+    /// Its LISTs and WATCHes as the emulator counted them; `None` on a cluster.
     pub served: Option<ManagerRequests>,
     pub provider_calls: f64,
     peak_rss: f64,
@@ -552,6 +594,7 @@ impl Phase {
             manager_cpu: after.manager_cpu - before.manager_cpu,
             bench_cpu: after.bench_cpu - before.bench_cpu,
             requests,
+            writes_by_client: after.writes.since(&before.writes),
             served,
             provider_calls: after.provider_calls - before.provider_calls,
             peak_rss: peak_rss_mib(manager),
@@ -561,7 +604,7 @@ impl Phase {
 
     /// API writes: POST, PUT, PATCH and DELETE requests.
     pub fn writes(&self) -> f64 {
-        ["POST", "PUT", "PATCH", "DELETE"]
+        WRITE_METHODS
             .iter()
             .filter_map(|m| self.requests.get(*m))
             .sum()
@@ -1111,12 +1154,12 @@ impl std::fmt::Display for Report {
                 .iter()
                 .map(|(method, n)| format!("{method} {n:.0}"))
                 .collect();
-            let split = phase.served.map_or("not available".into(), |served| {
-                format!(
-                    "{} / {} / {}",
-                    served.state_writes, served.event_writes, served.lease_writes
-                )
-            });
+            let Writes {
+                state,
+                events,
+                lease,
+            } = phase.writes_by_client;
+            let split = format!("{state:.0} / {events:.0} / {lease:.0}");
             writeln!(
                 f,
                 "| {} | {:.1} s | {:.1} s | {:.1} s | {} | {per_service} | {split} | {:.0} | {:.0} MiB |",
@@ -1202,12 +1245,6 @@ impl std::fmt::Display for Report {
             self.trailing.posts,
             self.trailing.wall.as_secs_f64()
         )?;
-        if self.whole_run.is_none() {
-            writeln!(
-                f,
-                "| event writes apart from state writes | not available (the manager's rest_client_requests_total does not name the client) |"
-            )?;
-        }
         writeln!(
             f,
             "| nodes initialised per second, from process start | {:.0} |",
