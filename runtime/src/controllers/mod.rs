@@ -2,7 +2,7 @@
 //! calling the provider through its typed facade.
 //!
 //! Each controller is one module with a `run(context, stop)` future that works until `stop`
-//! is cancelled (leadership lost, or shutdown). [`start`] decides which run, as upstream:
+//! is cancelled (leadership lost, or shutdown). [`plan`] decides which run, as upstream:
 //! the ones `--controllers` selects *and* the provider supports.
 
 mod cloud_node;
