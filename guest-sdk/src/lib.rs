@@ -126,7 +126,7 @@ pub use bindings::wasm_ccm::provider::types::{
     NodeAddress, NodeMetadataKeys, PortStatus, Protocol, ProviderError as Error, Retry, Route,
     Service, ServicePort,
 };
-pub use nodes::Nodes;
+pub use nodes::{Nodes, Selected};
 pub use traits::{Instances, LoadBalancers, Provider, Routes, default_load_balancer_name};
 
 /// Export `$provider` as the component's implementation of the contract.

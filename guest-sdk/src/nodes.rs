@@ -7,6 +7,7 @@
 
 use crate::Node;
 use crate::bindings::wasm_ccm::provider::node_sets::NodeSet;
+use crate::labels::LabelSelector;
 
 /// How many whole nodes one read of a lent set copies, so [`Nodes::all`] never asks the
 /// host for one huge answer.
@@ -78,10 +79,98 @@ impl<'a> Nodes<'a> {
             Source::Listed(nodes) => nodes.clone(),
         }
     }
+
+    /// The provider IDs of the nodes `selector` matches, in order (without a selector,
+    /// every node's, reading provider IDs only; with one, whole nodes, as their labels are
+    /// needed).
+    pub fn selected(&self, selector: Option<&LabelSelector>) -> Selected {
+        let Some(selector) = selector else {
+            return Selected {
+                provider_ids: self.provider_ids(),
+                names: None,
+                of: None,
+            };
+        };
+        let all = self.all();
+        let of = all.len();
+        let (provider_ids, names) = all
+            .into_iter()
+            .filter(|node| selector.matches(&node.labels))
+            .map(|node| (node.provider_id, node.name))
+            .unzip();
+        Selected {
+            provider_ids,
+            names: Some(names),
+            of: Some(of),
+        }
+    }
+}
+
+/// The nodes a [`LabelSelector`] chose: [`Nodes::selected`].
+pub struct Selected {
+    /// Their provider IDs, in node-name order; `None` for a node without one.
+    pub provider_ids: Vec<Option<String>>,
+    /// Their names, if whole nodes were read.
+    names: Option<Vec<String>>,
+    /// How many nodes they were chosen from, when a selector chose them.
+    pub of: Option<usize>,
+}
+
+impl Selected {
+    /// Their names, in the order of [`Selected::provider_ids`] (read from `nodes`, the set
+    /// they were chosen from, only if whole nodes were not).
+    pub fn names(&self, nodes: &Nodes<'_>) -> Vec<String> {
+        self.names.clone().unwrap_or_else(|| nodes.names())
+    }
 }
 
 impl From<Vec<Node>> for Nodes<'static> {
     fn from(nodes: Vec<Node>) -> Nodes<'static> {
         Nodes(Source::Listed(nodes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, tier: &str, provider_id: Option<&str>) -> Node {
+        Node {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: vec![("tier".into(), tier.into())],
+            annotations: vec![],
+            provider_id: provider_id.map(str::to_string),
+            addresses: vec![],
+            pod_cidrs: vec![],
+        }
+    }
+
+    #[test]
+    fn a_selector_chooses_the_nodes_with_its_labels_and_names_them() {
+        let nodes = Nodes::from(vec![
+            node("a", "gold", Some("sim://a")),
+            node("b", "lead", Some("sim://b")),
+            node("c", "gold", None),
+        ]);
+        let every = nodes.selected(None);
+        assert_eq!(
+            every.provider_ids,
+            [Some("sim://a".into()), Some("sim://b".into()), None]
+        );
+        assert_eq!(
+            (every.of, every.names(&nodes)),
+            (None, vec!["a".into(), "b".into(), "c".into()])
+        );
+
+        let gold = LabelSelector::parse("tier=gold", &["tier".into()])
+            .unwrap()
+            .unwrap();
+        let chosen = nodes.selected(Some(&gold));
+        assert_eq!(chosen.provider_ids, [Some("sim://a".into()), None]);
+        assert_eq!(
+            (chosen.of, chosen.names(&nodes)),
+            (Some(3), vec!["a".into(), "c".into()])
+        );
     }
 }

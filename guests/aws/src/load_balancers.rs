@@ -269,23 +269,12 @@ fn targets(
     nodes: &Nodes<'_>,
     selector: Option<&LabelSelector>,
 ) -> Result<Vec<Instance>, Error> {
-    let (provider_ids, names): (Vec<Option<String>>, Option<Vec<String>>) = match selector {
-        None => (nodes.provider_ids(), None),
-        Some(selector) => {
-            let all = nodes.all();
-            let total = all.len();
-            let (ids, names): (Vec<_>, Vec<_>) = all
-                .into_iter()
-                .filter(|node| selector.matches(&node.labels))
-                .map(|node| (node.provider_id, node.name))
-                .unzip();
-            wasm_ccm_sdk::info!(
-                "{} of {total} nodes have the labels of {TARGET_NODE_LABELS}",
-                ids.len()
-            );
-            (ids, Some(names))
-        }
-    };
+    let selected = nodes.selected(selector);
+    if let Some(of) = selected.of {
+        let chosen = selected.provider_ids.len();
+        wasm_ccm_sdk::info!("{chosen} of {of} nodes have the labels of {TARGET_NODE_LABELS}");
+    }
+    let provider_ids = &selected.provider_ids;
     let mut seen = BTreeSet::new();
     let mut instances = Vec::new();
     let mut skipped = Vec::new();
@@ -303,7 +292,7 @@ fn targets(
         }
     }
     if !skipped.is_empty() {
-        let names = names.unwrap_or_else(|| nodes.names());
+        let names = selected.names(nodes);
         for index in skipped {
             wasm_ccm_sdk::info!(
                 "node {} is not a load-balancer target: provider ID {:?} is not aws:///ZONE/i-…",

@@ -40,24 +40,12 @@ pub fn selector_of(svc: &Service, config: &Config) -> Result<Option<LabelSelecto
 /// The instance ids of `nodes` (only those `selector` matches, when there is one), in order
 /// and without duplicates; nodes without a simcloud provider ID are skipped.
 pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<String> {
-    let (provider_ids, names) = match selector {
-        // Only the provider IDs (and the names, to report a skipped node).
-        None => (nodes.provider_ids(), None),
-        Some(selector) => {
-            let all = nodes.all();
-            let total = all.len();
-            let (ids, names): (Vec<_>, Vec<_>) = all
-                .into_iter()
-                .filter(|node| selector.matches(&node.labels))
-                .map(|node| (node.provider_id, node.name))
-                .unzip();
-            wasm_ccm_sdk::info!(
-                "{} of {total} nodes have the labels of {TARGET_NODE_LABELS}",
-                ids.len()
-            );
-            (ids, Some(names))
-        }
-    };
+    let selected = nodes.selected(selector);
+    if let Some(of) = selected.of {
+        let chosen = selected.provider_ids.len();
+        wasm_ccm_sdk::info!("{chosen} of {of} nodes have the labels of {TARGET_NODE_LABELS}");
+    }
+    let provider_ids = &selected.provider_ids;
     let mut ids: Vec<String> = Vec::with_capacity(provider_ids.len());
     let mut seen = HashSet::with_capacity(provider_ids.len());
     let mut skipped = Vec::new();
@@ -69,7 +57,7 @@ pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<St
         }
     }
     if !skipped.is_empty() {
-        let names = names.unwrap_or_else(|| nodes.names());
+        let names = selected.names(nodes);
         for index in skipped {
             wasm_ccm_sdk::info!(
                 "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",
