@@ -51,6 +51,23 @@ impl Language {
         simcloud_port(self.component, cloud.egress(), config).await
     }
 
+    /// The Rust simcloud and the port, both with the cloud config `config`, granted the
+    /// simulator of `cloud`.
+    async fn beside_the_rust_simcloud(
+        &self,
+        cloud: &Cloud,
+        config: serde_json::Value,
+    ) -> (Provider, Provider) {
+        let rust = simcloud_port(guest_builds::SIMCLOUD, cloud.egress(), Some(config.clone()))
+            .await
+            .expect("simcloud loads");
+        let port = self
+            .load(cloud, Some(config))
+            .await
+            .expect("the port loads");
+        (rust, port)
+    }
+
     /// The port against `cloud`, as `e2e::simcloud` loads the Rust one.
     async fn against(&self, cloud: &Cloud) -> Provider {
         let config = serde_json::json!({ "api_url": cloud.sim.url() });
@@ -74,6 +91,39 @@ fn requests_of_each(cloud: &Cloud, start: usize, middle: usize) -> (Vec<String>,
     let mut first = requests_since(cloud, start);
     let second = first.split_off(middle - start);
     (first, second)
+}
+
+/// What differs from run to run in the cloud's load balancers: their IDs, IPs and
+/// hostnames.
+fn load_balancer_values(cloud: &Cloud) -> Vec<String> {
+    cloud
+        .sim
+        .state()
+        .load_balancers()
+        .iter()
+        .flat_map(|lb| [Some(lb.id.clone()), lb.ip.clone(), lb.hostname.clone()])
+        .flatten()
+        .collect()
+}
+
+/// `answers` and the requests the simulator received from `start` on, as text, with each
+/// of `variable` written `{lb}`, so two providers' runs compare.
+fn with_load_balancers_hidden(
+    cloud: &Cloud,
+    start: usize,
+    variable: &[String],
+    answers: Vec<String>,
+) -> (Vec<String>, Vec<String>) {
+    let hide = |text: String| {
+        variable
+            .iter()
+            .fold(text, |text, value| text.replace(value.as_str(), "{lb}"))
+    };
+    let requests = cloud.sim.state().requests()[start..]
+        .iter()
+        .map(|r| hide(format!("{} {}?{:?} {}", r.method, r.path, r.query, r.body)))
+        .collect();
+    (answers.into_iter().map(hide).collect(), requests)
 }
 
 /// What `p` answers to the three instance calls for each of `nodes`, in order, as text.
@@ -369,30 +419,14 @@ async fn load_balancer_answers(
     answers.push(show(got.map(|s| format!("{s:?}"))));
     let done = p.update_load_balancer("kubernetes", &svc, &updated).await;
     answers.push(show(done.map(|()| "updated".to_string())));
-    let variable: Vec<String> = cloud
-        .sim
-        .state()
-        .load_balancers()
-        .iter()
-        .flat_map(|lb| [Some(lb.id.clone()), lb.ip.clone(), lb.hostname.clone()])
-        .flatten()
-        .collect();
+    let variable = load_balancer_values(cloud);
     for _ in 0..2 {
         let deleted = p.ensure_load_balancer_deleted("kubernetes", &svc).await;
         answers.push(show(deleted.map(|()| "deleted".to_string())));
     }
     let got = p.get_load_balancer("kubernetes", &svc).await;
     answers.push(show(got.map(|s| format!("{s:?}"))));
-    let hide = |text: String| {
-        variable
-            .iter()
-            .fold(text, |text, value| text.replace(value.as_str(), "{lb}"))
-    };
-    let requests = cloud.sim.state().requests()[start..]
-        .iter()
-        .map(|r| hide(format!("{} {}?{:?} {}", r.method, r.path, r.query, r.body)))
-        .collect();
-    (answers.into_iter().map(hide).collect(), requests)
+    with_load_balancers_hidden(cloud, start, &variable, answers)
 }
 
 /// A load balancer's life through the port and the Rust simcloud, both with
@@ -412,13 +446,7 @@ async fn balances_load_as_the_rust_simcloud(language: &Language, proxy_protocol:
     let updated = [all[1].clone(), all[2].clone()];
     let config =
         serde_json::json!({ "api_url": cloud.sim.url(), "proxy_protocol": proxy_protocol });
-    let rust = simcloud_port(guest_builds::SIMCLOUD, cloud.egress(), Some(config.clone()))
-        .await
-        .expect("simcloud loads");
-    let port = language
-        .load(&cloud, Some(config))
-        .await
-        .expect("the port loads");
+    let (rust, port) = language.beside_the_rust_simcloud(&cloud, config).await;
 
     let (expected, expected_requests) = load_balancer_answers(&cloud, &rust, &all, &updated).await;
     assert!(cloud.sim.state().load_balancers().is_empty());
@@ -556,26 +584,10 @@ async fn target_node_label_answers(
     let ensured = p.ensure_load_balancer("kubernetes", &every, &nodes).await;
     answers.push(show(ensured.map(|s| format!("{s:?}"))));
     answers.push(targets());
-    let variable: Vec<String> = cloud
-        .sim
-        .state()
-        .load_balancers()
-        .iter()
-        .flat_map(|lb| [Some(lb.id.clone()), lb.ip.clone(), lb.hostname.clone()])
-        .flatten()
-        .collect();
+    let variable = load_balancer_values(cloud);
     let deleted = p.ensure_load_balancer_deleted("kubernetes", &every).await;
     answers.push(show(deleted.map(|()| "deleted".to_string())));
-    let hide = |text: String| {
-        variable
-            .iter()
-            .fold(text, |text, value| text.replace(value.as_str(), "{lb}"))
-    };
-    let requests = cloud.sim.state().requests()[start..]
-        .iter()
-        .map(|r| hide(format!("{} {}?{:?} {}", r.method, r.path, r.query, r.body)))
-        .collect();
-    (answers.into_iter().map(hide).collect(), requests)
+    with_load_balancers_hidden(cloud, start, &variable, answers)
 }
 
 /// A Service's target-node-labels annotation through the port and the Rust simcloud, both
@@ -618,13 +630,7 @@ async fn targets_nodes_by_their_labels_as_the_rust_simcloud(language: &Language)
         "api_url": cloud.sim.url(),
         "target_node_label_keys": [LB_ROLE, "tier"],
     });
-    let rust = simcloud_port(guest_builds::SIMCLOUD, cloud.egress(), Some(config.clone()))
-        .await
-        .expect("simcloud loads");
-    let port = language
-        .load(&cloud, Some(config))
-        .await
-        .expect("the port loads");
+    let (rust, port) = language.beside_the_rust_simcloud(&cloud, config).await;
     assert_eq!(
         port.capabilities(),
         rust.capabilities(),

@@ -28,9 +28,9 @@ async fn start_without_periodic_bookmarks() -> Cluster {
     .await
 }
 
-/// Every event of a watch of default's config maps with `query`, read until
-/// its `timeoutSeconds` ends it: `(type, name)`, and the last bookmark's object.
-async fn watch_to_the_end(cluster: &Cluster, query: &str) -> (Vec<(String, String)>, Value) {
+/// The whole body of a watch of default's config maps with `query` (answered 200), which
+/// must end within `seconds`.
+async fn watch_body(cluster: &Cluster, query: &str, seconds: u64) -> String {
     let response = http_client(&cluster.emulator)
         .get(format!(
             "{}{MAPS}?watch=true&{query}",
@@ -41,7 +41,13 @@ async fn watch_to_the_end(cluster: &Cluster, query: &str) -> (Vec<(String, Strin
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let body = within(10, response.text()).await.unwrap();
+    within(seconds, response.text()).await.unwrap()
+}
+
+/// Every event of a watch of default's config maps with `query`, read until
+/// its `timeoutSeconds` ends it: `(type, name)`, and the last bookmark's object.
+async fn watch_to_the_end(cluster: &Cluster, query: &str) -> (Vec<(String, String)>, Value) {
+    let body = watch_body(cluster, query, 10).await;
     let mut events = Vec::new();
     let mut bookmark = Value::Null;
     for line in body.lines() {
@@ -449,17 +455,7 @@ async fn a_watch_from_a_compacted_resource_version_is_one_error_event_not_an_htt
     let compacted = cluster.emulator.store().resource_version();
     cluster.emulator.store().compact();
     let from = first.resource_version().unwrap();
-    let response = http_client(&cluster.emulator)
-        .get(format!(
-            "{}{MAPS}?watch=true&resourceVersion={from}",
-            cluster.emulator.url()
-        ))
-        .bearer_auth("kube-emulator")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body = within(5, response.text()).await.unwrap();
+    let body = watch_body(&cluster, &format!("resourceVersion={from}"), 5).await;
     let lines: Vec<Value> = body
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
