@@ -3,27 +3,34 @@
 //! This crate alone depends on wasmtime and wasi-http; the manager crate (`wasm-ccm`) sees
 //! plain Rust types and async methods only, so a wasmtime upgrade stays inside `sandbox`
 //! and `egress`. Modules in the order a call flows through them:
+//!
+//! - [`source`]: Distribution: provider references (`file://`, `oci://`) turned into
+//!   verified bytes, from files or OCI registries (credentials, digests, cosign signatures,
+//!   the artifact cache).
+//! - [`contract`]: The provider contract (`wit/provider.wit`) as plain Rust types.
+//! - [`provider`]: Typed async facade over one provider version, the slot that swaps
+//!   versions under the controllers, and shadow calls of a candidate version: what
+//!   controllers call.
+//! - [`answers`]: Checks of what a provider answers (addresses, provider IDs, labels,
+//!   hostnames) before the manager writes any of it to the Kubernetes API.
+//! - [`cidr`]: CIDRs and lists of them, as the manager's flags name them.
+//! - [`sandbox`]: The wasmtime sandbox: engine, limits, compile cache, one fresh `Store`
+//!   per call.
+//! - [`egress`]: The egress gate: allow-list, address checks, budgets, credential
+//!   injection, audit.
+//! - [`metrics`]: Prometheus metrics of provider calls, compilation and egress.
+//! - [`rate`]: Token buckets keyed by name, for the egress gate and the manager's API
+//!   client.
+//! - [`text`]: Text cut to a byte budget at a character boundary, and a provider's text
+//!   escaped for logs.
 
-// Distribution: provider references (`file://`, `oci://`) turned into verified bytes, from
-// files or OCI registries (credentials, digests, cosign signatures, the artifact cache).
 pub mod source;
-// The provider contract (`wit/provider.wit`) as plain Rust types.
 pub mod contract;
-// Typed async facade over one provider version, the slot that swaps versions under the
-// controllers, and shadow calls of a candidate version: what controllers call.
 pub mod provider;
-// Checks of what a provider answers (addresses, provider IDs, labels, hostnames) before
-// the manager writes any of it to the Kubernetes API.
 pub mod answers;
-// CIDRs and lists of them, as the manager's flags name them.
 pub mod cidr;
-// The wasmtime sandbox: engine, limits, compile cache, one fresh `Store` per call.
 pub mod sandbox;
-// The egress gate: allow-list, address checks, budgets, credential injection, audit.
 pub mod egress;
-// Prometheus metrics of provider calls, compilation and egress.
 pub mod metrics;
-// Token buckets keyed by name, for the egress gate and the manager's API client.
 pub mod rate;
-// Text cut to a byte budget at a character boundary, and a provider's text escaped for logs.
 pub mod text;
