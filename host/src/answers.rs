@@ -7,30 +7,36 @@
 //! So an answer is written only if every field passes, and a refusal lists each field
 //! that did not, with its value and why ([`Refusals`]).
 //!
-//! The checks are pure: the answer, the operator's ranges ([`AnswerPolicy`]) and what the
-//! cluster already holds in, refusals out. The controllers run them before every write;
-//! the conformance kit runs the same ones against a provider.
+//! The checks are pure: the answer, the operator's ranges and names ([`AnswerPolicy`]) and
+//! what the cluster already holds ([`ClusterAddresses`]) in, refusals out. The provider
+//! facade runs them on every answer before a controller sees it ([`AnswerChecks`]), so a
+//! refused answer is a failed call of the version that gave it; the conformance kit and
+//! `provider call` meet the same refusals.
 //!
 //! ```
-//! use wasm_ccm_host::answers::AnswerPolicy;
+//! use wasm_ccm_host::answers::{AnswerChecks, AnswerPolicy};
 //! use wasm_ccm_host::contract::{LbIngress, LbStatus, Service};
-//! let policy = AnswerPolicy {
+//! let checks = AnswerChecks::standalone(AnswerPolicy {
 //!     service_cidrs: Some("10.96.0.0/12".parse().unwrap()),
 //!     ..AnswerPolicy::default()
-//! };
+//! });
 //! let status = LbStatus {
 //!     ingress: vec![LbIngress { ip: Some("10.96.0.1".into()), ..LbIngress::default() }],
 //! };
-//! let refused = policy
-//!     .check_load_balancer_status(&status, &Service::default(), |_| None)
+//! let refused = checks
+//!     .load_balancer_status(&status, &Service::default())
 //!     .unwrap_err();
 //! assert!(refused.to_string().contains("ingress[0].ip \"10.96.0.1\""), "{refused}");
 //! ```
 
+use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use crate::cidr::{CidrList, DualStackCidrs};
-use crate::contract::{AddressKind, InstanceMetadata, LbStatus, Node, Service};
+use crate::bounds::{MAX_CLOUD_NAME, MAX_INGRESS, MAX_LABELS, MAX_NODE_ADDRESSES};
+use crate::cidr::{Cidr, CidrList, DualStackCidrs};
+use crate::contract::{AddressKind, InstanceMetadata, LbStatus, Node, NodeAddress, Route, Service};
+use crate::egress::{carried_v4, metadata_name, platform_service};
 use crate::text::ellipsized;
 
 /// `node.kubernetes.io/instance-type`, set from [`InstanceMetadata::instance_type`].
@@ -53,16 +59,117 @@ pub const MAX_LISTED: usize = 16;
 /// The bytes of a refused value quoted in a refusal.
 const MAX_QUOTED: usize = 128;
 
-/// The operator's ranges an answer is checked against, from flags.
+/// The operator's ranges and names an answer is checked against, from flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AnswerPolicy {
-    /// `--service-cluster-ip-range`: no ingress IP inside it.
+    /// `--service-cluster-ip-range`: no ingress IP or node address inside it.
     pub service_cidrs: Option<DualStackCidrs>,
-    /// `--cluster-cidr`: no ingress IP inside the pod network.
+    /// `--cluster-cidr`: no ingress IP or node address inside the pod network.
     pub cluster_cidrs: Option<DualStackCidrs>,
     /// `--load-balancer-ip-ranges`: ingress IPs only inside these; `None`: any address the
     /// other rules let through.
     pub load_balancer_ranges: Option<CidrList>,
+    /// `--node-address-dns-suffixes`: the DNS names a node's `Hostname`, `InternalDNS` and
+    /// `ExternalDNS` may have besides the node's own name, as suffixes (`ec2.internal`
+    /// admits `ip-10-0-0-5.ec2.internal`). kube-apiserver dials a node by these names for
+    /// `exec`, `logs`, `port-forward` and proxies. `None`: any DNS name, for the
+    /// conformance kit and `provider call`, which know no operator's list.
+    pub node_dns_suffixes: Option<Vec<String>>,
+    /// `--load-balancer-ip-sharing`: an ingress IP another Service already holds (as its
+    /// ingress, an `externalIPs` entry or its `loadBalancerIP`) is written anyway.
+    pub shared_ingress_ips: bool,
+}
+
+/// Something in the cluster that holds an IP address, as the manager's caches know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// An address of a node (`status.addresses`).
+    Node {
+        /// The node's name.
+        name: String,
+        /// The address's type, e.g. `InternalIP`.
+        address_type: String,
+    },
+    /// An address of a Service.
+    Service {
+        /// `namespace/name`.
+        key: String,
+        /// Which of its fields holds it.
+        field: ServiceField,
+    },
+}
+
+/// The field of a Service that holds an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceField {
+    /// `spec.clusterIP` or `spec.clusterIPs`.
+    ClusterIp,
+    /// `status.loadBalancer.ingress[].ip`.
+    Ingress,
+    /// `spec.externalIPs`.
+    ExternalIp,
+    /// `spec.loadBalancerIP`.
+    LoadBalancerIp,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Node { name, address_type } => {
+                write!(f, "the {address_type} of node {name}")
+            }
+            Holder::Service { key, field } => {
+                let field = match field {
+                    ServiceField::ClusterIp => "the cluster IP",
+                    ServiceField::Ingress => "the load-balancer ingress",
+                    ServiceField::ExternalIp => "an external IP",
+                    ServiceField::LoadBalancerIp => "the loadBalancerIP",
+                };
+                write!(f, "{field} of Service {key}")
+            }
+        }
+    }
+}
+
+/// What the cluster holds: the addresses of its nodes and Services, from the manager's
+/// caches.
+pub trait ClusterAddresses: Send + Sync {
+    /// Everything that holds `ip`.
+    fn holders(&self, ip: IpAddr) -> Vec<Holder>;
+}
+
+/// No cluster: for `provider call` and the conformance kit, which check answers against
+/// the operator's ranges only.
+struct NoCluster;
+
+impl ClusterAddresses for NoCluster {
+    fn holders(&self, _ip: IpAddr) -> Vec<Holder> {
+        Vec::new()
+    }
+}
+
+/// The checks the provider facade runs on every answer: the operator's policy and the
+/// cluster's addresses.
+#[derive(Clone)]
+pub struct AnswerChecks {
+    /// The operator's ranges and names.
+    pub policy: AnswerPolicy,
+    cluster: Arc<dyn ClusterAddresses>,
+    enforced: bool,
+}
+
+impl Default for AnswerChecks {
+    fn default() -> Self {
+        AnswerChecks::standalone(AnswerPolicy::default())
+    }
+}
+
+impl std::fmt::Debug for AnswerChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerChecks")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Every field of one answer that the host refuses to write.
@@ -186,9 +293,52 @@ pub enum Reason {
     ConflictsWithField {
         /// The field, e.g. `zone`.
         field: &'static str,
-        /// Its value in the answer.
+        /// Its value in the answer, cut to 128 bytes.
         value: String,
     },
+    /// A cloud metadata or platform address, or an IPv6 address carrying one or a
+    /// special-use IPv4 address (NAT64, 6to4, Teredo, ISATAP), as the egress gate lists them.
+    #[error("{0}")]
+    Platform(String),
+    /// An IPv6 address carrying an IPv4 address that is refused.
+    #[error("{carried}, which is refused: {reason}")]
+    Carries {
+        /// How, and which IPv4 address, e.g. `a NAT64 (64:ff9b::/96) address carrying 10.96.0.1`.
+        carried: String,
+        /// Why the IPv4 address is refused.
+        reason: Box<Reason>,
+    },
+    /// A name that only ever names a cloud metadata service.
+    #[error("the name of a cloud metadata service ({0})")]
+    MetadataName(&'static str),
+    /// A node's DNS name the operator has not allowed.
+    #[error(
+        "neither the node's name nor under a suffix of --node-address-dns-suffixes ({0}); kube-apiserver would dial it for exec, logs and port-forward"
+    )]
+    NodeDnsName(String),
+    /// More entries than the host accepts in one answer.
+    #[error("{count} entries, more than the {max} the host accepts")]
+    TooMany {
+        /// How many the answer has.
+        count: usize,
+        /// The bound ([`crate::bounds`]).
+        max: usize,
+    },
+    /// An entry that an earlier one of the same list already names.
+    #[error("listed twice")]
+    Duplicate,
+    /// A cloud-side name (a load balancer's, a route's) that is empty, too long, or holds
+    /// whitespace or control characters.
+    #[error("not a cloud name: 1 to 255 bytes, no whitespace or control characters")]
+    NotCloudName,
+    /// Not a CIDR.
+    #[error("not a CIDR")]
+    NotCidr,
+    /// Not a provider name (the scheme of its provider IDs and a metric label).
+    #[error(
+        "not a provider name: 1 to 63 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+    )]
+    NotProviderName,
 }
 
 /// Addresses no load balancer or node may have.
@@ -275,23 +425,62 @@ impl Findings {
     }
 }
 
-impl AnswerPolicy {
+impl AnswerChecks {
+    /// Checks against `policy` and what `cluster` holds.
+    pub fn new(policy: AnswerPolicy, cluster: Arc<dyn ClusterAddresses>) -> AnswerChecks {
+        AnswerChecks {
+            policy,
+            cluster,
+            enforced: true,
+        }
+    }
+
+    /// The default checks, not enforced by the facade: a provider's answers are returned as
+    /// it gave them, for `provider call` and the conformance kit, which report what these
+    /// checks refuse themselves (and tests that read a test provider's reports).
+    pub fn unenforced() -> AnswerChecks {
+        AnswerChecks {
+            enforced: false,
+            ..AnswerChecks::default()
+        }
+    }
+
+    /// Whether the facade refuses the answers these checks refuse.
+    pub fn enforced(&self) -> bool {
+        self.enforced
+    }
+
+    /// Checks against `policy` alone, with no cluster to consult.
+    pub fn standalone(policy: AnswerPolicy) -> AnswerChecks {
+        AnswerChecks::new(policy, Arc::new(NoCluster))
+    }
+
     /// Check a load-balancer status answered for `service` (`ensure-load-balancer`,
-    /// `get-load-balancer`). `holder` names what in the cluster already holds an address
-    /// (a node, a Service's cluster IP), if anything does.
-    pub fn check_load_balancer_status(
+    /// `get-load-balancer`).
+    pub fn load_balancer_status(
         &self,
         status: &LbStatus,
         service: &Service,
-        holder: impl Fn(IpAddr) -> Option<String>,
     ) -> Result<(), Refusals> {
         let mut findings = Findings::default();
+        if status.ingress.len() > MAX_INGRESS {
+            findings.refuse(
+                "ingress",
+                &format!("{} entries", status.ingress.len()),
+                Reason::TooMany {
+                    count: status.ingress.len(),
+                    max: MAX_INGRESS,
+                },
+            );
+            return findings.done();
+        }
+        let own = format!("{}/{}", service.namespace, service.name);
         for (i, ingress) in status.ingress.iter().enumerate() {
             if ingress.ip.is_none() && ingress.hostname.is_none() {
                 findings.refuse(format!("ingress[{i}]"), "", Reason::NoAddress);
             }
             if let Some(ip) = &ingress.ip {
-                let result = self.ingress_ip(ip, &holder);
+                let result = self.ingress_ip(ip, &own);
                 findings.check(|| format!("ingress[{i}].ip"), ip, result);
             } else if let Some(mode) = ingress.ip_mode {
                 findings.refuse(
@@ -304,20 +493,25 @@ impl AnswerPolicy {
                 findings.check(
                     || format!("ingress[{i}].hostname"),
                     hostname,
-                    host_name(hostname),
+                    public_name(hostname),
                 );
             }
+            let mut seen = HashSet::new();
             for (j, port) in ingress.ports.iter().enumerate() {
+                let field = || format!("ingress[{i}].ports[{j}]");
+                let value = || format!("{}/{:?}", port.port, port.protocol);
                 let known = service
                     .ports
                     .iter()
                     .any(|p| p.port == port.port && p.protocol == port.protocol);
                 if !known {
                     findings.refuse(
-                        format!("ingress[{i}].ports[{j}]"),
-                        &format!("{}/{:?}", port.port, port.protocol),
+                        field(),
+                        &value(),
                         Reason::NotServicePort(service_ports(service)),
                     );
+                } else if !seen.insert((port.port, port.protocol)) {
+                    findings.refuse(field(), &value(), Reason::Duplicate);
                 }
                 if let Some(error) = &port.error {
                     findings.check(
@@ -331,26 +525,281 @@ impl AnswerPolicy {
         findings.done()
     }
 
-    fn ingress_ip(
-        &self,
-        text: &str,
-        holder: &impl Fn(IpAddr) -> Option<String>,
-    ) -> Result<(), Reason> {
-        let ip = unicast_ip(text)?;
-        if let Some(range) = self.service_cidrs.as_ref().and_then(|c| c.holding(ip)) {
-            return Err(Reason::ServiceRange(range.to_string()));
+    /// An ingress IP of the Service `own` (`namespace/name`).
+    fn ingress_ip(&self, text: &str, own: &str) -> Result<(), Reason> {
+        let ip = self.cluster_free_ip(text)?;
+        let taken = self
+            .cluster
+            .holders(ip)
+            .into_iter()
+            .find(|holder| match holder {
+                Holder::Node { .. } => true,
+                Holder::Service { key, .. } if key == own => false,
+                Holder::Service { field, .. } => {
+                    *field == ServiceField::ClusterIp || !self.policy.shared_ingress_ips
+                }
+            });
+        if let Some(holder) = taken {
+            return Err(Reason::Taken(holder.to_string()));
         }
-        if let Some(range) = self.cluster_cidrs.as_ref().and_then(|c| c.holding(ip)) {
-            return Err(Reason::PodNetwork(range.to_string()));
-        }
-        if let Some(holder) = holder(ip) {
-            return Err(Reason::Taken(holder));
-        }
-        match &self.load_balancer_ranges {
+        match &self.policy.load_balancer_ranges {
             Some(ranges) if !ranges.contains(ip) => Err(Reason::OutsideRanges(ranges.to_string())),
             _ => Ok(()),
         }
     }
+
+    /// An IP outside the special-use, platform, Service and pod ranges; an IPv6 address
+    /// that carries IPv4 addresses (NAT64, 6to4, Teredo, ISATAP) only if they are too.
+    fn cluster_free_ip(&self, text: &str) -> Result<IpAddr, Reason> {
+        let ip = unicast_ip(text)?;
+        if let Some(range) = self
+            .policy
+            .service_cidrs
+            .as_ref()
+            .and_then(|c| c.holding(ip))
+        {
+            return Err(Reason::ServiceRange(range.to_string()));
+        }
+        if let Some(range) = self
+            .policy
+            .cluster_cidrs
+            .as_ref()
+            .and_then(|c| c.holding(ip))
+        {
+            return Err(Reason::PodNetwork(range.to_string()));
+        }
+        if let IpAddr::V6(v6) = ip {
+            for (carrier, v4) in carried_v4(v6) {
+                if let Err(reason) = self.cluster_free_ip(&v4.to_string()) {
+                    return Err(Reason::Carries {
+                        carried: format!("{carrier} address carrying {v4}"),
+                        reason: Box::new(reason),
+                    });
+                }
+            }
+        }
+        Ok(ip)
+    }
+
+    /// Check what `instance-metadata` answered for `node`, whose provider is named
+    /// `provider_name` (its `init` answer).
+    pub fn instance_metadata(
+        &self,
+        answer: &InstanceMetadata,
+        provider_name: &str,
+        node: &Node,
+    ) -> Result<(), Refusals> {
+        let mut findings = Findings::default();
+        if !answer.provider_id.is_empty() {
+            let existing = node.provider_id.as_deref().filter(|id| !id.is_empty());
+            let result = match existing {
+                Some(existing) if existing != answer.provider_id => Err(Reason::ProviderIdChanged(
+                    ellipsized(existing.to_string(), MAX_QUOTED),
+                )),
+                _ => provider_id(&answer.provider_id, provider_name),
+            };
+            findings.check(|| "providerID".into(), &answer.provider_id, result);
+        }
+        for (field, value) in [
+            ("instanceType", &answer.instance_type),
+            ("zone", &answer.zone),
+            ("region", &answer.region),
+        ] {
+            if !value.is_empty() {
+                findings.check(|| field.into(), value, label_value(value));
+            }
+        }
+        if answer.node_addresses.len() > MAX_NODE_ADDRESSES {
+            let count = answer.node_addresses.len();
+            findings.refuse(
+                "nodeAddresses",
+                &format!("{count} entries"),
+                Reason::TooMany {
+                    count,
+                    max: MAX_NODE_ADDRESSES,
+                },
+            );
+        } else {
+            let mut seen = HashSet::new();
+            for (i, address) in answer.node_addresses.iter().enumerate() {
+                let result = if seen.insert((address.kind, address.address.as_str())) {
+                    self.node_address(address, &node.name)
+                } else {
+                    Err(Reason::Duplicate)
+                };
+                findings.check(
+                    || format!("nodeAddresses[{i}].address ({:?})", address.kind),
+                    &address.address,
+                    result,
+                );
+            }
+        }
+        if answer.additional_labels.len() > MAX_LABELS {
+            let count = answer.additional_labels.len();
+            findings.refuse(
+                "additionalLabels",
+                &format!("{count} entries"),
+                Reason::TooMany {
+                    count,
+                    max: MAX_LABELS,
+                },
+            );
+        } else {
+            let mut keys = HashSet::new();
+            for (i, (key, value)) in answer.additional_labels.iter().enumerate() {
+                let result = if keys.insert(key.as_str()) {
+                    additional_label_key(key, value, answer)
+                } else {
+                    Err(Reason::Duplicate)
+                };
+                findings.check(|| format!("additionalLabels[{i}].key"), key, result);
+                findings.check(
+                    || format!("additionalLabels[{i}].value"),
+                    value,
+                    label_value(value),
+                );
+            }
+        }
+        findings.done()
+    }
+
+    /// An address of the node named `node`: an IP checked as an ingress IP is (but for the
+    /// node's own addresses), a DNS name the node's own or one under an allowed suffix.
+    fn node_address(&self, address: &NodeAddress, node: &str) -> Result<(), Reason> {
+        match address.kind {
+            AddressKind::InternalIP | AddressKind::ExternalIP => {
+                let ip = self.cluster_free_ip(&address.address)?;
+                let taken =
+                    self.cluster.holders(ip).into_iter().find(
+                        |holder| !matches!(holder, Holder::Node { name, .. } if name == node),
+                    );
+                match taken {
+                    Some(holder) => Err(Reason::Taken(holder.to_string())),
+                    None => Ok(()),
+                }
+            }
+            AddressKind::Hostname | AddressKind::InternalDNS | AddressKind::ExternalDNS => {
+                let name = address.address.as_str();
+                public_name(name)?;
+                let Some(suffixes) = &self.policy.node_dns_suffixes else {
+                    return Ok(());
+                };
+                let allowed = name == node
+                    || suffixes.iter().any(|suffix| {
+                        name.strip_suffix(suffix.as_str())
+                            .is_some_and(|head| head.ends_with('.') && head.len() > 1)
+                    });
+                if allowed {
+                    Ok(())
+                } else if suffixes.is_empty() {
+                    Err(Reason::NodeDnsName("none set".into()))
+                } else {
+                    Err(Reason::NodeDnsName(suffixes.join(",")))
+                }
+            }
+        }
+    }
+
+    /// Check what `list-routes` answered: names, nodes and CIDRs of the right form, node
+    /// addresses of the right form (they are compared, never written).
+    pub fn routes(&self, routes: &[Route]) -> Result<(), Refusals> {
+        let mut findings = Findings::default();
+        for (i, route) in routes.iter().enumerate() {
+            if !route.name.is_empty() {
+                findings.check(
+                    || format!("[{i}].name"),
+                    &route.name,
+                    cloud_name(&route.name),
+                );
+            }
+            findings.check(
+                || format!("[{i}].targetNode"),
+                &route.target_node,
+                dns_subdomain(&route.target_node).map_err(Reason::NotDnsName),
+            );
+            let cidr = route
+                .destination_cidr
+                .parse::<Cidr>()
+                .map(|_| ())
+                .map_err(|_| Reason::NotCidr);
+            findings.check(
+                || format!("[{i}].destinationCIDR"),
+                &route.destination_cidr,
+                cidr,
+            );
+            if route.target_node_addresses.len() > MAX_NODE_ADDRESSES {
+                let count = route.target_node_addresses.len();
+                findings.refuse(
+                    format!("[{i}].targetNodeAddresses"),
+                    &format!("{count} entries"),
+                    Reason::TooMany {
+                        count,
+                        max: MAX_NODE_ADDRESSES,
+                    },
+                );
+                continue;
+            }
+            for (j, address) in route.target_node_addresses.iter().enumerate() {
+                let result = match address.kind {
+                    AddressKind::InternalIP | AddressKind::ExternalIP => address
+                        .address
+                        .parse::<IpAddr>()
+                        .map(|_| ())
+                        .map_err(|_| Reason::NotAnIp),
+                    _ => dns_subdomain(&address.address).map_err(Reason::NotDnsName),
+                };
+                findings.check(
+                    || format!("[{i}].targetNodeAddresses[{j}]"),
+                    &address.address,
+                    result,
+                );
+            }
+        }
+        findings.done()
+    }
+
+    /// Check what `get-load-balancer-name` answered.
+    pub fn load_balancer_name(&self, name: &str) -> Result<(), Refusals> {
+        let mut findings = Findings::default();
+        findings.check(|| "name".into(), name, cloud_name(name));
+        findings.done()
+    }
+}
+
+/// Check the name a provider's `init` answered: the scheme of its provider IDs and the
+/// `provider` label of its metrics, so a DNS label (as `provider new` names a provider).
+pub fn check_provider_name(name: &str) -> Result<(), Refusals> {
+    let mut findings = Findings::default();
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        findings.refuse("name", name, Reason::NotProviderName);
+    }
+    findings.done()
+}
+
+/// `text` as an entry of `--node-address-dns-suffixes`: a DNS subdomain (lowercase), a
+/// leading `.` dropped.
+pub fn dns_suffix(text: &str) -> Result<String, String> {
+    let suffix = text.trim().trim_start_matches('.');
+    dns_subdomain(suffix).map_err(|why| format!("{text:?} is not a DNS suffix: {why}"))?;
+    Ok(suffix.to_string())
+}
+
+/// A cloud-side name: 1 to [`MAX_CLOUD_NAME`] bytes, no whitespace or control characters.
+fn cloud_name(text: &str) -> Result<(), Reason> {
+    if text.is_empty()
+        || text.len() > MAX_CLOUD_NAME
+        || text.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(Reason::NotCloudName);
+    }
+    Ok(())
 }
 
 fn service_ports(service: &Service) -> String {
@@ -366,63 +815,6 @@ fn service_ports(service: &Service) -> String {
     }
 }
 
-/// Check what `instance-metadata` answered for `node`, whose provider is named
-/// `provider_name` (its `init` answer, and `--cloud-provider`).
-pub fn check_instance_metadata(
-    answer: &InstanceMetadata,
-    provider_name: &str,
-    node: &Node,
-) -> Result<(), Refusals> {
-    let mut findings = Findings::default();
-    if !answer.provider_id.is_empty() {
-        let existing = node.provider_id.as_deref().filter(|id| !id.is_empty());
-        let result = match existing {
-            Some(existing) if existing != answer.provider_id => {
-                Err(Reason::ProviderIdChanged(existing.to_string()))
-            }
-            _ => provider_id(&answer.provider_id, provider_name),
-        };
-        findings.check(|| "providerID".into(), &answer.provider_id, result);
-    }
-    for (field, value) in [
-        ("instanceType", &answer.instance_type),
-        ("zone", &answer.zone),
-        ("region", &answer.region),
-    ] {
-        if !value.is_empty() {
-            findings.check(|| field.into(), value, label_value(value));
-        }
-    }
-    for (i, address) in answer.node_addresses.iter().enumerate() {
-        let result = match address.kind {
-            AddressKind::InternalIP | AddressKind::ExternalIP => {
-                unicast_ip(&address.address).map(|_| ())
-            }
-            AddressKind::Hostname | AddressKind::InternalDNS | AddressKind::ExternalDNS => {
-                host_name(&address.address)
-            }
-        };
-        findings.check(
-            || format!("nodeAddresses[{i}].address ({:?})", address.kind),
-            &address.address,
-            result,
-        );
-    }
-    for (i, (key, value)) in answer.additional_labels.iter().enumerate() {
-        findings.check(
-            || format!("additionalLabels[{i}].key"),
-            key,
-            additional_label_key(key, value, answer),
-        );
-        findings.check(
-            || format!("additionalLabels[{i}].value"),
-            value,
-            label_value(value),
-        );
-    }
-    findings.done()
-}
-
 /// `text` as an IP address a load balancer or node may have.
 fn unicast_ip(text: &str) -> Result<IpAddr, Reason> {
     let ip: IpAddr = text.parse().map_err(|_| Reason::NotAnIp)?;
@@ -431,9 +823,22 @@ fn unicast_ip(text: &str) -> Result<IpAddr, Reason> {
     {
         return Err(Reason::Ipv4Mapped);
     }
-    match special_use(ip) {
-        Some(use_) => Err(Reason::SpecialUse(use_)),
+    if let Some(use_) = special_use(ip) {
+        return Err(Reason::SpecialUse(use_));
+    }
+    match platform_service(ip) {
+        Some(service) => Err(Reason::Platform(service.to_string())),
         None => Ok(ip),
+    }
+}
+
+/// A DNS name others may be sent to: a [`host_name`] that is not a cloud metadata
+/// service's.
+fn public_name(text: &str) -> Result<(), Reason> {
+    host_name(text)?;
+    match metadata_name(text) {
+        Some(service) => Err(Reason::MetadataName(service)),
+        None => Ok(()),
     }
 }
 
@@ -570,7 +975,7 @@ fn additional_label_key(key: &str, value: &str, answer: &InstanceMetadata) -> Re
     if set.is_empty() || set != value {
         return Err(Reason::ConflictsWithField {
             field,
-            value: set.clone(),
+            value: ellipsized(set.clone(), MAX_QUOTED),
         });
     }
     Ok(())
@@ -629,16 +1034,45 @@ mod tests {
         AnswerPolicy {
             service_cidrs: Some("10.96.0.0/12,fd00:10:96::/112".parse().unwrap()),
             cluster_cidrs: Some("10.244.0.0/16".parse().unwrap()),
-            load_balancer_ranges: None,
+            node_dns_suffixes: Some(vec!["sim.internal".into()]),
+            ..AnswerPolicy::default()
         }
     }
 
-    /// The refusals of `ingress` under `policy`, node `n1` holding 10.0.0.5.
+    /// A cluster where node `n1` holds 10.0.0.5, node `n2` 10.0.0.6, Service `default/web`
+    /// (the one answered for) the ingress 203.0.113.1 and Service `default/other` the
+    /// ingress 203.0.113.2, the external IP 203.0.113.3 and the cluster IP 10.112.0.10.
+    struct Cluster;
+
+    impl ClusterAddresses for Cluster {
+        fn holders(&self, ip: IpAddr) -> Vec<Holder> {
+            let node = |name: &str| Holder::Node {
+                name: name.into(),
+                address_type: "InternalIP".into(),
+            };
+            let service = |name: &str, field| Holder::Service {
+                key: format!("default/{name}"),
+                field,
+            };
+            match ip.to_string().as_str() {
+                "10.0.0.5" => vec![node("n1")],
+                "10.0.0.6" => vec![node("n2")],
+                "203.0.113.1" => vec![service("web", ServiceField::Ingress)],
+                "203.0.113.2" => vec![service("other", ServiceField::Ingress)],
+                "203.0.113.3" => vec![service("other", ServiceField::ExternalIp)],
+                "10.112.0.10" => vec![service("other", ServiceField::ClusterIp)],
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    fn checks(policy: &AnswerPolicy) -> AnswerChecks {
+        AnswerChecks::new(policy.clone(), Arc::new(Cluster))
+    }
+
+    /// The refusals of `ingress` under `policy`, in [`Cluster`].
     fn lb_refusals(policy: &AnswerPolicy, ingress: Vec<LbIngress>) -> Vec<Refusal> {
-        let holder = |ip: IpAddr| {
-            (ip == "10.0.0.5".parse::<IpAddr>().unwrap()).then(|| "an address of node n1".into())
-        };
-        match policy.check_load_balancer_status(&LbStatus { ingress }, &web(), holder) {
+        match checks(policy).load_balancer_status(&LbStatus { ingress }, &web()) {
             Ok(()) => Vec::new(),
             Err(refusals) => refusals.listed().to_vec(),
         }
@@ -729,8 +1163,95 @@ mod tests {
         let refusals = lb_refusals(&policy(), vec![ip("10.0.0.5")]);
         assert_eq!(
             refusals[0].to_string(),
-            "ingress[0].ip \"10.0.0.5\": already an address of node n1"
+            "ingress[0].ip \"10.0.0.5\": already the InternalIP of node n1"
         );
+        assert_eq!(
+            lb_reason(&policy(), ip("203.0.113.2")),
+            Some(Reason::Taken(
+                "the load-balancer ingress of Service default/other".into()
+            ))
+        );
+        assert_eq!(
+            lb_reason(&policy(), ip("203.0.113.3")),
+            Some(Reason::Taken(
+                "an external IP of Service default/other".into()
+            ))
+        );
+        assert_eq!(
+            lb_reason(&policy(), ip("203.0.113.1")),
+            None,
+            "a Service's own ingress"
+        );
+        let sharing = AnswerPolicy {
+            shared_ingress_ips: true,
+            ..policy()
+        };
+        assert_eq!(lb_reason(&sharing, ip("203.0.113.2")), None);
+        assert_eq!(lb_reason(&sharing, ip("203.0.113.3")), None);
+        assert_eq!(
+            lb_reason(&sharing, ip("10.112.0.10")),
+            Some(Reason::Taken(
+                "the cluster IP of Service default/other".into()
+            )),
+            "sharing never takes in a cluster IP"
+        );
+        assert!(matches!(
+            lb_reason(&sharing, ip("10.0.0.6")),
+            Some(Reason::Taken(_))
+        ));
+    }
+
+    #[test]
+    fn platform_addresses_and_ipv6_carrying_refused_ipv4_are_refused() {
+        for (answer, part) in [
+            ("168.63.129.16", "Azure WireServer"),
+            ("100.100.100.200", "Alibaba Cloud"),
+            ("fd00:ec2::254", "AWS instance metadata over IPv6"),
+            ("64:ff9b::a9fe:a9fe", "carrying 169.254.169.254"),
+            ("64:ff9b::a60:1", "carrying 10.96.0.1"),
+            ("2002:7f00:1::1", "carrying 127.0.0.1"),
+        ] {
+            let refused = lb_refusals(&policy(), vec![ip(answer)]);
+            assert_eq!(refused.len(), 1, "{answer}");
+            assert!(
+                refused[0].to_string().contains(part),
+                "{answer}: {}",
+                refused[0]
+            );
+        }
+        assert_eq!(
+            lb_reason(&policy(), ip("64:ff9b::c633:6407")),
+            None,
+            "198.51.100.7"
+        );
+        assert_eq!(
+            lb_reason(&policy(), hostname("metadata.google.internal")),
+            Some(Reason::MetadataName("GCP metadata server"))
+        );
+    }
+
+    #[test]
+    fn the_entries_of_one_status_are_bounded_and_a_port_is_listed_once() {
+        let refused = lb_refusals(&policy(), vec![ip("198.51.100.7"); MAX_INGRESS + 1]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].field, "ingress");
+        assert_eq!(
+            refused[0].reason,
+            Reason::TooMany {
+                count: MAX_INGRESS + 1,
+                max: MAX_INGRESS
+            }
+        );
+        let port = PortStatus {
+            port: 80,
+            protocol: Protocol::Tcp,
+            error: None,
+        };
+        let twice = LbIngress {
+            ports: vec![port.clone(), port],
+            ..ip("198.51.100.7")
+        };
+        assert_eq!(lb_reason(&policy(), twice), Some(Reason::Duplicate));
     }
 
     #[test]
@@ -867,16 +1388,17 @@ mod tests {
 
     #[test]
     fn a_flood_of_refusals_is_listed_up_to_a_bound_and_counted() {
-        let flood = vec![ip("127.0.0.1"); 1000];
-        let refused = policy()
-            .check_load_balancer_status(&LbStatus { ingress: flood }, &web(), |_| None)
+        let flood = vec![ip("127.0.0.1"); MAX_INGRESS];
+        let refused = checks(&policy())
+            .load_balancer_status(&LbStatus { ingress: flood }, &web())
             .unwrap_err();
         assert_eq!(refused.listed().len(), MAX_LISTED);
-        assert_eq!(refused.total(), 1000);
+        assert_eq!(refused.total(), MAX_INGRESS);
         assert!(
-            refused
-                .to_string()
-                .ends_with("; and 984 more refused fields"),
+            refused.to_string().ends_with(&format!(
+                "; and {} more refused fields",
+                MAX_INGRESS - MAX_LISTED
+            )),
             "{refused}"
         );
         let long = lb_refusals(&policy(), vec![hostname(&"x".repeat(500))]).remove(0);
@@ -920,6 +1442,14 @@ mod tests {
             provider_id: provider_id.map(String::from),
             ..Node::default()
         }
+    }
+
+    fn check_instance_metadata(
+        answer: &InstanceMetadata,
+        provider: &str,
+        node: &Node,
+    ) -> Result<(), Refusals> {
+        checks(&policy()).instance_metadata(answer, provider, node)
     }
 
     fn metadata_refusals(answer: &InstanceMetadata, node: &Node) -> Vec<(String, Reason)> {
@@ -1035,12 +1565,193 @@ mod tests {
                 Reason::NotDnsName("a character other than a-z, 0-9, '-' and '.'"),
             ),
             (ExternalDNS, "", Reason::NotDnsName("empty")),
+            (
+                InternalIP,
+                "10.96.0.1",
+                Reason::ServiceRange("10.96.0.0/12".into()),
+            ),
+            (
+                InternalIP,
+                "10.244.1.5",
+                Reason::PodNetwork("10.244.0.0/16".into()),
+            ),
+            (
+                ExternalIP,
+                "10.0.0.6",
+                Reason::Taken("the InternalIP of node n2".into()),
+            ),
+            (
+                ExternalIP,
+                "203.0.113.2",
+                Reason::Taken("the load-balancer ingress of Service default/other".into()),
+            ),
+            (
+                ExternalIP,
+                "168.63.129.16",
+                Reason::Platform("a cloud platform address (Azure WireServer and DNS)".into()),
+            ),
+            (
+                Hostname,
+                "kubelet.attacker.example",
+                Reason::NodeDnsName("sim.internal".into()),
+            ),
+            (
+                InternalDNS,
+                "sim.internal",
+                Reason::NodeDnsName("sim.internal".into()),
+            ),
+            (
+                ExternalDNS,
+                "metadata.google.internal",
+                Reason::MetadataName("GCP metadata server"),
+            ),
         ] {
             assert_eq!(
                 metadata_refusals(&with_address(kind, address), &node(None)),
                 [(format!("nodeAddresses[0].address ({kind:?})"), reason)],
                 "{kind:?} {address}"
             );
+        }
+    }
+
+    #[test]
+    fn a_nodes_own_name_and_addresses_pass_and_other_names_need_a_suffix() {
+        let answer = |kind: AddressKind, address: &str| InstanceMetadata {
+            node_addresses: vec![NodeAddress {
+                kind,
+                address: address.into(),
+            }],
+            ..metadata()
+        };
+        let strict = AnswerChecks::new(
+            AnswerPolicy {
+                node_dns_suffixes: Some(Vec::new()),
+                ..AnswerPolicy::default()
+            },
+            Arc::new(Cluster),
+        );
+        let n1 = node(None);
+        assert_eq!(
+            strict.instance_metadata(&answer(AddressKind::Hostname, "n1"), "simcloud", &n1),
+            Ok(())
+        );
+        assert_eq!(
+            strict.instance_metadata(
+                &answer(AddressKind::InternalIP, "10.0.0.5"),
+                "simcloud",
+                &n1
+            ),
+            Ok(()),
+            "the node's own address"
+        );
+        let refused = strict
+            .instance_metadata(
+                &answer(AddressKind::Hostname, "n1.sim.internal"),
+                "simcloud",
+                &n1,
+            )
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("--node-address-dns-suffixes (none set)"),
+            "{refused}"
+        );
+        let any = AnswerChecks::default();
+        assert_eq!(
+            any.instance_metadata(
+                &answer(AddressKind::Hostname, "n1.sim.internal"),
+                "simcloud",
+                &n1
+            ),
+            Ok(()),
+            "without the operator's list, any DNS name"
+        );
+    }
+
+    #[test]
+    fn the_entries_of_one_metadata_answer_are_bounded_and_listed_once() {
+        let address = NodeAddress {
+            kind: AddressKind::InternalIP,
+            address: "10.0.0.5".into(),
+        };
+        let many = InstanceMetadata {
+            node_addresses: vec![address.clone(); MAX_NODE_ADDRESSES + 1],
+            additional_labels: vec![("k".into(), "v".into()); MAX_LABELS + 1],
+            ..metadata()
+        };
+        let fields: Vec<String> = metadata_refusals(&many, &node(None))
+            .into_iter()
+            .map(|(field, _)| field)
+            .collect();
+        assert_eq!(fields, ["nodeAddresses", "additionalLabels"]);
+        let twice = InstanceMetadata {
+            node_addresses: vec![address.clone(), address],
+            additional_labels: vec![("k".into(), "v".into()), ("k".into(), "w".into())],
+            ..metadata()
+        };
+        assert_eq!(
+            metadata_refusals(&twice, &node(None)),
+            [
+                (
+                    "nodeAddresses[1].address (InternalIP)".to_string(),
+                    Reason::Duplicate
+                ),
+                ("additionalLabels[1].key".to_string(), Reason::Duplicate),
+            ]
+        );
+    }
+
+    #[test]
+    fn route_and_load_balancer_names_are_bounded_text() {
+        let checks = AnswerChecks::default();
+        let route = |name: &str, node: &str, cidr: &str| Route {
+            name: name.into(),
+            target_node: node.into(),
+            destination_cidr: cidr.into(),
+            ..Route::default()
+        };
+        assert_eq!(
+            checks.routes(&[route("r-1", "n1", "10.244.1.0/24")]),
+            Ok(())
+        );
+        let refused = checks
+            .routes(&[
+                route("r\nforged", "N1", "10.244.1.0"),
+                route(&"r".repeat(256), "n1", "::/0"),
+            ])
+            .unwrap_err();
+        let fields: Vec<&str> = refused.listed().iter().map(|r| r.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "[0].name",
+                "[0].targetNode",
+                "[0].destinationCIDR",
+                "[1].name"
+            ]
+        );
+        assert_eq!(checks.load_balancer_name("a0123456789abcdef"), Ok(()));
+        for name in ["", "a b", "a\u{1b}[2K", &"a".repeat(MAX_CLOUD_NAME + 1)] {
+            assert!(checks.load_balancer_name(name).is_err(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_provider_name_is_a_dns_label() {
+        for name in ["simcloud", "aws", "hetzner-robot", "p1"] {
+            assert_eq!(check_provider_name(name), Ok(()), "{name}");
+        }
+        for name in [
+            "",
+            "Sim",
+            "1sim",
+            "sim-",
+            "sim cloud",
+            "sim\n",
+            &"s".repeat(64),
+        ] {
+            assert!(check_provider_name(name).is_err(), "{name:?}");
         }
     }
 

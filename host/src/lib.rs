@@ -11,8 +11,10 @@
 //! - [`provider`]: Typed async facade over one provider version, the slot that swaps
 //!   versions under the controllers, and shadow calls of a candidate version: what
 //!   controllers call.
+//! - [`bounds`]: The bounds on what a provider chooses: the text of its errors, the delay
+//!   it asks for, the entries of one answer.
 //! - [`answers`]: Checks of what a provider answers (addresses, provider IDs, labels,
-//!   hostnames) before the manager writes any of it to the Kubernetes API.
+//!   hostnames, names, counts), run by the facade before any controller sees an answer.
 //! - [`cidr`]: CIDRs and lists of them, as the manager's flags name them.
 //! - [`sandbox`]: The wasmtime sandbox: engine, limits, compile cache, one fresh `Store`
 //!   per call.
@@ -27,6 +29,7 @@
 pub mod source;
 pub mod contract;
 pub mod provider;
+pub mod bounds;
 pub mod answers;
 pub mod cidr;
 pub mod sandbox;

@@ -35,6 +35,7 @@ use crate::rollout::ceiling::GrantCeiling;
 use crate::rollout::spec::Defaults;
 use crate::rollout::{self, RolloutSettings};
 use crate::serving::{self, HealthChecks, Probe, ServingConfig};
+use wasm_ccm_host::answers::AnswerChecks;
 use wasm_ccm_host::egress::{EgressConfig, EgressGate};
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Compiled, Provider, ProviderLoadError, ProviderSlot};
@@ -224,11 +225,21 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             ),
             services: Informer::start(
                 kube::Api::all(client),
-                controllers::service_cluster_ips,
+                controllers::service_addresses,
                 shutdown.clone(),
             ),
         }
     };
+
+    // Every provider answer is checked against the operator's ranges and what these caches
+    // hold before a controller sees it.
+    let answer_checks = Arc::new(AnswerChecks::new(
+        config.settings.answer_policy(),
+        Arc::new(controllers::ClusterView {
+            nodes: informers.nodes.clone(),
+            services: informers.services.clone(),
+        }),
+    ));
 
     let elector = match config.leader_election.clone() {
         None => None,
@@ -251,7 +262,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     // `Err`: the resource named, --allow-untagged-cloud, the ceiling and the tag check's
     // interval, for the rollout to follow.
     let provider = match flagged {
-        Ok(provider) => Versions::Fixed(ProviderSlot::new(provider)),
+        Ok(provider) => Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
         Err((resource, allow_untagged_cloud, grant_ceiling, tag_check_interval)) => {
             let handle = rollout::start(
                 RolloutSettings {
@@ -264,6 +275,7 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                     allow_untagged_cloud,
                     grant_ceiling,
                     tag_check_interval,
+                    answer_checks,
                 },
                 clients.manager(),
                 events.sink("wasm-ccm"),

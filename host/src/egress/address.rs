@@ -241,8 +241,9 @@ fn internal_v6(ip: Ipv6Addr) -> Option<Internal> {
 
 /// The IPv4 addresses `ip` carries, each with how; more than one for Teredo (server and
 /// client) and for a local-use NAT64 prefix, whose length (and so where the IPv4 address
-/// sits, RFC 6052 section 2.2) the address alone does not tell.
-fn carried_v4(ip: Ipv6Addr) -> Vec<(Carrier, Ipv4Addr)> {
+/// sits, RFC 6052 section 2.2) the address alone does not tell. The answer checks hold such
+/// an address's IPv4 addresses to their own rules.
+pub fn carried_v4(ip: Ipv6Addr) -> Vec<(Carrier, Ipv4Addr)> {
     let b = ip.octets();
     let v4 = |o: [u8; 4]| Ipv4Addr::from(o);
     let last = v4([b[12], b[13], b[14], b[15]]);

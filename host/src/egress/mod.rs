@@ -48,6 +48,7 @@ use wasmtime_wasi_http::{
     WasiHttpHooks,
 };
 
+pub use address::{Carrier, Internal, carried_v4, metadata_name, platform_service};
 pub use audit::{Audit, AuditLogLimits, AuditRecord, AwsCall};
 pub use credentials::{
     CredentialError, CredentialRule, RuleProblem, SecretError, SecretSource, SharedSecret,

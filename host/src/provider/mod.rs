@@ -7,9 +7,17 @@
 //! which times it, counts its outcome and maps its failure; the read-only ones also hand
 //! their inputs and answer to a [`Shadow`], when one is attached.
 //!
+//! Every answer crosses [`AnswerChecks`] here, before a controller sees it: an answer the
+//! host refuses (an address that would capture traffic, a reserved label, an unbounded
+//! list) is a failed call of the version that gave it (outcome `refused`), as is a
+//! `retry-after` about an object that has answered only that for longer than
+//! [`RETRY_AFTER_GRACE`] (outcome `retry-overdue`). The sandbox has already cut the
+//! provider's messages and clamped its delays ([`crate::bounds`]).
+//!
 //! [`ProviderError`] keeps the contract's error kinds apart from sandbox failures, so a
 //! controller can tell "the instance is gone" (`not-found`) from "the provider broke"
-//! (trap, deadline, memory, egress denied) and never deletes a node on the latter.
+//! (trap, deadline, memory, egress denied, a refused answer) and never deletes a node on the
+//! latter.
 //!
 //! [`ProviderSlot`] holds the active version and swaps it atomically; a [`Shadow`] runs a
 //! candidate version beside it on the read-only calls.
@@ -17,11 +25,16 @@
 mod shadow;
 mod slot;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::contract::{Capabilities, CloudError, Function, Node, Service};
+use crate::answers::{AnswerChecks, Refusals, check_provider_name};
+use crate::bounds::RETRY_AFTER_GRACE;
+use crate::contract::{
+    Capabilities, CloudError, Function, InstanceMetadata, LbStatus, Node, Route, Service,
+};
 use crate::egress::{Caller, Denial, EgressGate};
 use crate::metrics::{CallLabels, FunctionLabels, Metrics};
 use crate::sandbox::{
@@ -69,6 +82,22 @@ pub enum ErrorKind {
         /// The `other` error the provider returned after the refusal.
         message: String,
     },
+    /// The provider answered what the host refuses to write ([`crate::answers`]).
+    #[error("answered what the host refuses to write: {0}")]
+    Refused(Refusals),
+    /// The provider answered `retry-after` about an object it has answered nothing else
+    /// about for longer than [`RETRY_AFTER_GRACE`].
+    #[error(
+        "{error} (answering only retry-after for {}s, past the grace of {}s)",
+        waited.as_secs(),
+        RETRY_AFTER_GRACE.as_secs()
+    )]
+    RetryOverdue {
+        /// The `retry-after` answered.
+        error: CloudError,
+        /// Since the first `retry-after` of the run.
+        waited: Duration,
+    },
 }
 
 fn describe(denials: &[Denial]) -> String {
@@ -98,25 +127,40 @@ impl ProviderError {
         )
     }
 
-    /// The fixed delay the provider asked for, if it asked to be called again.
+    /// The delay the provider asked for, if it asked to be called again: within
+    /// [`crate::bounds::MIN_RETRY_AFTER`] and [`crate::bounds::MAX_RETRY_AFTER`], as the
+    /// sandbox clamped it.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.kind {
-            ErrorKind::Cloud(CloudError::RetryAfter { delay_ms, .. }) => {
-                Some(Duration::from_millis(delay_ms))
-            }
+            ErrorKind::Cloud(CloudError::RetryAfter { delay_ms, .. })
+            | ErrorKind::RetryOverdue {
+                error: CloudError::RetryAfter { delay_ms, .. },
+                ..
+            } => Some(Duration::from_millis(delay_ms)),
+            _ => None,
+        }
+    }
+
+    /// The refused fields, if the host refused the answer.
+    pub fn refusals(&self) -> Option<&Refusals> {
+        match &self.kind {
+            ErrorKind::Refused(refusals) => Some(refusals),
             _ => None,
         }
     }
 
     /// Whether the call counts as a failure of the provider version when versions are
     /// compared (automatic rollback): the sandbox ended it, the gate refused its requests,
-    /// or the provider answered `other`. Answers the contract expects in normal operation
+    /// the host refused its answer, the provider answered `other`, or it kept answering
+    /// `retry-after` past the grace. Answers the contract expects in normal operation
     /// (`not-found`, `retry-after`, `not-implemented`, `implemented-elsewhere`) do not.
     pub fn is_version_failure(&self) -> bool {
         matches!(
             self.kind,
             ErrorKind::Sandbox(_)
                 | ErrorKind::EgressDenied { .. }
+                | ErrorKind::Refused(_)
+                | ErrorKind::RetryOverdue { .. }
                 | ErrorKind::Cloud(CloudError::Other { .. })
         )
     }
@@ -137,6 +181,8 @@ impl ProviderError {
             ErrorKind::Sandbox(CallFailure::ResultTooLarge { .. }) => "result-too-large",
             ErrorKind::Sandbox(CallFailure::HttpBudget { .. }) => "http-budget",
             ErrorKind::EgressDenied { .. } => "egress-denied",
+            ErrorKind::Refused(_) => "refused",
+            ErrorKind::RetryOverdue { .. } => "retry-overdue",
         }
     }
 }
@@ -169,6 +215,10 @@ pub struct Provider {
     tally: Arc<Tally>,
     /// A candidate answering this version's read-only calls beside it.
     shadow: Option<Arc<Shadow>>,
+    /// What every answer is checked against before it is returned.
+    checks: Arc<AnswerChecks>,
+    /// The objects whose calls answer `retry-after`, and since when.
+    retrying: Arc<Retrying>,
 }
 
 /// Calls one provider version answered since it was loaded, and how many of them failed
@@ -197,6 +247,40 @@ impl CallCounts {
         } else {
             self.failures as f64 / self.calls as f64
         }
+    }
+}
+
+/// The objects (a Service, a node) whose calls of one version answer `retry-after`, each
+/// since the first such answer; an object leaves when a call about it answers otherwise.
+#[derive(Debug, Default)]
+struct Retrying {
+    since: Mutex<HashMap<String, Instant>>,
+}
+
+/// Objects followed at once: far more than a cluster's Services and nodes waiting at a
+/// time; past it, a new object's `retry-after` answers are not followed (never overdue).
+const MAX_RETRYING: usize = 65_536;
+
+impl Retrying {
+    /// A `retry-after` about `object` now: how long its run of them has lasted.
+    fn answered(&self, object: String, now: Instant) -> Duration {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        let full = since.len() >= MAX_RETRYING;
+        match since.get(&object) {
+            Some(first) => now.saturating_duration_since(*first),
+            None => {
+                if !full {
+                    since.insert(object, now);
+                }
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// A call about `object` answered other than `retry-after`.
+    fn ended(&self, object: &str) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since.remove(object);
     }
 }
 
@@ -304,24 +388,28 @@ impl Compiled {
         let config = cloud_config.as_deref();
         let started = Instant::now();
         let answered: Called<Capabilities> = guest.call(Function::Init, (config,)).await;
+        // The name is the scheme of the version's provider IDs and the `provider` label of
+        // every series and record about it: a DNS label, or `init` fails.
+        let result = classify(answered).and_then(|capabilities| {
+            match check_provider_name(&capabilities.name) {
+                Ok(()) => Ok(capabilities),
+                Err(refusals) => Err((ErrorKind::Refused(refusals), Vec::new())),
+            }
+        });
         // `init` is counted under the name it answered, as every later call: a dashboard's
         // `sum by (provider)` does not split a version's `init` from its other calls.
-        let guest = match &answered {
-            Ok(Finished {
-                value: Ok(capabilities),
-                ..
-            }) => guest.initialised(
+        let guest = match &result {
+            Ok(capabilities) => guest.initialised(
                 Caller {
-                    // Every record about the provider names it: one name, one line.
-                    provider: crate::text::escaped(&capabilities.name).into_owned(),
+                    provider: capabilities.name.clone(),
                     version: version.clone(),
                 },
                 capabilities,
             ),
-            _ => guest,
+            Err(_) => guest,
         };
         let capabilities =
-            settle(&guest, &metrics, Function::Init, started, answered).map_err(|error| {
+            finish(&guest, &metrics, Function::Init, started, result).map_err(|error| {
                 metrics.provider_not_loaded(&version);
                 ProviderLoadError::Init {
                     origin: identity.reference.clone(),
@@ -336,6 +424,8 @@ impl Compiled {
             metrics,
             tally: Arc::default(),
             shadow: None,
+            checks: Arc::default(),
+            retrying: Arc::default(),
         })
     }
 }
@@ -390,6 +480,16 @@ impl Provider {
         })
     }
 
+    /// This version with its answers checked by `checks` (the manager's ranges and the
+    /// cluster's addresses); a version is loaded checking against the default policy and
+    /// no cluster. A shadow's candidate is checked by the active version's checks.
+    pub fn with_checks(&self, checks: Arc<AnswerChecks>) -> Provider {
+        Provider {
+            checks,
+            ..self.clone()
+        }
+    }
+
     /// This version with `shadow` answering its read-only calls beside it (or none).
     pub fn with_shadow(&self, shadow: Option<Arc<Shadow>>) -> Provider {
         Provider {
@@ -441,12 +541,13 @@ impl Provider {
         args: A,
     ) -> Result<T, ProviderError>
     where
-        T: Answer + Clone + serde::Serialize + PartialEq + std::fmt::Debug,
+        T: Answer + Checked + Clone + serde::Serialize + PartialEq + std::fmt::Debug,
     {
         let mirror = self.shadow.as_ref().and_then(|shadow| {
             let held = args.hold();
+            let checks = self.checks.clone();
             shadow.mirror(function, move |candidate| async move {
-                candidate.call(function, held.args()).await
+                candidate.checked_call(&checks, function, held.args()).await
             })
         });
         settled(mirror, self.call(function, args).await)
@@ -454,7 +555,7 @@ impl Provider {
 
     /// A call carrying the nodes of a load balancer: a provider that reads nodes through a
     /// `node-set` is lent them without a copy; any other gets them as a list.
-    async fn with_nodes<T: Answer>(
+    async fn with_nodes<T: Answer + Checked>(
         &self,
         function: Function,
         (cluster, svc, nodes): (&str, &Service, &Arc<[Node]>),
@@ -466,16 +567,205 @@ impl Provider {
         }
     }
 
-    /// The one path of every call: run `function` in the sandbox, time it, count its
-    /// outcome and map its failure to a [`ProviderError`].
-    async fn call<A: Args, T: Answer>(
+    /// The one path of every call: run `function` in the sandbox, check its answer, time
+    /// it, count its outcome and map its failure to a [`ProviderError`].
+    async fn call<A: Subject, T: Answer + Checked>(
         &self,
         function: Function,
         args: A,
     ) -> Result<T, ProviderError> {
-        let result = call(&self.guest, &self.metrics, function, args).await;
+        self.checked_call(&self.checks, function, args).await
+    }
+
+    /// [`Provider::call`] with its answer checked by `checks`.
+    async fn checked_call<A: Subject, T: Answer + Checked>(
+        &self,
+        checks: &AnswerChecks,
+        function: Function,
+        args: A,
+    ) -> Result<T, ProviderError> {
+        let started = Instant::now();
+        let object = args.object().map(|object| format!("{function} {object}"));
+        let mut result = classify(self.guest.call::<A, T>(function, args).await);
+        match &result {
+            Ok(answer) if checks.enforced() => {
+                if let Err(refusals) = answer.check(checks, &self.capabilities.name, args) {
+                    result = Err((ErrorKind::Refused(refusals), Vec::new()));
+                }
+            }
+            Ok(_) => {}
+            Err((ErrorKind::Cloud(error @ CloudError::RetryAfter { .. }), hints)) => {
+                if let Some(object) = object.clone() {
+                    let waited = self.retrying.answered(object, Instant::now());
+                    if waited > RETRY_AFTER_GRACE {
+                        result = Err((
+                            ErrorKind::RetryOverdue {
+                                error: error.clone(),
+                                waited,
+                            },
+                            hints.clone(),
+                        ));
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+        let still_retrying = matches!(
+            &result,
+            Err((
+                ErrorKind::Cloud(CloudError::RetryAfter { .. }) | ErrorKind::RetryOverdue { .. },
+                _
+            ))
+        );
+        if let Some(object) = &object
+            && !still_retrying
+        {
+            self.retrying.ended(object);
+        }
+        let result = finish(&self.guest, &self.metrics, function, started, result);
         self.tally.record(&result);
         result
+    }
+}
+
+/// The object a call is about, by its arguments, for following its `retry-after` answers.
+trait Subject: Args + Copy {
+    /// `node NAME`, `service NAMESPACE/NAME`, or `None` for a call about no one object.
+    fn object(&self) -> Option<String>;
+    /// The node the call is about, if one.
+    fn node(&self) -> Option<&Node> {
+        None
+    }
+    /// The Service the call is about, if one.
+    fn service(&self) -> Option<&Service> {
+        None
+    }
+}
+
+impl Subject for (&Node,) {
+    fn object(&self) -> Option<String> {
+        Some(format!("node {}", self.0.name))
+    }
+    fn node(&self) -> Option<&Node> {
+        Some(self.0)
+    }
+}
+
+/// `service NAMESPACE/NAME`.
+fn service_object(service: &Service) -> Option<String> {
+    Some(format!("service {}/{}", service.namespace, service.name))
+}
+
+/// `Subject` for argument tuples about one Service, the second element.
+macro_rules! service_subject {
+    ($($args:ty),*) => {
+        $(
+            impl<'x> Subject for $args {
+                fn object(&self) -> Option<String> {
+                    service_object(self.1)
+                }
+                fn service(&self) -> Option<&Service> {
+                    Some(self.1)
+                }
+            }
+        )*
+    };
+}
+
+service_subject!(
+    (&'x str, &'x Service),
+    (&'x str, &'x Service, &'x Arc<[Node]>),
+    (&'x str, &'x Service, &'x [Node])
+);
+
+impl Subject for (&str,) {
+    fn object(&self) -> Option<String> {
+        None
+    }
+}
+
+impl<'x> Subject for (&'x str, &'x str, &'x Route) {
+    fn object(&self) -> Option<String> {
+        None
+    }
+}
+
+impl<'x> Subject for (&'x str, &'x Route) {
+    fn object(&self) -> Option<String> {
+        None
+    }
+}
+
+/// An answer the facade checks before returning it ([`AnswerChecks`]).
+trait Checked {
+    /// Check the answer of a provider named `provider` to a call with `args`.
+    fn check(
+        &self,
+        checks: &AnswerChecks,
+        provider: &str,
+        args: impl Subject,
+    ) -> Result<(), Refusals>;
+}
+
+impl Checked for bool {
+    fn check(&self, _: &AnswerChecks, _: &str, _: impl Subject) -> Result<(), Refusals> {
+        Ok(())
+    }
+}
+
+impl Checked for () {
+    fn check(&self, _: &AnswerChecks, _: &str, _: impl Subject) -> Result<(), Refusals> {
+        Ok(())
+    }
+}
+
+/// `get-load-balancer-name`.
+impl Checked for String {
+    fn check(&self, checks: &AnswerChecks, _: &str, _: impl Subject) -> Result<(), Refusals> {
+        checks.load_balancer_name(self)
+    }
+}
+
+impl Checked for InstanceMetadata {
+    fn check(
+        &self,
+        checks: &AnswerChecks,
+        provider: &str,
+        args: impl Subject,
+    ) -> Result<(), Refusals> {
+        match args.node() {
+            Some(node) => checks.instance_metadata(self, provider, node),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Checked for LbStatus {
+    fn check(&self, checks: &AnswerChecks, _: &str, args: impl Subject) -> Result<(), Refusals> {
+        match args.service() {
+            Some(service) => checks.load_balancer_status(self, service),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Checked for Option<LbStatus> {
+    fn check(
+        &self,
+        checks: &AnswerChecks,
+        provider: &str,
+        args: impl Subject,
+    ) -> Result<(), Refusals> {
+        match self {
+            Some(status) => status.check(checks, provider, args),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Checked for Vec<Route> {
+    fn check(&self, checks: &AnswerChecks, _: &str, _: impl Subject) -> Result<(), Refusals> {
+        checks.routes(self)
     }
 }
 
@@ -505,7 +795,7 @@ crate::contract_table!(facade_methods);
 
 /// Arguments of a read-only call that a shadow's candidate takes along to its own task: a
 /// copy it owns, which lends them again as the call's arguments.
-trait Holdable: Args {
+trait Holdable: Subject {
     /// The owned copy.
     type Held: Held;
     /// Copy the arguments.
@@ -515,7 +805,7 @@ trait Holdable: Args {
 /// An owned copy of a read-only call's arguments.
 trait Held: Send + Sync + 'static {
     /// The arguments it lends.
-    type Args<'a>: Args
+    type Args<'a>: Subject
     where
         Self: 'a;
     /// Lend them.
@@ -578,44 +868,40 @@ fn settled<T: Clone>(
     answer
 }
 
-/// Run `function` on `guest`, recording metrics; the facade's result.
-async fn call<A: Args, T: Answer>(
-    guest: &Guest,
-    metrics: &Metrics,
-    function: Function,
-    args: A,
-) -> Result<T, ProviderError> {
-    let started = Instant::now();
-    let result = guest.call(function, args).await;
-    settle(guest, metrics, function, started, result)
-}
-
-/// Turn a sandbox result into the facade's, recording metrics.
-fn settle<T>(
-    guest: &Guest,
-    metrics: &Metrics,
-    function: Function,
-    started: Instant,
-    result: Called<T>,
-) -> Result<T, ProviderError> {
-    let (kind, hints) = match result {
+/// A sandbox result as the facade's: the answer, or the error kind and the gate's hints.
+fn classify<T>(result: Called<T>) -> Result<T, (ErrorKind, Vec<String>)> {
+    match result {
         Ok(Finished {
             value: Ok(value), ..
-        }) => {
-            observe(guest, metrics, function, started, "ok");
-            return Ok(value);
-        }
+        }) => Ok(value),
         Ok(Finished {
             value: Err(CloudError::Other { message }),
             denials,
             hints,
-        }) if !denials.is_empty() => (ErrorKind::EgressDenied { denials, message }, hints),
+        }) if !denials.is_empty() => Err((ErrorKind::EgressDenied { denials, message }, hints)),
         Ok(Finished {
             value: Err(error),
             hints,
             ..
-        }) => (ErrorKind::Cloud(error), hints),
-        Err(failure) => (ErrorKind::Sandbox(failure), Vec::new()),
+        }) => Err((ErrorKind::Cloud(error), hints)),
+        Err(failure) => Err((ErrorKind::Sandbox(failure), Vec::new())),
+    }
+}
+
+/// The facade's result of a call, its duration and outcome recorded.
+fn finish<T>(
+    guest: &Guest,
+    metrics: &Metrics,
+    function: Function,
+    started: Instant,
+    result: Result<T, (ErrorKind, Vec<String>)>,
+) -> Result<T, ProviderError> {
+    let (kind, hints) = match result {
+        Ok(value) => {
+            observe(guest, metrics, function, started, "ok");
+            return Ok(value);
+        }
+        Err(failed) => failed,
     };
     let caller = guest.caller();
     let error = ProviderError {

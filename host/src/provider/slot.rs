@@ -7,12 +7,16 @@
 //! version (or the same one re-initialised) is announced on [`ProviderSlot::activations`],
 //! so controllers can resync what the new version should see; a reconfiguration of the same
 //! version (new egress grants or credentials) is not.
+//!
+//! Every version the slot serves checks its answers with the slot's [`AnswerChecks`] (the
+//! manager's ranges and the cluster's addresses), whoever loaded it.
 
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
 use super::Provider;
+use crate::answers::AnswerChecks;
 
 /// The active provider version; cheap to clone, every clone sees the same version.
 #[derive(Clone)]
@@ -22,16 +26,20 @@ pub struct ProviderSlot {
 
 struct Inner {
     active: RwLock<Arc<Provider>>,
+    /// What every version's answers are checked against.
+    checks: Arc<AnswerChecks>,
     /// How many versions have been activated after the first.
     activations: watch::Sender<u64>,
 }
 
 impl ProviderSlot {
-    /// A slot serving `provider`.
-    pub fn new(provider: Provider) -> ProviderSlot {
+    /// A slot serving `provider`, its answers and those of every version it serves later
+    /// checked by `checks`.
+    pub fn new(provider: Provider, checks: Arc<AnswerChecks>) -> ProviderSlot {
         ProviderSlot {
             inner: Arc::new(Inner {
-                active: RwLock::new(Arc::new(provider)),
+                active: RwLock::new(Arc::new(provider.with_checks(checks.clone()))),
+                checks,
                 activations: watch::Sender::new(0),
             }),
         }
@@ -74,6 +82,7 @@ impl ProviderSlot {
     }
 
     fn replace(&self, provider: Arc<Provider>) -> Arc<Provider> {
+        let provider = Arc::new(provider.with_checks(self.inner.checks.clone()));
         let mut active = self
             .inner
             .active

@@ -32,7 +32,6 @@ mod host;
 mod http_budget;
 mod node_sets;
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -53,7 +52,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use crate::contract::{self as c, CloudError};
 use crate::egress::{Caller, Connections, Denial, EgressGate, GateHooks};
 use crate::metrics::{CompileLabels, Metrics};
-use crate::text;
+use crate::{bounds, text};
 pub use bindings::{Answer, Args};
 use bindings::{CloudProviderNodeSets, Exports, exported};
 pub use compile_cache::Origin;
@@ -828,30 +827,27 @@ impl Guest {
             });
         }
         Ok(Finished {
-            value: value.map_err(escape_message),
+            value: value.map_err(bounded_error),
             denials,
             hints,
         })
     }
 }
 
-/// `error` with its message's control characters escaped: the message reaches logs,
-/// events and conditions, where it must stay one record.
-fn escape_message(error: CloudError) -> CloudError {
-    let escape = |message: String| match text::escaped(&message) {
-        Cow::Borrowed(_) => message,
-        Cow::Owned(escaped) => escaped,
-    };
+/// `error` as the host keeps it: its message escaped and cut ([`bounds::message`]) and its
+/// delay clamped ([`bounds::retry_delay`]), so no log line, event, condition or timer sees
+/// more of either than the bounds allow.
+fn bounded_error(error: CloudError) -> CloudError {
     match error {
         CloudError::NotFound { message } => CloudError::NotFound {
-            message: escape(message),
+            message: bounds::message(message),
         },
         CloudError::RetryAfter { delay_ms, message } => CloudError::RetryAfter {
-            delay_ms,
-            message: escape(message),
+            delay_ms: bounds::retry_delay(delay_ms).as_millis() as u64,
+            message: bounds::message(message),
         },
         CloudError::Other { message } => CloudError::Other {
-            message: escape(message),
+            message: bounds::message(message),
         },
         other => other,
     }
@@ -889,9 +885,9 @@ fn failure_causes(err: &wasmtime::Error) -> String {
 }
 
 /// The trap reason plus the guest's last words on stderr (a Rust panic message lands there),
-/// escaped.
+/// escaped and cut as an error message is ([`bounds::message`]).
 fn trap_message(reason: &str, stderr: &[u8]) -> String {
-    text::escaped(&unescaped_trap_message(reason, stderr)).into_owned()
+    bounds::message(unescaped_trap_message(reason, stderr))
 }
 
 fn unescaped_trap_message(reason: &str, stderr: &[u8]) -> String {

@@ -21,7 +21,7 @@ use super::provider_cmd::CallRequest;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use wasm_ccm_host::answers::{self, AnswerPolicy};
+use wasm_ccm_host::answers::AnswerChecks;
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
 use wasm_ccm_host::egress::Caller;
 use wasm_ccm_host::provider::{Provider, ProviderError};
@@ -640,7 +640,7 @@ async fn instances_rules(provider: &Provider, fixture: &InstancesFixture, report
             return;
         }
     };
-    let valid = answers::check_instance_metadata(&first, &name, existing);
+    let valid = AnswerChecks::default().instance_metadata(&first, &name, existing);
     report.check(
         "instances/metadata-valid",
         valid.is_ok(),
@@ -807,7 +807,7 @@ async fn load_balancer_rules(
     };
     let status = match &ensured.outcome {
         Ok(status) => {
-            let checked = AnswerPolicy::default().check_load_balancer_status(status, svc, |_| None);
+            let checked = AnswerChecks::default().load_balancer_status(status, svc);
             report.check(
                 "load-balancers/ensure-answers-a-valid-status",
                 checked.is_ok() && !status.ingress.is_empty(),

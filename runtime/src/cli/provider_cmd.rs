@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::conformance::{self, Fixture, Verdict};
 use super::distribution::parse_reference;
 use super::{DistributionFlags, EgressFlags, SandboxFlags};
-use wasm_ccm_host::answers::{self, AnswerPolicy, Refusals};
+use wasm_ccm_host::answers::{AnswerChecks, Refusals};
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
@@ -685,13 +685,16 @@ impl LoadFlags {
             artifact,
             cloud_config,
         };
+        // The commands report what the manager's checks would refuse themselves, beside
+        // the answer as the provider gave it.
         let loaded = Provider::load(
             &self.sandbox.sandbox(metrics.clone(), compiled_dir)?,
             gate.clone(),
             source,
             metrics,
         )
-        .await;
+        .await
+        .map(|provider| provider.with_checks(Arc::new(AnswerChecks::unenforced())));
         Ok((loaded, gate))
     }
 }
@@ -809,20 +812,22 @@ impl CallRequest {
     /// answers it writes. Without a cluster no range, node or Service is known: a call
     /// previews the checks that need none.
     fn refused(&self, p: &Provider, answer: &Value) -> Option<Refusals> {
+        let checks = AnswerChecks::default();
         let checked = match self.function {
             Function::InstanceMetadata => {
                 let metadata: InstanceMetadata = serde_json::from_value(answer.clone()).ok()?;
                 let name = &p.capabilities().name;
-                answers::check_instance_metadata(&metadata, name, &self.arg::<Node>("node"))
+                checks.instance_metadata(&metadata, name, &self.arg::<Node>("node"))
             }
             Function::EnsureLoadBalancer | Function::GetLoadBalancer => {
                 let status: Option<LbStatus> = serde_json::from_value(answer.clone()).ok()?;
-                AnswerPolicy::default().check_load_balancer_status(
-                    &status?,
-                    &self.arg::<Service>("svc"),
-                    |_| None,
-                )
+                checks.load_balancer_status(&status?, &self.arg::<Service>("svc"))
             }
+            Function::ListRoutes => {
+                let routes: Vec<Route> = serde_json::from_value(answer.clone()).ok()?;
+                checks.routes(&routes)
+            }
+            Function::GetLoadBalancerName => checks.load_balancer_name(answer.as_str()?),
             _ => return None,
         };
         checked.err()

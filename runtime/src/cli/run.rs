@@ -140,6 +140,19 @@ pub struct RunFlags {
     #[arg(long, value_name = "CIDR,...", help_heading = "Controllers")]
     pub load_balancer_ip_ranges: Option<CidrList>,
 
+    /// Write a load-balancer ingress IP another Service already holds (as its ingress, an
+    /// external IP or its loadBalancerIP), for clouds that share one address between
+    /// Services. A node's address or a cluster IP is refused still.
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Controllers")]
+    pub load_balancer_ip_sharing: bool,
+
+    /// Comma-separated DNS suffixes under which a provider may name a node's Hostname,
+    /// InternalDNS and ExternalDNS addresses besides the node's own name (`ec2.internal`
+    /// admits `ip-10-0-0-5.ec2.internal`). kube-apiserver dials a node by these names for
+    /// exec, logs and port-forward, so any other name is refused.
+    #[arg(long, value_name = "SUFFIX,...", value_delimiter = ',', value_parser = parse_dns_suffix, help_heading = "Controllers")]
+    pub node_address_dns_suffixes: Vec<String>,
+
     /// Accepted for compatibility; no controller here allocates node CIDRs.
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Controllers")]
     pub allocate_node_cidrs: bool,
@@ -289,6 +302,10 @@ fn positive_f64(text: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_dns_suffix(text: &str) -> Result<String, String> {
+    wasm_ccm_host::answers::dns_suffix(text)
+}
+
 impl RunFlags {
     /// Check what clap cannot and build the manager's configuration.
     pub fn config(&self) -> anyhow::Result<ManagerConfig> {
@@ -342,6 +359,8 @@ impl RunFlags {
                 cluster_cidrs: self.cluster_cidr.clone(),
                 service_cidrs: self.service_cluster_ip_range.clone(),
                 load_balancer_ip_ranges: self.load_balancer_ip_ranges.clone(),
+                load_balancer_ip_sharing: self.load_balancer_ip_sharing,
+                node_address_dns_suffixes: self.node_address_dns_suffixes.clone(),
                 configure_cloud_routes: self.configure_cloud_routes,
                 route_reconciliation_period: self.route_reconciliation_period,
                 node_monitor_period: self.node_monitor_period,

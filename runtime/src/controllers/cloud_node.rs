@@ -5,12 +5,14 @@
 //! the provider cannot find keeps being retried with backoff instead of being dropped, and
 //! address changes are detected by the whole ordered list, not a map keyed by type.
 //!
-//! Beyond upstream, every `instance-metadata` answer passes the host's checks
-//! ([`answers::check_instance_metadata`]) before any of it is written: an answer with an
-//! invalid or reserved label, a loopback or link-local address, or a providerID not of this
-//! provider or not the node's gets a Warning `InvalidProviderAnswer` event on the node naming
-//! each field and value, and the node is left as it was (tainted, if it was) and retried
-//! with backoff; the periodic address sync skips the node until the next period.
+//! Beyond upstream, every `instance-metadata` answer has passed the host's checks in the
+//! provider facade ([`answers::AnswerChecks::instance_metadata`]) before this controller
+//! sees it: an answer with an invalid or reserved label, an address that is special-use,
+//! inside the Service or pod ranges or held by another node or a Service, a DNS name the
+//! operator did not allow, or a providerID not of this provider or not the node's is a
+//! failed call; it gets a Warning `InvalidProviderAnswer` event on the node naming each
+//! field and value, and the node is left as it was (tainted, if it was) and retried with
+//! backoff; the periodic address sync skips the node until the next period.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use super::{
     Context, Controller, SyncError, has_taint, labels, name_of, update_node, warn_refused,
 };
 use wasm_ccm_host::answers;
-use wasm_ccm_host::contract::{self, AddressKind, Function, InstanceMetadata, NodeAddress};
+use wasm_ccm_host::contract::{self, AddressKind, InstanceMetadata, NodeAddress};
 use wasm_ccm_host::provider::Provider;
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -185,23 +187,20 @@ async fn sync_node(
     Ok(())
 }
 
-/// The provider's `instance-metadata` answer for `node`, if it passes the host's checks;
-/// otherwise a Warning event on the node naming each refused field, and the refusal.
+/// The provider's `instance-metadata` answer for `node`; when the facade refused it, a
+/// Warning event on the node naming each refused field, and the refusal.
 async fn checked_metadata(
     provider: &Provider,
     events: &super::events::EventSink,
     node: &Node,
 ) -> Result<InstanceMetadata, SyncError> {
     let view: contract::Node = node_view(node);
-    let metadata = provider.instance_metadata(&view).await?;
-    let name = &provider.capabilities().name;
-    if let Err(refusals) = answers::check_instance_metadata(&metadata, name, &view) {
-        let error = SyncError::refused(provider, Function::InstanceMetadata, refusals);
+    provider.instance_metadata(&view).await.map_err(|error| {
+        let error = SyncError::from(error);
         let outcome = format!("nothing of it was written to node {}", name_of(node));
         warn_refused(events, node.object_ref(&()), &error, &outcome);
-        return Err(error);
-    }
-    Ok(metadata)
+        error
+    })
 }
 
 /// Seconds since the node was created.
@@ -299,6 +298,8 @@ fn same_ip(address: &str, ip: IpAddr) -> bool {
     address.parse::<IpAddr>().is_ok_and(|parsed| parsed == ip)
 }
 
+/// The addresses for a log line or an error: at most 1 KiB of them (a node may have
+/// hundreds).
 fn describe(addresses: &[NodeAddress]) -> String {
     let all: Vec<String> = addresses
         .iter()
@@ -307,7 +308,7 @@ fn describe(addresses: &[NodeAddress]) -> String {
     if all.is_empty() {
         "none".into()
     } else {
-        all.join(", ")
+        wasm_ccm_host::text::ellipsized(all.join(", "), 1024)
     }
 }
 

@@ -12,7 +12,7 @@
 //! objects are cached without `metadata.managedFields`, which nothing here reads.
 //!
 //! The cache is also indexed by the IP addresses its objects hold (a node's addresses, a
-//! Service's cluster IPs), as client-go's `Indexer`: "what holds this address?" is one
+//! Service's cluster, external and ingress IPs), as client-go's `Indexer`: "what holds this address?" is one
 //! lookup, where a pass over 5,000 nodes cost milliseconds (their objects are scattered in
 //! memory) for every load-balancer answer checked.
 
@@ -170,14 +170,21 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Informer<K> {
         self.store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// A cached object that holds `ip` (one of them, if several do).
-    pub fn holding(&self, ip: IpAddr) -> Option<Arc<K>> {
+    /// The cached objects that hold `ip`.
+    pub fn holding(&self, ip: IpAddr) -> Vec<Arc<K>> {
         let index = self
             .addresses
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let holders = index.holders.get(&ip)?;
-        holders.iter().find_map(|holder| self.store.get(holder))
+        let holders = index
+            .holders
+            .get(&ip)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        holders
+            .iter()
+            .filter_map(|holder| self.store.get(holder))
+            .collect()
     }
 }
 
@@ -558,9 +565,9 @@ mod tests {
     }
 
     fn holder(informer: &Informer<Node>, ip: &str) -> Option<String> {
-        informer
-            .holding(ip.parse().unwrap())
-            .map(|node| label(&node))
+        let holders = informer.holding(ip.parse().unwrap());
+        assert!(holders.len() <= 1, "{holders:?}");
+        holders.first().map(|node| label(node))
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! is cancelled (leadership lost, or shutdown). [`plan`] decides which run, as upstream:
 //! the ones `--controllers` selects *and* the provider supports.
 
+mod addresses;
 mod cloud_node;
 mod events;
 mod informer;
@@ -17,7 +18,6 @@ mod views;
 mod workqueue;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 use tokio_util::sync::CancellationToken;
 
+pub use addresses::{ClusterView, node_addresses, service_addresses};
 pub use events::{EventBroadcaster, EventMetrics, EventSink, QUEUE_LENGTH, RETRY_INTERVAL};
 pub use informer::Informer;
 pub use metrics::ControllerMetrics;
@@ -35,9 +36,8 @@ pub use workqueue::QueueMetrics;
 
 use crate::cluster::{Clients, ClusterError};
 use crate::serving::{HealthChecks, Probe};
-use wasm_ccm_host::answers::{AnswerPolicy, Refusals};
+use wasm_ccm_host::answers::AnswerPolicy;
 use wasm_ccm_host::cidr::{CidrList, DualStackCidrs};
-use wasm_ccm_host::contract::Function;
 use wasm_ccm_host::provider::{Provider, ProviderError, ProviderSlot};
 
 /// Settings of the controllers, from flags.
@@ -51,6 +51,11 @@ pub struct ControllerSettings {
     pub service_cidrs: Option<DualStackCidrs>,
     /// `--load-balancer-ip-ranges`: load-balancer ingress IPs only inside these.
     pub load_balancer_ip_ranges: Option<CidrList>,
+    /// `--load-balancer-ip-sharing`: an ingress IP another Service holds is written anyway.
+    pub load_balancer_ip_sharing: bool,
+    /// `--node-address-dns-suffixes`: the DNS names a node's addresses may have besides the
+    /// node's own name.
+    pub node_address_dns_suffixes: Vec<String>,
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
     /// `--route-reconciliation-period`.
@@ -79,12 +84,14 @@ pub struct ControllerSettings {
 }
 
 impl ControllerSettings {
-    /// What provider answers are checked against before they are written.
-    fn answer_policy(&self) -> AnswerPolicy {
+    /// What the provider facade checks answers against before a controller sees them.
+    pub fn answer_policy(&self) -> AnswerPolicy {
         AnswerPolicy {
             service_cidrs: self.service_cidrs.clone(),
             cluster_cidrs: self.cluster_cidrs.clone(),
             load_balancer_ranges: self.load_balancer_ip_ranges.clone(),
+            node_dns_suffixes: Some(self.node_address_dns_suffixes.clone()),
+            shared_ingress_ips: self.load_balancer_ip_sharing,
         }
     }
 }
@@ -321,49 +328,40 @@ pub enum SyncError {
     /// What the provider answered, or what a node says, cannot be used.
     #[error("{0}")]
     Invalid(String),
-    /// The provider's answer failed the host's checks (`wasm_ccm_host::answers`): nothing
-    /// of it was written.
-    #[error(
-        "provider {provider} answered {function} with what the host refuses to write: {refusals}"
-    )]
-    InvalidAnswer {
-        /// `name@sha256:…` of the provider version.
-        provider: String,
-        /// The contract function that answered.
-        function: Function,
-        /// Each refused field, its value and why.
-        refusals: Refusals,
-    },
 }
 
 /// The reason of the Warning event about an object whose provider answer was refused.
 const INVALID_ANSWER: &str = "InvalidProviderAnswer";
 
-/// Record the Warning `InvalidProviderAnswer` about `regarding` for `error` (an
-/// [`SyncError::InvalidAnswer`]), `outcome` saying what was left unwritten. The refusals
-/// are the event's action too, so each distinct refusal is an event of its own and only
-/// repeats of one become a series.
-fn warn_refused(events: &EventSink, regarding: ObjectReference, error: &SyncError, outcome: &str) {
-    let action = match error {
-        SyncError::InvalidAnswer { refusals, .. } => refusals.to_string(),
-        other => other.to_string(),
+/// Record the Warning `InvalidProviderAnswer` about `regarding` if `error` is an answer the
+/// provider facade refused, `outcome` saying what was left unwritten; whether it was. The
+/// refusals are the event's action too, so each distinct refusal is an event of its own and
+/// only repeats of one become a series.
+fn warn_refused(
+    events: &EventSink,
+    regarding: ObjectReference,
+    error: &SyncError,
+    outcome: &str,
+) -> bool {
+    let Some(refusals) = error.refusals() else {
+        return false;
     };
     events.record(
         regarding,
         EventType::Warning,
         INVALID_ANSWER,
-        action,
+        refusals.to_string(),
         format!("{error}; {outcome}"),
     );
+    true
 }
 
 impl SyncError {
-    /// `provider`'s answer to `function` refused for `refusals`.
-    fn refused(provider: &Provider, function: Function, refusals: Refusals) -> SyncError {
-        SyncError::InvalidAnswer {
-            provider: provider.label(),
-            function,
-            refusals,
+    /// The refused fields, if the provider's answer was refused.
+    fn refusals(&self) -> Option<&wasm_ccm_host::answers::Refusals> {
+        match self {
+            SyncError::Provider(error) => error.refusals(),
+            _ => None,
         }
     }
 
@@ -448,27 +446,6 @@ fn labels(node: &Node) -> &BTreeMap<String, String> {
 
 fn name_of(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or_default()
-}
-
-/// The IP addresses in a node's `status.addresses` (hostnames left out), by which the node
-/// cache is indexed.
-pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
-    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-    let texts = addresses.unwrap_or_default().iter().map(|a| &a.address);
-    texts.filter_map(|text| text.parse().ok()).collect()
-}
-
-/// A Service's cluster IPs (`clusterIP` and `clusterIPs`; `None` is no IP), by which the
-/// service cache is indexed.
-pub fn service_cluster_ips(service: &Service) -> Vec<IpAddr> {
-    let Some(spec) = service.spec.as_ref() else {
-        return Vec::new();
-    };
-    let texts = spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip);
-    let mut ips: Vec<IpAddr> = texts.filter_map(|text| text.parse().ok()).collect();
-    ips.sort_unstable();
-    ips.dedup();
-    ips
 }
 
 #[cfg(test)]

@@ -169,7 +169,11 @@ where
             self.add(key);
             return;
         }
-        let due = Instant::now() + delay;
+        // A delay no clock can reach is as good as never, not a panic.
+        let now = Instant::now();
+        let due = now
+            .checked_add(delay)
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
         {
             let mut state = self.state();
             if state.shut_down {
@@ -206,6 +210,12 @@ where
 
     /// Queue `key` again after its next backoff delay.
     pub fn add_rate_limited(&self, key: K) {
+        self.add_rate_limited_after(key, Duration::ZERO);
+    }
+
+    /// Queue `key` again after its next backoff delay, or after `at_least` if that is
+    /// longer (a provider's `retry-after` that outlasted its grace).
+    pub fn add_rate_limited_after(&self, key: K, at_least: Duration) {
         let failures = {
             let mut state = self.state();
             let failures = state.failures.entry(key.clone()).or_insert(0);
@@ -218,7 +228,7 @@ where
             .retries
             .get_or_create(&self.labels())
             .inc();
-        self.add_after(key, self.shared.backoff.delay(failures));
+        self.add_after(key, self.shared.backoff.delay(failures).max(at_least));
     }
 
     /// Forget `key`'s failures (after a success).
@@ -598,6 +608,27 @@ mod tests {
             queue.is_empty(),
             "later times were superseded, not queued again"
         );
+    }
+
+    #[tokio::test]
+    async fn a_delay_past_any_clock_parks_the_key_without_a_panic() {
+        let queue = queue();
+        queue.add_after("a".to_string(), Duration::MAX);
+        queue.add_after("b".to_string(), Duration::from_secs(u64::MAX / 2));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_rate_limited_retry_waits_the_longer_of_its_backoff_and_the_asked_delay() {
+        let queue = queue();
+        // The backoff (10 ms, then 20 ms) is shorter than the 300 ms asked.
+        queue.add_rate_limited_after("a".to_string(), Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(queue.is_empty(), "not before the asked delay");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue.failures(&"a".to_string()), 1, "counted as a failure");
     }
 
     #[test]

@@ -37,7 +37,9 @@ impl Rollout {
         let slot = self.slot_tx.borrow().clone();
         match slot {
             None => {
-                self.slot_tx.send_replace(Some(ProviderSlot::new(provider)));
+                let checks = self.settings.answer_checks.clone();
+                self.slot_tx
+                    .send_replace(Some(ProviderSlot::new(provider, checks)));
             }
             // The replaced version finishes the calls it started; `previous` below keeps it.
             Some(slot) => drop(slot.activate(provider)),

@@ -63,6 +63,7 @@ use record::RollbackRecord;
 use references::{Kind, ObjectKey, References};
 use spec::{Defaults, Desired, SpecError};
 use status::set_condition;
+use wasm_ccm_host::answers::AnswerChecks;
 use wasm_ccm_host::egress::EgressGate;
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::provider::{Compiled, Provider, ProviderSlot, Shadow};
@@ -90,6 +91,9 @@ pub struct RolloutSettings {
     /// `--tag-check-interval`: how often the leader asks which digest an unpinned tag
     /// names; zero, never.
     pub tag_check_interval: Duration,
+    /// What every activated version's answers are checked against (the manager's ranges
+    /// and the cluster's addresses).
+    pub answer_checks: Arc<AnswerChecks>,
 }
 
 /// What the manager holds of the rollout.

@@ -133,6 +133,8 @@ impl Testbed {
                 cluster_cidrs: Some("10.244.0.0/16".parse().expect("cidr")),
                 service_cidrs: None,
                 load_balancer_ip_ranges: None,
+                load_balancer_ip_sharing: false,
+                node_address_dns_suffixes: Vec::new(),
                 configure_cloud_routes: true,
                 route_reconciliation_period: Duration::from_millis(500),
                 node_monitor_period: Duration::from_millis(300),

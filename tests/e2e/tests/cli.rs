@@ -588,18 +588,16 @@ fn guest_logs_stdout_and_stderr_reach_the_log_tagged_with_provider_and_version()
     );
 }
 
-/// An answer the manager would refuse is printed, with a warning naming each refused field,
-/// its value and why; the exit code stays that of the call.
-#[test]
-fn call_warns_of_an_answer_the_manager_would_refuse() {
+/// `provider call` of the hostile guest's `ensure-load-balancer` for a Service `web` (port 80)
+/// annotated `key: value`.
+fn hostile_ensure(key: &str, value: &str) -> Run {
     let svc = serde_json::json!({
         "name": "web",
         "ports": [{"port": 80}],
-        "annotations": [["hostile.wasm-ccm.io/ingress",
-            r#"[{"ip": "169.254.169.254"}, {"hostname": "10.96.0.1"}, {"ip": "198.51.100.7"}]"#]],
+        "annotations": [[key, value]],
     });
     let args = serde_json::json!({"cluster-name": "kubernetes", "svc": svc, "nodes": []});
-    let run = wasm_ccm(
+    wasm_ccm(
         call_args(
             guest_builds::HOSTILE,
             "ensure-load-balancer",
@@ -607,6 +605,16 @@ fn call_warns_of_an_answer_the_manager_would_refuse() {
             &[],
         ),
         &[],
+    )
+}
+
+/// An answer the manager would refuse is printed, with a warning naming each refused field,
+/// its value and why; the exit code stays that of the call.
+#[test]
+fn call_warns_of_an_answer_the_manager_would_refuse() {
+    let run = hostile_ensure(
+        "hostile.wasm-ccm.io/ingress",
+        r#"[{"ip": "169.254.169.254"}, {"hostname": "10.96.0.1"}, {"ip": "198.51.100.7"}]"#,
     );
     assert_eq!(run.code, Some(0), "{run:#?}");
     let printed: serde_json::Value = serde_json::from_str(&run.stdout).expect("the answer");
@@ -641,6 +649,33 @@ fn call_warns_of_an_answer_the_manager_would_refuse() {
     assert!(
         !run.stderr.contains("warning: the manager would refuse"),
         "a valid answer passes: {}",
+        run.stderr
+    );
+}
+
+/// A provider's error text is escaped onto one line and cut to 1 KiB, and its `retry-after`
+/// clamped to 5 minutes, before anything (here `provider call`) prints it: a MiB of text
+/// with a forged log line and a delay of `u64::MAX` ms.
+#[test]
+fn call_prints_a_providers_error_cut_to_a_kib_and_its_delay_clamped() {
+    let error = serde_json::json!({"kind": "retry-after", "delayMs": u64::MAX, "bytes": 1 << 20});
+    let run = hostile_ensure("hostile.wasm-ccm.io/error", &error.to_string());
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error (retry-after): "))
+        .unwrap_or_else(|| panic!("the error: {:.2000}", run.stderr));
+    assert!(line.len() <= 1400, "{} bytes", line.len());
+    assert!(line.contains("retry after 300000 ms"), "{line:.300}");
+    assert!(
+        line.contains("\\n2026-01-01T00:00:00Z  INFO wasm_ccm: forged"),
+        "{line:.300}"
+    );
+    assert!(line.ends_with("..."), "cut");
+    assert!(
+        !run.stderr.lines().any(|l| l.starts_with("2026-01-01")),
+        "no forged line: {:.2000}",
         run.stderr
     );
 }

@@ -78,6 +78,15 @@ async fn apply_v1(bed: &Testbed) {
 /// `count` nodes and LoadBalancer Services (`node-N`, `svc-N`), then a manager running
 /// simcloud v1 from the CloudProvider, once every Service has v1's ingress.
 async fn v1_serving(bed: &Testbed, count: usize) -> e2e::testbed::RunningManager {
+    v1_serving_with(bed, count, resource_config(bed)).await
+}
+
+/// [`v1_serving`], the manager run with `config`.
+async fn v1_serving_with(
+    bed: &Testbed,
+    count: usize,
+    config: wasm_ccm::manager::ManagerConfig,
+) -> e2e::testbed::RunningManager {
     for index in 0..count {
         bed.add_node(&format!("node-{index}"), "zone-a").await;
         bed.services()
@@ -89,7 +98,7 @@ async fn v1_serving(bed: &Testbed, count: usize) -> e2e::testbed::RunningManager
             .unwrap();
     }
     apply_v1(bed).await;
-    let manager = bed.run(resource_config(bed));
+    let manager = bed.run(config);
     for index in 0..count {
         eventually("every service has an ingress from v1", WAIT, || async {
             bed.service(&format!("svc-{index}"))
@@ -612,13 +621,10 @@ async fn hot_swap_credentials_come_from_a_watched_secret() {
     manager.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
-    let bed = Testbed::start().await;
-    let manager = v1_with_nodes(&bed).await;
-    roll_out_a_trapping_version(&bed).await;
+/// Once the CloudProvider reports a rollback for the failure rate, simcloud v1 active again.
+async fn rolled_back_to_v1(bed: &Testbed) -> CloudProviderStatus {
     let status = reached(
-        &bed,
+        bed,
         "rolled back",
         condition::ROLLED_BACK,
         ConditionStatus::True,
@@ -629,6 +635,15 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
         active_reference(&status).ends_with("/simcloud.wasm"),
         "{status:?}"
     );
+    status
+}
+
+#[tokio::test]
+async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
+    let bed = Testbed::start().await;
+    let manager = v1_with_nodes(&bed).await;
+    roll_out_a_trapping_version(&bed).await;
+    let status = rolled_back_to_v1(&bed).await;
     assert!(
         status
             .previous
@@ -664,6 +679,42 @@ async fn hot_swap_a_version_that_fails_more_is_rolled_back() {
         active_reference(&status).ends_with("/simcloud.wasm"),
         "{status:?}"
     );
+    manager.stop().await.unwrap();
+}
+
+/// A version whose every load-balancer answer the host refuses (a loopback ingress) is
+/// rolled back as one that traps: a refused answer is a failed call of the version that
+/// gave it, and no Service ever shows the refused address.
+#[tokio::test]
+async fn hot_swap_a_version_whose_answers_the_host_refuses_is_rolled_back() {
+    let bed = Testbed::start().await;
+    install_crd(&bed).await;
+    token_secret(&bed, e2e::TOKEN).await;
+    // No lifecycle checks: after the swap the new version's only calls are the Services'.
+    let mut config = resource_config(&bed);
+    config.controllers = "cloud-node,service".parse().unwrap();
+    let manager = v1_serving_with(&bed, 3, config).await;
+    let mut refusing = cloud_provider(
+        &bed,
+        guest_builds::ROLLOUT,
+        r#"{"name": "simcloud", "refuseLoadBalancers": true}"#,
+    );
+    refusing["spec"]["rollout"] = json!({"rollback": {"minimumCalls": 3}});
+    apply(&bed, &refusing).await;
+    rolled_back_to_v1(&bed).await;
+    let reasons = bed.event_reasons("svc-0").await;
+    assert!(
+        reasons.contains(&"InvalidProviderAnswer".to_string()),
+        "{reasons:?}"
+    );
+    for index in 0..3 {
+        let service = bed.service(&format!("svc-{index}")).await.unwrap();
+        assert_ne!(
+            e2e::testbed::ingress_ip(&service).as_deref(),
+            Some("127.0.0.1"),
+            "a refused answer is never written"
+        );
+    }
     manager.stop().await.unwrap();
 }
 

@@ -181,7 +181,7 @@ async fn rollout_reports_the_name_and_capabilities_its_config_sets() {
         .instance_metadata(&node("node-1"))
         .await
         .expect("metadata");
-    assert_eq!(metadata.provider_id, "rollout://node-1");
+    assert_eq!(metadata.provider_id, "simcloud://node-1");
     assert_eq!(metadata.instance_type, "rollout");
 }
 

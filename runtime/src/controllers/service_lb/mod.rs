@@ -6,8 +6,10 @@
 //!   leaks one;
 //! - ensure, update and delete with upstream's node predicates, status ingress written to
 //!   the status subresource, upstream's events;
-//! - `retry-after` is honoured exactly, other failures back off per service from 5 s to
-//!   300 s, with `--concurrent-service-syncs` workers;
+//! - `retry-after` is honoured as asked (within 1 s and 5 min, as the sandbox clamps it)
+//!   until it has lasted [`RETRY_AFTER_GRACE`]; then, and on other failures, a Service backs
+//!   off from 5 s to 300 s (never sooner than the provider asked), with
+//!   `--concurrent-service-syncs` workers;
 //! - a node-set change updates each load balancer at most once per burst of node changes,
 //!   passing the Service as it is *now* (upstream passes a stale cached copy);
 //! - after a rollout activates another provider version, every Service is synced once
@@ -26,12 +28,21 @@
 //! upstream's design costs four (six with a `retry-after`). Calls for one Service never
 //! overlap.
 //!
-//! The status a provider answers is written only if it passes the host's checks
-//! ([`AnswerPolicy::check_load_balancer_status`]): no special-use address, nothing inside
-//! `--service-cluster-ip-range` or `--cluster-cidr`, no node's address or Service's cluster
-//! IP, only `--load-balancer-ip-ranges` when set, DNS names as hostnames. A refused answer
-//! gets a Warning `InvalidProviderAnswer` naming each field and value and the condition,
-//! leaves the status as it was, and is retried with backoff like a provider error.
+//! The status a provider answers reaches this controller only once the provider facade has
+//! checked it ([`wasm_ccm_host::answers::AnswerChecks::load_balancer_status`]): no
+//! special-use or platform address, nothing inside `--service-cluster-ip-range` or
+//! `--cluster-cidr`, no node's address, no Service's cluster IP (nor, without
+//! `--load-balancer-ip-sharing`, another Service's ingress, external IP or
+//! `loadBalancerIP`), only `--load-balancer-ip-ranges` when set, DNS names as hostnames. A
+//! refused answer is a failed call: it gets a Warning `InvalidProviderAnswer` naming each
+//! field and value and the condition, leaves the status as it was, and is retried with
+//! backoff like a provider error.
+//!
+//! What a failing provider costs is bounded whatever it answers: a Service is synced at most
+//! once a second while it waits out `retry-after` answers, and with backoff once they have
+//! lasted [`RETRY_AFTER_GRACE`]; its condition is written only when its reason or message
+//! changes (the message cut to [`MAX_CONDITION_MESSAGE`]), and its events pass the
+//! recorder's spam filter.
 //!
 //! This module owns the controller and the sync of one Service; [`predicates`] decides which
 //! Services and changes matter, [`lb_targets`] keeps the nodes load balancers send traffic
@@ -43,7 +54,6 @@ mod node_sync;
 mod predicates;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,9 +73,10 @@ use drift::drift_check_loop;
 use lb_targets::{NodeSet, Targets};
 use node_sync::node_sync_loop;
 use predicates::{has_finalizer, needs_cleanup, needs_update, wants_load_balancer};
-use wasm_ccm_host::answers::AnswerPolicy;
-use wasm_ccm_host::contract::{self, Function, LbStatus};
+use wasm_ccm_host::bounds;
+use wasm_ccm_host::contract::{self, LbStatus};
 use wasm_ccm_host::provider::{ErrorKind, Provider};
+use wasm_ccm_host::text::ellipsized;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 /// The condition describing the last load-balancer failure.
@@ -108,10 +119,15 @@ struct Wait {
 }
 
 /// How long a Service may wait out `retry-after` answers before the wait is reported as a
-/// failure (event and condition). Shorter waits are what provisioning a load balancer takes
-/// and write nothing: the Service shows `EnsuringLoadBalancer` (if it lasts [`ENSURING_NOTICE`]),
-/// then its ingress.
-const RETRY_AFTER_GRACE: Duration = Duration::from_secs(120);
+/// failure (event and condition) and its retries back off. Shorter waits are what
+/// provisioning a load balancer takes and write nothing: the Service shows
+/// `EnsuringLoadBalancer` (if it lasts [`ENSURING_NOTICE`]), then its ingress. The provider
+/// facade counts each `retry-after` past the same grace as a failure of its version.
+const RETRY_AFTER_GRACE: Duration = bounds::RETRY_AFTER_GRACE;
+
+/// The most bytes of a failure written to the Service's condition (the API server takes
+/// 32 KiB; an event note takes 1 KiB).
+const MAX_CONDITION_MESSAGE: usize = 4096;
 
 /// How long the cloud may take to make a load balancer (the provider's calls and the
 /// `retry-after` waits it asks for) before the Service gets `EnsuringLoadBalancer`. One
@@ -128,8 +144,6 @@ fn reported(retry_after: Option<Duration>, since: Instant, now: Instant) -> bool
 /// The controller's shared state: its queue, its memory and how it reaches the world.
 struct ServiceController {
     context: Arc<Context>,
-    /// What provider answers are checked against before they are written.
-    answers: AnswerPolicy,
     events: EventSink,
     queue: WorkQueue<Key>,
     memory: Mutex<Memory>,
@@ -165,7 +179,6 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         );
     }
     let controller = Arc::new(ServiceController {
-        answers: context.settings.answer_policy(),
         events: context.events(Controller::ServiceLoadBalancer),
         queue: WorkQueue::new("service", backoff, &context.queues),
         memory: Mutex::default(),
@@ -278,10 +291,18 @@ async fn worker(controller: Arc<ServiceController>) {
                         }
                     }
                 };
+                let reported = reported(delay, since, now);
                 match delay {
-                    Some(delay) => {
-                        tracing::info!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
+                    // Provisioning: called again when the provider asked (at least 1 s).
+                    Some(delay) if !reported => {
+                        tracing::debug!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
                         controller.queue.add_after(key.clone(), delay);
+                    }
+                    // A wait past the grace backs off as a failure does, and never sooner than
+                    // the provider asked.
+                    Some(delay) => {
+                        tracing::warn!(service = %key, error = %failure.error, "provider still asks to retry past the grace; retrying with backoff");
+                        controller.queue.add_rate_limited_after(key.clone(), delay);
                     }
                     None => {
                         tracing::error!(service = %key, error = %failure.error, "syncing load balancer failed; retrying with backoff");
@@ -289,13 +310,16 @@ async fn worker(controller: Arc<ServiceController>) {
                     }
                 }
                 if let Some(service) = failure.service
-                    && reported(delay, since, now)
+                    && reported
                 {
                     let reference = service.object_ref(&());
-                    if let SyncError::InvalidAnswer { .. } = &failure.error {
-                        let outcome = "the load balancer status was not written";
-                        warn_refused(&controller.events, reference, &failure.error, outcome);
-                    } else {
+                    let outcome = "the load balancer status was not written";
+                    if !warn_refused(
+                        &controller.events,
+                        reference.clone(),
+                        &failure.error,
+                        outcome,
+                    ) {
                         controller.events.warning(
                             reference,
                             "SyncLoadBalancerFailed",
@@ -494,12 +518,6 @@ async fn sync_load_balancer(
         };
         match outcome {
             Ok(status) => {
-                controller
-                    .answers
-                    .check_load_balancer_status(&status, &view, |ip| address_holder(context, ip))
-                    .map_err(|refusals| {
-                        SyncError::refused(&provider, Function::EnsureLoadBalancer, refusals)
-                    })?;
                 controller.events.normal(
                     reference,
                     "EnsuredLoadBalancer",
@@ -510,7 +528,9 @@ async fn sync_load_balancer(
             Err(error) if error.is_implemented_elsewhere() => return Ok(()),
             Err(error) => {
                 if let Some(delay) = error.retry_after() {
-                    let cloud_time = before + started.elapsed() + delay;
+                    let cloud_time = before
+                        .saturating_add(started.elapsed())
+                        .saturating_add(delay);
                     if cloud_time >= ENSURING_NOTICE {
                         announce(&mut announced);
                     }
@@ -526,23 +546,6 @@ async fn sync_load_balancer(
         }
     };
     patch_status(context, service, &new_status).await
-}
-
-/// What in the cluster already holds `ip`, as the caches know it: an address of a node, or
-/// a cluster IP of a Service. A load balancer answered with one would capture its traffic.
-/// One lookup in each cache's address index.
-fn address_holder(context: &Context, ip: IpAddr) -> Option<String> {
-    if let Some(node) = context.nodes.holding(ip) {
-        let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-        let address = addresses
-            .unwrap_or_default()
-            .iter()
-            .find(|address| address.address.parse() == Ok(ip));
-        let type_ = address.map_or("address", |address| address.type_.as_str());
-        return Some(format!("the {type_} of node {}", super::name_of(&node)));
-    }
-    let service = context.services.holding(ip)?;
-    Some(format!("the cluster IP of Service {}", key_of(&service)))
 }
 
 /// Write `status.loadBalancer` if it differs (ingress, ipMode and ports all count).
@@ -669,7 +672,7 @@ async fn set_error_condition(
         None => serde_json::json!({ "type": ERROR_CONDITION, "$patch": "delete" }),
         Some(error) => {
             let reason = condition_reason(error);
-            let message = error.to_string();
+            let message = ellipsized(error.to_string(), MAX_CONDITION_MESSAGE);
             if existing.is_some_and(|c| c.reason == reason && c.message == message) {
                 return;
             }
@@ -716,14 +719,15 @@ fn has_object(context: &Context, service: &Service) -> bool {
 fn condition_reason(error: &SyncError) -> &'static str {
     match error {
         SyncError::Provider(error) => match &error.kind {
-            ErrorKind::Cloud(contract::CloudError::RetryAfter { .. }) => "RetryAfter",
+            ErrorKind::Cloud(contract::CloudError::RetryAfter { .. })
+            | ErrorKind::RetryOverdue { .. } => "RetryAfter",
             ErrorKind::Cloud(_) => "ProviderError",
             ErrorKind::Sandbox(_) => "ProviderFailed",
             ErrorKind::EgressDenied { .. } => "EgressDenied",
+            ErrorKind::Refused(_) => INVALID_ANSWER,
         },
         SyncError::Kube { .. } => "KubernetesAPIError",
         SyncError::Invalid(_) => "ProviderError",
-        SyncError::InvalidAnswer { .. } => INVALID_ANSWER,
     }
 }
 

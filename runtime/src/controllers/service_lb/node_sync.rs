@@ -180,8 +180,11 @@ async fn update_hosts(
     tracing::warn!(service = %key, %error, "updating load balancer hosts failed; the service will be synced again");
     // Forget the targets so the full sync passes them again.
     controller.memory().nodes.remove(&key);
+    // A `retry-after` is honoured as asked until it outlasts its grace (the facade then
+    // calls it a failure of the version); from then on it backs off as a failure does.
     match error.retry_after() {
-        Some(delay) => controller.queue.add_after(key, delay),
+        Some(delay) if !error.is_version_failure() => controller.queue.add_after(key, delay),
+        Some(delay) => controller.queue.add_rate_limited_after(key, delay),
         None => controller.queue.add_rate_limited(key),
     }
 }

@@ -56,6 +56,8 @@ impl AwsCluster {
         manager.provider = Testbed::provider_configured(guest_builds::AWS, "aws", cloud_config);
         manager.egress = egress(moto.url(), &keys);
         manager.controllers = "cloud-node,service".parse::<ControllerSelection>().unwrap();
+        // As docs/src/operators/aws.md says: the public DNS names moto gives instances.
+        manager.settings.node_address_dns_suffixes = vec!["amazonaws.com".into()];
         let manager = bed.run(manager);
         AwsCluster {
             bed,

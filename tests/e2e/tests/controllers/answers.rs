@@ -36,6 +36,7 @@ fn hostile(
         allow_untagged_cloud: false,
     });
     config.controllers = controllers.parse::<ControllerSelection>().unwrap();
+    config.settings.node_address_dns_suffixes = vec!["hostile.internal".into()];
     tune(&mut config);
     bed.run(config)
 }
@@ -452,6 +453,159 @@ async fn an_answer_changing_an_initialised_nodes_provider_id_writes_none_of_its_
     assert_eq!(
         node.spec.unwrap().provider_id.as_deref(),
         Some("hostile://i-1")
+    );
+    manager.stop().await.unwrap();
+}
+
+/// As against a real kube-apiserver with kubeadm's ranges: addresses that would send the API
+/// server's connections to kubelets (exec, logs, port-forward) to a host the provider chose,
+/// a pod, or the `kubernetes` Service are refused, each named; the node stays tainted until
+/// an answer of its own name and a free address.
+#[tokio::test]
+async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_are_refused() {
+    let bed = Testbed::start().await;
+    let metadata = |addresses: serde_json::Value| {
+        let mut metadata = valid_metadata();
+        metadata["addresses"] = addresses;
+        metadata
+    };
+    bed.create_node(&node(
+        "n1",
+        metadata(json!([
+            ["Hostname", "kubelet.attacker.example"],
+            ["InternalIP", "10.244.1.5"],
+            ["ExternalIP", "10.96.0.1"],
+        ])),
+    ))
+    .await;
+    let manager = hostile(&bed, "cloud-node", |config| {
+        config.settings.service_cidrs = Some("10.96.0.0/16".parse().unwrap());
+        config.settings.cluster_cidrs = Some("10.244.0.0/16".parse().unwrap());
+    });
+    let note = refused(
+        &bed,
+        "n1",
+        &[
+            "nodeAddresses[0].address (Hostname) \"kubelet.attacker.example\": neither the node's name nor under a suffix of --node-address-dns-suffixes (hostile.internal)",
+            "nodeAddresses[1].address (InternalIP) \"10.244.1.5\": inside the pod network 10.244.0.0/16 (--cluster-cidr)",
+            "nodeAddresses[2].address (ExternalIP) \"10.96.0.1\": inside the Service cluster IP range 10.96.0.0/16 (--service-cluster-ip-range)",
+        ],
+    )
+    .await;
+    assert!(note.contains("instance-metadata"), "{note}");
+    assert!(untouched(&bed.node("n1").await.unwrap()));
+
+    answer_metadata(
+        &bed,
+        "n1",
+        metadata(json!([["Hostname", "n1"], ["InternalIP", "10.0.0.5"]])),
+    )
+    .await;
+    eventually("n1's own name and a free address written", WAIT, || async {
+        let node = bed.node("n1").await?;
+        (!is_uninitialized(&node) && addresses(&node) == ["Hostname n1", "InternalIP 10.0.0.5"])
+            .then_some(())
+    })
+    .await;
+    manager.stop().await.unwrap();
+}
+
+/// A provider answering `retry-after 0` with a fresh MiB of text on every call is called
+/// about once a second, not in a loop, and writes nothing while the wait is within its
+/// grace; one answering `other` so backs off, and its condition and event carry at most
+/// 1 KiB of its text, escaped on one line.
+#[tokio::test]
+async fn a_provider_answering_retry_after_0_with_a_mib_of_text_is_neither_looped_nor_quoted_whole()
+{
+    let bed = Testbed::start().await;
+    let probe = |path: &str| format!("{}/v1/{path}", bed.cloud.sim.url());
+    let flood = |kind: &str, path: &str| json!({"kind": kind, "delayMs": 0, "bytes": 1 << 20, "fetch": probe(path)});
+    for (name, error) in [
+        ("waiting", flood("retry-after", "retry-probe")),
+        ("failing", flood("other", "other-probe")),
+    ] {
+        let mut service = Testbed::lb_service(name);
+        service.metadata.annotations = Some(
+            [("hostile.wasm-ccm.io/error".to_string(), error.to_string())]
+                .into_iter()
+                .collect(),
+        );
+        bed.services()
+            .create(&PostParams::default(), &service)
+            .await
+            .unwrap();
+    }
+    let manager = hostile(&bed, "service", |_| {});
+    let calls = |path: &str| {
+        let path = format!("/v1/{path}");
+        bed.cloud
+            .sim
+            .state()
+            .requests()
+            .iter()
+            .filter(|r| r.path == path)
+            .count()
+    };
+    eventually("the first retry-after", WAIT, || async {
+        (calls("retry-probe") > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let waiting = calls("retry-probe");
+    assert!(
+        (2..=7).contains(&waiting),
+        "called about once a second in 4 s, not in a loop: {waiting}"
+    );
+    assert!(
+        calls("other-probe") <= 3,
+        "backed off from 5 s: {}",
+        calls("other-probe")
+    );
+    let reasons = bed.event_reasons("waiting").await;
+    assert!(
+        !reasons.contains(&"SyncLoadBalancerFailed".to_string()),
+        "no failure reported within the grace: {reasons:?}"
+    );
+    let waiting = bed.service("waiting").await.unwrap();
+    assert!(
+        waiting
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .is_empty(),
+        "no condition within the grace"
+    );
+
+    let failing = eventually("the failing Service's condition", WAIT, || async {
+        let service = bed.service("failing").await?;
+        let conditions = service.status?.conditions?;
+        conditions
+            .into_iter()
+            .find(|c| c.type_ == "wasm-ccm.io/LoadBalancerError")
+    })
+    .await;
+    assert_eq!(failing.reason, "ProviderError");
+    assert!(failing.message.len() <= 1500, "{}", failing.message.len());
+    assert!(
+        !failing.message.contains('\n'),
+        "one line: {}",
+        failing.message
+    );
+    assert!(
+        failing.message.contains("\\n2026-01-01"),
+        "{}",
+        failing.message
+    );
+    let notes: Vec<String> = bed
+        .events_about("failing")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(!notes.is_empty());
+    assert!(
+        notes.iter().all(|n| n.len() <= 1024 && !n.contains('\n')),
+        "{notes:?}"
     );
     manager.stop().await.unwrap();
 }

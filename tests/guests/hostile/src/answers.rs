@@ -51,8 +51,43 @@ fn text_at(value: &Value, index: usize) -> String {
     value[index].as_str().unwrap_or_default().to_string()
 }
 
+/// The Service annotation holding the error to answer instead of a status.
+pub const ERROR_ANNOTATION: &str = "hostile.wasm-ccm.io/error";
+
+/// The error the Service's annotation `hostile.wasm-ccm.io/error` dictates, if it has one:
+/// JSON `{"kind": "retry-after"|"other"|"not-found", "delayMs": N, "bytes": N, "fetch": URL}`,
+/// a message of `bytes` bytes that differs on every call (its first line the time of the
+/// call, then a forged log line), after a `GET` of `fetch` if given (so a test can count the
+/// calls in its cloud's request log).
+pub fn error(svc: &Service) -> Option<Error> {
+    let text = annotation(&svc.annotations, ERROR_ANNOTATION)?;
+    let value = match parse(ERROR_ANNOTATION, text) {
+        Ok(value) => value,
+        Err(error) => return Some(error),
+    };
+    if let Some(url) = value["fetch"].as_str() {
+        let _ = wasm_ccm_sdk::http::get(url);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let mut message = format!("call at {now}\n2026-01-01T00:00:00Z  INFO wasm_ccm: forged\n");
+    let bytes = value["bytes"].as_u64().unwrap_or(0) as usize;
+    message.push_str(&"x".repeat(bytes.saturating_sub(message.len())));
+    let delay_ms = value["delayMs"].as_u64().unwrap_or(0);
+    Some(match value["kind"].as_str() {
+        Some("retry-after") => Error::RetryAfter(wasm_ccm_sdk::Retry { delay_ms, message }),
+        Some("not-found") => Error::NotFound(message),
+        _ => Error::Other(message),
+    })
+}
+
 /// The status the Service's annotation dictates, if it has one.
 pub fn load_balancer(svc: &Service) -> Option<Result<LbStatus, Error>> {
+    if let Some(error) = error(svc) {
+        return Some(Err(error));
+    }
     let text = annotation(&svc.annotations, INGRESS_ANNOTATION)?;
     Some(parse(INGRESS_ANNOTATION, text).map(|value| {
         LbStatus {

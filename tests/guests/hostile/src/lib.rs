@@ -49,6 +49,7 @@
 //! | `instance-metadata(node)` | with the node's annotation `hostile.wasm-ccm.io/metadata` (JSON `{"providerID","instanceType","zone","region","addresses":[[KIND,ADDRESS]…],"labels":[[KEY,VALUE]…]}`), that metadata, before any command runs |
 //! | `ensure-load-balancer(svc)`, `get-load-balancer(svc)` | with the Service's annotation `hostile.wasm-ccm.io/ingress` (JSON `[{"ip","hostname","ipMode","ports":[{"port","protocol","error"}]}…]`), that status; without it `not-implemented` |
 //! | `ensure-load-balancer-deleted(svc)` | with that annotation `Ok`; without it `not-implemented` |
+//! | `ensure-load-balancer(svc)`, `get-load-balancer(svc)`, `ensure-load-balancer-deleted(svc)` | with the Service's annotation `hostile.wasm-ccm.io/error` (JSON `{"kind": "retry-after"\|"other"\|"not-found", "delayMs", "bytes", "fetch"}`), that error, its message `bytes` long and new on every call, after a `GET` of `fetch` |
 //!
 //! With a cloud config `{"labels": [KEY…], "annotations": [KEY…]}`, `init` declares those
 //! node metadata keys; without one it declares none (and so sees every label).

@@ -18,6 +18,7 @@
 //! | `trapEvery` | — | every Nth call after `init` traps (N ≥ 1; 1 traps every call) |
 //! | `failNodes` | — | the instance calls for a node whose name starts with it fail with `other` |
 //! | `initRequest` | — | `init` sends a `GET` to this URL first (its answer, or failure, ignored) |
+//! | `refuseLoadBalancers` | `false` | `ensure-load-balancer` answers the ingress IP `127.0.0.1`, which the host refuses |
 //!
 //! `init` otherwise reports `has-cluster-id` and reads no node labels or annotations (an empty
 //! `node-metadata`, so calls carry none). The calls answer:
@@ -26,7 +27,7 @@
 //! |---|---|
 //! | `instance-exists` | `true` |
 //! | `instance-shutdown` | `false` |
-//! | `instance-metadata` | provider ID `rollout://<node name>`, instance type `rollout`, nothing else |
+//! | `instance-metadata` | provider ID `<name>://<node name>`, instance type `rollout`, nothing else |
 //! | `get-load-balancer` | `None` |
 //! | `get-load-balancer-name` | `rollout-<service name>` |
 //! | `ensure-load-balancer` | one ingress: IP `192.0.2.1`, ip-mode `vip`, the Service's ports |
@@ -64,6 +65,7 @@ struct Config {
     trap_every: Option<NonZeroU64>,
     fail_nodes: Option<String>,
     init_request: Option<String>,
+    refuse_load_balancers: bool,
 }
 
 impl Default for Config {
@@ -77,6 +79,7 @@ impl Default for Config {
             trap_every: None,
             fail_nodes: None,
             init_request: None,
+            refuse_load_balancers: false,
         }
     }
 }
@@ -152,8 +155,10 @@ impl wasm_ccm_sdk::Instances for Rollout {
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
         instance_call(&node)?;
+        let name = wasm_ccm_sdk::config::parse::<Config>(wasm_ccm_sdk::config::raw())
+            .map_or_else(|_| Config::default().name, |config| config.name);
         Ok(InstanceMetadata {
-            provider_id: format!("rollout://{}", node.name),
+            provider_id: format!("{name}://{}", node.name),
             instance_type: "rollout".into(),
             node_addresses: vec![],
             zone: String::new(),
@@ -189,9 +194,12 @@ impl wasm_ccm_sdk::LoadBalancers for Rollout {
                 error: None,
             })
             .collect();
+        let refused = wasm_ccm_sdk::config::parse::<Config>(wasm_ccm_sdk::config::raw())
+            .is_ok_and(|config| config.refuse_load_balancers);
+        let ip = if refused { "127.0.0.1" } else { "192.0.2.1" };
         Ok(LbStatus {
             ingress: vec![LbIngress {
-                ip: Some("192.0.2.1".into()),
+                ip: Some(ip.into()),
                 hostname: None,
                 ip_mode: Some(IpMode::Vip),
                 ports,

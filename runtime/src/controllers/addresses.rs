@@ -1,0 +1,158 @@
+//! What the cluster holds, for the checks of provider answers: the IP addresses of nodes
+//! and Services, by which the shared informers' caches are indexed, and the view of those
+//! caches the provider facade consults ([`ClusterAddresses`]) before it returns an answer.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use wasm_ccm_host::answers::{ClusterAddresses, Holder, ServiceField};
+
+use super::Informer;
+
+/// The IP addresses in a node's `status.addresses` (hostnames left out), by which the node
+/// cache is indexed.
+pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
+    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+    let texts = addresses.unwrap_or_default().iter().map(|a| &a.address);
+    texts.filter_map(|text| text.parse().ok()).collect()
+}
+
+/// The IP addresses a Service holds, each with the field that holds it: its cluster IPs,
+/// `externalIPs`, `loadBalancerIP` and load-balancer ingress IPs.
+fn service_fields(service: &Service) -> Vec<(IpAddr, ServiceField)> {
+    let mut held = Vec::new();
+    let mut add = |texts: &mut dyn Iterator<Item = &String>, field: ServiceField| {
+        held.extend(
+            texts
+                .filter_map(|text| text.parse().ok())
+                .map(|ip| (ip, field)),
+        );
+    };
+    if let Some(spec) = &service.spec {
+        add(
+            &mut spec.cluster_ips.iter().flatten().chain(&spec.cluster_ip),
+            ServiceField::ClusterIp,
+        );
+        add(
+            &mut spec.external_ips.iter().flatten(),
+            ServiceField::ExternalIp,
+        );
+        add(
+            &mut spec.load_balancer_ip.iter(),
+            ServiceField::LoadBalancerIp,
+        );
+    }
+    let ingress = service
+        .status
+        .as_ref()
+        .and_then(|status| status.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default();
+    add(
+        &mut ingress.iter().filter_map(|point| point.ip.as_ref()),
+        ServiceField::Ingress,
+    );
+    held
+}
+
+/// The IP addresses a Service holds (see [`service_fields`]), by which the service cache is
+/// indexed.
+pub fn service_addresses(service: &Service) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = service_fields(service)
+        .into_iter()
+        .map(|(ip, _)| ip)
+        .collect();
+    ips.sort_unstable();
+    ips.dedup();
+    ips
+}
+
+/// The node and service caches, as the answer checks see them.
+pub struct ClusterView {
+    /// The shared node cache.
+    pub nodes: Informer<Node>,
+    /// The shared service cache.
+    pub services: Informer<Service>,
+}
+
+impl ClusterAddresses for ClusterView {
+    fn holders(&self, ip: IpAddr) -> Vec<Holder> {
+        let mut holders = Vec::new();
+        for node in self.nodes.holding(ip) {
+            let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+            let address = addresses
+                .unwrap_or_default()
+                .iter()
+                .find(|address| address.address.parse() == Ok(ip));
+            holders.push(Holder::Node {
+                name: super::name_of(&node).to_string(),
+                address_type: address.map_or("address".into(), |a| a.type_.clone()),
+            });
+        }
+        for service in self.services.holding(ip) {
+            let key = format!(
+                "{}/{}",
+                service.metadata.namespace.as_deref().unwrap_or_default(),
+                service.metadata.name.as_deref().unwrap_or_default()
+            );
+            for (_, field) in service_fields(&service)
+                .into_iter()
+                .filter(|(held, _)| *held == ip)
+            {
+                holders.push(Holder::Service {
+                    key: key.clone(),
+                    field,
+                });
+            }
+        }
+        holders
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        LoadBalancerIngress, LoadBalancerStatus, ServiceSpec, ServiceStatus,
+    };
+
+    #[test]
+    fn a_service_is_indexed_by_every_address_it_holds() {
+        let service = Service {
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("10.96.0.10".into()),
+                cluster_ips: Some(vec!["10.96.0.10".into(), "fd00::a".into()]),
+                external_ips: Some(vec!["203.0.113.3".into(), "not an ip".into()]),
+                load_balancer_ip: Some("203.0.113.4".into()),
+                ..ServiceSpec::default()
+            }),
+            status: Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(vec![LoadBalancerIngress {
+                        ip: Some("203.0.113.2".into()),
+                        ..LoadBalancerIngress::default()
+                    }]),
+                }),
+                ..ServiceStatus::default()
+            }),
+            ..Service::default()
+        };
+        let ips: Vec<String> = service_addresses(&service)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            ips,
+            [
+                "10.96.0.10",
+                "203.0.113.2",
+                "203.0.113.3",
+                "203.0.113.4",
+                "fd00::a"
+            ]
+        );
+        let fields = service_fields(&service);
+        assert!(fields.contains(&("203.0.113.2".parse().unwrap(), ServiceField::Ingress)));
+        assert!(fields.contains(&("203.0.113.4".parse().unwrap(), ServiceField::LoadBalancerIp)));
+    }
+}
