@@ -32,6 +32,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::bounds::{MAX_CLOUD_NAME, MAX_INGRESS, MAX_LABELS, MAX_NODE_ADDRESSES};
 use crate::cidr::{Cidr, CidrList, DualStackCidrs};
@@ -132,10 +133,62 @@ impl std::fmt::Display for Holder {
 }
 
 /// What the cluster holds: the addresses of its nodes and Services, from the manager's
-/// caches.
+/// caches, and the addresses of answers checked but not yet in them.
 pub trait ClusterAddresses: Send + Sync {
-    /// Everything that holds `ip`.
+    /// Everything that holds `ip`, each holder once.
     fn holders(&self, ip: IpAddr) -> Vec<Holder>;
+
+    /// Claim `ip` for `by`, whose answer passed, until the caches show it: refused with the
+    /// claim in the way if another answer not yet in the caches holds it and `conflicts`
+    /// with it. What keeps two answers checked at once (two nodes, two Services) from both
+    /// taking one address.
+    fn claim(
+        &self,
+        ip: IpAddr,
+        by: Holder,
+        conflicts: &dyn Fn(&Holder) -> bool,
+    ) -> Result<(), Holder>;
+}
+
+/// The addresses of answers that passed their checks, each held for its object for
+/// [`CLAIM_TTL`] (by then its write is in the caches, or never happened): the claims of a
+/// [`ClusterAddresses`].
+#[derive(Debug, Default)]
+pub struct Claims {
+    held: std::sync::Mutex<std::collections::HashMap<IpAddr, Vec<(Holder, Instant)>>>,
+}
+
+/// How long an answer's claim on an address lasts.
+pub const CLAIM_TTL: Duration = Duration::from_secs(600);
+
+/// Claimed addresses past which expired claims are swept from the whole map.
+const CLAIMS_SWEPT_PAST: usize = 4096;
+
+impl Claims {
+    /// Claim `ip` for `by`, unless another live claim `conflicts`.
+    pub fn claim(
+        &self,
+        ip: IpAddr,
+        by: Holder,
+        conflicts: &dyn Fn(&Holder) -> bool,
+    ) -> Result<(), Holder> {
+        let now = Instant::now();
+        let live = |at: &Instant| now.saturating_duration_since(*at) < CLAIM_TTL;
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.len() > CLAIMS_SWEPT_PAST {
+            held.retain(|_, claims| {
+                claims.retain(|(_, at)| live(at));
+                !claims.is_empty()
+            });
+        }
+        let claims = held.entry(ip).or_default();
+        claims.retain(|(holder, at)| live(at) && *holder != by);
+        if let Some((holder, _)) = claims.iter().find(|(holder, _)| conflicts(holder)) {
+            return Err(holder.clone());
+        }
+        claims.push((by, now));
+        Ok(())
+    }
 }
 
 /// No cluster: for `provider call` and the conformance kit, which check answers against
@@ -145,6 +198,34 @@ struct NoCluster;
 impl ClusterAddresses for NoCluster {
     fn holders(&self, _ip: IpAddr) -> Vec<Holder> {
         Vec::new()
+    }
+
+    fn claim(&self, _: IpAddr, _: Holder, _: &dyn Fn(&Holder) -> bool) -> Result<(), Holder> {
+        Ok(())
+    }
+}
+
+/// Who an answer's addresses are for.
+enum Asker<'a> {
+    /// The node named so.
+    Node(&'a str),
+    /// The Service: its `namespace/name` and the ingress IPs it holds already.
+    Service { key: String, holds: &'a Service },
+}
+
+impl Asker<'_> {
+    /// How a passing answer's address is held by the asker.
+    fn holder(&self, kind: Option<AddressKind>) -> Holder {
+        match self {
+            Asker::Node(name) => Holder::Node {
+                name: name.to_string(),
+                address_type: kind.map_or("address".into(), |kind| format!("{kind:?}")),
+            },
+            Asker::Service { key, .. } => Holder::Service {
+                key: key.clone(),
+                field: ServiceField::Ingress,
+            },
+        }
     }
 }
 
@@ -178,6 +259,7 @@ impl std::fmt::Debug for AnswerChecks {
 pub struct Refusals {
     listed: Vec<Refusal>,
     total: usize,
+    answer_faults: usize,
 }
 
 impl Refusals {
@@ -189,6 +271,13 @@ impl Refusals {
     /// How many fields were refused in all.
     pub fn total(&self) -> usize {
         self.total
+    }
+
+    /// Whether the answer itself is at fault: some field is refused for what it is, not
+    /// only because of what the cluster holds now (an address taken, a port the Service
+    /// no longer has), which a Service's owner can bring about to fail a provider version.
+    pub fn blame_the_answer(&self) -> bool {
+        self.answer_faults > 0
     }
 
     fn describe(&self) -> String {
@@ -316,6 +405,12 @@ pub enum Reason {
         "neither the node's name nor under a suffix of --node-address-dns-suffixes ({0}); kube-apiserver would dial it for exec, logs and port-forward"
     )]
     NodeDnsName(String),
+    /// A DNS name whose first label spells an IPv4 address (`ip-10-96-0-1`) that is none of
+    /// the answer's own IPs: a cloud's resolver answers it with that address.
+    #[error(
+        "it spells the address {0}, which is none of this answer's IPs (a cloud's resolver answers such a name with it)"
+    )]
+    SpellsAnotherIp(String),
     /// More entries than the host accepts in one answer.
     #[error("{count} entries, more than the {max} the host accepts")]
     TooMany {
@@ -329,7 +424,9 @@ pub enum Reason {
     Duplicate,
     /// A cloud-side name (a load balancer's, a route's) that is empty, too long, or holds
     /// whitespace or control characters.
-    #[error("not a cloud name: 1 to 255 bytes, no whitespace or control characters")]
+    #[error(
+        "not a cloud name: 1 to 255 bytes, no whitespace, control or invisible formatting characters"
+    )]
     NotCloudName,
     /// Not a CIDR.
     #[error("not a CIDR")]
@@ -339,6 +436,17 @@ pub enum Reason {
         "not a provider name: 1 to 63 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
     )]
     NotProviderName,
+}
+
+impl Reason {
+    /// Whether the refusal follows from the cluster's state rather than the answer alone.
+    fn depends_on_the_cluster(&self) -> bool {
+        match self {
+            Reason::Taken(_) | Reason::NotServicePort(_) => true,
+            Reason::Carries { reason, .. } => reason.depends_on_the_cluster(),
+            _ => false,
+        }
+    }
 }
 
 /// Addresses no load balancer or node may have.
@@ -393,11 +501,15 @@ pub fn special_use(ip: IpAddr) -> Option<SpecialUse> {
 struct Findings {
     listed: Vec<Refusal>,
     total: usize,
+    answer_faults: usize,
 }
 
 impl Findings {
     fn refuse(&mut self, field: impl Into<String>, value: &str, reason: Reason) {
         self.total += 1;
+        if !reason.depends_on_the_cluster() {
+            self.answer_faults += 1;
+        }
         if self.listed.len() < MAX_LISTED {
             self.listed.push(Refusal {
                 field: field.into(),
@@ -420,6 +532,7 @@ impl Findings {
             Err(Refusals {
                 listed: self.listed,
                 total: self.total,
+                answer_faults: self.answer_faults,
             })
         }
     }
@@ -474,14 +587,21 @@ impl AnswerChecks {
             );
             return findings.done();
         }
-        let own = format!("{}/{}", service.namespace, service.name);
+        let asker = Asker::Service {
+            key: format!("{}/{}", service.namespace, service.name),
+            holds: service,
+        };
+        let mut passed = Vec::new();
         for (i, ingress) in status.ingress.iter().enumerate() {
             if ingress.ip.is_none() && ingress.hostname.is_none() {
                 findings.refuse(format!("ingress[{i}]"), "", Reason::NoAddress);
             }
             if let Some(ip) = &ingress.ip {
-                let result = self.ingress_ip(ip, &own);
-                findings.check(|| format!("ingress[{i}].ip"), ip, result);
+                let result = self.ingress_ip(ip, &asker);
+                if let Ok(ip) = result {
+                    passed.push((format!("ingress[{i}].ip"), ip, None));
+                }
+                findings.check(|| format!("ingress[{i}].ip"), ip, result.map(|_| ()));
             } else if let Some(mode) = ingress.ip_mode {
                 findings.refuse(
                     format!("ingress[{i}].ipMode"),
@@ -495,6 +615,18 @@ impl AnswerChecks {
                     hostname,
                     public_name(hostname),
                 );
+            }
+            if ingress.ports.len() > service.ports.len() {
+                let count = ingress.ports.len();
+                findings.refuse(
+                    format!("ingress[{i}].ports"),
+                    &format!("{count} entries"),
+                    Reason::TooMany {
+                        count,
+                        max: service.ports.len(),
+                    },
+                );
+                continue;
             }
             let mut seen = HashSet::new();
             for (j, port) in ingress.ports.iter().enumerate() {
@@ -522,29 +654,101 @@ impl AnswerChecks {
                 }
             }
         }
+        self.claimed(findings, &asker, passed)
+    }
+
+    /// `findings` done, and if nothing was refused, the `passed` addresses claimed for
+    /// `asker`; an address another answer claimed first is refused after all.
+    fn claimed(
+        &self,
+        mut findings: Findings,
+        asker: &Asker,
+        passed: Vec<(String, IpAddr, Option<AddressKind>)>,
+    ) -> Result<(), Refusals> {
+        if findings.total > 0 {
+            return findings.done();
+        }
+        for (field, ip, kind) in passed {
+            let conflicts = |holder: &Holder| self.blocks(holder, asker, ip);
+            if let Err(holder) = self.cluster.claim(ip, asker.holder(kind), &conflicts) {
+                let reason = Reason::Taken(format!("{holder} (answered, not yet written)"));
+                findings.refuse(field, &ip.to_string(), reason);
+            }
+        }
         findings.done()
     }
 
-    /// An ingress IP of the Service `own` (`namespace/name`).
-    fn ingress_ip(&self, text: &str, own: &str) -> Result<(), Reason> {
-        let ip = self.cluster_free_ip(text)?;
-        let taken = self
+    /// Whether `holder` of `ip` keeps `asker` from holding it too: another node's address,
+    /// a cluster IP, and for a Service another's ingress, external IP or `loadBalancerIP`
+    /// unless sharing is allowed or the Service holds the address already (it was its
+    /// first). A node's address is not vetoed by what a Service's owner writes in its spec
+    /// (`externalIPs`, `loadBalancerIP`): anyone who may create a Service could block nodes.
+    fn blocks(&self, holder: &Holder, asker: &Asker, ip: IpAddr) -> bool {
+        match (asker, holder) {
+            (Asker::Node(node), Holder::Node { name, .. }) => name != node,
+            (Asker::Node(_), Holder::Service { field, .. }) => {
+                matches!(field, ServiceField::ClusterIp | ServiceField::Ingress)
+            }
+            (Asker::Service { .. }, Holder::Node { .. }) => true,
+            (
+                _,
+                Holder::Service {
+                    field: ServiceField::ClusterIp,
+                    ..
+                },
+            ) => true,
+            (Asker::Service { key, .. }, Holder::Service { key: other, .. }) if key == other => {
+                false
+            }
+            (Asker::Service { holds, .. }, Holder::Service { .. }) => {
+                let held = holds
+                    .status
+                    .ingress
+                    .iter()
+                    .any(|point| point.ip.as_deref().and_then(|t| t.parse().ok()) == Some(ip));
+                !self.policy.shared_ingress_ips && !held
+            }
+        }
+    }
+
+    /// What in the cluster keeps `asker` from holding `ip`, if anything.
+    fn unheld(&self, ip: IpAddr, asker: &Asker) -> Result<(), Reason> {
+        match self
             .cluster
             .holders(ip)
             .into_iter()
-            .find(|holder| match holder {
-                Holder::Node { .. } => true,
-                Holder::Service { key, .. } if key == own => false,
-                Holder::Service { field, .. } => {
-                    *field == ServiceField::ClusterIp || !self.policy.shared_ingress_ips
-                }
-            });
-        if let Some(holder) = taken {
-            return Err(Reason::Taken(holder.to_string()));
+            .find(|holder| self.blocks(holder, asker, ip))
+        {
+            Some(holder) => Err(Reason::Taken(holder.to_string())),
+            None => Ok(()),
         }
+    }
+
+    /// `text` as an address `asker` may hold: outside the special-use, platform, Service and
+    /// pod ranges and held by nothing that [blocks](Self::blocks) it, and so are the IPv4
+    /// addresses an IPv6 address carries (NAT64, 6to4, Teredo, ISATAP).
+    fn free_ip(&self, text: &str, asker: &Asker) -> Result<IpAddr, Reason> {
+        let ip = self.cluster_free_ip(text)?;
+        self.unheld(ip, asker)?;
+        if let IpAddr::V6(v6) = ip {
+            for (carrier, v4) in carried_v4(v6) {
+                if let Err(reason) = self.unheld(IpAddr::V4(v4), asker) {
+                    return Err(Reason::Carries {
+                        carried: format!("{carrier} address carrying {v4}"),
+                        reason: Box::new(reason),
+                    });
+                }
+            }
+        }
+        Ok(ip)
+    }
+
+    /// An ingress IP of the Service `asker`.
+    fn ingress_ip(&self, text: &str, asker: &Asker) -> Result<IpAddr, Reason> {
+        let ip = self.free_ip(text, asker)?;
         match &self.policy.load_balancer_ranges {
             Some(ranges) if !ranges.contains(ip) => Err(Reason::OutsideRanges(ranges.to_string())),
-            _ => Ok(()),
+            _ => Ok(ip),
         }
     }
 
@@ -590,6 +794,8 @@ impl AnswerChecks {
         node: &Node,
     ) -> Result<(), Refusals> {
         let mut findings = Findings::default();
+        let asker = Asker::Node(&node.name);
+        let mut passed = Vec::new();
         if !answer.provider_id.is_empty() {
             let existing = node.provider_id.as_deref().filter(|id| !id.is_empty());
             let result = match existing {
@@ -622,16 +828,16 @@ impl AnswerChecks {
         } else {
             let mut seen = HashSet::new();
             for (i, address) in answer.node_addresses.iter().enumerate() {
+                let field = || format!("nodeAddresses[{i}].address ({:?})", address.kind);
                 let result = if seen.insert((address.kind, address.address.as_str())) {
-                    self.node_address(address, &node.name)
+                    self.node_address(address, answer, &asker)
                 } else {
                     Err(Reason::Duplicate)
                 };
-                findings.check(
-                    || format!("nodeAddresses[{i}].address ({:?})", address.kind),
-                    &address.address,
-                    result,
-                );
+                if let Ok(Some(ip)) = result {
+                    passed.push((field(), ip, Some(address.kind)));
+                }
+                findings.check(field, &address.address, result.map(|_| ()));
             }
         }
         if answer.additional_labels.len() > MAX_LABELS {
@@ -660,37 +866,48 @@ impl AnswerChecks {
                 );
             }
         }
-        findings.done()
+        self.claimed(findings, &asker, passed)
     }
 
-    /// An address of the node named `node`: an IP checked as an ingress IP is (but for the
-    /// node's own addresses), a DNS name the node's own or one under an allowed suffix.
-    fn node_address(&self, address: &NodeAddress, node: &str) -> Result<(), Reason> {
+    /// An address of the node `asker` answered in `answer`: an IP checked as an ingress IP is
+    /// (but for the node's own addresses), and returned; a DNS name the node's own or one
+    /// under an allowed suffix, and if it spells an IPv4 address (`ip-10-0-0-5.…`, as AWS's
+    /// resolver answers it) one of the answer's own IPs.
+    fn node_address(
+        &self,
+        address: &NodeAddress,
+        answer: &InstanceMetadata,
+        asker: &Asker,
+    ) -> Result<Option<IpAddr>, Reason> {
+        let Asker::Node(node) = asker else {
+            return Ok(None);
+        };
         match address.kind {
             AddressKind::InternalIP | AddressKind::ExternalIP => {
-                let ip = self.cluster_free_ip(&address.address)?;
-                let taken =
-                    self.cluster.holders(ip).into_iter().find(
-                        |holder| !matches!(holder, Holder::Node { name, .. } if name == node),
-                    );
-                match taken {
-                    Some(holder) => Err(Reason::Taken(holder.to_string())),
-                    None => Ok(()),
-                }
+                self.free_ip(&address.address, asker).map(Some)
             }
             AddressKind::Hostname | AddressKind::InternalDNS | AddressKind::ExternalDNS => {
                 let name = address.address.as_str();
                 public_name(name)?;
+                if let Some(spelled) = spelled_ipv4(name) {
+                    let own = answer.node_addresses.iter().any(|a| {
+                        matches!(a.kind, AddressKind::InternalIP | AddressKind::ExternalIP)
+                            && a.address.parse::<IpAddr>() == Ok(IpAddr::V4(spelled))
+                    });
+                    if !own {
+                        return Err(Reason::SpellsAnotherIp(spelled.to_string()));
+                    }
+                }
                 let Some(suffixes) = &self.policy.node_dns_suffixes else {
-                    return Ok(());
+                    return Ok(None);
                 };
-                let allowed = name == node
+                let allowed = name == *node
                     || suffixes.iter().any(|suffix| {
                         name.strip_suffix(suffix.as_str())
                             .is_some_and(|head| head.ends_with('.') && head.len() > 1)
                     });
                 if allowed {
-                    Ok(())
+                    Ok(None)
                 } else if suffixes.is_empty() {
                     Err(Reason::NodeDnsName("none set".into()))
                 } else {
@@ -795,7 +1012,8 @@ pub fn dns_suffix(text: &str) -> Result<String, String> {
 fn cloud_name(text: &str) -> Result<(), Reason> {
     if text.is_empty()
         || text.len() > MAX_CLOUD_NAME
-        || text.chars().any(|c| c.is_whitespace() || c.is_control())
+        || text.chars().any(char::is_whitespace)
+        || !crate::text::is_plain(text)
     {
         return Err(Reason::NotCloudName);
     }
@@ -832,6 +1050,13 @@ fn unicast_ip(text: &str) -> Result<IpAddr, Reason> {
     }
 }
 
+/// The IPv4 address the first label of `name` spells as `ip-A-B-C-D` (AWS's private DNS
+/// names, which its resolver answers with that address).
+fn spelled_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+    let label = name.split('.').next()?.strip_prefix("ip-")?;
+    label.replace('-', ".").parse().ok()
+}
+
 /// A DNS name others may be sent to: a [`host_name`] that is not a cloud metadata
 /// service's.
 fn public_name(text: &str) -> Result<(), Reason> {
@@ -849,8 +1074,13 @@ fn host_name(text: &str) -> Result<(), Reason> {
     // A name whose last label is all digits is an IPv4 address in some form (`10.96.0.1`,
     // `010.0.0.1`, `2130706433`): resolvers and clients take it as one, and no top-level
     // domain is numeric.
+    // `0x7f000001` and `0x7f.1` are IPv4 addresses to WHATWG URL parsers: a last label in
+    // hex is one too.
     let last = text.rsplit('.').next().unwrap_or_default();
-    if last.bytes().all(|b| b.is_ascii_digit()) {
+    let hex = last
+        .strip_prefix("0x")
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    if last.bytes().all(|b| b.is_ascii_digit()) || hex {
         return Err(Reason::IpAsName);
     }
     if text == "localhost" || text.ends_with(".localhost") {
@@ -906,9 +1136,9 @@ fn provider_id(text: &str, provider_name: &str) -> Result<(), Reason> {
             "longer than {MAX_PROVIDER_ID} bytes"
         )));
     }
-    if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if id.chars().any(char::is_whitespace) || !crate::text::is_plain(id) {
         return Err(Reason::ProviderId(
-            "it holds whitespace or control characters".into(),
+            "it holds whitespace, control or invisible formatting characters".into(),
         ));
     }
     Ok(())
@@ -1042,7 +1272,8 @@ mod tests {
     /// A cluster where node `n1` holds 10.0.0.5, node `n2` 10.0.0.6, Service `default/web`
     /// (the one answered for) the ingress 203.0.113.1 and Service `default/other` the
     /// ingress 203.0.113.2, the external IP 203.0.113.3 and the cluster IP 10.112.0.10.
-    struct Cluster;
+    #[derive(Default)]
+    struct Cluster(Claims);
 
     impl ClusterAddresses for Cluster {
         fn holders(&self, ip: IpAddr) -> Vec<Holder> {
@@ -1064,10 +1295,19 @@ mod tests {
                 _ => Vec::new(),
             }
         }
+
+        fn claim(
+            &self,
+            ip: IpAddr,
+            by: Holder,
+            conflicts: &dyn Fn(&Holder) -> bool,
+        ) -> Result<(), Holder> {
+            self.0.claim(ip, by, conflicts)
+        }
     }
 
     fn checks(policy: &AnswerPolicy) -> AnswerChecks {
-        AnswerChecks::new(policy.clone(), Arc::new(Cluster))
+        AnswerChecks::new(policy.clone(), Arc::new(Cluster::default()))
     }
 
     /// The refusals of `ingress` under `policy`, in [`Cluster`].
@@ -1251,7 +1491,27 @@ mod tests {
             ports: vec![port.clone(), port],
             ..ip("198.51.100.7")
         };
-        assert_eq!(lb_reason(&policy(), twice), Some(Reason::Duplicate));
+        let mut two_ports = web();
+        two_ports.ports.push(ServicePort {
+            port: 443,
+            ..ServicePort::default()
+        });
+        let refused = checks(&policy())
+            .load_balancer_status(
+                &LbStatus {
+                    ingress: vec![twice.clone()],
+                },
+                &two_ports,
+            )
+            .unwrap_err();
+        assert_eq!(refused.listed()[0].reason, Reason::Duplicate);
+        assert!(
+            matches!(
+                lb_reason(&policy(), twice),
+                Some(Reason::TooMany { count: 2, max: 1 })
+            ),
+            "more port statuses than the Service has ports"
+        );
     }
 
     #[test]
@@ -1628,7 +1888,7 @@ mod tests {
                 node_dns_suffixes: Some(Vec::new()),
                 ..AnswerPolicy::default()
             },
-            Arc::new(Cluster),
+            Arc::new(Cluster::default()),
         );
         let n1 = node(None);
         assert_eq!(
@@ -1666,6 +1926,127 @@ mod tests {
             ),
             Ok(()),
             "without the operator's list, any DNS name"
+        );
+    }
+
+    #[test]
+    fn two_answers_checked_at_once_cannot_both_take_one_address() {
+        let checks = checks(&policy());
+        let with_ip = |ip: &str| InstanceMetadata {
+            node_addresses: vec![NodeAddress {
+                kind: AddressKind::InternalIP,
+                address: ip.into(),
+            }],
+            ..metadata()
+        };
+        let named = |name: &str| Node {
+            name: name.into(),
+            ..Node::default()
+        };
+        assert_eq!(
+            checks.instance_metadata(&with_ip("10.0.0.9"), "simcloud", &named("n3")),
+            Ok(())
+        );
+        let refused = checks
+            .instance_metadata(&with_ip("10.0.0.9"), "simcloud", &named("n4"))
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("already the InternalIP of node n3 (answered, not yet written)"),
+            "{refused}"
+        );
+        assert!(
+            !refused.blame_the_answer(),
+            "the cluster's state, not the answer"
+        );
+        assert_eq!(
+            checks.instance_metadata(&with_ip("10.0.0.9"), "simcloud", &named("n3")),
+            Ok(()),
+            "the node itself again"
+        );
+        let status = LbStatus {
+            ingress: vec![ip("10.0.0.9")],
+        };
+        assert!(checks.load_balancer_status(&status, &web()).is_err());
+    }
+
+    #[test]
+    fn what_a_services_owner_writes_in_its_spec_blocks_no_node_and_no_earlier_holder() {
+        let checks = checks(&policy());
+        let external = InstanceMetadata {
+            node_addresses: vec![NodeAddress {
+                kind: AddressKind::ExternalIP,
+                address: "203.0.113.3".into(),
+            }],
+            ..metadata()
+        };
+        assert_eq!(
+            checks.instance_metadata(&external, "simcloud", &node(None)),
+            Ok(()),
+            "another Service's externalIPs entry vetoes no node"
+        );
+        // Apart from the node's answer just claimed.
+        let checks = super::tests::checks(&policy());
+        let holding = Service {
+            status: LbStatus {
+                ingress: vec![ip("203.0.113.3")],
+            },
+            ..web()
+        };
+        let status = LbStatus {
+            ingress: vec![ip("203.0.113.3")],
+        };
+        assert_eq!(
+            checks.load_balancer_status(&status, &holding),
+            Ok(()),
+            "a Service keeps the address it held first"
+        );
+        let other = Service {
+            name: "other".into(),
+            ..web()
+        };
+        let own_cluster_ip = LbStatus {
+            ingress: vec![ip("10.112.0.10")],
+        };
+        assert!(
+            checks
+                .load_balancer_status(&own_cluster_ip, &other)
+                .is_err(),
+            "never a Service's own cluster IP"
+        );
+    }
+
+    #[test]
+    fn a_node_name_spelling_an_address_must_spell_one_of_its_own() {
+        let answer = |name: &str| InstanceMetadata {
+            node_addresses: vec![
+                NodeAddress {
+                    kind: AddressKind::InternalIP,
+                    address: "10.0.0.5".into(),
+                },
+                NodeAddress {
+                    kind: AddressKind::Hostname,
+                    address: name.into(),
+                },
+            ],
+            ..metadata()
+        };
+        assert_eq!(
+            metadata_refusals(&answer("ip-10-0-0-5.sim.internal"), &node(None)),
+            []
+        );
+        let refused = metadata_refusals(&answer("ip-10-96-0-1.sim.internal"), &node(None));
+        assert_eq!(
+            refused,
+            [(
+                "nodeAddresses[1].address (Hostname)".to_string(),
+                Reason::SpellsAnotherIp("10.96.0.1".into())
+            )]
+        );
+        assert_eq!(
+            lb_reason(&policy(), hostname("lb.0x7f000001")),
+            Some(Reason::IpAsName)
         );
     }
 

@@ -23,6 +23,8 @@
 //! - [`metrics`]: Prometheus metrics of provider calls, compilation and egress.
 //! - [`rate`]: Token buckets keyed by name, for the egress gate and the manager's API
 //!   client.
+//! - [`seal`]: Cache entries sealed with a key only this user can read: what makes
+//!   precompiled code and signature verdicts safe to read back.
 //! - [`text`]: Text cut to a byte budget at a character boundary, and a provider's text
 //!   escaped for logs.
 
@@ -36,4 +38,5 @@ pub mod sandbox;
 pub mod egress;
 pub mod metrics;
 pub mod rate;
+pub mod seal;
 pub mod text;

@@ -57,9 +57,27 @@ pub fn escaped_len(text: &str) -> usize {
         .sum()
 }
 
+/// Whether `text` has nothing [`escaped`] would change: no control, line-separating,
+/// bidirectional or invisible formatting characters.
+pub fn is_plain(text: &str) -> bool {
+    !text.chars().any(needs_escape)
+}
+
+/// Controls, the Unicode line and paragraph separators, the bidirectional marks, embeddings,
+/// overrides and isolates, and the invisible formatting characters (zero-width spaces and
+/// joiners, the word joiner and invisible operators, the byte-order mark).
 fn needs_escape(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
 }
 
 #[cfg(test)]
@@ -83,6 +101,11 @@ mod tests {
             super::escaped("a\u{2028}b\u{202e}c"),
             "a\\u{2028}b\\u{202e}c"
         );
+        assert_eq!(
+            super::escaped("a\u{200b}b\u{200f}c\u{feff}"),
+            "a\\u{200b}b\\u{200f}c\\u{feff}"
+        );
+        assert!(is_plain("plain, é") && !is_plain("zero\u{200b}width"));
         assert!(matches!(
             super::escaped("plain text, é, \\n kept"),
             Cow::Borrowed(_)

@@ -235,10 +235,10 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     // hold before a controller sees it.
     let answer_checks = Arc::new(AnswerChecks::new(
         config.settings.answer_policy(),
-        Arc::new(controllers::ClusterView {
-            nodes: informers.nodes.clone(),
-            services: informers.services.clone(),
-        }),
+        Arc::new(controllers::ClusterView::new(
+            informers.nodes.clone(),
+            informers.services.clone(),
+        )),
     ));
 
     let elector = match config.leader_election.clone() {

@@ -102,9 +102,10 @@ impl Resolver {
         }
     }
 
-    /// The addresses of `host`, from the cache while its answer is fresh. An IP literal, or
-    /// a name the system resolver reads as an IPv4 address (`2852039166`, `0xa9fea9fe`), is
-    /// that address, without a query.
+    /// The addresses of `host`, from the cache while its answer is fresh, asked as the
+    /// absolute name it is (no search domain). An IP literal, or a name the system resolver
+    /// reads as an IPv4 address (`2852039166`, `0xa9fea9fe`), is that address, without a
+    /// query.
     pub async fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, ConnectRefusal> {
         if let Some(ip) = host
             .parse()
@@ -113,7 +114,14 @@ impl Resolver {
         {
             return Ok(vec![ip]);
         }
-        match self.inner.lookup_ip(host).await {
+        // The name granted is the name asked: absolute, so no search domain of the pod's
+        // resolv.conf (`ndots:5`, `*.svc.cluster.local`) is tried first.
+        let absolute = if host.ends_with('.') {
+            host.to_string()
+        } else {
+            format!("{host}.")
+        };
+        match self.inner.lookup_ip(absolute.as_str()).await {
             Ok(found) => Ok(found.iter().collect()),
             Err(err) => Err(self.failed(host, err)),
         }

@@ -92,6 +92,30 @@ const MAX_HOST_NAME: usize = 253;
 /// Headers a provider may never set, whatever the credential rules.
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "cookie"];
 
+/// The methods cloud APIs are spoken with; any other (`TRACE`, `CONNECT`, an extension
+/// method) is refused for every grant.
+const CLOUD_METHODS: [http::Method; 7] = [
+    http::Method::GET,
+    http::Method::HEAD,
+    http::Method::POST,
+    http::Method::PUT,
+    http::Method::PATCH,
+    http::Method::DELETE,
+    http::Method::OPTIONS,
+];
+
+/// Headers by which servers take a request as another method than its own: removed where
+/// methods are limited.
+const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Longest method a record keeps (an extension method may be any length; a refused one is
+/// recorded).
+const MAX_METHOD: usize = 16;
+
 /// What providers may reach and with which credentials; validated once at start-up.
 #[derive(Debug, Clone)]
 pub struct EgressConfig {
@@ -516,7 +540,7 @@ impl WasiHttpHooks for GateHooks {
             denials: self.denials.clone(),
             hints: self.hints.clone(),
             started: Instant::now(),
-            method: request.method().to_string(),
+            method: crate::text::cut(request.method().as_str(), MAX_METHOD).to_string(),
             path: crate::text::cut(request.uri().path(), MAX_DENIAL_TEXT).to_string(),
             host: String::new(),
             grant: None,
@@ -574,6 +598,12 @@ impl Attempt {
             )));
         }
         self.host = dest.to_string();
+        if !CLOUD_METHODS.contains(request.method()) {
+            return Err(self.deny(format!(
+                "the method {} is not one a cloud API is spoken with (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)",
+                self.method
+            )));
+        }
         let gate = self.gate.clone();
         let Some(grant) = gate.config.allow.iter().position(|p| p.matches(&dest)) else {
             let granted = gate.granted_list();
@@ -606,9 +636,17 @@ impl Attempt {
                 return Ok(self.rate_limited(retry, reason));
             }
         }
+        let limited = !matches!(gate.config.methods, MethodPolicy::Any);
         let headers = request.headers_mut();
         for name in CREDENTIAL_HEADERS {
             headers.remove(name);
+        }
+        // Where methods are limited (a shadow), a header asking the server to take the
+        // request as another method would undo the limit.
+        if limited {
+            for name in METHOD_OVERRIDE_HEADERS {
+                headers.remove(name);
+            }
         }
         // The authority on the wire is the one the grant matched: the pooled client sets
         // `Host` from the URI for HTTP/1.1, and HTTP/2 carries it as `:authority` alone,

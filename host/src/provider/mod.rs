@@ -100,13 +100,20 @@ pub enum ErrorKind {
     },
 }
 
+/// The refused requests, escaped and cut to [`MAX_DENIALS_TEXT`] bytes in all.
 fn describe(denials: &[Denial]) -> String {
     let all: Vec<String> = denials
         .iter()
         .map(|d| format!("{}: {}", d.request, d.reason))
         .collect();
-    all.join("; ")
+    crate::text::ellipsized(
+        crate::text::escaped(&all.join("; ")).into_owned(),
+        MAX_DENIALS_TEXT,
+    )
 }
+
+/// The most bytes of refused requests an error quotes (each request's path is the guest's).
+const MAX_DENIALS_TEXT: usize = 2048;
 
 impl ProviderError {
     /// The provider said the thing definitely does not exist.
@@ -151,7 +158,9 @@ impl ProviderError {
 
     /// Whether the call counts as a failure of the provider version when versions are
     /// compared (automatic rollback): the sandbox ended it, the gate refused its requests,
-    /// the host refused its answer, the provider answered `other`, or it kept answering
+    /// the host refused its answer for what the answer is (not only because something in
+    /// the cluster holds its address or the Service lacks its port, which whoever may edit
+    /// a Service can bring about), the provider answered `other`, or it kept answering
     /// `retry-after` past the grace. Answers the contract expects in normal operation
     /// (`not-found`, `retry-after`, `not-implemented`, `implemented-elsewhere`) do not.
     pub fn is_version_failure(&self) -> bool {
@@ -159,10 +168,9 @@ impl ProviderError {
             self.kind,
             ErrorKind::Sandbox(_)
                 | ErrorKind::EgressDenied { .. }
-                | ErrorKind::Refused(_)
                 | ErrorKind::RetryOverdue { .. }
                 | ErrorKind::Cloud(CloudError::Other { .. })
-        )
+        ) || self.refusals().is_some_and(Refusals::blame_the_answer)
     }
 
     /// A short label for metrics and logs: the contract's name of a cloud error
@@ -250,37 +258,45 @@ impl CallCounts {
     }
 }
 
-/// The objects (a Service, a node) whose calls of one version answer `retry-after`, each
-/// since the first such answer; an object leaves when a call about it answers otherwise.
+/// The objects (a Service, a node, by UID) whose calls of one version answer `retry-after`,
+/// each since the first such answer and until a call about it succeeds: another failure
+/// in between does not restart the grace.
 #[derive(Debug, Default)]
 struct Retrying {
-    since: Mutex<HashMap<String, Instant>>,
+    /// Object → (first `retry-after` of the run, the latest).
+    runs: Mutex<HashMap<String, (Instant, Instant)>>,
 }
 
 /// Objects followed at once: far more than a cluster's Services and nodes waiting at a
-/// time; past it, a new object's `retry-after` answers are not followed (never overdue).
+/// time. When full, runs with no `retry-after` for [`FORGOTTEN_AFTER`] (deleted objects)
+/// are forgotten; if it is full still, a new object's run is not followed (never overdue).
 const MAX_RETRYING: usize = 65_536;
+
+/// How long a run without a `retry-after` is kept when the map is full: twice the longest
+/// delay a provider may ask for.
+const FORGOTTEN_AFTER: Duration = Duration::from_secs(600);
 
 impl Retrying {
     /// A `retry-after` about `object` now: how long its run of them has lasted.
     fn answered(&self, object: String, now: Instant) -> Duration {
-        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        let full = since.len() >= MAX_RETRYING;
-        match since.get(&object) {
-            Some(first) => now.saturating_duration_since(*first),
-            None => {
-                if !full {
-                    since.insert(object, now);
-                }
-                Duration::ZERO
-            }
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((first, latest)) = runs.get_mut(&object) {
+            *latest = now;
+            return now.saturating_duration_since(*first);
         }
+        if runs.len() >= MAX_RETRYING {
+            runs.retain(|_, (_, latest)| now.saturating_duration_since(*latest) < FORGOTTEN_AFTER);
+        }
+        if runs.len() < MAX_RETRYING {
+            runs.insert(object, (now, now));
+        }
+        Duration::ZERO
     }
 
-    /// A call about `object` answered other than `retry-after`.
+    /// A call about `object` succeeded.
     fn ended(&self, object: &str) {
-        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        since.remove(object);
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.remove(object);
     }
 }
 
@@ -610,15 +626,8 @@ impl Provider {
             }
             Err(_) => {}
         }
-        let still_retrying = matches!(
-            &result,
-            Err((
-                ErrorKind::Cloud(CloudError::RetryAfter { .. }) | ErrorKind::RetryOverdue { .. },
-                _
-            ))
-        );
         if let Some(object) = &object
-            && !still_retrying
+            && result.is_ok()
         {
             self.retrying.ended(object);
         }
@@ -630,7 +639,8 @@ impl Provider {
 
 /// The object a call is about, by its arguments, for following its `retry-after` answers.
 trait Subject: Args + Copy {
-    /// `node NAME`, `service NAMESPACE/NAME`, or `None` for a call about no one object.
+    /// `node NAME UID`, `service NAMESPACE/NAME UID`, or `None` for a call about no one
+    /// object.
     fn object(&self) -> Option<String>;
     /// The node the call is about, if one.
     fn node(&self) -> Option<&Node> {
@@ -644,16 +654,19 @@ trait Subject: Args + Copy {
 
 impl Subject for (&Node,) {
     fn object(&self) -> Option<String> {
-        Some(format!("node {}", self.0.name))
+        Some(format!("node {} {}", self.0.name, self.0.uid))
     }
     fn node(&self) -> Option<&Node> {
         Some(self.0)
     }
 }
 
-/// `service NAMESPACE/NAME`.
+/// `service NAMESPACE/NAME UID`: a Service made again under its name starts afresh.
 fn service_object(service: &Service) -> Option<String> {
-    Some(format!("service {}/{}", service.namespace, service.name))
+    Some(format!(
+        "service {}/{} {}",
+        service.namespace, service.name, service.uid
+    ))
 }
 
 /// `Subject` for argument tuples about one Service, the second element.

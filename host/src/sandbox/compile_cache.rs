@@ -2,9 +2,10 @@
 //! engine's compatibility hash (wasmtime version and every setting that changes codegen).
 //!
 //! Loading precompiled code is `unsafe` in wasmtime: the bytes become machine code. So every
-//! file carries the sha256 of its artifact and is loaded only when that matches; a truncated
-//! or corrupted file is removed and rebuilt, never loaded. The directory must be writable by
-//! the manager alone (the digest guards against corruption, not against a hostile writer).
+//! file carries a tag under the directory's key ([`crate::seal`]) over the component's
+//! digest, the engine key and the code, and is loaded only when the tag matches: a truncated,
+//! corrupted or swapped file (another component's code under this one's name, whoever wrote
+//! it) is removed and rebuilt, never loaded. Files over [`MAX_ENTRY_BYTES`] are not read.
 //!
 //! Processes sharing the directory compile a component once: a miss takes an exclusive lock
 //! on the entry's `.lock` file, looks again, and only then compiles. Big components (a
@@ -19,7 +20,13 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-const MAGIC: &[u8; 8] = b"WCCMPC01";
+use crate::seal::{Seal, SealError, TAG_BYTES};
+
+/// The file format: the magic, the tag, the artifact (`01` had an unkeyed sha256).
+const MAGIC: &[u8; 8] = b"WCCMPC02";
+
+/// The largest entry read: compiled code is a few times its component (at most 128 MiB).
+const MAX_ENTRY_BYTES: u64 = 1 << 30;
 
 /// Where a component's machine code came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +52,18 @@ impl Origin {
 pub struct CompileCache {
     dir: PathBuf,
     engine_key: String,
+    seal: Seal,
 }
 
 impl CompileCache {
-    pub fn new(dir: PathBuf, engine: &Engine) -> Self {
-        CompileCache {
+    /// The cache in `dir`, its key opened (made on first use).
+    pub fn new(dir: PathBuf, engine: &Engine) -> Result<Self, SealError> {
+        let seal = Seal::open(&dir)?;
+        Ok(CompileCache {
             dir,
             engine_key: engine_key(engine),
-        }
+            seal,
+        })
     }
 
     /// The cache file of the component whose sha256 is `digest`.
@@ -69,16 +80,16 @@ impl CompileCache {
         digest: &str,
     ) -> wasmtime::Result<(Component, Origin)> {
         let path = self.path_for(digest);
-        if let Some(component) = self.load(engine, &path) {
+        if let Some(component) = self.load(engine, &path, digest) {
             return Ok((component, Origin::Cache));
         }
         // Held until the entry is stored; released when dropped (the file stays, empty).
         let _compiling = self.lock(&path);
-        if let Some(component) = self.load(engine, &path) {
+        if let Some(component) = self.load(engine, &path, digest) {
             return Ok((component, Origin::Cache));
         }
         let component = Component::new(engine, wasm)?;
-        if let Err(err) = self.store(&component, &path) {
+        if let Err(err) = self.store(&component, &path, digest) {
             tracing::warn!(path = %path.display(), "cannot write compile cache: {err:#}");
         }
         Ok((component, Origin::Compiled))
@@ -102,23 +113,25 @@ impl CompileCache {
 
     // The one audited `unsafe` of the workspace (`unsafe_code` is denied everywhere else).
     #[allow(unsafe_code)]
-    fn load(&self, engine: &Engine, path: &Path) -> Option<Component> {
-        let bytes = match std::fs::read(path) {
+    fn load(&self, engine: &Engine, path: &Path, digest: &str) -> Option<Component> {
+        let bytes = match read_bounded(path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
             Err(err) => {
                 tracing::warn!(path = %path.display(), "cannot read compile cache: {err}");
+                let _ = std::fs::remove_file(path);
                 return None;
             }
         };
-        let Some(artifact) = verified_artifact(&bytes) else {
-            tracing::warn!(path = %path.display(), "compile cache entry is corrupted; rebuilding it");
+        let Some(artifact) = self.verified_artifact(&bytes, digest) else {
+            tracing::warn!(path = %path.display(), "compile cache entry fails its seal (corrupted, or not this component's code); rebuilding it");
             let _ = std::fs::remove_file(path);
             return None;
         };
-        // SAFETY: the artifact was produced by `Component::serialize` of this engine
-        // configuration (the file name carries the engine key) and its sha256 matches the
-        // one written beside it, so these are the bytes this process family wrote.
+        // SAFETY: the artifact carries a tag, under a key only this user can read, over this
+        // component's digest, this engine configuration's key and the artifact: it is what
+        // `Component::serialize` of this engine made of this component in this user's
+        // process.
         match unsafe { Component::deserialize(engine, artifact) } {
             Ok(component) => Some(component),
             Err(err) => {
@@ -129,12 +142,12 @@ impl CompileCache {
         }
     }
 
-    fn store(&self, component: &Component, path: &Path) -> wasmtime::Result<()> {
+    fn store(&self, component: &Component, path: &Path, digest: &str) -> wasmtime::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let artifact = component.serialize()?;
         let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
         file.write_all(MAGIC)?;
-        file.write_all(&Sha256::digest(&artifact))?;
+        file.write_all(&self.seal.tag(&self.sealed_parts(digest, &artifact)))?;
         file.write_all(&artifact)?;
         file.as_file().sync_all()?;
         file.persist(path)?;
@@ -142,14 +155,40 @@ impl CompileCache {
     }
 }
 
-/// The artifact inside a cache file, if the file is whole and its checksum matches.
-fn verified_artifact(bytes: &[u8]) -> Option<&[u8]> {
-    let rest = bytes.strip_prefix(MAGIC.as_slice())?;
-    if rest.len() < 32 {
-        return None;
+impl CompileCache {
+    /// What the tag of the compiled code of the component `digest` covers.
+    fn sealed_parts<'a>(&'a self, digest: &'a str, artifact: &'a [u8]) -> [&'a [u8]; 4] {
+        [
+            b"compiled code",
+            digest.as_bytes(),
+            self.engine_key.as_bytes(),
+            artifact,
+        ]
     }
-    let (checksum, artifact) = rest.split_at(32);
-    (Sha256::digest(artifact).as_slice() == checksum).then_some(artifact)
+
+    /// The artifact inside a cache file, if the file is whole and its tag is that of the
+    /// component `digest`'s code for this engine.
+    fn verified_artifact<'a>(&self, bytes: &'a [u8], digest: &str) -> Option<&'a [u8]> {
+        let rest = bytes.strip_prefix(MAGIC.as_slice())?;
+        if rest.len() < TAG_BYTES {
+            return None;
+        }
+        let (tag, artifact) = rest.split_at(TAG_BYTES);
+        self.seal
+            .verify(&self.sealed_parts(digest, artifact), tag)
+            .then_some(artifact)
+    }
+}
+
+/// A cache file's bytes, unless it is larger than any entry is.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let length = std::fs::metadata(path)?.len();
+    if length > MAX_ENTRY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{length} bytes, more than an entry ever is ({MAX_ENTRY_BYTES})"
+        )));
+    }
+    std::fs::read(path)
 }
 
 /// A stable hex key of the engine's compatibility hash.
@@ -173,19 +212,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_whole_files_with_matching_checksum_verify() {
+    fn only_whole_files_sealed_for_their_component_and_engine_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::default();
+        let cache = CompileCache::new(dir.path().to_path_buf(), &engine).unwrap();
         let artifact = b"machine code".to_vec();
         let mut file = MAGIC.to_vec();
-        file.extend_from_slice(&Sha256::digest(&artifact));
+        file.extend_from_slice(&cache.seal.tag(&cache.sealed_parts("sha256:a", &artifact)));
         file.extend_from_slice(&artifact);
-        assert_eq!(verified_artifact(&file), Some(artifact.as_slice()));
+        assert_eq!(
+            cache.verified_artifact(&file, "sha256:a"),
+            Some(artifact.as_slice())
+        );
+        assert_eq!(
+            cache.verified_artifact(&file, "sha256:b"),
+            None,
+            "another component's code under this one's name"
+        );
 
         let truncated = &file[..file.len() - 1];
-        assert_eq!(verified_artifact(truncated), None);
+        assert_eq!(cache.verified_artifact(truncated, "sha256:a"), None);
         let mut flipped = file.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        assert_eq!(verified_artifact(&flipped), None);
-        assert_eq!(verified_artifact(b"WCCMPC01short"), None);
-        assert_eq!(verified_artifact(&artifact), None);
+        assert_eq!(cache.verified_artifact(&flipped, "sha256:a"), None);
+        assert_eq!(cache.verified_artifact(b"WCCMPC02short", "sha256:a"), None);
+        let mut unkeyed = b"WCCMPC01".to_vec();
+        unkeyed.extend_from_slice(&Sha256::digest(&artifact));
+        unkeyed.extend_from_slice(&artifact);
+        assert_eq!(
+            cache.verified_artifact(&unkeyed, "sha256:a"),
+            None,
+            "a checksum anyone can compute is no seal"
+        );
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = CompileCache::new(other.path().to_path_buf(), &engine).unwrap();
+        assert_eq!(
+            elsewhere.verified_artifact(&file, "sha256:a"),
+            None,
+            "sealed under another key"
+        );
     }
 }

@@ -151,6 +151,9 @@ pub enum LoadError {
     /// The engine or linker could not be built, or the compile task died.
     #[error("cannot set up the wasm engine: {0}")]
     Engine(String),
+    /// The compile cache's key cannot be used.
+    #[error("compile cache {0}")]
+    Cache(#[from] crate::seal::SealError),
     /// The bytes do not compile as a component.
     #[error("{origin} is not a valid WebAssembly component: {detail}")]
     Invalid {
@@ -263,10 +266,10 @@ impl Sandbox {
         let engine = build_engine(&config).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let linker = build_linker(&engine).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         start_epoch_ticker(&engine);
-        let cache = config
-            .cache_dir
-            .clone()
-            .map(|dir| compile_cache::CompileCache::new(dir, &engine));
+        let cache = match config.cache_dir.clone() {
+            Some(dir) => Some(compile_cache::CompileCache::new(dir, &engine)?),
+            None => None,
+        };
         let slots = Semaphore::new(config.max_concurrent_calls as usize);
         Ok(Sandbox {
             inner: Arc::new(SandboxInner {
@@ -794,9 +797,11 @@ impl Guest {
             Ok(Err(err)) if err.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
                 return Err(CallFailure::Deadline { limit_ms });
             }
+            // A start function that traps says so in the guest's own names (its name
+            // section): bounded as an error message.
             Ok(Err(err)) if !instantiated => {
                 return Err(CallFailure::Instantiate {
-                    message: format!("{err:#}"),
+                    message: bounds::message(failure_reason(&err)),
                 });
             }
             Ok(Err(err)) => {

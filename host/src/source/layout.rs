@@ -29,6 +29,10 @@ pub const MANIFEST_TYPES: [&str; 2] = [
 /// the read stops there).
 pub const MAX_COMPONENT_BYTES: u64 = 128 << 20;
 
+/// The largest manifest read, from a registry or the cache: the size the OCI distribution
+/// spec says registries should accept (a provider's manifest is about 1 KiB).
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
 /// Annotation keys `provider push` sets (the OCI image-spec's pre-defined ones).
 pub mod annotation {
     /// The version of the packaged software, e.g. `v1.2.0`.

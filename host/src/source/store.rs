@@ -7,7 +7,9 @@
 //! DIR/compiled/                precompiled code, `<component hex>-<engine>.cwasm` (the
 //!                              sandbox's compile cache)
 //! DIR/signatures/sha256/<hex>  fingerprints of the keys whose signatures of that manifest
-//!                              were verified, one a line (at most [`MAX_VERIFIED_KEYS`])
+//!                              were verified, one a line (at most [`MAX_VERIFIED_KEYS`]),
+//!                              then the verdict's seal
+//! DIR/key, DIR/compiled/key    the keys that seal verdicts and compiled code ([`crate::seal`])
 //! DIR/tmp/                     files being written
 //! ```
 //!
@@ -20,23 +22,30 @@
 //! least recently used first, with their components, compiled code and signature verdicts.
 //!
 //! A signature verdict is not content-addressed: it is the manager's own record that it
-//! checked signatures of that digest with those keys, trusted as the directory is (whoever
-//! may write it may also write the precompiled code the sandbox loads).
+//! checked signatures of that digest with those keys, so it is sealed under the directory's
+//! key ([`crate::seal`]) over the digest and the keys, and one that fails its seal counts as
+//! no verdict (the signatures are checked again). No file is read past the largest it can be
+//! (a manifest [`MAX_MANIFEST_BYTES`], a component [`MAX_COMPONENT_BYTES`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::layout::{check_manifest, digest_like};
+use super::layout::{MAX_COMPONENT_BYTES, MAX_MANIFEST_BYTES, check_manifest, digest_like};
+use crate::seal::Seal;
 
 /// Most key fingerprints recorded as verified for one manifest.
 pub const MAX_VERIFIED_KEYS: usize = 16;
+
+/// The largest verdict file read: [`MAX_VERIFIED_KEYS`] fingerprints and a seal.
+const MAX_VERDICT_BYTES: u64 = 4096;
 
 /// A cache directory and its size bound.
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
     dir: PathBuf,
     max_bytes: u64,
+    seal: Seal,
 }
 
 /// One evictable unit: a manifest with its layer and compiled code, or compiled code alone
@@ -62,9 +71,13 @@ impl ArtifactStore {
         ] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
+        let seal = Seal::open(dir).map_err(std::io::Error::other)?;
+        // The compiled code's key, made (and checked) now: a bad one is refused at start.
+        Seal::open(&dir.join("compiled")).map_err(std::io::Error::other)?;
         Ok(ArtifactStore {
             dir: dir.to_path_buf(),
             max_bytes,
+            seal,
         })
     }
 
@@ -76,7 +89,7 @@ impl ArtifactStore {
     /// The manifest with `digest`, if cached and sound; marks the version as just used.
     pub fn manifest(&self, digest: &str) -> Option<Vec<u8>> {
         let path = self.path("manifests", digest)?;
-        let bytes = self.read_checked(&path, digest)?;
+        let bytes = self.read_checked(&path, digest, MAX_MANIFEST_BYTES)?;
         let _ = std::fs::File::options()
             .append(true)
             .open(&path)
@@ -87,7 +100,7 @@ impl ArtifactStore {
     /// The blob with `digest`, if cached and sound.
     pub fn blob(&self, digest: &str) -> Option<Vec<u8>> {
         let path = self.path("blobs", digest)?;
-        self.read_checked(&path, digest)
+        self.read_checked(&path, digest, MAX_COMPONENT_BYTES)
     }
 
     /// Store a manifest; `bytes` must hash to `digest`.
@@ -100,15 +113,31 @@ impl ArtifactStore {
         self.put("blobs", digest, bytes)
     }
 
-    /// The fingerprints of the keys whose signatures of the manifest `digest` were verified.
+    /// The fingerprints of the keys whose signatures of the manifest `digest` were verified;
+    /// none if the record fails its seal.
     pub fn verified_keys(&self, digest: &str) -> Vec<String> {
-        let Some(text) = self
-            .path("signatures", digest)
-            .and_then(|path| std::fs::read_to_string(path).ok())
-        else {
+        let Some(path) = self.path("signatures", digest) else {
             return Vec::new();
         };
-        text.lines()
+        let Some(bytes) = read_at_most(&path, MAX_VERDICT_BYTES) else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines: Vec<&str> = text.lines().collect();
+        let sealed = lines
+            .pop()
+            .and_then(|last| last.strip_prefix("seal:"))
+            .and_then(|tag| hex::decode(tag).ok())
+            .is_some_and(|tag| {
+                let keys = lines.join("\n");
+                self.seal.verify(&verdict_parts(digest, &keys), &tag)
+            });
+        if !sealed {
+            tracing::warn!(path = %path.display(), "signature verdict fails its seal; the signatures will be checked again");
+            return Vec::new();
+        }
+        lines
+            .into_iter()
             .filter(|line| line.starts_with("sha256:"))
             .take(MAX_VERIFIED_KEYS)
             .map(str::to_string)
@@ -133,6 +162,8 @@ impl ArtifactStore {
         for key in &keys {
             writeln!(file, "{key}")?;
         }
+        let tag = self.seal.tag(&verdict_parts(digest, &keys.join("\n")));
+        writeln!(file, "seal:{}", hex::encode(tag))?;
         file.as_file().sync_all()?;
         file.persist(&path)?;
         Ok(())
@@ -149,8 +180,8 @@ impl ArtifactStore {
         valid.then(|| self.dir.join(kind).join(algorithm).join(hex))
     }
 
-    fn read_checked(&self, path: &Path, digest: &str) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(path).ok()?;
+    fn read_checked(&self, path: &Path, digest: &str, max: u64) -> Option<Vec<u8>> {
+        let bytes = read_at_most(path, max)?;
         if digest_like(digest, &bytes) == digest {
             return Some(bytes);
         }
@@ -245,7 +276,10 @@ impl ArtifactStore {
                 layer_digest,
             });
         }
-        for (path, modified) in files_in(&self.compiled_dir()) {
+        let compiled = files_in(&self.compiled_dir())
+            .into_iter()
+            .filter(|(path, _)| path.extension().is_some_and(|e| e == "cwasm"));
+        for (path, modified) in compiled {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let layer_digest = name
                 .and_then(|n| n.split('-').next().map(|hex| format!("sha256:{hex}")))
@@ -278,6 +312,23 @@ impl ArtifactStore {
             })
             .collect()
     }
+}
+
+/// What a verdict's seal covers: the manifest's digest and the keys, one a line.
+fn verdict_parts<'a>(digest: &'a str, keys: &'a str) -> [&'a [u8]; 3] {
+    [b"signature verdict", digest.as_bytes(), keys.as_bytes()]
+}
+
+/// The bytes of `path`, unless it is missing, unreadable or larger than `max` (then it is
+/// removed: nothing the manager writes there is that large).
+fn read_at_most(path: &Path, max: u64) -> Option<Vec<u8>> {
+    let length = std::fs::metadata(path).ok()?.len();
+    if length > max {
+        tracing::warn!(path = %path.display(), length, max, "cached file is larger than any the manager writes; removing it");
+        let _ = std::fs::remove_file(path);
+        return None;
+    }
+    std::fs::read(path).ok()
 }
 
 fn files_in(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
@@ -365,6 +416,34 @@ mod tests {
     }
 
     #[test]
+    fn a_signature_verdict_counts_only_under_its_seal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path(), 1 << 30).unwrap();
+        let digest = sha256_digest(b"manifest");
+        let other = sha256_digest(b"another manifest");
+        let key = sha256_digest(b"a key");
+        store
+            .put_verified_keys(&digest, std::slice::from_ref(&key))
+            .unwrap();
+        assert_eq!(store.verified_keys(&digest), vec![key.clone()]);
+
+        // A verdict written by hand, or moved from another digest, is no verdict.
+        let path = store.path("signatures", &digest).unwrap();
+        let sealed = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        assert!(store.verified_keys(&digest).is_empty(), "unsealed");
+        let forged = sha256_digest(b"the attacker's key");
+        std::fs::write(&path, sealed.replace(&key, &forged)).unwrap();
+        assert!(store.verified_keys(&digest).is_empty(), "another key");
+        let moved = store.path("signatures", &other).unwrap();
+        std::fs::write(&moved, &sealed).unwrap();
+        assert!(store.verified_keys(&other).is_empty(), "another digest");
+        std::fs::write(&path, vec![b'a'; 1 << 20]).unwrap();
+        assert!(store.verified_keys(&digest).is_empty(), "too large");
+        assert!(!path.exists(), "and removed");
+    }
+
+    #[test]
     fn eviction_takes_the_least_recently_used_versions_not_in_use() {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path(), 220_000).unwrap();
@@ -405,7 +484,14 @@ mod tests {
         );
         assert!(store.manifest(&old).is_some());
         assert!(dir_size(dir.path()) <= 220_000);
-        let compiled: Vec<_> = files_in(&store.compiled_dir());
+        let compiled: Vec<_> = files_in(&store.compiled_dir())
+            .into_iter()
+            .filter(|(path, _)| path.extension().is_some_and(|e| e == "cwasm"))
+            .collect();
         assert_eq!(compiled.len(), 2, "compiled code goes with its version");
+        assert!(
+            store.compiled_dir().join("key").exists(),
+            "the key is no version"
+        );
     }
 }

@@ -248,6 +248,9 @@ pub struct Row {
     pub evidence: String,
 }
 
+/// The most bytes of one row's evidence.
+const MAX_EVIDENCE: usize = 4096;
+
 /// Every rule's row, in the order run.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
@@ -275,11 +278,14 @@ impl Report {
         report
     }
 
+    /// A row; its evidence quotes the provider's answers, so it is escaped onto one line and
+    /// cut to [`MAX_EVIDENCE`] bytes.
     fn row(&mut self, rule: &'static str, verdict: Verdict, evidence: impl Into<String>) {
+        let evidence = wasm_ccm_host::text::escaped(&evidence.into()).into_owned();
         self.rules.push(Row {
             rule,
             verdict,
-            evidence: evidence.into(),
+            evidence: wasm_ccm_host::text::ellipsized(evidence, MAX_EVIDENCE),
         });
     }
 

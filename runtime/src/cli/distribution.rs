@@ -25,7 +25,8 @@ pub struct DistributionFlags {
     pub registry_config: Option<PathBuf>,
 
     /// Directory that keeps pulled providers (by digest) and their compiled code, so a
-    /// restart neither downloads nor compiles; shareable by processes on one node.
+    /// restart neither downloads nor compiles; shareable by processes on one node. Compiled
+    /// code is sealed with a key kept in it (`key`, this user's, mode 0600).
     #[arg(long, value_name = "DIR", help_heading = "Registry")]
     pub cache_dir: Option<PathBuf>,
 

@@ -532,18 +532,25 @@ async fn inspect(
     })
 }
 
+/// Text a registry or a component chose (annotations, media types, import and export
+/// names, problems quoting them), as `inspect` prints it: escaped onto one line, cut to
+/// 512 bytes.
+fn quoted(text: &str) -> String {
+    wasm_ccm_host::text::ellipsized(wasm_ccm_host::text::escaped(text).into_owned(), 512)
+}
+
 fn render(identity: &Identity, inspection: &Inspection) -> String {
     let mut out = format!("provider:  {}\n", identity.reference);
     if let Some(manifest) = &identity.manifest {
         out.push_str(&format!(
             "manifest:  {} ({})\nconfig:    {}\nlayers:    {}\n",
             manifest.digest,
-            manifest.media_type,
-            manifest.config_media_type,
-            manifest.layer_media_types.join(", ")
+            quoted(&manifest.media_type),
+            quoted(&manifest.config_media_type),
+            quoted(&manifest.layer_media_types.join(", "))
         ));
         for (key, value) in &manifest.annotations {
-            out.push_str(&format!("  {key}: {value}\n"));
+            out.push_str(&format!("  {}: {}\n", quoted(key), quoted(value)));
         }
     }
     out.push_str(&format!(
@@ -559,15 +566,18 @@ fn render(identity: &Identity, inspection: &Inspection) -> String {
     ));
     out.push_str("imports:\n");
     for import in &inspection.imports {
-        out.push_str(&format!("  {import}\n"));
+        out.push_str(&format!("  {}\n", quoted(import)));
     }
     out.push_str("exports:\n");
     for export in &inspection.exports {
-        out.push_str(&format!("  {export}\n"));
+        out.push_str(&format!("  {}\n", quoted(export)));
     }
     match &inspection.problem {
         None => out.push_str("satisfies the host contract: yes\n"),
-        Some(problem) => out.push_str(&format!("satisfies the host contract: no\n  {problem}\n")),
+        Some(problem) => out.push_str(&format!(
+            "satisfies the host contract: no\n  {}\n",
+            quoted(problem)
+        )),
     }
     out
 }
@@ -615,7 +625,7 @@ fn render_signatures(digest: &str, signatures: &Result<Vec<ListedSignature>, Str
     };
     let mut out = format!("signatures: {} ({tag})\n", listed.len());
     for signature in listed {
-        let claimed = signature.digest.as_deref().unwrap_or("no digest claimed");
+        let claimed = quoted(signature.digest.as_deref().unwrap_or("no digest claimed"));
         let mark = if signature.digest.as_deref() == Some(digest) {
             ""
         } else {
@@ -626,7 +636,7 @@ fn render_signatures(digest: &str, signatures: &Result<Vec<ListedSignature>, Str
             out.push_str(&format!("    verified with {key}\n"));
         }
         if let Some(problem) = &signature.problem {
-            out.push_str(&format!("    unreadable: {problem}\n"));
+            out.push_str(&format!("    unreadable: {}\n", quoted(problem)));
         }
     }
     out

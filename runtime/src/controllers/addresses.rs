@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use wasm_ccm_host::answers::{ClusterAddresses, Holder, ServiceField};
+use wasm_ccm_host::answers::{Claims, ClusterAddresses, Holder, ServiceField};
 
 use super::Informer;
 
@@ -67,12 +67,23 @@ pub fn service_addresses(service: &Service) -> Vec<IpAddr> {
     ips
 }
 
-/// The node and service caches, as the answer checks see them.
+/// The node and service caches, as the answer checks see them, and the addresses of
+/// answers that passed but are not in the caches yet.
 pub struct ClusterView {
-    /// The shared node cache.
-    pub nodes: Informer<Node>,
-    /// The shared service cache.
-    pub services: Informer<Service>,
+    nodes: Informer<Node>,
+    services: Informer<Service>,
+    claims: Claims,
+}
+
+impl ClusterView {
+    /// The view of the shared caches.
+    pub fn new(nodes: Informer<Node>, services: Informer<Service>) -> ClusterView {
+        ClusterView {
+            nodes,
+            services,
+            claims: Claims::default(),
+        }
+    }
 }
 
 impl ClusterAddresses for ClusterView {
@@ -95,10 +106,14 @@ impl ClusterAddresses for ClusterView {
                 service.metadata.namespace.as_deref().unwrap_or_default(),
                 service.metadata.name.as_deref().unwrap_or_default()
             );
-            for (_, field) in service_fields(&service)
+            let mut fields: Vec<ServiceField> = service_fields(&service)
                 .into_iter()
                 .filter(|(held, _)| *held == ip)
-            {
+                .map(|(_, field)| field)
+                .collect();
+            // `externalIPs` may list an address any number of times: each field once.
+            fields.dedup();
+            for field in fields {
                 holders.push(Holder::Service {
                     key: key.clone(),
                     field,
@@ -106,6 +121,15 @@ impl ClusterAddresses for ClusterView {
             }
         }
         holders
+    }
+
+    fn claim(
+        &self,
+        ip: IpAddr,
+        by: Holder,
+        conflicts: &dyn Fn(&Holder) -> bool,
+    ) -> Result<(), Holder> {
+        self.claims.claim(ip, by, conflicts)
     }
 }
 

@@ -60,6 +60,11 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
     let queue = WorkQueue::new("Nodes", backoff, &context.queues);
     // Every node arrives as added (or as one resync) with the first list.
     let mut changes = context.nodes.subscribe();
+    // Answers are checked against the addresses both caches hold: none before both are full.
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = async { context.nodes.wait_synced().await; context.services.wait_synced().await } => {}
+    }
 
     let workers = futures::future::join_all(
         (0..context.settings.concurrent_node_syncs.max(1))

@@ -25,8 +25,14 @@ pub fn later(after: std::time::Duration) -> Time {
     )
 }
 
+/// The most bytes of a condition's message: it quotes provider and registry text (an
+/// `init` error, a load error, a refusal), and the API takes 32 KiB at most, refusing the
+/// whole status beyond.
+pub const MAX_CONDITION_MESSAGE: usize = 4096;
+
 /// Set condition `type_` in `status`, keeping its transition time unless its status
-/// changes; conditions stay in the order of [`crate::resource::condition::ALL`].
+/// changes; conditions stay in the order of [`crate::resource::condition::ALL`]. The
+/// message is escaped onto one line and cut to [`MAX_CONDITION_MESSAGE`] bytes.
 pub fn set_condition(
     status: &mut CloudProviderStatus,
     type_: &str,
@@ -35,7 +41,10 @@ pub fn set_condition(
     message: impl Into<String>,
     generation: Option<i64>,
 ) {
-    let message = message.into();
+    let message = wasm_ccm_host::text::ellipsized(
+        wasm_ccm_host::text::escaped(&message.into()).into_owned(),
+        MAX_CONDITION_MESSAGE,
+    );
     let conditions = &mut status.conditions;
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(condition) => {
@@ -95,4 +104,29 @@ pub async fn write(
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_message_is_one_line_and_bounded() {
+        let mut status = CloudProviderStatus::default();
+        let quoted = format!("init failed: line\nforged {}", "x".repeat(1 << 20));
+        set_condition(
+            &mut status,
+            crate::resource::condition::READY,
+            ConditionStatus::False,
+            "InitFailed",
+            quoted,
+            None,
+        );
+        let message = &status.conditions[0].message;
+        assert!(message.len() <= MAX_CONDITION_MESSAGE, "{}", message.len());
+        assert!(
+            message.starts_with("init failed: line\\nforged x"),
+            "{message:.40}"
+        );
+    }
 }

@@ -16,7 +16,8 @@
 //!   (keyed by the token's SHA-256, never the token), decisions for
 //!   `--authorization-webhook-cache-authorized-ttl` and `…-unauthorized-ttl` (10 s each),
 //!   each cache bounded ([`TOKEN_CACHE_SIZE`], [`DECISION_CACHE_SIZE`]); a failed review is
-//!   not cached.
+//!   not cached. Tokens the API server refused are kept apart from those it knows, so each
+//!   costs one review per TTL, and a flood of distinct bad tokens evicts only bad ones.
 //!
 //! Unlike upstream, a request with no credentials is refused (401) at once rather than
 //! reviewed as `system:anonymous`, and an always-allowed path is answered without looking
@@ -50,7 +51,8 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-/// Reviewed tokens kept at most (upstream's token cache is bounded only by its TTL).
+/// Reviewed tokens kept at most, the known and the refused each (upstream's token cache is
+/// bounded only by its TTL).
 pub const TOKEN_CACHE_SIZE: usize = 4096;
 /// Authorisation decisions kept at most (upstream's webhook authorizer keeps 8192).
 pub const DECISION_CACHE_SIZE: usize = 8192;
@@ -268,7 +270,10 @@ impl IntoResponse for Refusal {
 pub(super) struct Delegation {
     config: Arc<AuthConfig>,
     client: kube::Client,
-    tokens: Arc<Mutex<Expiring<[u8; 32], Option<Caller>>>>,
+    /// Tokens the API server knows, with who they are.
+    tokens: Arc<Mutex<Expiring<[u8; 32], Caller>>>,
+    /// Tokens it refused: apart, so that refused ones never evict known ones.
+    refused: Arc<Mutex<Expiring<[u8; 32], ()>>>,
     decisions: Arc<Mutex<Expiring<Question, Result<(), String>>>>,
 }
 
@@ -278,6 +283,7 @@ impl Delegation {
             config: Arc::new(config),
             client,
             tokens: Arc::new(Mutex::new(Expiring::new(TOKEN_CACHE_SIZE))),
+            refused: Arc::new(Mutex::new(Expiring::new(TOKEN_CACHE_SIZE))),
             decisions: Arc::new(Mutex::new(Expiring::new(DECISION_CACHE_SIZE))),
         }
     }
@@ -305,14 +311,26 @@ impl Delegation {
             .ok_or(Refusal::Unauthorized)?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(known) = locked(&self.tokens).get(&key, Instant::now()) {
-            return known.ok_or(Refusal::Unauthorized);
+            return Ok(known);
+        }
+        if locked(&self.refused).get(&key, Instant::now()).is_some() {
+            return Err(Refusal::Unauthorized);
         }
         let reviewed = self.review_token(token).await.map_err(|error| {
             warn!(%error, "cannot authenticate a request to the secure port");
             Refusal::Unauthorized
         })?;
-        locked(&self.tokens).insert(key, reviewed.clone(), self.config.token_ttl, Instant::now());
-        reviewed.ok_or(Refusal::Unauthorized)
+        let ttl = self.config.token_ttl;
+        match reviewed {
+            Some(caller) => {
+                locked(&self.tokens).insert(key, caller.clone(), ttl, Instant::now());
+                Ok(caller)
+            }
+            None => {
+                locked(&self.refused).insert(key, (), ttl, Instant::now());
+                Err(Refusal::Unauthorized)
+            }
+        }
     }
 
     async fn review_token(&self, token: &str) -> Result<Option<Caller>, ReviewError> {
@@ -470,6 +488,60 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// A client of an API server whose every TokenReview answers "not authenticated",
+    /// counting the reviews.
+    fn refusing_api(reviews: Arc<std::sync::atomic::AtomicUsize>) -> kube::Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            reviews.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                let body = serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {}, "status": {"authenticated": false}
+                });
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from(
+                            body.to_string(),
+                        )))
+                        .unwrap(),
+                )
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_bad_token_costs_one_review_per_ttl_and_a_flood_of_them_evicts_no_good_one() {
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let delegation = Delegation::new(AuthConfig::default(), refusing_api(reviews.clone()));
+        let good = Caller {
+            name: "prometheus".into(),
+            uid: String::new(),
+            groups: Vec::new(),
+            extra: BTreeMap::new(),
+        };
+        let good_key: [u8; 32] = Sha256::digest(b"good").into();
+        let ttl = delegation.config.token_ttl;
+        locked(&delegation.tokens).insert(good_key, good.clone(), ttl, Instant::now());
+        let bearer = |token: &str| Some(format!("Bearer {token}"));
+        for _ in 0..3 {
+            assert!(delegation.authenticate(None, bearer("bad")).await.is_err());
+        }
+        assert_eq!(
+            reviews.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one review"
+        );
+        for index in 0..TOKEN_CACHE_SIZE + 100 {
+            let _ = delegation
+                .authenticate(None, bearer(&format!("bad-{index}")))
+                .await;
+        }
+        let known = delegation.authenticate(None, bearer("good")).await;
+        assert_eq!(known.ok().map(|caller| caller.name), Some(good.name));
     }
 
     #[test]

@@ -29,6 +29,11 @@ use super::tls::{self, TlsError, TlsSource};
 /// A client that connects but never finishes the handshake must not hold a task forever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections served at once; one past it is closed as soon as it is accepted, so a flood
+/// of connections holds neither memory nor tasks beyond it (Prometheus and the kubelet's
+/// probes need a handful).
+pub const MAX_CONNECTIONS: usize = 256;
+
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Where and how to serve, from `--bind-address`, `--secure-port` and the `--tls-*` flags.
@@ -136,6 +141,7 @@ async fn accept(
     app: Router,
     shutdown: CancellationToken,
 ) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -143,13 +149,15 @@ async fn accept(
         };
         match accepted {
             Ok((stream, peer)) => {
-                tokio::spawn(connection(
-                    stream,
-                    peer,
-                    acceptor.clone(),
-                    app.clone(),
-                    shutdown.clone(),
-                ));
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    debug!(%peer, "{MAX_CONNECTIONS} connections open; closing this one");
+                    continue;
+                };
+                let (acceptor, app, shutdown) = (acceptor.clone(), app.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    connection(stream, peer, acceptor, app, shutdown).await;
+                    drop(permit);
+                });
             }
             Err(error) => {
                 // Out of file descriptors and the like: back off rather than spin.
@@ -583,6 +591,28 @@ mod tests {
             assert_eq!(get(addr, open).await.status, StatusCode::OK, "{open}");
         }
         shutdown.cancel();
+    }
+
+    /// A flood of connections that never even handshake holds at most the bound: one past
+    /// it is closed at once (not held until the handshake times out), and once some end
+    /// the port serves again.
+    #[tokio::test]
+    async fn connections_past_the_bound_are_closed_and_the_port_serves_again_once_some_end() {
+        let (addr, _shutdown) = start(HealthChecks::default(), Registry::default()).await;
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(TcpStream::connect(addr).await.expect("connect"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut extra = TcpStream::connect(addr).await.expect("connect");
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(HANDSHAKE_TIMEOUT / 2, extra.read(&mut byte))
+            .await
+            .expect("closed at once, not held until the handshake timeout");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        held.truncate(MAX_CONNECTIONS - 8);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(get(addr, "/healthz").await.status, StatusCode::OK);
     }
 
     #[tokio::test]

@@ -1259,6 +1259,59 @@ fn fixture_file(yaml: &str) -> tempfile::NamedTempFile {
     file
 }
 
+/// Whoever can write `--cache-dir` cannot have the manager run other code under a
+/// component's digest: the hostile guest's compiled entry copied over simcloud's fails its
+/// seal, and simcloud is compiled again and run (it asks the cloud, which is not granted),
+/// never the hostile guest (which would answer a report).
+#[test]
+fn another_components_compiled_code_under_a_components_name_is_never_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_flag = format!("--cache-dir={}", cache.path().display());
+    let node = r#"{"node":{"name":"log:swapped"}}"#;
+    let call = |file: &str| {
+        wasm_ccm(
+            call_args(file, "instance-metadata", node, &[&cache_flag]),
+            &[("RUST_LOG", "warn")],
+        )
+    };
+    let entries = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(cache.path().join("compiled"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .collect()
+    };
+    let hostile = call(guest_builds::HOSTILE);
+    assert_eq!(hostile.code, Some(0), "{hostile:#?}");
+    assert!(hostile.stdout.contains("report"), "{}", hostile.stdout);
+    let [hostile_entry] = entries().try_into().expect("hostile's compiled entry");
+    assert_eq!(
+        call(guest_builds::SIMCLOUD).code,
+        Some(1),
+        "simcloud reaches no cloud"
+    );
+    let simcloud_entry = entries()
+        .into_iter()
+        .find(|entry| *entry != hostile_entry)
+        .expect("simcloud's compiled entry");
+    std::fs::copy(&hostile_entry, &simcloud_entry).unwrap();
+
+    let swapped = call(guest_builds::SIMCLOUD);
+    assert_eq!(swapped.code, Some(1), "{swapped:#?}");
+    assert!(
+        !swapped.stdout.contains("report"),
+        "hostile code ran: {}",
+        swapped.stdout
+    );
+    assert!(
+        swapped
+            .stderr
+            .contains("compile cache entry fails its seal"),
+        "{}",
+        swapped.stderr
+    );
+}
+
 /// `--cache-dir` for CLI runs that compile a big component: the tests' shared cache
 /// ([`e2e::shared_cache_dir`]), so the TypeScript and Python ones (15-25 s each) are
 /// compiled once per test run rather than once per process.

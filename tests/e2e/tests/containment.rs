@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, GrantSource, HostPattern};
+use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, GrantSource, HostPattern, MethodPolicy};
 use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError, Shadow};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
@@ -416,6 +416,51 @@ async fn a_provider_request_body_is_sent_with_its_length() {
         assert!(!head.contains("transfer-encoding"), "{request}");
         assert_eq!(body, form.to_lowercase(), "{request}");
     }
+}
+
+/// Egress speaks only the methods a cloud API takes: `TRACE`, `CONNECT` and an extension
+/// method are refused before anything is sent, even to a granted host; under a method
+/// limit (a shadow's), a header asking the server to take a GET as a DELETE is removed.
+#[tokio::test]
+async fn only_cloud_methods_leave_and_a_method_override_never_undoes_a_limit() {
+    let (url, requests) = recording_target().await;
+    let provider = hostile(e2e::sandbox_config(), grant(&url)).await;
+    let request = |method: &str, headers: Value| json!({"method": method, "url": format!("{url}/x"), "headers": headers});
+    for method in ["TRACE", "CONNECT", "PROPFIND", &"X".repeat(300)] {
+        let refused = report(
+            &provider,
+            &format!("request:{}", request(method, json!([]))),
+        )
+        .await;
+        assert_eq!(refused["kind"], "denied", "{method:.20}: {refused}");
+    }
+    let denial = provider.egress().audit().recent();
+    assert!(
+        denial
+            .iter()
+            .all(|record| record.method.len() <= 16 && record.denied.is_some()),
+        "{denial:?}"
+    );
+    assert!(requests.lock().unwrap().is_empty(), "nothing was sent");
+
+    let mut limited = grant(&url);
+    limited.methods = MethodPolicy::SafeOnly {
+        methods: Vec::new(),
+        actions: Vec::new(),
+    };
+    let shadow = hostile(e2e::sandbox_config(), limited).await;
+    let overriding = request(
+        "GET",
+        json!([
+            ["X-HTTP-Method-Override", "DELETE"],
+            ["X-Method-Override", "DELETE"]
+        ]),
+    );
+    let sent = report(&shadow, &format!("request:{overriding}")).await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    let sent = requests.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1);
+    assert!(!sent[0].to_lowercase().contains("override"), "{}", sent[0]);
 }
 
 #[tokio::test]

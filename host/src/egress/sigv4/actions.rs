@@ -33,9 +33,7 @@ const MAX_ACTION: usize = 128;
 ///
 /// Signed on purpose: STS `GetCallerIdentity`, `GetAccessKeyInfo` (the account of a key
 /// id) and `DecodeAuthorizationMessage` (why a request was denied) issue nothing; IAM
-/// `CreateServiceLinkedRole` makes a role only an AWS service may assume; EC2
-/// `GetPasswordData` answers a password encrypted for the key pair's private key, which the
-/// manager does not hold.
+/// `CreateServiceLinkedRole` makes a role only an AWS service may assume.
 pub const CREDENTIAL_ACTIONS: &[(&str, &[&str])] = &[
     (
         "sts",
@@ -145,12 +143,59 @@ pub const CREDENTIAL_ACTIONS: &[(&str, &[&str])] = &[
     ("ec2", &["CreateKeyPair"]),
 ];
 
+/// The actions the gate never signs either, whatever the rule, by signing name: those whose
+/// answer is a secret (a secret's or parameter's value, a plaintext key, an instance's
+/// password or console) and those that run commands on instances or open sessions to them.
+/// A cloud controller needs none of them. Compared without regard to case.
+pub const SECRET_ACTIONS: &[(&str, &[&str])] = &[
+    (
+        "ssm",
+        &[
+            "SendCommand",
+            "GetCommandInvocation",
+            "ListCommandInvocations",
+            "StartSession",
+            "ResumeSession",
+            "StartAutomationExecution",
+            "CreateAssociation",
+            "GetParameter",
+            "GetParameters",
+            "GetParametersByPath",
+            "GetParameterHistory",
+        ],
+    ),
+    (
+        "secretsmanager",
+        &["GetSecretValue", "BatchGetSecretValue", "GetRandomPassword"],
+    ),
+    (
+        "kms",
+        &[
+            "Decrypt",
+            "ReEncrypt",
+            "GenerateDataKey",
+            "GenerateDataKeyPair",
+            "DeriveSharedSecret",
+        ],
+    ),
+    (
+        "ec2",
+        &[
+            "GetPasswordData",
+            "GetConsoleOutput",
+            "GetConsoleScreenshot",
+        ],
+    ),
+    ("ecs", &["ExecuteCommand"]),
+    ("lightsail", &["GetInstanceAccessDetails"]),
+];
+
 /// REST-protocol services (by signing name) whose requests the gate signs although they
-/// name no action: none of them issues AWS credentials.
+/// name no action: none of them issues AWS credentials, answers secrets or runs code
+/// (Lambda, whose `Invoke` runs a function and answers its output, is not among them).
 pub const REST_SERVICES: &[&str] = &[
     "s3",
     "route53",
-    "lambda",
     "eks",
     "apigateway",
     "execute-api",
@@ -384,8 +429,16 @@ fn is_action_name(text: &str) -> bool {
 
 /// Whether `action` of `service` issues or manages credentials ([`CREDENTIAL_ACTIONS`]).
 pub fn issues_credentials(service: &str, action: &str) -> bool {
-    CREDENTIAL_ACTIONS
-        .iter()
+    listed(CREDENTIAL_ACTIONS, service, action)
+}
+
+/// Whether `action` of `service` answers a secret or runs commands ([`SECRET_ACTIONS`]).
+pub fn reveals_secrets(service: &str, action: &str) -> bool {
+    listed(SECRET_ACTIONS, service, action)
+}
+
+fn listed(list: &[(&str, &[&str])], service: &str, action: &str) -> bool {
+    list.iter()
         .filter(|(name, _)| *name == service)
         .any(|(_, actions)| actions.iter().any(|a| a.eq_ignore_ascii_case(action)))
 }
@@ -446,6 +499,7 @@ pub fn action_label(service: &str, action: Option<&str>, allowed: &[String]) -> 
         .chain(
             CREDENTIAL_ACTIONS
                 .iter()
+                .chain(SECRET_ACTIONS)
                 .filter(|(name, _)| *name == service)
                 .flat_map(|(_, actions)| actions.iter().copied()),
         )
@@ -459,7 +513,15 @@ pub fn action_label(service: &str, action: Option<&str>, allowed: &[String]) -> 
 /// text, and a JSON string escapes `"`, so a tag or value spelling one of these names does
 /// not.
 pub fn carried_credential(body: &[u8]) -> Option<&'static str> {
-    const NAMES: [&str; 3] = ["SecretAccessKey", "SessionToken", "SecretKey"];
+    const NAMES: [&str; 7] = [
+        "SecretAccessKey",
+        "SessionToken",
+        "SecretKey",
+        "SecretString",
+        "SecretBinary",
+        "PasswordData",
+        "Plaintext",
+    ];
     let at = |start: usize, name: &str| {
         body.get(start..start + name.len())
             .is_some_and(|found| found.eq_ignore_ascii_case(name.as_bytes()))
@@ -682,7 +744,6 @@ mod tests {
             ("sts", "GetAccessKeyInfo"),
             ("sts", "DecodeAuthorizationMessage"),
             ("ec2", "DescribeInstances"),
-            ("ec2", "GetPasswordData"),
             ("iam", "ListRoles"),
             ("iam", "CreateServiceLinkedRole"),
             // The list is per service: another service's action of the same name is not it.
@@ -690,12 +751,28 @@ mod tests {
         ] {
             assert!(!issues_credentials(service, action), "{service} {action}");
         }
-        for (service, actions) in CREDENTIAL_ACTIONS {
+        for (service, actions) in CREDENTIAL_ACTIONS.iter().chain(SECRET_ACTIONS) {
             for action in *actions {
                 assert!(is_action_name(action), "{service} {action}");
             }
             assert!(!is_rest_service(service), "{service} needs an action");
         }
+        for (service, action) in [
+            ("ssm", "SendCommand"),
+            ("ssm", "getparameter"),
+            ("secretsmanager", "GetSecretValue"),
+            ("kms", "Decrypt"),
+            ("ec2", "GetPasswordData"),
+            ("ec2", "GetConsoleOutput"),
+            ("ecs", "ExecuteCommand"),
+        ] {
+            assert!(reveals_secrets(service, action), "{service} {action}");
+        }
+        assert!(!reveals_secrets("ec2", "DescribeInstances"));
+        assert!(
+            !is_rest_service("lambda"),
+            "Invoke answers what a function prints"
+        );
     }
 
     #[test]

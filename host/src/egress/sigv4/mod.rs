@@ -214,6 +214,16 @@ pub enum SigningError {
         /// The action.
         action: String,
     },
+    /// An action that answers a secret or runs commands on instances.
+    #[error(
+        "{service} {action} answers a secret or runs commands on instances, which the gate never signs, whatever the rule"
+    )]
+    RevealsSecrets {
+        /// The service.
+        service: String,
+        /// The action.
+        action: String,
+    },
     /// An action the rule's allow-list leaves out.
     #[error(
         "{service} {action} is not among the actions the aws-sigv4 rule for {target} signs ({})",
@@ -528,6 +538,12 @@ impl SigV4 {
         };
         if actions::issues_credentials(service, action) {
             return Err(SigningError::IssuesCredentials {
+                service: service.to_string(),
+                action: action.to_string(),
+            });
+        }
+        if actions::reveals_secrets(service, action) {
+            return Err(SigningError::RevealsSecrets {
                 service: service.to_string(),
                 action: action.to_string(),
             });

@@ -41,15 +41,10 @@ pub(super) async fn drift_check_loop(controller: &ServiceController) {
                         return; // already being retried
                     }
                     let view = service_view(&service);
-                    match controller
-                        .context
-                        .provider
-                        .current()
-                        .get_load_balancer(controller.cluster(), &view)
-                        .await
-                    {
-                        Ok(Some(_)) => {}
-                        Ok(None) => {
+                    let provider = controller.context.provider.current();
+                    match super::exists(&provider, controller.cluster(), &view).await {
+                        Ok(true) => {}
+                        Ok(false) => {
                             tracing::warn!(service = %key, "load balancer missing from the cloud; ensuring it again");
                             controller.queue.add(key);
                         }

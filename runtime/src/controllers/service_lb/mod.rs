@@ -75,7 +75,7 @@ use node_sync::node_sync_loop;
 use predicates::{has_finalizer, needs_cleanup, needs_update, wants_load_balancer};
 use wasm_ccm_host::bounds;
 use wasm_ccm_host::contract::{self, LbStatus};
-use wasm_ccm_host::provider::{ErrorKind, Provider};
+use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError};
 use wasm_ccm_host::text::ellipsized;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -285,10 +285,9 @@ async fn worker(controller: Arc<ServiceController>) {
                                 })
                                 .since
                         }
-                        None => {
-                            memory.retrying.remove(key);
-                            now
-                        }
+                        // Another failure keeps a wait going: answering `other` now and then
+                        // never restarts the grace.
+                        None => now,
                     }
                 };
                 let reported = reported(delay, since, now);
@@ -444,11 +443,7 @@ async fn sync_load_balancer(
 
     let new_status = if !wants_load_balancer(service) || needs_cleanup(service) {
         // A failed lookup keeps its kind (a `retry-after` is honoured), as upstream wraps it.
-        if provider
-            .get_load_balancer(controller.cluster(), &view)
-            .await?
-            .is_some()
-        {
+        if exists(&provider, controller.cluster(), &view).await? {
             delete_from_cloud(controller, &provider, service).await?;
         }
         remove_finalizer(context, service).await?;
@@ -546,6 +541,22 @@ async fn sync_load_balancer(
         }
     };
     patch_status(context, service, &new_status).await
+}
+
+/// Whether the load balancer of `view` exists, as `get-load-balancer` says. Only its
+/// existence is read: a status the host refuses to write still says it exists, so a refused
+/// answer (say, a port the Service no longer has) never keeps a load balancer from being
+/// deleted.
+async fn exists(
+    provider: &Provider,
+    cluster: &str,
+    view: &contract::Service,
+) -> Result<bool, ProviderError> {
+    match provider.get_load_balancer(cluster, view).await {
+        Ok(status) => Ok(status.is_some()),
+        Err(error) if error.refusals().is_some() => Ok(true),
+        Err(error) => Err(error),
+    }
 }
 
 /// Write `status.loadBalancer` if it differs (ingress, ipMode and ports all count).

@@ -156,10 +156,7 @@ async fn update_hosts(
         Err(error) => error,
     };
     // A load balancer deleted meanwhile needs no hosts.
-    if let Ok(None) = provider
-        .get_load_balancer(controller.cluster(), &view)
-        .await
-    {
+    if let Ok(false) = super::exists(&provider, controller.cluster(), &view).await {
         return;
     }
     let names: Vec<&str> = views

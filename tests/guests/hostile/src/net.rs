@@ -43,10 +43,13 @@ pub fn request(arg: &str) -> Value {
         return json!({"error": format!("not JSON: {arg}"), "kind": "invalid-url"});
     };
     let method = match spec["method"].as_str().unwrap_or("GET") {
+        "GET" => Method::Get,
         "POST" => Method::Post,
         "PUT" => Method::Put,
         "DELETE" => Method::Delete,
-        _ => Method::Get,
+        "TRACE" => Method::Trace,
+        "CONNECT" => Method::Connect,
+        other => Method::Other(other.to_string()),
     };
     let mut request = Request::new(method, spec["url"].as_str().unwrap_or_default());
     let headers: Vec<(String, String)> =
