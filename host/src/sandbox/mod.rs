@@ -260,6 +260,17 @@ struct SandboxInner {
     slots: Semaphore,
 }
 
+/// Compilations at once in this process: each uses every core already (parallel
+/// compilation), and a large component takes ~400 MB to compile; one at a time bounds
+/// both, whoever asks (a candidate, a rollback, a restart). A load from the compile cache
+/// waits its turn too, for milliseconds.
+static COMPILES: Semaphore = Semaphore::const_new(1);
+
+/// The longest a compilation is waited for (a 128 MiB component, the largest accepted,
+/// takes about a minute on two cores); past it the version is refused. The compile goes on
+/// in its thread, holding [`COMPILES`], so no second one starts beside it.
+pub const COMPILE_DEADLINE: Duration = Duration::from_secs(300);
+
 impl Sandbox {
     /// Build the engine and linker; starts the epoch ticker that enforces deadlines.
     pub fn new(config: SandboxConfig, metrics: Arc<Metrics>) -> Result<Sandbox, LoadError> {
@@ -340,15 +351,32 @@ impl Sandbox {
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
         let inner = self.inner.clone();
         let hex_digest = digest["sha256:".len()..].to_string();
-        let compiled = tokio::task::spawn_blocking(move || match &inner.cache {
-            Some(cache) => cache.load_or_compile(&inner.engine, &wasm, &hex_digest),
-            None => Component::new(&inner.engine, &*wasm).map(|c| (c, Origin::Compiled)),
-        })
-        .await
-        .map_err(|e| LoadError::Engine(format!("compile task failed: {e}")))?;
+        // Held by the compile itself: one that outlives its deadline keeps the next waiting.
+        let permit = COMPILES
+            .acquire()
+            .await
+            .map_err(|e| LoadError::Engine(format!("compile slot: {e}")))?;
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            match &inner.cache {
+                Some(cache) => cache.load_or_compile(&inner.engine, &wasm, &hex_digest),
+                None => Component::new(&inner.engine, &*wasm).map(|c| (c, Origin::Compiled)),
+            }
+        });
+        let compiled = tokio::time::timeout(COMPILE_DEADLINE, task)
+            .await
+            .map_err(|_| LoadError::Invalid {
+                origin: origin.to_string(),
+                detail: format!(
+                    "compiling it took longer than {}s; refused",
+                    COMPILE_DEADLINE.as_secs()
+                ),
+            })?
+            .map_err(|e| LoadError::Engine(format!("compile task failed: {e}")))?;
+        // wasmtime's reason may quote the component's own names.
         let (component, source) = compiled.map_err(|e| LoadError::Invalid {
             origin: origin.to_string(),
-            detail: format!("{e:#}"),
+            detail: text::ellipsized(text::escaped(&format!("{e:#}")).into_owned(), 2048),
         })?;
         self.inner
             .metrics
@@ -910,6 +938,28 @@ fn unescaped_trap_message(reason: &str, stderr: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A load waits while another compilation holds the process's one slot, and goes on
+    /// once it is free.
+    #[tokio::test]
+    async fn compilations_take_turns() {
+        let sandbox = Sandbox::new(SandboxConfig::default(), Arc::default()).unwrap();
+        let held = COMPILES.acquire().await.unwrap();
+        let load = tokio::spawn(async move {
+            sandbox
+                .load(Arc::from(&b"not a component"[..]), "waiting.wasm")
+                .await
+                .err()
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!load.is_finished(), "waits for the slot");
+        drop(held);
+        let refused = load.await.unwrap();
+        assert!(
+            matches!(refused, Some(LoadError::Invalid { .. })),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn a_failure_reason_keeps_every_cause_within_its_bound() {

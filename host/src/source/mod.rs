@@ -220,7 +220,7 @@ impl Distribution {
             Some(cached) => cached,
             None => self
                 .registry()
-                .manifest(oci)
+                .manifest(oci, layout::MAX_MANIFEST_BYTES)
                 .await
                 .map_err(registry_error)?,
         };
@@ -281,14 +281,14 @@ impl Distribution {
     /// manifest request, never served from the cache, nothing downloaded or cached. Used by
     /// `provider verify` and by the rollout's check for a moved tag.
     pub async fn resolve(&self, oci: &OciRef) -> Result<String, FetchError> {
-        let (_, digest) =
-            self.registry()
-                .manifest(oci)
-                .await
-                .map_err(|error| FetchError::Registry {
-                    reference: oci.to_string(),
-                    error,
-                })?;
+        let (_, digest) = self
+            .registry()
+            .manifest(oci, layout::MAX_MANIFEST_BYTES)
+            .await
+            .map_err(|error| FetchError::Registry {
+                reference: oci.to_string(),
+                error,
+            })?;
         Ok(digest)
     }
 
@@ -391,7 +391,11 @@ impl Distribution {
         digest: &str,
     ) -> Result<Option<Vec<Signature>>, SignatureReadError> {
         let signatures = signature_ref(oci, digest);
-        let manifest = match self.registry().manifest(&signatures).await {
+        let manifest = match self
+            .registry()
+            .manifest(&signatures, signature::MAX_SIGNATURE_MANIFEST_BYTES as u64)
+            .await
+        {
             Ok((manifest, _)) => manifest,
             Err(RegistryError::NotFound(_)) => return Ok(None),
             Err(error) => return Err(SignatureReadError::Unavailable(error.to_string())),
@@ -491,7 +495,7 @@ impl Distribution {
         };
         let (manifest, digest) = self
             .registry()
-            .manifest(oci)
+            .manifest(oci, layout::MAX_MANIFEST_BYTES)
             .await
             .map_err(registry_error(oci))?;
         layout::check_manifest(&manifest, &digest).map_err(|error| FetchError::Layout {
@@ -499,7 +503,11 @@ impl Distribution {
             error,
         })?;
         let signatures = signature_ref(oci, &digest);
-        let mut layers: Vec<serde_json::Value> = match self.registry().manifest(&signatures).await {
+        let mut layers: Vec<serde_json::Value> = match self
+            .registry()
+            .manifest(&signatures, signature::MAX_SIGNATURE_MANIFEST_BYTES as u64)
+            .await
+        {
             Err(RegistryError::NotFound(_)) => Vec::new(),
             Err(error) => return Err(registry_error(&signatures)(error).into()),
             Ok((existing, _)) => {

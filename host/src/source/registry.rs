@@ -8,7 +8,13 @@
 //!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential;
 //! - an identity token is exchanged for an access token ([`token`]) before each
 //!   operation, and that operation gets an oci-client of its own: oci-client keeps one
-//!   credential per registry, and an access token is good for one repository only.
+//!   credential per registry, and an access token is good for one repository only;
+//! - nothing a registry answers is held past a bound: a manifest is read in chunks and
+//!   refused past the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a component's, less for a
+//!   signature's; oci-client reads manifests whole, so they are fetched here, with its
+//!   authentication), a layer past its stated size (at most [`MAX_COMPONENT_BYTES`]), a
+//!   token answer past 64 KiB; and each attempt has a deadline ([`MANIFEST_DEADLINE`],
+//!   [`BLOB_DEADLINE`]) besides the connect and read timeouts.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -35,6 +41,11 @@ const USER_AGENT: &str = concat!("wasm-ccm/", env!("CARGO_PKG_VERSION"));
 pub const ATTEMPTS: u32 = 4;
 /// The first retry's delay; each further one doubles it (250 ms, 500 ms, 1 s).
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The longest one attempt at a manifest may take, its authentication included.
+pub const MANIFEST_DEADLINE: Duration = Duration::from_secs(60);
+/// The longest one attempt at a layer may take (128 MiB at a few MB/s).
+pub const BLOB_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Why a registry request failed, by what the operator should do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,15 +176,32 @@ impl RegistryClient {
     }
 
     /// The manifest `oci` names (its digest when pinned, else its tag), as bytes with their
-    /// digest. The digest is computed here, and must equal a pinned one.
-    pub async fn manifest(&self, oci: &OciRef) -> Result<(Vec<u8>, String), RegistryError> {
+    /// digest, refused past `max_bytes`. The digest is computed here, and must equal a
+    /// pinned one.
+    pub async fn manifest(
+        &self,
+        oci: &OciRef,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
         let reference = reference(oci);
         let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
-        let (bytes, _) = self
-            .retrying(oci, || {
-                client.pull_manifest_raw(&reference, &auth, &MANIFEST_TYPES)
-            })
-            .await?;
+        let bytes = retry(oci, || async {
+            let fetched = self.bounded_manifest(&client, &reference, &auth, max_bytes);
+            match tokio::time::timeout(MANIFEST_DEADLINE, fetched).await {
+                Ok(fetched) => fetched.map_err(|error| match error {
+                    Fetch::Oci(error) => classify(error, oci, &self.credentials),
+                    Fetch::TooLarge => RegistryError::Protocol(format!(
+                        "the manifest of {} is larger than {max_bytes} bytes; refused",
+                        oci.repository
+                    )),
+                }),
+                Err(_) => Err(RegistryError::Unreachable {
+                    attempts: 1,
+                    error: format!("no whole manifest within {MANIFEST_DEADLINE:?}"),
+                }),
+            }
+        })
+        .await?;
         // The identity is the digest in the algorithm pinned, sha256 otherwise.
         let digest = digest_like(oci.digest.as_deref().unwrap_or_default(), &bytes);
         if let Some(pinned) = &oci.digest
@@ -200,26 +228,34 @@ impl RegistryClient {
             .store_auth_if_needed(reference.resolve_registry(), &auth)
             .await;
         let limit = usize::try_from(layer.size.clamp(0, MAX_COMPONENT_BYTES as i64)).unwrap_or(0);
-        let bytes = self
-            .retrying(oci, || async {
-                let mut out = Bounded {
-                    bytes: Vec::with_capacity(limit),
-                    limit,
-                };
-                client.pull_blob(&reference, layer, &mut out).await?;
-                Ok(out.bytes)
-            })
-            .await
-            .map_err(|error| match error {
-                RegistryError::DigestMismatch {
-                    expected, actual, ..
-                } => RegistryError::DigestMismatch {
-                    what: format!("layer {}", layer.digest),
-                    expected,
-                    actual,
-                },
-                other => other,
-            })?;
+        let bytes = retry(oci, || async {
+            // Grown as bytes arrive: the size stated is the registry's word.
+            let mut out = Bounded {
+                bytes: Vec::with_capacity(limit.min(1 << 20)),
+                limit,
+            };
+            let pulled = client.pull_blob(&reference, layer, &mut out);
+            match tokio::time::timeout(BLOB_DEADLINE, pulled).await {
+                Ok(pulled) => pulled
+                    .map(|()| out.bytes)
+                    .map_err(|error| classify(error, oci, &self.credentials)),
+                Err(_) => Err(RegistryError::Unreachable {
+                    attempts: 1,
+                    error: format!("no whole layer within {BLOB_DEADLINE:?}"),
+                }),
+            }
+        })
+        .await
+        .map_err(|error| match error {
+            RegistryError::DigestMismatch {
+                expected, actual, ..
+            } => RegistryError::DigestMismatch {
+                what: format!("layer {}", layer.digest),
+                expected,
+                actual,
+            },
+            other => other,
+        })?;
         let actual = digest_like(&layer.digest, &bytes);
         if actual != layer.digest {
             return Err(RegistryError::DigestMismatch {
@@ -287,6 +323,102 @@ impl RegistryClient {
             }
         })
         .await
+    }
+}
+
+/// Why a bounded manifest fetch failed.
+enum Fetch {
+    /// As oci-client's requests fail.
+    Oci(OciDistributionError),
+    /// More bytes than asked for.
+    TooLarge,
+}
+
+impl From<reqwest::Error> for Fetch {
+    fn from(error: reqwest::Error) -> Fetch {
+        Fetch::Oci(OciDistributionError::RequestError(error))
+    }
+}
+
+impl RegistryClient {
+    /// The manifest `reference` names, authenticated as oci-client would (a bearer token
+    /// from the registry's token service, basic credentials, or none), read in chunks and
+    /// refused past `max_bytes`.
+    async fn bounded_manifest(
+        &self,
+        client: &Client,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, Fetch> {
+        // As oci-client's own pulls: a token service that refuses leaves the request to go
+        // without a token, and the registry's 401 says what is wrong.
+        let token = client
+            .auth(reference, auth, RegistryOperation::Pull)
+            .await
+            .ok()
+            .flatten();
+        let registry = reference.resolve_registry();
+        let scheme = if self.insecure.iter().any(|insecure| insecure == registry) {
+            "http"
+        } else {
+            "https"
+        };
+        let target = reference.digest().or(reference.tag()).unwrap_or("latest");
+        let url = format!(
+            "{scheme}://{registry}/v2/{}/manifests/{target}",
+            reference.repository()
+        );
+        let http = self
+            .token_http
+            .get_or_init(|| token::http_client(USER_AGENT));
+        let mut request = http
+            .get(&url)
+            .header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
+        request = match (token.as_ref(), auth) {
+            (Some(token), _) | (None, RegistryAuth::Bearer(token)) => request.bearer_auth(token),
+            (None, RegistryAuth::Basic(username, password)) => {
+                request.basic_auth(username, Some(password))
+            }
+            (None, _) => request,
+        };
+        let mut response = request.send().await?;
+        let status = response.status();
+        if !status.is_success() {
+            let mut message = Vec::new();
+            while let Some(chunk) = response.chunk().await?
+                && message.len() < 4096
+            {
+                message.extend_from_slice(&chunk);
+            }
+            let message = String::from_utf8_lossy(&message[..message.len().min(4096)]);
+            let error = match serde_json::from_str(&message) {
+                Ok(envelope) => OciDistributionError::RegistryError {
+                    envelope,
+                    url: url.clone(),
+                },
+                Err(_) => OciDistributionError::ServerError {
+                    code: status.as_u16(),
+                    url: url.clone(),
+                    message: message.into_owned(),
+                },
+            };
+            return Err(Fetch::Oci(error));
+        }
+        if response
+            .content_length()
+            .is_some_and(|length| length > max_bytes)
+        {
+            return Err(Fetch::TooLarge);
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                return Err(Fetch::TooLarge);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 }
 
@@ -605,8 +737,30 @@ mod tests {
             tag: Some("v1".into()),
             digest: None,
         };
-        let result = client.manifest(&oci).await.map(|(_, digest)| digest);
+        let result = client
+            .manifest(&oci, crate::source::layout::MAX_MANIFEST_BYTES)
+            .await
+            .map(|(_, digest)| digest);
         (result, count.load(Ordering::SeqCst))
+    }
+
+    /// A manifest past the size asked for is refused, not held: a registry answering
+    /// gigabytes costs the manager nothing past the bound.
+    #[tokio::test]
+    async fn a_manifest_larger_than_asked_for_is_refused_unread() {
+        let (addr, _) = scripted_registry(&[200]).await;
+        let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
+        let oci = OciRef {
+            registry: addr,
+            repository: "p/simcloud".into(),
+            tag: Some("v1".into()),
+            digest: None,
+        };
+        let refused = client.manifest(&oci, 16).await.unwrap_err();
+        assert!(
+            matches!(&refused, RegistryError::Protocol(text) if text.contains("larger than 16 bytes")),
+            "{refused:?}"
+        );
     }
 
     #[tokio::test]
