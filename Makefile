@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup demo test docs bench bench-scale fmt lint
+.PHONY: setup demo test fuzz docs bench bench-scale fmt lint
 
 # The wasm target; the programs the tests run (docker-registry, htpasswd, umoci, skopeo from
 # Debian; the Python tools of tests/python-tools.txt, cargo-nextest among them, and the node
@@ -47,6 +47,12 @@ test: setup
 	$(CARGO) fmt --all --check
 	$(LINTED) $(NEXTEST) run --locked --workspace
 	$(LINTED) $(CARGO) test --locked --doc
+
+# The property tests of what a provider may answer (tests/e2e/tests/answers_fuzz.rs), with
+# many more cases than `make test` runs (32 of each): FUZZ_CASES=100000 for a night's run.
+FUZZ_CASES ?= 2000
+fuzz: setup
+	PROPTEST_CASES=$(FUZZ_CASES) $(LINTED) $(NEXTEST) run --locked --workspace -E 'test(answers_fuzz)' --no-capture
 
 # The docs book (docs/, built by the mdbook program setup installs) into target/book, its
 # links and anchors checked (and the README's links into it): open target/book/index.html.

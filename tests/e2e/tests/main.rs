@@ -3,6 +3,7 @@
 //! file. cargo-nextest (`make test`) runs each test in a process of its own, so the tests that
 //! measure their process's resident memory (`containment*`) measure only themselves.
 
+mod answers_fuzz;
 mod authoring;
 mod aws;
 mod aws_sigv4;
