@@ -138,56 +138,104 @@ pub trait ClusterAddresses: Send + Sync {
     /// Everything that holds `ip`, each holder once.
     fn holders(&self, ip: IpAddr) -> Vec<Holder>;
 
-    /// Claim `ip` for `by`, whose answer passed, until the caches show it: refused with the
-    /// claim in the way if another answer not yet in the caches holds it and `conflicts`
-    /// with it. What keeps two answers checked at once (two nodes, two Services) from both
-    /// taking one address.
+    /// Claim `ips` for `by`, whose answer passed, in place of what `by` claimed before, for
+    /// [`CLAIM_TTL`] (by then the caches show the write): refused, claiming nothing, with
+    /// the address and the claim in the way if another answer not yet in the caches holds
+    /// one and `conflicts` with it. What keeps two answers checked at once (two nodes, two
+    /// Services) from both taking one address.
     fn claim(
         &self,
-        ip: IpAddr,
         by: Holder,
-        conflicts: &dyn Fn(&Holder) -> bool,
-    ) -> Result<(), Holder>;
+        ips: &[IpAddr],
+        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
+    ) -> Result<(), (IpAddr, Holder)>;
 }
 
 /// The addresses of answers that passed their checks, each held for its object for
-/// [`CLAIM_TTL`] (by then its write is in the caches, or never happened): the claims of a
-/// [`ClusterAddresses`].
+/// [`CLAIM_TTL`]: the claims of a [`ClusterAddresses`]. An object's new answer replaces its
+/// claims, so an address it let go is free at once.
 #[derive(Debug, Default)]
 pub struct Claims {
-    held: std::sync::Mutex<std::collections::HashMap<IpAddr, Vec<(Holder, Instant)>>>,
+    held: std::sync::Mutex<ClaimsHeld>,
 }
 
-/// How long an answer's claim on an address lasts.
-pub const CLAIM_TTL: Duration = Duration::from_secs(600);
+#[derive(Debug, Default)]
+struct ClaimsHeld {
+    /// Address → its claims.
+    by_address: std::collections::HashMap<IpAddr, Vec<(Holder, Instant)>>,
+    /// Claimant (`node NAME`, `service KEY`) → the addresses it claims.
+    by_claimant: std::collections::HashMap<String, Vec<IpAddr>>,
+}
+
+/// How long an answer's claim on an address lasts: the caches show a write within seconds.
+pub const CLAIM_TTL: Duration = Duration::from_secs(60);
 
 /// Claimed addresses past which expired claims are swept from the whole map.
 const CLAIMS_SWEPT_PAST: usize = 4096;
 
 impl Claims {
-    /// Claim `ip` for `by`, unless another live claim `conflicts`.
+    /// Claim `ips` for `by` in place of its earlier claims, unless another live claim
+    /// `conflicts`.
     pub fn claim(
         &self,
-        ip: IpAddr,
         by: Holder,
-        conflicts: &dyn Fn(&Holder) -> bool,
-    ) -> Result<(), Holder> {
+        ips: &[IpAddr],
+        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
+    ) -> Result<(), (IpAddr, Holder)> {
         let now = Instant::now();
         let live = |at: &Instant| now.saturating_duration_since(*at) < CLAIM_TTL;
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.len() > CLAIMS_SWEPT_PAST {
-            held.retain(|_, claims| {
+        let claimant = by.claimant();
+        let mut guard = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let held = &mut *guard;
+        if held.by_address.len() > CLAIMS_SWEPT_PAST {
+            held.by_address.retain(|_, claims| {
                 claims.retain(|(_, at)| live(at));
                 !claims.is_empty()
             });
+            let by_address = &held.by_address;
+            held.by_claimant.retain(|_, ips| {
+                ips.retain(|ip| by_address.contains_key(ip));
+                !ips.is_empty()
+            });
         }
-        let claims = held.entry(ip).or_default();
-        claims.retain(|(holder, at)| live(at) && *holder != by);
-        if let Some((holder, _)) = claims.iter().find(|(holder, _)| conflicts(holder)) {
-            return Err(holder.clone());
+        for ip in held.by_claimant.remove(&claimant).unwrap_or_default() {
+            if let Some(claims) = held.by_address.get_mut(&ip) {
+                claims.retain(|(holder, _)| holder.claimant() != claimant);
+            }
         }
-        claims.push((by, now));
+        for &ip in ips {
+            let claims = held
+                .by_address
+                .get(&ip)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if let Some((holder, _)) = claims
+                .iter()
+                .find(|(holder, at)| live(at) && conflicts(ip, holder))
+            {
+                return Err((ip, holder.clone()));
+            }
+        }
+        for &ip in ips {
+            held.by_address
+                .entry(ip)
+                .or_default()
+                .push((by.clone(), now));
+        }
+        if !ips.is_empty() {
+            held.by_claimant.insert(claimant, ips.to_vec());
+        }
         Ok(())
+    }
+}
+
+impl Holder {
+    /// Who holds, whatever the field or address type: `node NAME`, `service KEY`.
+    fn claimant(&self) -> String {
+        match self {
+            Holder::Node { name, .. } => format!("node {name}"),
+            Holder::Service { key, .. } => format!("service {key}"),
+        }
     }
 }
 
@@ -200,7 +248,12 @@ impl ClusterAddresses for NoCluster {
         Vec::new()
     }
 
-    fn claim(&self, _: IpAddr, _: Holder, _: &dyn Fn(&Holder) -> bool) -> Result<(), Holder> {
+    fn claim(
+        &self,
+        _: Holder,
+        _: &[IpAddr],
+        _: &dyn Fn(IpAddr, &Holder) -> bool,
+    ) -> Result<(), (IpAddr, Holder)> {
         Ok(())
     }
 }
@@ -237,6 +290,8 @@ pub struct AnswerChecks {
     pub policy: AnswerPolicy,
     cluster: Arc<dyn ClusterAddresses>,
     enforced: bool,
+    /// Whether answers that pass claim their addresses (not a shadow's, which nothing writes).
+    claiming: bool,
 }
 
 impl Default for AnswerChecks {
@@ -419,6 +474,15 @@ pub enum Reason {
         /// The bound ([`crate::bounds`]).
         max: usize,
     },
+    /// More port statuses than the Service has ports (which its owner may have just
+    /// removed).
+    #[error("{count} port statuses, more than the Service's {ports} ports")]
+    TooManyPorts {
+        /// How many the answer has.
+        count: usize,
+        /// How many the Service has.
+        ports: usize,
+    },
     /// An entry that an earlier one of the same list already names.
     #[error("listed twice")]
     Duplicate,
@@ -442,7 +506,8 @@ impl Reason {
     /// Whether the refusal follows from the cluster's state rather than the answer alone.
     fn depends_on_the_cluster(&self) -> bool {
         match self {
-            Reason::Taken(_) | Reason::NotServicePort(_) => true,
+            Reason::Taken(_) | Reason::NotServicePort(_) | Reason::ProviderIdChanged(_) => true,
+            Reason::TooManyPorts { .. } => true,
             Reason::Carries { reason, .. } => reason.depends_on_the_cluster(),
             _ => false,
         }
@@ -545,6 +610,16 @@ impl AnswerChecks {
             policy,
             cluster,
             enforced: true,
+            claiming: true,
+        }
+    }
+
+    /// The same checks, claiming nothing: for answers nothing writes (a shadow's, a
+    /// `get-load-balancer` read for existence), which must not hold addresses others need.
+    pub fn without_claims(&self) -> AnswerChecks {
+        AnswerChecks {
+            claiming: false,
+            ..self.clone()
         }
     }
 
@@ -621,9 +696,9 @@ impl AnswerChecks {
                 findings.refuse(
                     format!("ingress[{i}].ports"),
                     &format!("{count} entries"),
-                    Reason::TooMany {
+                    Reason::TooManyPorts {
                         count,
-                        max: service.ports.len(),
+                        ports: service.ports.len(),
                     },
                 );
                 continue;
@@ -665,15 +740,19 @@ impl AnswerChecks {
         asker: &Asker,
         passed: Vec<(String, IpAddr, Option<AddressKind>)>,
     ) -> Result<(), Refusals> {
-        if findings.total > 0 {
+        if findings.total > 0 || !self.claiming {
             return findings.done();
         }
-        for (field, ip, kind) in passed {
-            let conflicts = |holder: &Holder| self.blocks(holder, asker, ip);
-            if let Err(holder) = self.cluster.claim(ip, asker.holder(kind), &conflicts) {
-                let reason = Reason::Taken(format!("{holder} (answered, not yet written)"));
-                findings.refuse(field, &ip.to_string(), reason);
-            }
+        let ips: Vec<IpAddr> = passed.iter().map(|(_, ip, _)| *ip).collect();
+        let kind = passed.first().and_then(|(_, _, kind)| *kind);
+        let conflicts = |ip: IpAddr, holder: &Holder| self.blocks(holder, asker, ip);
+        if let Err((ip, holder)) = self.cluster.claim(asker.holder(kind), &ips, &conflicts) {
+            let field = passed
+                .iter()
+                .find(|(_, passed, _)| *passed == ip)
+                .map_or_else(String::new, |(field, _, _)| field.clone());
+            let reason = Reason::Taken(format!("{holder} (answered, not yet written)"));
+            findings.refuse(field, &ip.to_string(), reason);
         }
         findings.done()
     }
@@ -1298,11 +1377,11 @@ mod tests {
 
         fn claim(
             &self,
-            ip: IpAddr,
             by: Holder,
-            conflicts: &dyn Fn(&Holder) -> bool,
-        ) -> Result<(), Holder> {
-            self.0.claim(ip, by, conflicts)
+            ips: &[IpAddr],
+            conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
+        ) -> Result<(), (IpAddr, Holder)> {
+            self.0.claim(by, ips, conflicts)
         }
     }
 
@@ -1508,7 +1587,7 @@ mod tests {
         assert!(
             matches!(
                 lb_reason(&policy(), twice),
-                Some(Reason::TooMany { count: 2, max: 1 })
+                Some(Reason::TooManyPorts { count: 2, ports: 1 })
             ),
             "more port statuses than the Service has ports"
         );
@@ -1969,6 +2048,26 @@ mod tests {
             ingress: vec![ip("10.0.0.9")],
         };
         assert!(checks.load_balancer_status(&status, &web()).is_err());
+
+        // n3's next answer names another address: 10.0.0.9 is free at once.
+        assert_eq!(
+            checks.instance_metadata(&with_ip("10.0.0.10"), "simcloud", &named("n3")),
+            Ok(())
+        );
+        assert_eq!(
+            checks.instance_metadata(&with_ip("10.0.0.9"), "simcloud", &named("n4")),
+            Ok(())
+        );
+        // What nothing writes (a shadow's answer, an existence check) claims nothing.
+        let reading = checks.without_claims();
+        assert_eq!(
+            reading.instance_metadata(&with_ip("10.0.0.11"), "simcloud", &named("n5")),
+            Ok(())
+        );
+        assert_eq!(
+            checks.instance_metadata(&with_ip("10.0.0.11"), "simcloud", &named("n6")),
+            Ok(())
+        );
     }
 
     #[test]

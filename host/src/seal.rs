@@ -4,15 +4,23 @@
 //! directory's `key` file: 32 random bytes, made on first use, mode 0600, owned by this
 //! user and never a link, or the directory is refused.
 //!
-//! Whoever can write the directory but not read the key (another user, a process sharing the
-//! volume) can make an entry fail its tag, and so be removed and rebuilt, but never pass one
-//! entry off as another: the tag covers what the entry is (a component's digest and the
-//! engine, a manifest's digest) as well as its bytes.
+//! The directory holding the key must be this user's and writable by no one else (the
+//! manager makes it so), so no one can rename a file of their choosing into `key`; the key
+//! is opened through a handle on that directory, so the directory cannot be swapped between
+//! the check and the read. Whoever can write the cache's other directories but not read the
+//! key (another user, a process sharing the volume) can make an entry fail its tag, and so be
+//! removed and rebuilt, but never pass one entry off as another: the tag covers what the
+//! entry is (a component's digest and the engine, a manifest's digest) as well as its bytes.
+//!
+//! [`read_regular`] reads what the caches hold back: a regular file, never through a link,
+//! a FIFO or a device, and never past the size asked for.
 
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags};
 
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -48,19 +56,25 @@ pub struct SealError {
 }
 
 impl Seal {
-    /// The key of `dir` (made if missing), checked: a regular file, not a link, this user's,
-    /// mode 0600, 32 bytes.
+    /// The key of `dir` (made if missing, `dir` too, mode 0700), checked: `dir` a directory
+    /// of this user that no one else may write, not a link; the key a regular file, not a
+    /// link, this user's, mode 0600, 32 bytes.
     pub fn open(dir: &Path) -> Result<Seal, SealError> {
         let failed = |path: &Path, problem: String| SealError {
             path: path.to_path_buf(),
             problem,
         };
-        std::fs::create_dir_all(dir).map_err(|e| failed(dir, format!("cannot create it: {e}")))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| failed(dir, format!("cannot create it: {e}")))?;
+        let handle = directory(dir).map_err(|problem| failed(dir, problem))?;
         let path = dir.join("key");
-        let key = match read_key(&path) {
+        let key = match read_key(&handle) {
             Err(Unusable::Missing) => {
                 make_key(dir, &path).map_err(|e| failed(&path, format!("cannot make it: {e}")))?;
-                read_key(&path)
+                read_key(&handle)
             }
             read => read,
         };
@@ -113,19 +127,39 @@ enum Unusable {
     Io(std::io::Error),
 }
 
-fn read_key(path: &Path) -> Result<[u8; KEY_BYTES], Unusable> {
-    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    let mut file = match std::fs::File::options()
-        .read(true)
-        .custom_flags(nofollow)
-        .open(path)
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Err(Unusable::Missing),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
-            return Err(Unusable::Link);
-        }
-        Err(e) => return Err(Unusable::Io(e)),
+/// A handle on `dir`, if it is a directory (not a link) of this user that no one else may
+/// write; why not otherwise.
+fn directory(dir: &Path) -> Result<rustix::fd::OwnedFd, String> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let handle = rustix::fs::open(dir, flags, Mode::empty()).map_err(|errno| match errno {
+        rustix::io::Errno::LOOP => "a symbolic link".to_string(),
+        rustix::io::Errno::NOTDIR => "not a directory".to_string(),
+        errno => format!("cannot open it: {}", std::io::Error::from(errno)),
+    })?;
+    let stat = rustix::fs::fstat(&handle).map_err(|e| format!("cannot read it: {e}"))?;
+    let user = rustix::process::geteuid().as_raw();
+    if stat.st_uid != user {
+        return Err(format!(
+            "owned by uid {}, not this user (uid {user}); it must be this user's",
+            stat.st_uid
+        ));
+    }
+    let mode = stat.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "others may write it (mode {mode:04o}), and so put a key of their own in it; chmod go-w it"
+        ));
+    }
+    Ok(handle)
+}
+
+fn read_key(dir: &rustix::fd::OwnedFd) -> Result<[u8; KEY_BYTES], Unusable> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let mut file = match rustix::fs::openat(dir, "key", flags, Mode::empty()) {
+        Ok(handle) => std::fs::File::from(handle),
+        Err(rustix::io::Errno::NOENT) => return Err(Unusable::Missing),
+        Err(rustix::io::Errno::LOOP) => return Err(Unusable::Link),
+        Err(errno) => return Err(Unusable::Io(errno.into())),
     };
     let metadata = file.metadata().map_err(Unusable::Io)?;
     let user = rustix::process::geteuid().as_raw();
@@ -147,6 +181,39 @@ fn read_key(path: &Path) -> Result<[u8; KEY_BYTES], Unusable> {
     let mut key = [0; KEY_BYTES];
     file.read_exact(&mut key).map_err(Unusable::Io)?;
     Ok(key)
+}
+
+/// The bytes of the regular file at `path`, at most `max` of them: opened without
+/// following a link or waiting on a FIFO, its kind and size read from the open file, and
+/// never read past `max`. A file of another kind or larger is an `InvalidData` error.
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let flags = (OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32;
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if metadata.len() > max {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("{} bytes, more than the {max} expected", metadata.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("more than the {max} bytes expected"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Write a new random key to `path`, unless another process just did.
@@ -219,5 +286,31 @@ mod tests {
         std::fs::write(&key, b"short").unwrap();
         let error = Seal::open(dir.path()).unwrap_err().to_string();
         assert!(error.contains("5 bytes, not 32"), "{error}");
+
+        // A directory others may write: anyone could rename a file of theirs into `key`.
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let error = Seal::open(shared.path()).unwrap_err().to_string();
+        assert!(error.contains("others may write it (mode 0777)"), "{error}");
+        let made = shared.path().join("made/by/the/manager");
+        Seal::open(&made).unwrap();
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "made for this user alone");
+    }
+
+    #[test]
+    fn a_cached_file_is_read_only_if_it_is_a_regular_file_within_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("entry");
+        std::fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_regular(&file, 10).unwrap(), b"0123456789");
+        assert!(read_regular(&file, 9).is_err(), "larger than asked");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(read_regular(&link, 10).is_err(), "never through a link");
+        assert!(
+            read_regular(Path::new("/dev/zero"), 10).is_err(),
+            "never a device"
+        );
     }
 }

@@ -272,8 +272,8 @@ struct Retrying {
 /// are forgotten; if it is full still, a new object's run is not followed (never overdue).
 const MAX_RETRYING: usize = 65_536;
 
-/// How long a run without a `retry-after` is kept when the map is full: twice the longest
-/// delay a provider may ask for.
+/// How long a run without a `retry-after` lasts (it is forgotten when the map is full, and
+/// the next `retry-after` starts another): twice the longest delay a provider may ask for.
 const FORGOTTEN_AFTER: Duration = Duration::from_secs(600);
 
 impl Retrying {
@@ -281,6 +281,11 @@ impl Retrying {
     fn answered(&self, object: String, now: Instant) -> Duration {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((first, latest)) = runs.get_mut(&object) {
+            // A run with no `retry-after` for longer than any delay asked for has ended,
+            // whatever came between: this one starts another.
+            if now.saturating_duration_since(*latest) >= FORGOTTEN_AFTER {
+                *first = now;
+            }
             *latest = now;
             return now.saturating_duration_since(*first);
         }
@@ -561,7 +566,8 @@ impl Provider {
     {
         let mirror = self.shadow.as_ref().and_then(|shadow| {
             let held = args.hold();
-            let checks = self.checks.clone();
+            // Nothing writes a shadow's answer: it claims no address.
+            let checks = Arc::new(self.checks.without_claims());
             shadow.mirror(function, move |candidate| async move {
                 candidate.checked_call(&checks, function, held.args()).await
             })
@@ -762,16 +768,15 @@ impl Checked for LbStatus {
     }
 }
 
+/// `get-load-balancer`: checked as `ensure-load-balancer`'s status is, claiming nothing (it
+/// is read for existence, or compared by a shadow).
 impl Checked for Option<LbStatus> {
-    fn check(
-        &self,
-        checks: &AnswerChecks,
-        provider: &str,
-        args: impl Subject,
-    ) -> Result<(), Refusals> {
-        match self {
-            Some(status) => status.check(checks, provider, args),
-            None => Ok(()),
+    fn check(&self, checks: &AnswerChecks, _: &str, args: impl Subject) -> Result<(), Refusals> {
+        match (self, args.service()) {
+            (Some(status), Some(service)) => checks
+                .without_claims()
+                .load_balancer_status(status, service),
+            _ => Ok(()),
         }
     }
 }
@@ -968,6 +973,34 @@ fn origin_name(origin: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_retry_afters_lasts_until_a_success_or_a_long_pause() {
+        let retrying = Retrying::default();
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        assert_eq!(retrying.answered("svc".into(), at(0)), Duration::ZERO);
+        assert_eq!(
+            retrying.answered("svc".into(), at(100)),
+            Duration::from_secs(100)
+        );
+        assert_eq!(
+            retrying.answered("svc".into(), at(130)),
+            Duration::from_secs(130),
+            "past the grace"
+        );
+        let paused = 130 + FORGOTTEN_AFTER.as_secs();
+        assert_eq!(
+            retrying.answered("svc".into(), at(paused)),
+            Duration::ZERO,
+            "a long pause starts another run"
+        );
+        retrying.ended("svc");
+        assert_eq!(
+            retrying.answered("svc".into(), at(paused + 5)),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn origin_names_are_file_stems() {

@@ -14,6 +14,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -71,6 +72,12 @@ impl CompileCache {
         self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
     }
 
+    /// The component from the cache, if a sound entry exists. Blocking: call it off the
+    /// async threads.
+    pub fn cached(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        self.load(engine, &self.path_for(digest), digest)
+    }
+
     /// The component from the cache if a sound entry exists, else compiled and stored.
     /// Blocking: call it off the async threads.
     pub fn load_or_compile(
@@ -99,8 +106,18 @@ impl CompileCache {
     /// if the lock file cannot be made (then this process compiles regardless).
     fn lock(&self, path: &Path) -> Option<std::fs::File> {
         let lock_path = path.with_extension("lock");
+        // Neither truncated nor followed through a link: a link planted there could
+        // otherwise empty any file this user may write.
+        let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
         let locked = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| std::fs::File::create(&lock_path))
+            .and_then(|()| {
+                std::fs::File::options()
+                    .create(true)
+                    .write(true)
+                    .truncate(false)
+                    .custom_flags(nofollow)
+                    .open(&lock_path)
+            })
             .and_then(|file| file.lock().map(|()| file));
         match locked {
             Ok(file) => Some(file),
@@ -180,15 +197,9 @@ impl CompileCache {
     }
 }
 
-/// A cache file's bytes, unless it is larger than any entry is.
+/// A cache file's bytes, if it is a regular file no larger than any entry is.
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let length = std::fs::metadata(path)?.len();
-    if length > MAX_ENTRY_BYTES {
-        return Err(std::io::Error::other(format!(
-            "{length} bytes, more than an entry ever is ({MAX_ENTRY_BYTES})"
-        )));
-    }
-    std::fs::read(path)
+    crate::seal::read_regular(path, MAX_ENTRY_BYTES)
 }
 
 /// A stable hex key of the engine's compatibility hash.

@@ -262,13 +262,14 @@ struct SandboxInner {
 
 /// Compilations at once in this process: each uses every core already (parallel
 /// compilation), and a large component takes ~400 MB to compile; one at a time bounds
-/// both, whoever asks (a candidate, a rollback, a restart). A load from the compile cache
-/// waits its turn too, for milliseconds.
+/// both, whoever asks (a candidate, a rollback, a restart). A sound entry of the compile
+/// cache is loaded without waiting.
 static COMPILES: Semaphore = Semaphore::const_new(1);
 
-/// The longest a compilation is waited for (a 128 MiB component, the largest accepted,
-/// takes about a minute on two cores); past it the version is refused. The compile goes on
-/// in its thread, holding [`COMPILES`], so no second one starts beside it.
+/// The longest a compilation is waited for, its turn included (a 128 MiB component, the
+/// largest accepted, takes about a minute on two cores); past it the version is refused.
+/// The compile goes on in its thread, holding [`COMPILES`], so no second one starts beside
+/// it.
 pub const COMPILE_DEADLINE: Duration = Duration::from_secs(300);
 
 impl Sandbox {
@@ -351,33 +352,58 @@ impl Sandbox {
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
         let inner = self.inner.clone();
         let hex_digest = digest["sha256:".len()..].to_string();
-        // Held by the compile itself: one that outlives its deadline keeps the next waiting.
-        let permit = COMPILES
-            .acquire()
+        // A sound cache entry is loaded at once, whatever compiles meanwhile.
+        if inner.cache.is_some() {
+            let (inner, hex_digest) = (inner.clone(), hex_digest.clone());
+            let cached = tokio::task::spawn_blocking(move || {
+                inner
+                    .cache
+                    .as_ref()
+                    .and_then(|cache| cache.cached(&inner.engine, &hex_digest))
+            })
             .await
-            .map_err(|e| LoadError::Engine(format!("compile slot: {e}")))?;
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            match &inner.cache {
-                Some(cache) => cache.load_or_compile(&inner.engine, &wasm, &hex_digest),
-                None => Component::new(&inner.engine, &*wasm).map(|c| (c, Origin::Compiled)),
+            .map_err(|e| LoadError::Engine(format!("compile cache task failed: {e}")))?;
+            if let Some(component) = cached {
+                self.count_compile(Origin::Cache);
+                return Ok((component, digest, Origin::Cache));
             }
-        });
-        let compiled = tokio::time::timeout(COMPILE_DEADLINE, task)
+        }
+        // Waiting for the slot counts against the deadline; the slot is held by the compile
+        // itself, so one that outlives its deadline keeps the next waiting.
+        let compiling = async {
+            let permit = COMPILES
+                .acquire()
+                .await
+                .map_err(|e| LoadError::Engine(format!("compile slot: {e}")))?;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                match &inner.cache {
+                    Some(cache) => cache.load_or_compile(&inner.engine, &wasm, &hex_digest),
+                    None => Component::new(&inner.engine, &*wasm).map(|c| (c, Origin::Compiled)),
+                }
+            })
+            .await
+            .map_err(|e| LoadError::Engine(format!("compile task failed: {e}")))
+        };
+        let compiled = tokio::time::timeout(COMPILE_DEADLINE, compiling)
             .await
             .map_err(|_| LoadError::Invalid {
                 origin: origin.to_string(),
                 detail: format!(
-                    "compiling it took longer than {}s; refused",
+                    "compiling it (one compilation at a time) took longer than {}s; refused",
                     COMPILE_DEADLINE.as_secs()
                 ),
-            })?
-            .map_err(|e| LoadError::Engine(format!("compile task failed: {e}")))?;
+            })??;
         // wasmtime's reason may quote the component's own names.
         let (component, source) = compiled.map_err(|e| LoadError::Invalid {
             origin: origin.to_string(),
             detail: text::ellipsized(text::escaped(&format!("{e:#}")).into_owned(), 2048),
         })?;
+        self.count_compile(source);
+        Ok((component, digest, source))
+    }
+
+    fn count_compile(&self, source: Origin) {
         self.inner
             .metrics
             .compiles
@@ -385,7 +411,6 @@ impl Sandbox {
                 source: source.label().into(),
             })
             .inc();
-        Ok((component, digest, source))
     }
 
     fn link(

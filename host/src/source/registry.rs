@@ -117,6 +117,8 @@ pub struct RegistryClient {
     client: Client,
     /// For identity-token exchanges; made on first use.
     token_http: OnceLock<reqwest::Client>,
+    /// For manifests; made on first use.
+    manifest_http: OnceLock<reqwest::Client>,
     credentials: RegistryCredentials,
 }
 
@@ -128,6 +130,7 @@ impl RegistryClient {
             insecure: insecure.to_vec(),
             client: Client::new(client_config(insecure)),
             token_http: OnceLock::new(),
+            manifest_http: OnceLock::new(),
             credentials,
         }
     }
@@ -370,8 +373,8 @@ impl RegistryClient {
             reference.repository()
         );
         let http = self
-            .token_http
-            .get_or_init(|| token::http_client(USER_AGENT));
+            .manifest_http
+            .get_or_init(|| manifest_client(&self.insecure));
         let mut request = http
             .get(&url)
             .header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
@@ -384,7 +387,7 @@ impl RegistryClient {
         };
         let mut response = request.send().await?;
         let status = response.status();
-        if !status.is_success() {
+        if status != reqwest::StatusCode::OK {
             let mut message = Vec::new();
             while let Some(chunk) = response.chunk().await?
                 && message.len() < 4096
@@ -392,12 +395,17 @@ impl RegistryClient {
                 message.extend_from_slice(&chunk);
             }
             let message = String::from_utf8_lossy(&message[..message.len().min(4096)]);
-            let error = match serde_json::from_str(&message) {
-                Ok(envelope) => OciDistributionError::RegistryError {
+            // As oci-client reads answers: an error envelope only in a 4xx.
+            let envelope = status
+                .is_client_error()
+                .then(|| serde_json::from_str(&message).ok())
+                .flatten();
+            let error = match envelope {
+                Some(envelope) => OciDistributionError::RegistryError {
                     envelope,
                     url: url.clone(),
                 },
-                Err(_) => OciDistributionError::ServerError {
+                None => OciDistributionError::ServerError {
                     code: status.as_u16(),
                     url: url.clone(),
                     message: message.into_owned(),
@@ -420,6 +428,36 @@ impl RegistryClient {
         }
         Ok(bytes)
     }
+}
+
+/// The client manifests are fetched with: as the token client, following up to five
+/// redirects (registry.k8s.io sends every `/v2/` request to a regional registry), to HTTPS
+/// only but for `--insecure-registry` hosts. reqwest drops the `Authorization` header on a
+/// redirect to another host.
+fn manifest_client(insecure: &[String]) -> reqwest::Client {
+    let insecure = insecure.to_vec();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let url = attempt.url().clone();
+        let origin = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => String::new(),
+        };
+        if attempt.previous().len() >= 5 {
+            attempt.error("more than 5 redirects")
+        } else if url.scheme() == "https" || insecure.contains(&origin) {
+            attempt.follow()
+        } else {
+            attempt.error(format!("a redirect to {url} leaves HTTPS"))
+        }
+    });
+    reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(Duration::from_secs(10))
+        .read_timeout(Duration::from_secs(60))
+        .redirect(policy)
+        .build()
+        .unwrap_or_default()
 }
 
 /// Run `request` until it succeeds, fails for good, or [`ATTEMPTS`] transient failures; an

@@ -9,7 +9,8 @@
 //! DIR/signatures/sha256/<hex>  fingerprints of the keys whose signatures of that manifest
 //!                              were verified, one a line (at most [`MAX_VERIFIED_KEYS`]),
 //!                              then the verdict's seal
-//! DIR/key, DIR/compiled/key    the keys that seal verdicts and compiled code ([`crate::seal`])
+//! DIR/signatures/key          the key that seals verdicts ([`crate::seal`])
+//! DIR/compiled/key             the key that seals compiled code
 //! DIR/tmp/                     files being written
 //! ```
 //!
@@ -59,21 +60,21 @@ struct Version {
 impl ArtifactStore {
     /// The cache at `dir` (created if missing), holding at most about `max_bytes`.
     pub fn open(dir: &Path, max_bytes: u64) -> std::io::Result<ArtifactStore> {
+        // The keys first: their directories are made this user's alone (0700), and a bad
+        // key or directory is refused at start.
+        let seal = Seal::open(&dir.join("signatures")).map_err(std::io::Error::other)?;
+        Seal::open(&dir.join("compiled")).map_err(std::io::Error::other)?;
         for sub in [
             "manifests/sha256",
             "manifests/sha512",
             "blobs/sha256",
             "blobs/sha512",
-            "compiled",
             "signatures/sha256",
             "signatures/sha512",
             "tmp",
         ] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
-        let seal = Seal::open(dir).map_err(std::io::Error::other)?;
-        // The compiled code's key, made (and checked) now: a bad one is refused at start.
-        Seal::open(&dir.join("compiled")).map_err(std::io::Error::other)?;
         Ok(ArtifactStore {
             dir: dir.to_path_buf(),
             max_bytes,
@@ -319,16 +320,18 @@ fn verdict_parts<'a>(digest: &'a str, keys: &'a str) -> [&'a [u8]; 3] {
     [b"signature verdict", digest.as_bytes(), keys.as_bytes()]
 }
 
-/// The bytes of `path`, unless it is missing, unreadable or larger than `max` (then it is
-/// removed: nothing the manager writes there is that large).
+/// The bytes of `path`, unless it is missing, unreadable, not a regular file or larger
+/// than `max` (then it is removed: nothing the manager writes there is so).
 fn read_at_most(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let length = std::fs::metadata(path).ok()?.len();
-    if length > max {
-        tracing::warn!(path = %path.display(), length, max, "cached file is larger than any the manager writes; removing it");
-        let _ = std::fs::remove_file(path);
-        return None;
+    match crate::seal::read_regular(path, max) {
+        Ok(bytes) => Some(bytes),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cached file is none the manager writes; removing it");
+            let _ = std::fs::remove_file(path);
+            None
+        }
     }
-    std::fs::read(path).ok()
 }
 
 fn files_in(dir: &Path) -> Vec<(PathBuf, SystemTime)> {

@@ -125,11 +125,11 @@ impl ClusterAddresses for ClusterView {
 
     fn claim(
         &self,
-        ip: IpAddr,
         by: Holder,
-        conflicts: &dyn Fn(&Holder) -> bool,
-    ) -> Result<(), Holder> {
-        self.claims.claim(ip, by, conflicts)
+        ips: &[IpAddr],
+        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
+    ) -> Result<(), (IpAddr, Holder)> {
+        self.claims.claim(by, ips, conflicts)
     }
 }
 

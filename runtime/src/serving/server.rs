@@ -2,6 +2,7 @@
 //! connections, lets `auth` decide who may ask, and routes `/healthz`, `/readyz`, `/livez`
 //! (each aggregate, plus `/<probe>/<check>`) and `/metrics`.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -33,6 +34,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// of connections holds neither memory nor tasks beyond it (Prometheus and the kubelet's
 /// probes need a handful).
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// Connections served at once from one address: one client cannot take every connection
+/// and shut out the kubelet's probes.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 32;
+
+const _: () = assert!(MAX_CONNECTIONS_PER_PEER < MAX_CONNECTIONS);
 
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -142,6 +149,7 @@ async fn accept(
     shutdown: CancellationToken,
 ) {
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let peers: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -149,6 +157,10 @@ async fn accept(
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Some(held) = PeerSlot::take(&peers, peer.ip()) else {
+                    debug!(%peer, "{MAX_CONNECTIONS_PER_PEER} connections open from this address; closing this one");
+                    continue;
+                };
                 let Ok(permit) = open.clone().try_acquire_owned() else {
                     debug!(%peer, "{MAX_CONNECTIONS} connections open; closing this one");
                     continue;
@@ -156,7 +168,7 @@ async fn accept(
                 let (acceptor, app, shutdown) = (acceptor.clone(), app.clone(), shutdown.clone());
                 tokio::spawn(async move {
                     connection(stream, peer, acceptor, app, shutdown).await;
-                    drop(permit);
+                    drop((permit, held));
                 });
             }
             Err(error) => {
@@ -167,6 +179,45 @@ async fn accept(
         }
     }
     debug!("secure port closed");
+}
+
+/// One of an address's connections, given back when dropped.
+struct PeerSlot {
+    peers: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, unless it has [`MAX_CONNECTIONS_PER_PEER`] already.
+    fn take(peers: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(ip).or_default();
+        if *count >= MAX_CONNECTIONS_PER_PEER {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 async fn connection(
@@ -593,14 +644,14 @@ mod tests {
         shutdown.cancel();
     }
 
-    /// A flood of connections that never even handshake holds at most the bound: one past
-    /// it is closed at once (not held until the handshake times out), and once some end
-    /// the port serves again.
+    /// A flood of connections from one address that never even handshake holds at most
+    /// that address's bound: one past it is closed at once (not held until the handshake
+    /// times out), and once some end the port serves it again.
     #[tokio::test]
     async fn connections_past_the_bound_are_closed_and_the_port_serves_again_once_some_end() {
         let (addr, _shutdown) = start(HealthChecks::default(), Registry::default()).await;
         let mut held = Vec::new();
-        for _ in 0..MAX_CONNECTIONS {
+        for _ in 0..MAX_CONNECTIONS_PER_PEER {
             held.push(TcpStream::connect(addr).await.expect("connect"));
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -610,7 +661,7 @@ mod tests {
             .await
             .expect("closed at once, not held until the handshake timeout");
         assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-        held.truncate(MAX_CONNECTIONS - 8);
+        held.truncate(MAX_CONNECTIONS_PER_PEER - 8);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(get(addr, "/healthz").await.status, StatusCode::OK);
     }

@@ -108,10 +108,13 @@ struct Memory {
     retrying: HashMap<Key, Wait>,
 }
 
-/// A Service waiting out `retry-after` answers.
+/// A Service waiting out `retry-after` answers (or a slow ensure announced).
 struct Wait {
     /// Since when (the start of the first attempt that ended so).
     since: Instant,
+    /// Whether a `retry-after` began it (not only a slow ensure's announcement): only such
+    /// a wait outlives another failure.
+    retried: bool,
     /// Whether `EnsuringLoadBalancer` was emitted for it.
     announced: bool,
     /// How long its ensure calls ran and the waits they asked for, so far.
@@ -275,19 +278,27 @@ async fn worker(controller: Arc<ServiceController>) {
                     let mut memory = controller.memory();
                     match delay {
                         Some(_) => {
-                            memory
-                                .retrying
-                                .entry(key.clone())
-                                .or_insert(Wait {
-                                    since: now,
-                                    announced: false,
-                                    cloud_time: Duration::ZERO,
-                                })
-                                .since
+                            let wait = memory.retrying.entry(key.clone()).or_insert(Wait {
+                                since: now,
+                                retried: true,
+                                announced: false,
+                                cloud_time: Duration::ZERO,
+                            });
+                            if !wait.retried {
+                                // Announced by a slow ensure: the grace starts now.
+                                wait.since = now;
+                                wait.retried = true;
+                            }
+                            wait.since
                         }
-                        // Another failure keeps a wait going: answering `other` now and then
-                        // never restarts the grace.
-                        None => now,
+                        // Another failure keeps a wait a `retry-after` began going: answering
+                        // `other` now and then never restarts the grace.
+                        None => {
+                            if memory.retrying.get(key).is_some_and(|wait| !wait.retried) {
+                                memory.retrying.remove(key);
+                            }
+                            now
+                        }
                     }
                 };
                 let reported = reported(delay, since, now);
@@ -484,6 +495,7 @@ async fn sync_load_balancer(
             });
         let waiting = |announced: bool, cloud_time: Duration| Wait {
             since,
+            retried: false,
             announced,
             cloud_time,
         };
@@ -530,10 +542,10 @@ async fn sync_load_balancer(
                         announce(&mut announced);
                     }
                     let mut memory = controller.memory();
-                    let wait = memory
-                        .retrying
-                        .entry(key.clone())
-                        .or_insert(waiting(announced, cloud_time));
+                    let wait = memory.retrying.entry(key.clone()).or_insert(Wait {
+                        retried: true,
+                        ..waiting(announced, cloud_time)
+                    });
                     wait.cloud_time = cloud_time;
                 }
                 return Err(error.into());
