@@ -9,10 +9,13 @@
 //! Answers are cached per query name and record type ([`DNS_CACHE_ANSWERS`] at most), a
 //! positive one for its TTL but never longer than [`DNS_MAX_POSITIVE_TTL`]; a negative one
 //! (`NXDOMAIN`, or no record of the type) for the zone's SOA negative TTL but never longer
-//! than [`DNS_MAX_NEGATIVE_TTL`], and not at all without an SOA. The name servers,
-//! search domains and options come from `/etc/resolv.conf`, names in the hosts file
-//! (read when the gate is built) are answered from it, and `localhost` always resolves to
-//! loopback.
+//! than [`DNS_MAX_NEGATIVE_TTL`], and not at all without an SOA. Name servers are asked over
+//! UDP only, with EDNS's 1232-byte payload, which is also the most of an answer read: the
+//! name server of a granted domain cannot make one answer hold thousands of records (TCP
+//! would take 64 KiB), so the cache is bounded in bytes too ([`DNS_MAX_ANSWER_BYTES`] an
+//! answer). The name servers come from `/etc/resolv.conf` (its search domains are not used:
+//! names are asked as absolute names), names in the hosts file (read when the gate is
+//! built) are answered from it, and `localhost` always resolves to loopback.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -31,6 +34,9 @@ use super::transport::ConnectRefusal;
 /// Most DNS answers one gate keeps: one per query name and record type, so a name's A and
 /// AAAA answers take two and 2048 hold at least 1024 names; the least used go first.
 pub const DNS_CACHE_ANSWERS: u64 = 2048;
+
+/// The most bytes of one DNS answer read: EDNS's payload size, over UDP alone.
+pub const DNS_MAX_ANSWER_BYTES: u16 = 1232;
 
 /// Longest a positive answer is kept, whatever its TTL: a cloud endpoint that moves is
 /// followed within this time even when its records say a day.
@@ -56,25 +62,40 @@ impl std::fmt::Debug for Resolver {
     }
 }
 
+/// A name server at `ip`:`port`, asked over UDP alone.
+fn udp_only(ip: IpAddr, trust_negative_responses: bool, port: u16) -> NameServerConfig {
+    let mut udp = ConnectionConfig::udp();
+    udp.port = port;
+    NameServerConfig::new(ip, trust_negative_responses, vec![udp])
+}
+
 impl Resolver {
-    /// A resolver with an empty cache asking `name_server` (UDP, TCP for long answers), or the
-    /// name servers of `/etc/resolv.conf` when it is `None`.
+    /// A resolver with an empty cache asking `name_server` over UDP, or the name servers of
+    /// `/etc/resolv.conf` when it is `None`.
     pub fn new(name_server: Option<SocketAddr>) -> Self {
         let provider = TokioRuntimeProvider::default();
         let (mut builder, config_problem) = match name_server {
             Some(address) => {
-                let connections = [ConnectionConfig::udp(), ConnectionConfig::tcp()]
-                    .map(|mut connection| {
-                        connection.port = address.port();
-                        connection
-                    })
-                    .to_vec();
-                let server = NameServerConfig::new(address.ip(), true, connections);
-                let config = ResolverConfig::from_name_servers(vec![server]);
+                let config = ResolverConfig::from_name_servers(vec![udp_only(
+                    address.ip(),
+                    true,
+                    address.port(),
+                )]);
                 (TokioResolver::builder_with_config(config, provider), None)
             }
-            None => match TokioResolver::builder(provider.clone()) {
-                Ok(builder) => (builder, None),
+            None => match hickory_resolver::system_conf::read_system_conf() {
+                Ok((system, _)) => {
+                    let servers = system
+                        .name_servers()
+                        .iter()
+                        .map(|server| {
+                            let port = server.connections.first().map_or(53, |c| c.port);
+                            udp_only(server.ip, server.trust_negative_responses, port)
+                        })
+                        .collect();
+                    let config = ResolverConfig::from_name_servers(servers);
+                    (TokioResolver::builder_with_config(config, provider), None)
+                }
                 Err(err) => {
                     let problem = format!("/etc/resolv.conf could not be used: {err}");
                     tracing::warn!("egress DNS: {problem}; only the hosts file answers");
@@ -85,6 +106,8 @@ impl Resolver {
             },
         };
         let options = builder.options_mut();
+        options.edns0 = true;
+        options.edns_payload_len = DNS_MAX_ANSWER_BYTES;
         options.cache_size = DNS_CACHE_ANSWERS;
         options.positive_max_ttl = Some(DNS_MAX_POSITIVE_TTL);
         options.negative_max_ttl = Some(DNS_MAX_NEGATIVE_TTL);
@@ -205,6 +228,50 @@ fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hickory_resolver::proto::op::{Message, OpCode};
+
+    /// A name server whose every answer is truncated (the TC bit: "ask again over TCP"), on
+    /// UDP and TCP at one port: the resolver never asks over TCP, where one answer could
+    /// hold 64 KiB of records for the cache to keep.
+    #[tokio::test]
+    async fn a_truncated_answer_is_never_asked_again_over_tcp() {
+        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = udp.local_addr().unwrap();
+        let tcp = tokio::net::TcpListener::bind(address).await.unwrap();
+        let tcp_connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = tcp_connections.clone();
+        tokio::spawn(async move {
+            while tcp.accept().await.is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        tokio::spawn(async move {
+            let mut buffer = [0u8; 4096];
+            while let Ok((length, from)) = udp.recv_from(&mut buffer).await {
+                let Ok(request) = Message::from_vec(&buffer[..length]) else {
+                    continue;
+                };
+                let mut response = Message::response(request.metadata.id, OpCode::Query);
+                response.metadata.truncation = true;
+                if let Some(query) = request.queries.first() {
+                    response.add_query(query.clone());
+                }
+                let _ = udp.send_to(&response.to_vec().unwrap(), from).await;
+            }
+        });
+        let resolver = Resolver::new(Some(address));
+        let answer = resolver.lookup("many-records.example").await;
+        assert!(
+            answer.as_ref().map_or(true, Vec::is_empty),
+            "a truncated answer carries nothing: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            tcp_connections.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "never asked over TCP"
+        );
+    }
 
     #[test]
     fn names_the_system_resolver_reads_as_ipv4_addresses_are_addresses() {
