@@ -196,6 +196,11 @@ impl Distribution {
                 self.verify_signatures(reference, &artifact.identity.digest, &policy)
                     .await
                     .map_err(FetchError::Signature)?;
+                // The compiled code of earlier files counts against the bound as an OCI
+                // version's does; this one's stays.
+                if let Some(cache) = &self.cache {
+                    cache.evict(&[&artifact.identity.digest]);
+                }
                 Ok(artifact)
             }
             ProviderRef::Oci(oci) => self.fetch_oci(oci, &policy).await,

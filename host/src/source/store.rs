@@ -19,8 +19,10 @@
 //! treated as missing. Two processes may share the directory (a leader and a standby on one
 //! node): the worst a race does is make one of them download again.
 //!
-//! The cache is bounded (`--cache-max-size`): after a write, versions not in use are evicted,
-//! least recently used first, with their components, compiled code and signature verdicts.
+//! The cache is bounded (`--cache-max-size`): after a write, and at every fetch of a
+//! `file://` provider, versions not in use are evicted, least recently used first, with their
+//! components, compiled code and signature verdicts (the compiled code of a `file://`
+//! provider is a version of its own).
 //!
 //! A signature verdict is not content-addressed: it is the manager's own record that it
 //! checked signatures of that digest with those keys, so it is sealed under the directory's
@@ -210,7 +212,8 @@ impl ArtifactStore {
     }
 
     /// Evict versions, least recently used first, until the cache holds at most its bound;
-    /// the versions whose manifest digests are in `in_use` stay. Returns how many went.
+    /// the versions whose manifest or component digests are in `in_use` stay. Returns how
+    /// many went.
     pub fn evict(&self, in_use: &[&str]) -> usize {
         let mut total = dir_size(&self.dir);
         if total <= self.max_bytes {
@@ -223,10 +226,11 @@ impl ArtifactStore {
             if total <= self.max_bytes {
                 break;
             }
-            let protected = version.manifest.as_ref().is_some_and(|manifest| {
-                in_use
-                    .iter()
-                    .any(|digest| self.path("manifests", digest).as_ref() == Some(manifest))
+            let protected = in_use.iter().any(|digest| {
+                *digest == version.layer_digest
+                    || version.manifest.as_ref().is_some_and(|manifest| {
+                        self.path("manifests", digest).as_ref() == Some(manifest)
+                    })
             });
             if protected {
                 continue;
@@ -496,5 +500,14 @@ mod tests {
             store.compiled_dir().join("key").exists(),
             "the key is no version"
         );
+
+        // Compiled code of `file://` providers is evicted too, but for the one in use.
+        let small = ArtifactStore::open(dir.path(), 0).unwrap();
+        let compiled = |hex: &str| small.compiled_dir().join(format!("{hex}-0123.cwasm"));
+        std::fs::write(compiled("aa"), vec![0; 1000]).unwrap();
+        std::fs::write(compiled("bb"), vec![0; 1000]).unwrap();
+        small.evict(&["sha256:bb"]);
+        assert!(!compiled("aa").exists());
+        assert!(compiled("bb").exists(), "in use");
     }
 }
