@@ -957,19 +957,22 @@ fn chart_network_policy_admits_the_secure_port_from_the_monitoring_namespace() {
     assert!(all(&objects, "NetworkPolicy").is_empty());
 }
 
-/// `serviceClusterIPRange` and `loadBalancerIPRanges` reach the manager as the flags its
-/// answer checks read; without them, no flag (and no range).
+/// `serviceClusterIPRange`, `loadBalancerIPRanges`, `loadBalancerIPSharing` and
+/// `nodeAddressDNSSuffixes` reach the manager as the flags its answer checks read; without
+/// them, no flag (and no range, no sharing, only a node's own name).
 #[test]
 fn chart_answer_ranges_reach_the_manager() {
     use clap::Parser;
 
     let values = format!(
-        "{PROVIDER}serviceClusterIPRange: 10.96.0.0/12,fd00:10:96::/112\nloadBalancerIPRanges: [203.0.113.0/24, '2001:db8:1::/48']\n"
+        "{PROVIDER}serviceClusterIPRange: 10.96.0.0/12,fd00:10:96::/112\nloadBalancerIPRanges: [203.0.113.0/24, '2001:db8:1::/48']\nloadBalancerIPSharing: true\nnodeAddressDNSSuffixes: [ec2.internal, amazonaws.com]\n"
     );
     let flags = args(&render("ranges", &values).expect("renders"));
     for flag in [
         "--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112",
         "--load-balancer-ip-ranges=203.0.113.0/24,2001:db8:1::/48",
+        "--load-balancer-ip-sharing=true",
+        "--node-address-dns-suffixes=ec2.internal,amazonaws.com",
     ] {
         assert!(flags.contains(&flag.to_string()), "{flag}: {flags:?}");
     }
@@ -982,13 +985,19 @@ fn chart_answer_ranges_reach_the_manager() {
     assert!(services.contains("fd00:10:96::1".parse().unwrap()));
     let pools = settings.load_balancer_ip_ranges.expect("the pools");
     assert_eq!(pools.to_string(), "203.0.113.0/24,2001:db8:1::/48");
+    assert!(settings.load_balancer_ip_sharing);
+    assert_eq!(
+        settings.node_address_dns_suffixes,
+        ["ec2.internal", "amazonaws.com"]
+    );
 
     let plain = args(&render("plain", PROVIDER).expect("renders"));
     assert!(
         !plain
             .iter()
             .any(|arg| arg.starts_with("--service-cluster-ip-range")
-                || arg.starts_with("--load-balancer-ip-ranges")),
+                || arg.starts_with("--load-balancer-ip-")
+                || arg.starts_with("--node-address-dns-suffixes")),
         "{plain:?}"
     );
 }
