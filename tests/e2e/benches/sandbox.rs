@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use e2e::{Cloud, TOKEN, load, sandbox};
 use native::get_native;
+use wasm_ccm_host::answers::AnswerChecks;
 use wasm_ccm_host::contract::{AddressKind, Node, NodeAddress, Service};
 use wasm_ccm_host::egress::{Caller, EgressConfig, EgressGate, PoolLimits};
 use wasm_ccm_host::metrics::Metrics;
@@ -436,6 +437,8 @@ async fn egress_vs_native() -> EgressStats {
         provider: "bench".into(),
         version: "host".into(),
     });
+    // Answers checked as the manager checks them.
+    let checks = Arc::new(AnswerChecks::default());
     let provider = load(
         &sandbox(SandboxConfig::default()),
         guest_builds::SIMCLOUD,
@@ -443,7 +446,8 @@ async fn egress_vs_native() -> EgressStats {
         Some(cloud.simcloud_config()),
     )
     .await
-    .expect("simcloud loads");
+    .expect("simcloud loads")
+    .with_checks(checks.clone());
     let provider_pooled = load(
         &sandbox(SandboxConfig::default()),
         guest_builds::SIMCLOUD,
@@ -451,7 +455,8 @@ async fn egress_vs_native() -> EgressStats {
         Some(cloud.simcloud_config()),
     )
     .await
-    .expect("simcloud loads");
+    .expect("simcloud loads")
+    .with_checks(checks);
     let node = Node {
         name: instance.name.clone(),
         ..Node::default()
