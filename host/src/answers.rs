@@ -165,12 +165,16 @@ struct ClaimsHeld {
     by_address: std::collections::HashMap<IpAddr, Vec<(Holder, Instant)>>,
     /// Claimant (`node NAME`, `service KEY`) → the addresses it claims.
     by_claimant: std::collections::HashMap<String, Vec<IpAddr>>,
+    /// When expired claims were last swept: at most once a [`CLAIM_TTL`], so a cluster of
+    /// many nodes claiming at once does not sweep the whole map on every claim.
+    swept: Option<Instant>,
 }
 
 /// How long an answer's claim on an address lasts: the caches show a write within seconds.
 pub const CLAIM_TTL: Duration = Duration::from_secs(60);
 
-/// Claimed addresses past which expired claims are swept from the whole map.
+/// Claimed addresses past which expired claims are swept from the whole map (once a
+/// [`CLAIM_TTL`] at most: the map holds at most the claims of two TTLs).
 const CLAIMS_SWEPT_PAST: usize = 4096;
 
 impl Claims {
@@ -187,7 +191,11 @@ impl Claims {
         let claimant = by.claimant();
         let mut guard = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let held = &mut *guard;
-        if held.by_address.len() > CLAIMS_SWEPT_PAST {
+        let due = held
+            .swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= CLAIM_TTL);
+        if held.by_address.len() > CLAIMS_SWEPT_PAST && due {
+            held.swept = Some(now);
             held.by_address.retain(|_, claims| {
                 claims.retain(|(_, at)| live(at));
                 !claims.is_empty()
