@@ -767,6 +767,15 @@ mod tests {
     }
 
     async fn manifest_from(statuses: &'static [u16]) -> (Result<String, RegistryError>, usize) {
+        manifest_within(statuses, crate::source::layout::MAX_MANIFEST_BYTES).await
+    }
+
+    /// The digest of the manifest a registry answering `statuses` serves, asked for at most
+    /// `max_bytes`, and how many manifest requests it saw.
+    async fn manifest_within(
+        statuses: &'static [u16],
+        max_bytes: u64,
+    ) -> (Result<String, RegistryError>, usize) {
         let (addr, count) = scripted_registry(statuses).await;
         let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
         let oci = OciRef {
@@ -776,7 +785,7 @@ mod tests {
             digest: None,
         };
         let result = client
-            .manifest(&oci, crate::source::layout::MAX_MANIFEST_BYTES)
+            .manifest(&oci, max_bytes)
             .await
             .map(|(_, digest)| digest);
         (result, count.load(Ordering::SeqCst))
@@ -786,17 +795,9 @@ mod tests {
     /// gigabytes costs the manager nothing past the bound.
     #[tokio::test]
     async fn a_manifest_larger_than_asked_for_is_refused_unread() {
-        let (addr, _) = scripted_registry(&[200]).await;
-        let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
-        let oci = OciRef {
-            registry: addr,
-            repository: "p/simcloud".into(),
-            tag: Some("v1".into()),
-            digest: None,
-        };
-        let refused = client.manifest(&oci, 16).await.unwrap_err();
+        let (refused, _) = manifest_within(&[200], 16).await;
         assert!(
-            matches!(&refused, RegistryError::Protocol(text) if text.contains("larger than 16 bytes")),
+            matches!(&refused, Err(RegistryError::Protocol(text)) if text.contains("larger than 16 bytes")),
             "{refused:?}"
         );
     }
