@@ -133,29 +133,18 @@ impl std::fmt::Display for Holder {
 }
 
 /// What the cluster holds: the addresses of its nodes and Services, from the manager's
-/// caches, and the addresses of answers checked but not yet in them.
+/// caches.
 pub trait ClusterAddresses: Send + Sync {
     /// Everything that holds `ip`, each holder once.
     fn holders(&self, ip: IpAddr) -> Vec<Holder>;
-
-    /// Claim `ips` for `by`, whose answer passed, in place of what `by` claimed before, for
-    /// [`CLAIM_TTL`] (by then the caches show the write): refused, claiming nothing, with
-    /// the address and the claim in the way if another answer not yet in the caches holds
-    /// one and `conflicts` with it. What keeps two answers checked at once (two nodes, two
-    /// Services) from both taking one address.
-    fn claim(
-        &self,
-        by: Holder,
-        ips: &[IpAddr],
-        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
-    ) -> Result<(), (IpAddr, Holder)>;
 }
 
-/// The addresses of answers that passed their checks, each held for its object for
-/// [`CLAIM_TTL`]: the claims of a [`ClusterAddresses`]. An object's new answer replaces its
-/// claims, so an address it let go is free at once.
+/// The addresses of answers that passed their checks but are not in the caches yet, each
+/// held for its object for [`CLAIM_TTL`] (by then the caches show the write): what keeps two
+/// answers checked at once (two nodes, two Services) from both taking one address. An
+/// object's new answer replaces its claims, so an address it let go is free at once.
 #[derive(Debug, Default)]
-pub struct Claims {
+struct Claims {
     held: std::sync::Mutex<ClaimsHeld>,
 }
 
@@ -179,8 +168,8 @@ const CLAIMS_SWEPT_PAST: usize = 4096;
 
 impl Claims {
     /// Claim `ips` for `by` in place of its earlier claims, unless another live claim
-    /// `conflicts`.
-    pub fn claim(
+    /// `conflicts`: refused, claiming nothing, with the address and the claim in the way.
+    fn claim(
         &self,
         by: Holder,
         ips: &[IpAddr],
@@ -255,15 +244,6 @@ impl ClusterAddresses for NoCluster {
     fn holders(&self, _ip: IpAddr) -> Vec<Holder> {
         Vec::new()
     }
-
-    fn claim(
-        &self,
-        _: Holder,
-        _: &[IpAddr],
-        _: &dyn Fn(IpAddr, &Holder) -> bool,
-    ) -> Result<(), (IpAddr, Holder)> {
-        Ok(())
-    }
 }
 
 /// Who an answer's addresses are for.
@@ -298,8 +278,9 @@ pub struct AnswerChecks {
     pub policy: AnswerPolicy,
     cluster: Arc<dyn ClusterAddresses>,
     enforced: bool,
-    /// Whether answers that pass claim their addresses (not a shadow's, which nothing writes).
-    claiming: bool,
+    /// The addresses answers that passed claim; `None` for answers nothing writes (a
+    /// shadow's), which claim nothing. Shared by every clone.
+    claims: Option<Arc<Claims>>,
 }
 
 impl Default for AnswerChecks {
@@ -618,7 +599,7 @@ impl AnswerChecks {
             policy,
             cluster,
             enforced: true,
-            claiming: true,
+            claims: Some(Arc::default()),
         }
     }
 
@@ -626,7 +607,7 @@ impl AnswerChecks {
     /// `get-load-balancer` read for existence), which must not hold addresses others need.
     pub fn without_claims(&self) -> AnswerChecks {
         AnswerChecks {
-            claiming: false,
+            claims: None,
             ..self.clone()
         }
     }
@@ -748,13 +729,13 @@ impl AnswerChecks {
         asker: &Asker,
         passed: Vec<(String, IpAddr, Option<AddressKind>)>,
     ) -> Result<(), Refusals> {
-        if findings.total > 0 || !self.claiming {
+        let Some(claims) = self.claims.as_ref().filter(|_| findings.total == 0) else {
             return findings.done();
-        }
+        };
         let ips: Vec<IpAddr> = passed.iter().map(|(_, ip, _)| *ip).collect();
         let kind = passed.first().and_then(|(_, _, kind)| *kind);
         let conflicts = |ip: IpAddr, holder: &Holder| self.blocks(holder, asker, ip);
-        if let Err((ip, holder)) = self.cluster.claim(asker.holder(kind), &ips, &conflicts) {
+        if let Err((ip, holder)) = claims.claim(asker.holder(kind), &ips, &conflicts) {
             let field = passed
                 .iter()
                 .find(|(_, passed, _)| *passed == ip)
@@ -1359,8 +1340,7 @@ mod tests {
     /// A cluster where node `n1` holds 10.0.0.5, node `n2` 10.0.0.6, Service `default/web`
     /// (the one answered for) the ingress 203.0.113.1 and Service `default/other` the
     /// ingress 203.0.113.2, the external IP 203.0.113.3 and the cluster IP 10.112.0.10.
-    #[derive(Default)]
-    struct Cluster(Claims);
+    struct Cluster;
 
     impl ClusterAddresses for Cluster {
         fn holders(&self, ip: IpAddr) -> Vec<Holder> {
@@ -1382,19 +1362,10 @@ mod tests {
                 _ => Vec::new(),
             }
         }
-
-        fn claim(
-            &self,
-            by: Holder,
-            ips: &[IpAddr],
-            conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
-        ) -> Result<(), (IpAddr, Holder)> {
-            self.0.claim(by, ips, conflicts)
-        }
     }
 
     fn checks(policy: &AnswerPolicy) -> AnswerChecks {
-        AnswerChecks::new(policy.clone(), Arc::new(Cluster::default()))
+        AnswerChecks::new(policy.clone(), Arc::new(Cluster))
     }
 
     /// The refusals of `ingress` under `policy`, in [`Cluster`].
@@ -1975,7 +1946,7 @@ mod tests {
                 node_dns_suffixes: Some(Vec::new()),
                 ..AnswerPolicy::default()
             },
-            Arc::new(Cluster::default()),
+            Arc::new(Cluster),
         );
         let n1 = node(None);
         assert_eq!(

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use wasm_ccm_host::answers::{Claims, ClusterAddresses, Holder, ServiceField};
+use wasm_ccm_host::answers::{ClusterAddresses, Holder, ServiceField};
 
 use super::Informer;
 
@@ -67,22 +67,16 @@ pub fn service_addresses(service: &Service) -> Vec<IpAddr> {
     ips
 }
 
-/// The node and service caches, as the answer checks see them, and the addresses of
-/// answers that passed but are not in the caches yet.
+/// The node and service caches, as the answer checks see them.
 pub struct ClusterView {
     nodes: Informer<Node>,
     services: Informer<Service>,
-    claims: Claims,
 }
 
 impl ClusterView {
     /// The view of the shared caches.
     pub fn new(nodes: Informer<Node>, services: Informer<Service>) -> ClusterView {
-        ClusterView {
-            nodes,
-            services,
-            claims: Claims::default(),
-        }
+        ClusterView { nodes, services }
     }
 }
 
@@ -121,15 +115,6 @@ impl ClusterAddresses for ClusterView {
             }
         }
         holders
-    }
-
-    fn claim(
-        &self,
-        by: Holder,
-        ips: &[IpAddr],
-        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
-    ) -> Result<(), (IpAddr, Holder)> {
-        self.claims.claim(by, ips, conflicts)
     }
 }
 
