@@ -132,11 +132,37 @@ impl std::fmt::Display for Holder {
     }
 }
 
+/// An address something in the cluster holds: an IP, or a DNS name (a node's name and its
+/// `Hostname`, `InternalDNS` and `ExternalDNS` addresses), as the caches index them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Address {
+    /// An IP address.
+    Ip(IpAddr),
+    /// A DNS name, lowercased and without a trailing dot ([`Address::name`]).
+    Name(String),
+}
+
+impl Address {
+    /// The DNS name `text` as held: names differing only in case or a trailing dot are one.
+    pub fn name(text: &str) -> Address {
+        Address::Name(text.trim_end_matches('.').to_ascii_lowercase())
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Ip(ip) => ip.fmt(f),
+            Address::Name(name) => f.write_str(name),
+        }
+    }
+}
+
 /// What the cluster holds: the addresses of its nodes and Services, from the manager's
 /// caches.
 pub trait ClusterAddresses: Send + Sync {
-    /// Everything that holds `ip`, each holder once.
-    fn holders(&self, ip: IpAddr) -> Vec<Holder>;
+    /// Everything that holds `address`, each holder once.
+    fn holders(&self, address: &Address) -> Vec<Holder>;
 }
 
 /// The addresses of answers that passed their checks but are not in the caches yet, each
@@ -151,9 +177,9 @@ struct Claims {
 #[derive(Debug, Default)]
 struct ClaimsHeld {
     /// Address → its claims.
-    by_address: std::collections::HashMap<IpAddr, Vec<(Holder, Instant)>>,
+    by_address: std::collections::HashMap<Address, Vec<(Holder, Instant)>>,
     /// Claimant (`node NAME`, `service KEY`) → the addresses it claims.
-    by_claimant: std::collections::HashMap<String, Vec<IpAddr>>,
+    by_claimant: std::collections::HashMap<String, Vec<Address>>,
     /// When expired claims were last swept: at most once a [`CLAIM_TTL`], so a cluster of
     /// many nodes claiming at once does not sweep the whole map on every claim.
     swept: Option<Instant>,
@@ -167,14 +193,14 @@ pub const CLAIM_TTL: Duration = Duration::from_secs(60);
 const CLAIMS_SWEPT_PAST: usize = 4096;
 
 impl Claims {
-    /// Claim `ips` for `by` in place of its earlier claims, unless another live claim
+    /// Claim `addresses` for `by` in place of its earlier claims, unless another live claim
     /// `conflicts`: refused, claiming nothing, with the address and the claim in the way.
     fn claim(
         &self,
         by: Holder,
-        ips: &[IpAddr],
-        conflicts: &dyn Fn(IpAddr, &Holder) -> bool,
-    ) -> Result<(), (IpAddr, Holder)> {
+        addresses: &[Address],
+        conflicts: &dyn Fn(&Address, &Holder) -> bool,
+    ) -> Result<(), (Address, Holder)> {
         let now = Instant::now();
         let live = |at: &Instant| now.saturating_duration_since(*at) < CLAIM_TTL;
         let claimant = by.claimant();
@@ -190,37 +216,37 @@ impl Claims {
                 !claims.is_empty()
             });
             let by_address = &held.by_address;
-            held.by_claimant.retain(|_, ips| {
-                ips.retain(|ip| by_address.contains_key(ip));
-                !ips.is_empty()
+            held.by_claimant.retain(|_, claimed| {
+                claimed.retain(|address| by_address.contains_key(address));
+                !claimed.is_empty()
             });
         }
-        for ip in held.by_claimant.remove(&claimant).unwrap_or_default() {
-            if let Some(claims) = held.by_address.get_mut(&ip) {
+        for address in held.by_claimant.remove(&claimant).unwrap_or_default() {
+            if let Some(claims) = held.by_address.get_mut(&address) {
                 claims.retain(|(holder, _)| holder.claimant() != claimant);
             }
         }
-        for &ip in ips {
+        for address in addresses {
             let claims = held
                 .by_address
-                .get(&ip)
+                .get(address)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             if let Some((holder, _)) = claims
                 .iter()
-                .find(|(holder, at)| live(at) && conflicts(ip, holder))
+                .find(|(holder, at)| live(at) && conflicts(address, holder))
             {
-                return Err((ip, holder.clone()));
+                return Err((address.clone(), holder.clone()));
             }
         }
-        for &ip in ips {
+        for address in addresses {
             held.by_address
-                .entry(ip)
+                .entry(address.clone())
                 .or_default()
                 .push((by.clone(), now));
         }
-        if !ips.is_empty() {
-            held.by_claimant.insert(claimant, ips.to_vec());
+        if !addresses.is_empty() {
+            held.by_claimant.insert(claimant, addresses.to_vec());
         }
         Ok(())
     }
@@ -241,7 +267,7 @@ impl Holder {
 struct NoCluster;
 
 impl ClusterAddresses for NoCluster {
-    fn holders(&self, _ip: IpAddr) -> Vec<Holder> {
+    fn holders(&self, _address: &Address) -> Vec<Holder> {
         Vec::new()
     }
 }
@@ -663,7 +689,7 @@ impl AnswerChecks {
             if let Some(ip) = &ingress.ip {
                 let result = self.ingress_ip(ip, &asker);
                 if let Ok(ip) = result {
-                    passed.push((format!("ingress[{i}].ip"), ip, None));
+                    passed.push((format!("ingress[{i}].ip"), Address::Ip(ip), None));
                 }
                 findings.check(|| format!("ingress[{i}].ip"), ip, result.map(|_| ()));
             } else if let Some(mode) = ingress.ip_mode {
@@ -727,21 +753,21 @@ impl AnswerChecks {
         &self,
         mut findings: Findings,
         asker: &Asker,
-        passed: Vec<(String, IpAddr, Option<AddressKind>)>,
+        passed: Vec<(String, Address, Option<AddressKind>)>,
     ) -> Result<(), Refusals> {
         let Some(claims) = self.claims.as_ref().filter(|_| findings.total == 0) else {
             return findings.done();
         };
-        let ips: Vec<IpAddr> = passed.iter().map(|(_, ip, _)| *ip).collect();
+        let addresses: Vec<Address> = passed.iter().map(|(_, a, _)| a.clone()).collect();
         let kind = passed.first().and_then(|(_, _, kind)| *kind);
-        let conflicts = |ip: IpAddr, holder: &Holder| self.blocks(holder, asker, ip);
-        if let Err((ip, holder)) = claims.claim(asker.holder(kind), &ips, &conflicts) {
+        let conflicts = |address: &Address, holder: &Holder| self.blocks(holder, asker, address);
+        if let Err((address, holder)) = claims.claim(asker.holder(kind), &addresses, &conflicts) {
             let field = passed
                 .iter()
-                .find(|(_, passed, _)| *passed == ip)
+                .find(|(_, passed, _)| *passed == address)
                 .map_or_else(String::new, |(field, _, _)| field.clone());
             let reason = Reason::Taken(format!("{holder} (answered, not yet written)"));
-            findings.refuse(field, &ip.to_string(), reason);
+            findings.refuse(field, &address.to_string(), reason);
         }
         findings.done()
     }
@@ -751,7 +777,7 @@ impl AnswerChecks {
     /// unless sharing is allowed or the Service holds the address already (it was its
     /// first). A node's address is not vetoed by what a Service's owner writes in its spec
     /// (`externalIPs`, `loadBalancerIP`): anyone who may create a Service could block nodes.
-    fn blocks(&self, holder: &Holder, asker: &Asker, ip: IpAddr) -> bool {
+    fn blocks(&self, holder: &Holder, asker: &Asker, address: &Address) -> bool {
         match (asker, holder) {
             (Asker::Node(node), Holder::Node { name, .. }) => name != node,
             (Asker::Node(_), Holder::Service { field, .. }) => {
@@ -773,19 +799,20 @@ impl AnswerChecks {
                     .status
                     .ingress
                     .iter()
-                    .any(|point| point.ip.as_deref().and_then(|t| t.parse().ok()) == Some(ip));
+                    .filter_map(|point| point.ip.as_deref()?.parse().ok())
+                    .any(|ip| Address::Ip(ip) == *address);
                 !self.policy.shared_ingress_ips && !held
             }
         }
     }
 
-    /// What in the cluster keeps `asker` from holding `ip`, if anything.
-    fn unheld(&self, ip: IpAddr, asker: &Asker) -> Result<(), Reason> {
+    /// What in the cluster keeps `asker` from holding `address`, if anything.
+    fn unheld(&self, address: &Address, asker: &Asker) -> Result<(), Reason> {
         match self
             .cluster
-            .holders(ip)
+            .holders(address)
             .into_iter()
-            .find(|holder| self.blocks(holder, asker, ip))
+            .find(|holder| self.blocks(holder, asker, address))
         {
             Some(holder) => Err(Reason::Taken(holder.to_string())),
             None => Ok(()),
@@ -797,10 +824,10 @@ impl AnswerChecks {
     /// addresses an IPv6 address carries (NAT64, 6to4, Teredo, ISATAP).
     fn free_ip(&self, text: &str, asker: &Asker) -> Result<IpAddr, Reason> {
         let ip = self.cluster_free_ip(text)?;
-        self.unheld(ip, asker)?;
+        self.unheld(&Address::Ip(ip), asker)?;
         if let IpAddr::V6(v6) = ip {
             for (carrier, v4) in carried_v4(v6) {
-                if let Err(reason) = self.unheld(IpAddr::V4(v4), asker) {
+                if let Err(reason) = self.unheld(&Address::Ip(IpAddr::V4(v4)), asker) {
                     return Err(Reason::Carries {
                         carried: format!("{carrier} address carrying {v4}"),
                         reason: Box::new(reason),
@@ -902,8 +929,8 @@ impl AnswerChecks {
                 } else {
                     Err(Reason::Duplicate)
                 };
-                if let Ok(Some(ip)) = result {
-                    passed.push((field(), ip, Some(address.kind)));
+                if let Ok(Some(held)) = &result {
+                    passed.push((field(), held.clone(), Some(address.kind)));
                 }
                 findings.check(field, &address.address, result.map(|_| ()));
             }
@@ -937,23 +964,24 @@ impl AnswerChecks {
         self.claimed(findings, &asker, passed)
     }
 
-    /// An address of the node `asker` answered in `answer`: an IP checked as an ingress IP is
-    /// (but for the node's own addresses), and returned; a DNS name the node's own or one
-    /// under an allowed suffix, and if it spells an IPv4 address (`ip-10-0-0-5.…`, as AWS's
-    /// resolver answers it) one of the answer's own IPs.
+    /// An address of the node `asker` answered in `answer`, returned as it would be held: an
+    /// IP checked as an ingress IP is (but for the node's own addresses); a DNS name the
+    /// node's own or one under an allowed suffix, not another node's name or DNS address,
+    /// and if it spells an IPv4 address (`ip-10-0-0-5.…`, as AWS's resolver answers it) one
+    /// of the answer's own IPs.
     fn node_address(
         &self,
         address: &NodeAddress,
         answer: &InstanceMetadata,
         asker: &Asker,
-    ) -> Result<Option<IpAddr>, Reason> {
+    ) -> Result<Option<Address>, Reason> {
         let Asker::Node(node) = asker else {
             return Ok(None);
         };
         match address.kind {
-            AddressKind::InternalIP | AddressKind::ExternalIP => {
-                self.free_ip(&address.address, asker).map(Some)
-            }
+            AddressKind::InternalIP | AddressKind::ExternalIP => self
+                .free_ip(&address.address, asker)
+                .map(|ip| Some(Address::Ip(ip))),
             AddressKind::Hostname | AddressKind::InternalDNS | AddressKind::ExternalDNS => {
                 let name = address.address.as_str();
                 public_name(name)?;
@@ -966,21 +994,21 @@ impl AnswerChecks {
                         return Err(Reason::SpellsAnotherIp(spelled.to_string()));
                     }
                 }
-                let Some(suffixes) = &self.policy.node_dns_suffixes else {
-                    return Ok(None);
-                };
-                let allowed = name == *node
-                    || suffixes.iter().any(|suffix| {
-                        name.strip_suffix(suffix.as_str())
-                            .is_some_and(|head| head.ends_with('.') && head.len() > 1)
-                    });
-                if allowed {
-                    Ok(None)
-                } else if suffixes.is_empty() {
-                    Err(Reason::NodeDnsName("none set".into()))
-                } else {
-                    Err(Reason::NodeDnsName(suffixes.join(",")))
+                if let Some(suffixes) = &self.policy.node_dns_suffixes {
+                    let allowed = name == *node
+                        || suffixes.iter().any(|suffix| {
+                            name.strip_suffix(suffix.as_str())
+                                .is_some_and(|head| head.ends_with('.') && head.len() > 1)
+                        });
+                    if !allowed && suffixes.is_empty() {
+                        return Err(Reason::NodeDnsName("none set".into()));
+                    } else if !allowed {
+                        return Err(Reason::NodeDnsName(suffixes.join(",")));
+                    }
                 }
+                let held = Address::name(name);
+                self.unheld(&held, asker)?;
+                Ok(Some(held))
             }
         }
     }
@@ -1337,24 +1365,31 @@ mod tests {
         }
     }
 
-    /// A cluster where node `n1` holds 10.0.0.5, node `n2` 10.0.0.6, Service `default/web`
-    /// (the one answered for) the ingress 203.0.113.1 and Service `default/other` the
-    /// ingress 203.0.113.2, the external IP 203.0.113.3 and the cluster IP 10.112.0.10.
+    /// A cluster where node `n1` holds 10.0.0.5 and the name `n1.sim.internal`, node `n2`
+    /// 10.0.0.6 and `n2.sim.internal`, Service `default/web` (the one answered for) the
+    /// ingress 203.0.113.1 and Service `default/other` the ingress 203.0.113.2, the external
+    /// IP 203.0.113.3 and the cluster IP 10.112.0.10.
     struct Cluster;
 
     impl ClusterAddresses for Cluster {
-        fn holders(&self, ip: IpAddr) -> Vec<Holder> {
+        fn holders(&self, address: &Address) -> Vec<Holder> {
             let node = |name: &str| Holder::Node {
                 name: name.into(),
                 address_type: "InternalIP".into(),
+            };
+            let named = |name: &str| Holder::Node {
+                name: name.into(),
+                address_type: "Hostname".into(),
             };
             let service = |name: &str, field| Holder::Service {
                 key: format!("default/{name}"),
                 field,
             };
-            match ip.to_string().as_str() {
+            match address.to_string().as_str() {
                 "10.0.0.5" => vec![node("n1")],
                 "10.0.0.6" => vec![node("n2")],
+                "n1.sim.internal" => vec![named("n1")],
+                "n2.sim.internal" => vec![named("n2")],
                 "203.0.113.1" => vec![service("web", ServiceField::Ingress)],
                 "203.0.113.2" => vec![service("other", ServiceField::Ingress)],
                 "203.0.113.3" => vec![service("other", ServiceField::ExternalIp)],
@@ -1984,6 +2019,49 @@ mod tests {
             ),
             Ok(()),
             "without the operator's list, any DNS name"
+        );
+    }
+
+    #[test]
+    fn a_dns_name_another_node_holds_or_claimed_is_refused() {
+        let answer = |name: &str| InstanceMetadata {
+            node_addresses: vec![NodeAddress {
+                kind: AddressKind::InternalDNS,
+                address: name.into(),
+            }],
+            ..metadata()
+        };
+        let checks = checks(&policy());
+        let refused = checks
+            .instance_metadata(&answer("n2.sim.internal"), "simcloud", &node(None))
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("already the Hostname of node n2"),
+            "{refused}"
+        );
+        assert_eq!(
+            checks.instance_metadata(&answer("n1.sim.internal"), "simcloud", &node(None)),
+            Ok(()),
+            "the node's own name"
+        );
+        let named = |name: &str| Node {
+            name: name.into(),
+            ..Node::default()
+        };
+        assert_eq!(
+            checks.instance_metadata(&answer("n7.sim.internal"), "simcloud", &named("n7")),
+            Ok(())
+        );
+        let refused = checks
+            .instance_metadata(&answer("n7.sim.internal"), "simcloud", &named("n8"))
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("already the InternalDNS of node n7 (answered, not yet written)"),
+            "{refused}"
         );
     }
 

@@ -26,7 +26,7 @@ use cache::{ENTRY_OVERHEAD, Refusal};
 use logs::{CallLog, LogLimit, SANDBOX_TARGET};
 pub use logs::{LogLimits, ProviderLogs};
 
-/// Longest log line kept; the rest is cut.
+/// Longest log line kept, escaped; the rest is cut.
 const MAX_LOG_LINE: usize = 8 * 1024;
 /// Most bytes of a refused key quoted in a warning.
 const KEY_SHOWN: usize = 64;
@@ -66,8 +66,10 @@ impl Host for CallState {
             return;
         }
         // One message, one record: a `\n` and a forged record after it stay on its line.
-        // Escaped once admitted, so a flood of dropped lines costs no scan.
+        // Escaped once admitted, so a flood of dropped lines costs no scan; cut again, as
+        // escaping a control character makes up to 8 bytes of one.
         let message = escaped(message);
+        let message = cut(&message, MAX_LOG_LINE);
         let caller = &self.env.caller;
         let (provider, version) = (&caller.provider, &caller.version);
         match level {
@@ -174,6 +176,7 @@ fn log_output(
             // Split at `\n` above; a `\r`, an escape sequence or another control stays
             // inside its record, escaped.
             let line = escaped(line);
+            let line = cut(&line, MAX_LOG_LINE);
             tracing::info!(
                 target: PROVIDER_TARGET,
                 provider,

@@ -1,20 +1,48 @@
-//! What the cluster holds, for the checks of provider answers: the IP addresses of nodes
-//! and Services, by which the shared informers' caches are indexed, and the view of those
-//! caches the provider facade consults ([`ClusterAddresses`]) before it returns an answer.
+//! What the cluster holds, for the checks of provider answers: the addresses of nodes (IPs
+//! and DNS names) and Services (IPs), by which the shared informers' caches are indexed,
+//! and the view of those caches the provider facade consults ([`ClusterAddresses`]) before
+//! it returns an answer.
 
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use wasm_ccm_host::answers::{ClusterAddresses, Holder, ServiceField};
+use wasm_ccm_host::answers::{Address, ClusterAddresses, Holder, ServiceField};
 
 use super::Informer;
 
-/// The IP addresses in a node's `status.addresses` (hostnames left out), by which the node
-/// cache is indexed.
-pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
+/// The `status.addresses` types whose values are DNS names.
+const DNS_ADDRESS_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
+
+/// What a node holds, each with the type of the address that holds it (`name` for the
+/// node's own name): the IPs in its `status.addresses`, its DNS-type addresses and its name.
+fn node_fields(node: &Node) -> Vec<(Address, &str)> {
     let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-    let texts = addresses.unwrap_or_default().iter().map(|a| &a.address);
-    texts.filter_map(|text| text.parse().ok()).collect()
+    let mut held: Vec<(Address, &str)> = addresses
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|address| {
+            let held = match address.address.parse() {
+                Ok(ip) => Address::Ip(ip),
+                Err(_) if DNS_ADDRESS_TYPES.contains(&address.type_.as_str()) => {
+                    Address::name(&address.address)
+                }
+                Err(_) => return None,
+            };
+            Some((held, address.type_.as_str()))
+        })
+        .collect();
+    if let Some(name) = &node.metadata.name {
+        held.push((Address::name(name), "name"));
+    }
+    held
+}
+
+/// What a node holds (see [`node_fields`]), by which the node cache is indexed.
+pub fn node_addresses(node: &Node) -> Vec<Address> {
+    let mut held: Vec<Address> = node_fields(node).into_iter().map(|(a, _)| a).collect();
+    held.sort_unstable();
+    held.dedup();
+    held
 }
 
 /// The IP addresses a Service holds, each with the field that holds it: its cluster IPs,
@@ -57,14 +85,14 @@ fn service_fields(service: &Service) -> Vec<(IpAddr, ServiceField)> {
 
 /// The IP addresses a Service holds (see [`service_fields`]), by which the service cache is
 /// indexed.
-pub fn service_addresses(service: &Service) -> Vec<IpAddr> {
+pub fn service_addresses(service: &Service) -> Vec<Address> {
     let mut ips: Vec<IpAddr> = service_fields(service)
         .into_iter()
         .map(|(ip, _)| ip)
         .collect();
     ips.sort_unstable();
     ips.dedup();
-    ips
+    ips.into_iter().map(Address::Ip).collect()
 }
 
 /// The node and service caches, as the answer checks see them.
@@ -81,20 +109,23 @@ impl ClusterView {
 }
 
 impl ClusterAddresses for ClusterView {
-    fn holders(&self, ip: IpAddr) -> Vec<Holder> {
+    fn holders(&self, address: &Address) -> Vec<Holder> {
         let mut holders = Vec::new();
-        for node in self.nodes.holding(ip) {
-            let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-            let address = addresses
-                .unwrap_or_default()
+        for node in self.nodes.holding(address) {
+            let fields = node_fields(&node);
+            let address_type = fields
                 .iter()
-                .find(|address| address.address.parse() == Ok(ip));
+                .find(|(held, _)| held == address)
+                .map_or("address", |(_, kind)| *kind);
             holders.push(Holder::Node {
                 name: super::name_of(&node).to_string(),
-                address_type: address.map_or("address".into(), |a| a.type_.clone()),
+                address_type: address_type.to_string(),
             });
         }
-        for service in self.services.holding(ip) {
+        let Address::Ip(ip) = *address else {
+            return holders;
+        };
+        for service in self.services.holding(address) {
             let key = format!(
                 "{}/{}",
                 service.metadata.namespace.as_deref().unwrap_or_default(),
@@ -122,8 +153,46 @@ impl ClusterAddresses for ClusterView {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        LoadBalancerIngress, LoadBalancerStatus, ServiceSpec, ServiceStatus,
+        LoadBalancerIngress, LoadBalancerStatus, NodeAddress, NodeStatus, ServiceSpec,
+        ServiceStatus,
     };
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn a_node_is_indexed_by_its_ips_dns_names_and_name() {
+        let address = |type_: &str, address: &str| NodeAddress {
+            type_: type_.into(),
+            address: address.into(),
+        };
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some("N1".into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                addresses: Some(vec![
+                    address("InternalIP", "10.0.0.5"),
+                    address("Hostname", "n1.sim.internal."),
+                    address("ExternalDNS", "N1.example.com"),
+                    address("InternalIP", "not an ip"),
+                ]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        };
+        let held: Vec<String> = node_addresses(&node)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            held,
+            ["10.0.0.5", "n1", "n1.example.com", "n1.sim.internal"],
+            "names lowercased, without a trailing dot; an IP type's text that is no IP left out"
+        );
+        let fields = node_fields(&node);
+        assert!(fields.contains(&(Address::name("n1.example.com"), "ExternalDNS")));
+        assert!(fields.contains(&(Address::name("n1"), "name")));
+    }
 
     #[test]
     fn a_service_is_indexed_by_every_address_it_holds() {

@@ -11,7 +11,7 @@
 //! Each object is held once: the changes a subscriber receives share the cache's copy, and
 //! objects are cached without `metadata.managedFields`, which nothing here reads.
 //!
-//! The cache is also indexed by the IP addresses its objects hold (a node's addresses, a
+//! The cache is also indexed by the addresses its objects hold (a node's IPs and DNS names, a
 //! Service's cluster, external and ingress IPs), as client-go's `Indexer`: "what holds this address?" is one
 //! lookup, where a pass over 5,000 nodes cost milliseconds (their objects are scattered in
 //! memory) for every load-balancer answer checked.
@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::fmt::Debug;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::StreamExt;
@@ -29,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use wasm_ccm_host::answers::Address;
 
 /// One change to a cached object.
 #[derive(Debug)]
@@ -59,8 +59,8 @@ pub enum Notice<K> {
     Resync,
 }
 
-/// The IP addresses an object holds, by which the cache indexes it.
-pub type AddressesOf<K> = fn(&K) -> Vec<IpAddr>;
+/// The addresses an object holds, by which the cache indexes it.
+pub type AddressesOf<K> = fn(&K) -> Vec<Address>;
 
 /// The cache and change feed of one resource kind.
 pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
@@ -170,15 +170,15 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Informer<K> {
         self.store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The cached objects that hold `ip`.
-    pub fn holding(&self, ip: IpAddr) -> Vec<Arc<K>> {
+    /// The cached objects that hold `address`.
+    pub fn holding(&self, address: &Address) -> Vec<Arc<K>> {
         let index = self
             .addresses
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         let holders = index
             .holders
-            .get(&ip)
+            .get(address)
             .map(Vec::as_slice)
             .unwrap_or_default();
         holders
@@ -191,7 +191,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Informer<K> {
 /// The objects of the cache by the addresses they hold.
 struct AddressIndex<K: Resource<DynamicType = ()> + 'static> {
     addresses_of: AddressesOf<K>,
-    holders: HashMap<IpAddr, Vec<ObjectRef<K>>>,
+    holders: HashMap<Address, Vec<ObjectRef<K>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> AddressIndex<K> {
@@ -204,8 +204,8 @@ impl<K: Resource<DynamicType = ()> + 'static> AddressIndex<K> {
         }
         if let Some(old) = old {
             let reference = ObjectRef::from_obj(old);
-            for ip in old_addresses {
-                if let Entry::Occupied(mut holders) = self.holders.entry(ip) {
+            for address in old_addresses {
+                if let Entry::Occupied(mut holders) = self.holders.entry(address) {
                     holders.get_mut().retain(|holder| *holder != reference);
                     if holders.get().is_empty() {
                         holders.remove();
@@ -215,8 +215,8 @@ impl<K: Resource<DynamicType = ()> + 'static> AddressIndex<K> {
         }
         if let Some(new) = new {
             let reference = ObjectRef::from_obj(new);
-            for ip in new_addresses {
-                let holders = self.holders.entry(ip).or_default();
+            for address in new_addresses {
+                let holders = self.holders.entry(address).or_default();
                 if !holders.contains(&reference) {
                     holders.push(reference.clone());
                 }
@@ -564,8 +564,12 @@ mod tests {
         }
     }
 
-    fn holder(informer: &Informer<Node>, ip: &str) -> Option<String> {
-        let holders = informer.holding(ip.parse().unwrap());
+    fn holder(informer: &Informer<Node>, address: &str) -> Option<String> {
+        let address = match address.parse() {
+            Ok(ip) => Address::Ip(ip),
+            Err(_) => Address::name(address),
+        };
+        let holders = informer.holding(&address);
         assert!(holders.len() <= 1, "{holders:?}");
         holders.first().map(|node| label(node))
     }
@@ -583,6 +587,11 @@ mod tests {
             "any textual form of the address"
         );
         assert_eq!(holder(&informer, "10.0.0.3"), None);
+        assert_eq!(
+            holder(&informer, "b").as_deref(),
+            Some("b@1"),
+            "a node holds its name"
+        );
 
         feed.apply(Event::Apply(addressed("a", "2", &["10.0.0.3"])));
         assert_eq!(holder(&informer, "10.0.0.1"), None, "an address let go");

@@ -4,7 +4,8 @@
 //! directory and from STS web identity (refreshed once when AWS refuses them, however many
 //! requests were refused); what a guest may not do (set the signing headers, reach a service
 //! or region the rule does not name, send a body over the bound) is refused from the guest.
-//! What is signed is judged by its API action: credential actions never, a rule's allow-list,
+//! What is signed is judged by its API action: credential actions and those that answer a
+//! secret or run commands (SSM, Secrets Manager, KMS, EC2's) never, a rule's allow-list,
 //! a shadow's reads only whatever the method; an answer carrying AWS keys is withheld; and
 //! a web identity's token goes only to an STS endpoint the manager allows.
 //!
@@ -528,6 +529,151 @@ async fn an_action_that_issues_credentials_is_never_signed_whatever_the_rule() {
     assert_eq!(counted("GetSessionToken", "denied"), 1);
     assert_eq!(counted("AssumeRole", "denied"), 1);
     assert_eq!(counted("other", "2xx"), 1, "GetCallerIdentity, not listed");
+}
+
+/// A JSON-protocol call (SSM, Secrets Manager, KMS) of `target` (`AmazonSSM.SendCommand`)
+/// to `url`.
+fn json_call(url: &str, target: &str, body: Value) -> Value {
+    json!({
+        "method": "POST",
+        "url": format!("{url}/"),
+        "headers": [
+            ["content-type", "application/x-amz-json-1.1"],
+            ["x-amz-target", target],
+        ],
+        "body": body.to_string(),
+    })
+}
+
+#[tokio::test]
+async fn an_action_that_answers_a_secret_or_runs_commands_is_never_signed_whatever_the_rule() {
+    let moto = Moto::start().await;
+    // A user AWS would let do all of it: only the gate stands in the way.
+    let everything = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ssm:*","secretsmanager:*","kms:*","ec2:*"],"Resource":"*"}]}"#;
+    let (key_id, secret) = moto.user("operator", everything).await;
+    let dir = keys_dir(&key_id, &secret);
+    // One front (and rule) a service: a JSON-protocol call names no `Version` to tell its
+    // service by, so a rule for a custom endpoint names one.
+    let mut fronts = Vec::new();
+    for service in ["ssm", "secretsmanager", "kms", "ec2"] {
+        fronts.push((service, passing(&moto).await));
+    }
+    let egress = EgressConfig {
+        allow: fronts
+            .iter()
+            .map(|(_, f)| f.url().parse().unwrap())
+            .collect(),
+        credentials: fronts
+            .iter()
+            .map(|(service, front)| {
+                let rule = format!(
+                    "{}=aws-sigv4:dir:{},region={REGION},services={service}",
+                    front.url(),
+                    dir.path().display()
+                );
+                rule.parse().unwrap()
+            })
+            .collect(),
+        ..EgressConfig::default()
+    };
+    let provider = hostile(egress).await;
+    let url = |service: &str| fronts.iter().find(|(s, _)| *s == service).unwrap().1.url();
+    for (service, refused, allowed) in [
+        (
+            "ssm",
+            vec![
+                json_call(
+                    url("ssm"),
+                    "AmazonSSM.SendCommand",
+                    json!({"DocumentName": "AWS-RunShellScript", "InstanceIds": ["i-1"], "Parameters": {"commands": ["id"]}}),
+                ),
+                json_call(
+                    url("ssm"),
+                    "AmazonSSM.GetParameter",
+                    json!({"Name": "/db/password", "WithDecryption": true}),
+                ),
+                json_call(
+                    url("ssm"),
+                    "AmazonSSM.StartSession",
+                    json!({"Target": "i-1"}),
+                ),
+            ],
+            json_call(url("ssm"), "AmazonSSM.DescribeParameters", json!({})),
+        ),
+        (
+            "secretsmanager",
+            vec![
+                json_call(
+                    url("secretsmanager"),
+                    "secretsmanager.GetSecretValue",
+                    json!({"SecretId": "db"}),
+                ),
+                json_call(
+                    url("secretsmanager"),
+                    "secretsmanager.BatchGetSecretValue",
+                    json!({"SecretIdList": ["db"]}),
+                ),
+            ],
+            json_call(
+                url("secretsmanager"),
+                "secretsmanager.ListSecrets",
+                json!({}),
+            ),
+        ),
+        (
+            "kms",
+            vec![
+                json_call(
+                    url("kms"),
+                    "TrentService.Decrypt",
+                    json!({"CiphertextBlob": "AAAA"}),
+                ),
+                json_call(
+                    url("kms"),
+                    "TrentService.GenerateDataKey",
+                    json!({"KeyId": "alias/x", "KeySpec": "AES_256"}),
+                ),
+            ],
+            json_call(url("kms"), "TrentService.ListKeys", json!({})),
+        ),
+        (
+            "ec2",
+            vec![
+                form(
+                    url("ec2"),
+                    "Action=GetPasswordData&Version=2016-11-15&InstanceId=i-1",
+                ),
+                form(
+                    url("ec2"),
+                    "Action=GetConsoleOutput&Version=2016-11-15&InstanceId=i-1",
+                ),
+            ],
+            form(url("ec2"), DESCRIBE_VPCS),
+        ),
+    ] {
+        for call in &refused {
+            let answer = request(&provider, call).await;
+            assert_eq!(answer["kind"], "denied", "{service}: {answer}");
+            let (denied, aws) = last_denial(&provider);
+            let action = aws.as_ref().and_then(|(_, action)| action.clone()).unwrap();
+            assert_eq!(
+                denied,
+                format!(
+                    "not signed: {service} {action} answers a secret or runs commands on instances, which the gate never signs, whatever the rule"
+                )
+            );
+            assert_eq!(aws.unwrap().0, service);
+        }
+        let answer = request(&provider, &allowed).await;
+        assert_eq!(status(&answer), 200, "{service}: {answer}\n{}", moto.log());
+    }
+    for (service, front) in &fronts {
+        assert_eq!(
+            front.seen().len(),
+            1,
+            "{service}: only the call that reveals nothing went out"
+        );
+    }
 }
 
 #[tokio::test]

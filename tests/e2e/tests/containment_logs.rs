@@ -1,10 +1,13 @@
 //! A provider cannot forge the manager's log: what it writes (`host.log`, stdout, stderr)
 //! and the messages of its errors reach the log with their control characters escaped, so
-//! each is one record under the provider's own target, in the manager's own text format.
+//! each is one record under the provider's own target, in the manager's own text format;
+//! and however much text a provider sends, each log record, audit record and metrics line
+//! is cut to its bound.
 
 use std::sync::{Arc, Mutex};
 
 use e2e::{load, sandbox};
+use serde_json::json;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
 use wasm_ccm_host::egress::EgressConfig;
@@ -137,4 +140,92 @@ async fn a_provider_message_is_one_escaped_record_and_forges_none() {
     let shown = error.to_string();
     assert!(!shown.contains(['\n', '\r', '\x1b']), "{shown:?}");
     assert!(shown.contains(r"no-such-command\n2001-01-01"), "{shown:?}");
+}
+
+/// A MiB of text at every place a provider's text reaches the manager's log, its egress
+/// audit trail and its metrics: `host.log`, stdout and stderr (all controls, which escaping
+/// makes 8 bytes each), an error's message, and a request's method, path, host name and AWS
+/// action (in the query and in a form body, under a signing rule, so the gate reads it).
+/// Each log record, each audit record and each metrics line is cut to its bound, and no
+/// metric label holds the provider's text.
+#[tokio::test]
+async fn a_mib_of_provider_text_is_cut_in_every_log_record_audit_record_and_metric() {
+    const MIB: usize = 1 << 20;
+    let (log, _guard) = Log::capture();
+    // Granted, signed for EC2, and closed: the gate takes every request, nothing answers.
+    let closed = std::net::TcpListener::bind(e2e::loopback()).unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("AWS_ACCESS_KEY_ID"), "AKIDEXAMPLE").unwrap();
+    std::fs::write(keys.path().join("AWS_SECRET_ACCESS_KEY"), "secret").unwrap();
+    let rule = format!(
+        "{url}=aws-sigv4:dir:{},region=us-east-1,services=ec2",
+        keys.path().display()
+    );
+    let egress = EgressConfig {
+        allow: vec![url.parse().unwrap()],
+        credentials: vec![rule.parse().unwrap()],
+        ..EgressConfig::default()
+    };
+    let (provider, metrics) = e2e::hostile_counted(e2e::sandbox_config(), egress).await;
+    log.take();
+
+    let controls = "\x01".repeat(MIB);
+    provider
+        .instance_metadata(&command(&format!("log:{controls}")))
+        .await
+        .expect("log answers");
+    let error = provider
+        .instance_metadata(&command(&format!("no-such-command{}", "e".repeat(MIB))))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().len() <= 2048,
+        "{}",
+        error.to_string().len()
+    );
+
+    let mib = "a".repeat(MIB);
+    let form = "application/x-www-form-urlencoded";
+    for spec in [
+        json!({"method": mib, "url": format!("{url}/")}),
+        json!({"method": "GET", "url": format!("{url}/{mib}")}),
+        json!({"method": "GET", "url": format!("{url}/?Action={mib}&Version=2016-11-15")}),
+        json!({"method": "POST", "url": format!("{url}/"), "headers": [["content-type", form]],
+               "body": format!("Action={mib}&Version=2016-11-15")}),
+        json!({"method": "GET", "url": format!("http://{}example/", "a.".repeat(MIB / 2))}),
+    ] {
+        // The guest's own report quotes what it sent; a path over 64 KiB fails in the guest.
+        e2e::hostile_report(&provider, &format!("request:{spec}")).await;
+    }
+    let records = provider.egress().audit().recent();
+    assert!(records.len() >= 3, "the requests the gate saw: {records:?}");
+    for record in &records {
+        let json = serde_json::to_string(record).unwrap();
+        assert!(json.len() <= 2048, "{} bytes: {json:.300}", json.len());
+    }
+
+    let written = log.take();
+    assert!(!written.is_empty());
+    for line in written.lines() {
+        assert!(is_record(line), "{line:.300}");
+        assert!(
+            line.len() <= 8 * 1024 + 512,
+            "{} bytes: {line:.300}",
+            line.len()
+        );
+    }
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut rendered = String::new();
+    prometheus_client::encoding::text::encode(&mut rendered, &registry).unwrap();
+    for line in rendered.lines() {
+        assert!(line.len() <= 512, "{line:.300}");
+        assert!(
+            !line.contains("aaaa"),
+            "a provider's text as a label: {line:.300}"
+        );
+    }
 }

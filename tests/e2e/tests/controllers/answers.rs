@@ -23,7 +23,7 @@ const METADATA: &str = "hostile.wasm-ccm.io/metadata";
 
 /// The hostile provider without a cloud config (so it sees every annotation), running
 /// `controllers`, tuned by `tune`.
-fn hostile(
+pub(crate) fn hostile(
     bed: &Testbed,
     controllers: &str,
     tune: impl FnOnce(&mut ManagerConfig),
@@ -42,7 +42,7 @@ fn hostile(
 }
 
 /// The notes of the `InvalidProviderAnswer` events about the object named `name`.
-async fn refusals(bed: &Testbed, name: &str) -> Vec<String> {
+pub(crate) async fn refusals(bed: &Testbed, name: &str) -> Vec<String> {
     bed.events_about(name)
         .await
         .into_iter()
@@ -266,7 +266,7 @@ async fn ingress_that_is_a_node_a_pod_an_ip_named_as_host_or_outside_the_pools_i
 
 /// A kubelet-registered node whose instance metadata the hostile provider answers with
 /// `metadata`.
-fn node(name: &str, metadata: serde_json::Value) -> Node {
+pub(crate) fn node(name: &str, metadata: serde_json::Value) -> Node {
     let mut node = Testbed::kubelet_node(name);
     node.metadata.annotations = Some(
         [(METADATA.to_string(), metadata.to_string())]
@@ -498,15 +498,44 @@ async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_
     answer_metadata(
         &bed,
         "n1",
-        metadata(json!([["Hostname", "n1"], ["InternalIP", "10.0.0.5"]])),
+        metadata(json!([
+            ["Hostname", "n1"],
+            ["InternalDNS", "n1.hostile.internal"],
+            ["InternalIP", "10.0.0.5"]
+        ])),
     )
     .await;
-    eventually("n1's own name and a free address written", WAIT, || async {
-        let node = bed.node("n1").await?;
-        (!is_uninitialized(&node) && addresses(&node) == ["Hostname n1", "InternalIP 10.0.0.5"])
-            .then_some(())
-    })
+    eventually(
+        "n1's own names and a free address written",
+        WAIT,
+        || async {
+            let node = bed.node("n1").await?;
+            let written = [
+                "Hostname n1",
+                "InternalDNS n1.hostile.internal",
+                "InternalIP 10.0.0.5",
+            ];
+            (!is_uninitialized(&node) && addresses(&node) == written).then_some(())
+        },
+    )
     .await;
+
+    // Another node may not take a name n1 holds, under an allowed suffix as it is.
+    bed.create_node(&node(
+        "n2",
+        metadata(json!([
+            ["Hostname", "n1.hostile.internal"],
+            ["InternalIP", "10.0.0.6"]
+        ])),
+    ))
+    .await;
+    refused(
+        &bed,
+        "n2",
+        &["nodeAddresses[0].address (Hostname) \"n1.hostile.internal\": already the InternalDNS of node n1"],
+    )
+    .await;
+    assert!(untouched(&bed.node("n2").await.unwrap()));
     manager.stop().await.unwrap();
 }
 

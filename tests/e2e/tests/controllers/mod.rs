@@ -4,7 +4,7 @@
 //! authenticated secure port; and simcloud ported to other languages (TypeScript, Python),
 //! held to the Rust simcloud through the host and a manager.
 
-mod answers;
+pub(crate) mod answers;
 mod informer;
 mod languages;
 mod leader;
