@@ -193,17 +193,17 @@ pub const CLAIM_TTL: Duration = Duration::from_secs(60);
 const CLAIMS_SWEPT_PAST: usize = 4096;
 
 impl Claims {
-    /// Claim `addresses` for `by` in place of its earlier claims, unless another live claim
-    /// `conflicts`: refused, claiming nothing, with the address and the claim in the way.
+    /// Claim `addresses`, each for its holder (all of one claimant), in place of the
+    /// claimant's earlier claims, unless another live claim `conflicts`: refused, claiming
+    /// nothing, with the address and the claim in the way.
     fn claim(
         &self,
-        by: Holder,
-        addresses: &[Address],
+        claimant: String,
+        addresses: &[(Address, Holder)],
         conflicts: &dyn Fn(&Address, &Holder) -> bool,
     ) -> Result<(), (Address, Holder)> {
         let now = Instant::now();
         let live = |at: &Instant| now.saturating_duration_since(*at) < CLAIM_TTL;
-        let claimant = by.claimant();
         let mut guard = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let held = &mut *guard;
         let due = held
@@ -226,7 +226,7 @@ impl Claims {
                 claims.retain(|(holder, _)| holder.claimant() != claimant);
             }
         }
-        for address in addresses {
+        for (address, _) in addresses {
             let claims = held
                 .by_address
                 .get(address)
@@ -239,14 +239,15 @@ impl Claims {
                 return Err((address.clone(), holder.clone()));
             }
         }
-        for address in addresses {
+        for (address, holder) in addresses {
             held.by_address
                 .entry(address.clone())
                 .or_default()
-                .push((by.clone(), now));
+                .push((holder.clone(), now));
         }
         if !addresses.is_empty() {
-            held.by_claimant.insert(claimant, addresses.to_vec());
+            let claimed = addresses.iter().map(|(address, _)| address.clone());
+            held.by_claimant.insert(claimant, claimed.collect());
         }
         Ok(())
     }
@@ -281,6 +282,11 @@ enum Asker<'a> {
 }
 
 impl Asker<'_> {
+    /// Who claims a passing answer's addresses: `node NAME`, `service KEY`.
+    fn claimant(&self) -> String {
+        self.holder(None).claimant()
+    }
+
     /// How a passing answer's address is held by the asker.
     fn holder(&self, kind: Option<AddressKind>) -> Holder {
         match self {
@@ -758,10 +764,12 @@ impl AnswerChecks {
         let Some(claims) = self.claims.as_ref().filter(|_| findings.total == 0) else {
             return findings.done();
         };
-        let addresses: Vec<Address> = passed.iter().map(|(_, a, _)| a.clone()).collect();
-        let kind = passed.first().and_then(|(_, _, kind)| *kind);
+        let addresses: Vec<(Address, Holder)> = passed
+            .iter()
+            .map(|(_, address, kind)| (address.clone(), asker.holder(*kind)))
+            .collect();
         let conflicts = |address: &Address, holder: &Holder| self.blocks(holder, asker, address);
-        if let Err((address, holder)) = claims.claim(asker.holder(kind), &addresses, &conflicts) {
+        if let Err((address, holder)) = claims.claim(asker.claimant(), &addresses, &conflicts) {
             let field = passed
                 .iter()
                 .find(|(_, passed, _)| *passed == address)
@@ -964,11 +972,12 @@ impl AnswerChecks {
         self.claimed(findings, &asker, passed)
     }
 
-    /// An address of the node `asker` answered in `answer`, returned as it would be held: an
-    /// IP checked as an ingress IP is (but for the node's own addresses); a DNS name the
-    /// node's own or one under an allowed suffix, not another node's name or DNS address,
-    /// and if it spells an IPv4 address (`ip-10-0-0-5.…`, as AWS's resolver answers it) one
-    /// of the answer's own IPs.
+    /// An address of the node `asker` answered in `answer`, returned as it would be held
+    /// (`None`: the node's own name, nothing to hold): an IP checked as an ingress IP is (but
+    /// for the node's own addresses); a DNS name the node's own or one under an allowed
+    /// suffix, not another node's name or DNS address nor another node's name followed by a
+    /// suffix, and if it spells an IPv4 address (`ip-10-0-0-5.…`, as AWS's resolver answers
+    /// it) one of the answer's own IPs.
     fn node_address(
         &self,
         address: &NodeAddress,
@@ -1007,7 +1016,18 @@ impl AnswerChecks {
                     }
                 }
                 let held = Address::name(name);
+                if held == Address::name(node) {
+                    // The node's own name is its own, whoever answered it before.
+                    return Ok(None);
+                }
                 self.unheld(&held, asker)?;
+                // Under a search domain a name's first label is the same host: another
+                // node's name with a suffix after it names that node.
+                if let Some((label, _)) = name.split_once('.')
+                    && Address::name(label) != Address::name(node)
+                {
+                    self.unheld(&Address::name(label), asker)?;
+                }
                 Ok(Some(held))
             }
         }
@@ -1366,7 +1386,7 @@ mod tests {
     }
 
     /// A cluster where node `n1` holds 10.0.0.5 and the name `n1.sim.internal`, node `n2`
-    /// 10.0.0.6 and `n2.sim.internal`, Service `default/web` (the one answered for) the
+    /// 10.0.0.6, `n2.sim.internal` and its name, Service `default/web` (the one answered for) the
     /// ingress 203.0.113.1 and Service `default/other` the ingress 203.0.113.2, the external
     /// IP 203.0.113.3 and the cluster IP 10.112.0.10.
     struct Cluster;
@@ -1390,6 +1410,10 @@ mod tests {
                 "10.0.0.6" => vec![node("n2")],
                 "n1.sim.internal" => vec![named("n1")],
                 "n2.sim.internal" => vec![named("n2")],
+                "n2" => vec![Holder::Node {
+                    name: "n2".into(),
+                    address_type: "name".into(),
+                }],
                 "203.0.113.1" => vec![service("web", ServiceField::Ingress)],
                 "203.0.113.2" => vec![service("other", ServiceField::Ingress)],
                 "203.0.113.3" => vec![service("other", ServiceField::ExternalIp)],
@@ -2063,6 +2087,22 @@ mod tests {
                 .contains("already the InternalDNS of node n7 (answered, not yet written)"),
             "{refused}"
         );
+        // Another node's name with a suffix after it is that node under a search domain.
+        let refused = checks
+            .instance_metadata(&answer("n2.zone-a.sim.internal"), "simcloud", &node(None))
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("already the name of node n2"),
+            "{refused}"
+        );
+        // A node's own name passes, whoever holds or claimed it before it joined.
+        for own in ["n2.sim.internal", "n7.sim.internal"] {
+            assert_eq!(
+                checks.instance_metadata(&answer(own), "simcloud", &named(own)),
+                Ok(()),
+                "{own}"
+            );
+        }
     }
 
     #[test]

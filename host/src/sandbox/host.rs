@@ -62,12 +62,12 @@ impl Host for CallState {
             return;
         }
         let message = cut(&message, MAX_LOG_LINE);
-        if !self.host.log.admit(message.len(), &self.env.logs) {
+        if !self.host.log.admit(message, &self.env.logs) {
             return;
         }
         // One message, one record: a `\n` and a forged record after it stay on its line.
-        // Escaped once admitted, so a flood of dropped lines costs no scan; cut again, as
-        // escaping a control character makes up to 8 bytes of one.
+        // Escaped once admitted, so a flood of lines past the budget costs no scan; cut again,
+        // as escaping a control character makes up to 8 bytes of one.
         let message = escaped(message);
         let message = cut(&message, MAX_LOG_LINE);
         let caller = &self.env.caller;
@@ -172,7 +172,7 @@ fn log_output(
         .filter(|l| !l.trim().is_empty())
     {
         let line = cut(line, MAX_LOG_LINE);
-        if log.admit(line.len(), bucket) {
+        if log.admit(line, bucket) {
             // Split at `\n` above; a `\r`, an escape sequence or another control stays
             // inside its record, escaped.
             let line = escaped(line);

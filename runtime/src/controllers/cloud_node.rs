@@ -12,7 +12,9 @@
 //! operator did not allow, or a providerID not of this provider or not the node's is a
 //! failed call; it gets a Warning `InvalidProviderAnswer` event on the node naming each
 //! field and value, and the node is left as it was (tainted, if it was) and retried with
-//! backoff; the periodic address sync skips the node until the next period.
+//! backoff; the periodic address sync skips the node until the next period. That sync also
+//! removes from each node a DNS address naming another node (one answered before that node
+//! joined, when nothing held the name), with a Warning `AddressNamesAnotherNode`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -380,6 +382,17 @@ async fn update_addresses(
     if super::views::node_addresses(node) == wanted {
         return Ok(());
     }
+    patch_addresses(context, node, &wanted).await?;
+    tracing::info!(node = %name_of(node), addresses = %describe(&wanted), "updated node addresses");
+    Ok(())
+}
+
+/// Replace the node's `status.addresses` with `wanted`.
+async fn patch_addresses(
+    context: &Context,
+    node: &Node,
+    wanted: &[NodeAddress],
+) -> Result<(), SyncError> {
     let mut list: Vec<serde_json::Value> = vec![serde_json::json!({ "$patch": "replace" })];
     list.extend(
         wanted
@@ -394,7 +407,56 @@ async fn update_addresses(
         .map_err(SyncError::kube(format!(
             "patching addresses of node {name}"
         )))?;
-    tracing::info!(node = %name, addresses = %describe(&wanted), "updated node addresses");
+    Ok(())
+}
+
+/// The DNS-type addresses of `node` that name another node: its name, or its name as the
+/// first label of a longer one (the same host under a search domain). The answer checks
+/// refuse such a name, but one answered before that node joined stays written, and would
+/// send the API server's connections for `node` (`exec`, `logs`, `port-forward`) to it.
+fn foreign_names(context: &Context, node: &Node) -> Vec<NodeAddress> {
+    let own = name_of(node);
+    let names_another = |name: &str| {
+        let first = name.split('.').next().unwrap_or_default();
+        [name.trim_end_matches('.'), first]
+            .iter()
+            .map(|name| name.to_ascii_lowercase())
+            .any(|name| name != own && context.nodes.get(&name).is_some())
+    };
+    super::views::node_addresses(node)
+        .into_iter()
+        .filter(|address| {
+            matches!(
+                address.kind,
+                AddressKind::Hostname | AddressKind::InternalDNS | AddressKind::ExternalDNS
+            ) && names_another(&address.address)
+        })
+        .collect()
+}
+
+/// Remove from `node`'s addresses the names of other nodes ([`foreign_names`]), with a
+/// Warning event saying which.
+async fn remove_foreign_names(
+    context: &Context,
+    events: &super::events::EventSink,
+    node: &Node,
+) -> Result<(), SyncError> {
+    let foreign = foreign_names(context, node);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let kept: Vec<NodeAddress> = super::views::node_addresses(node)
+        .into_iter()
+        .filter(|address| !foreign.contains(address))
+        .collect();
+    patch_addresses(context, node, &kept).await?;
+    let removed = describe(&foreign);
+    tracing::warn!(node = %name_of(node), %removed, "removed addresses naming other nodes");
+    events.warning(
+        node.object_ref(&()),
+        "AddressNamesAnotherNode",
+        format!("removed {removed}: each names another node, which would receive the API server's connections to this node"),
+    );
     Ok(())
 }
 
@@ -414,6 +476,7 @@ async fn sync_all_addresses(context: &Context, events: &super::events::EventSink
     futures::stream::iter(nodes)
         .for_each_concurrent(parallel, |node| async move {
             let result = async {
+                remove_foreign_names(context, events, &node).await?;
                 let provider = context.provider.current();
                 let metadata = checked_metadata(&provider, events, &node).await?;
                 update_addresses(context, &node, &metadata.node_addresses).await

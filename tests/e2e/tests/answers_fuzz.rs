@@ -346,6 +346,9 @@ fn plausible_metadata() -> impl Strategy<Value = Value> {
         any::<std::net::Ipv6Addr>().prop_map(|ip| ("ExternalIP", ip.to_string())),
         "[a-z]{3,12}".prop_map(|name| ("InternalDNS", format!("{name}.hostile.internal"))),
         "[a-z]{3,12}".prop_map(|name| ("Hostname", format!("{name}.hostile.internal"))),
+        // Names of the nodes of earlier cases, bare and under the suffix.
+        (0..40u32).prop_map(|i| ("Hostname", format!("n{i}.hostile.internal"))),
+        (0..40u32).prop_map(|i| ("InternalDNS", format!("n{i}"))),
     ];
     let label = ("[a-z]{1,20}", LABEL_VALUE)
         .prop_map(|(name, value)| (format!("hostile.example/{name}"), value));
@@ -469,7 +472,17 @@ async fn written(bed: &e2e::testbed::Testbed, name: &str, answer: &Answer) -> Te
             for address in &addresses {
                 match address.type_.as_str() {
                     "InternalIP" | "ExternalIP" => usable_ip(&address.address)?,
-                    _ => plain_name(&address.address)?,
+                    _ => {
+                        plain_name(&address.address)?;
+                        // Neither another node's name nor its name under a suffix.
+                        let first = address.address.split('.').next().unwrap_or_default();
+                        for named in [address.address.as_str(), first] {
+                            prop_assert!(
+                                named == name || bed.node(named).await.is_none(),
+                                "node {name} holds {named}, another node's name"
+                            );
+                        }
+                    }
                 }
             }
         }

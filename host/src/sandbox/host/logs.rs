@@ -6,9 +6,11 @@
 
 use std::sync::{Arc, OnceLock};
 
+use super::MAX_LOG_LINE;
 use crate::egress::Caller;
 use crate::metrics::{LimitLabels, Metrics};
 use crate::rate::{Budgets, RateBudget};
+use crate::text::escaped_len;
 
 /// Where the host reports what it did to a provider (dropped lines, refused cache values),
 /// apart from `wasm_ccm::provider`, which carries only what providers wrote: a provider
@@ -126,22 +128,27 @@ impl CallLog {
         }
     }
 
-    /// Whether a line of `bytes` may be logged; a line that may not is counted as dropped.
-    /// `bucket` is the provider version's line bucket.
-    pub(crate) fn admit(&mut self, bytes: usize, bucket: &ProviderLogs) -> bool {
+    /// Whether `line` (cut to [`MAX_LOG_LINE`]) may be logged, charged the bytes it takes
+    /// once escaped; a line that may not is counted as dropped. `bucket` is the provider
+    /// version's line bucket. Its escaped length is counted only once the line count, its own
+    /// length and the bucket let it through, so a flood past a limit costs no scan.
+    pub(crate) fn admit(&mut self, line: &str, bucket: &ProviderLogs) -> bool {
+        let fits = |bytes: usize| self.bytes.saturating_add(bytes) <= self.limits.bytes_per_call;
+        let mut written = line.len();
         let over = if self.lines >= self.limits.lines_per_call {
             Some(LogLimit::LinesPerCall)
-        } else if self.bytes.saturating_add(bytes) > self.limits.bytes_per_call {
+        } else if !fits(written) {
             Some(LogLimit::BytesPerCall)
         } else if !bucket.take(self.limits.rate) {
             Some(LogLimit::Rate)
         } else {
-            None
+            written = escaped_len(line).min(MAX_LOG_LINE);
+            (!fits(written)).then_some(LogLimit::BytesPerCall)
         };
         match over {
             None => {
                 self.lines += 1;
-                self.bytes += bytes;
+                self.bytes += written;
                 true
             }
             Some(limit) => {
@@ -215,16 +222,36 @@ mod tests {
     fn a_call_logs_up_to_its_lines_and_bytes() {
         let version = ProviderLogs::default();
         let mut call = CallLog::new(limits(3, 1000, 100));
-        assert!((0..3).all(|_| call.admit(10, &version)));
-        assert!(!call.admit(10, &version));
+        let ten = "x".repeat(10);
+        assert!((0..3).all(|_| call.admit(&ten, &version)));
+        assert!(!call.admit(&ten, &version));
         assert_eq!(call.dropped, [1, 0, 0]);
 
         let mut call = CallLog::new(limits(100, 25, 100));
-        assert!(call.admit(10, &version) && call.admit(10, &version));
-        assert!(!call.admit(10, &version), "30 bytes > 25");
-        assert!(call.admit(5, &version), "a shorter line still fits");
+        assert!(call.admit(&ten, &version) && call.admit(&ten, &version));
+        assert!(!call.admit(&ten, &version), "30 bytes > 25");
+        assert!(call.admit("five5", &version), "a shorter line still fits");
         assert_eq!(call.dropped, [0, 1, 0]);
         assert_eq!(call.dropped(), 1);
+    }
+
+    #[test]
+    fn a_line_is_charged_the_bytes_it_takes_escaped() {
+        let version = ProviderLogs::default();
+        let mut call = CallLog::new(limits(100, 6000, 100));
+        // `\u{7f}`: six bytes written for each one the provider sent.
+        assert!(
+            !call.admit(&"\x7f".repeat(1001), &version),
+            "6006 bytes > 6000"
+        );
+        assert!(call.admit(&"\x7f".repeat(1000), &version));
+        assert_eq!(call.bytes, 6000);
+        let mut call = CallLog::new(limits(100, 100_000, 100));
+        assert!(call.admit(&"\x7f".repeat(MAX_LOG_LINE), &version));
+        assert_eq!(
+            call.bytes, MAX_LOG_LINE,
+            "a line is cut to its bound once escaped"
+        );
     }
 
     #[test]
@@ -232,12 +259,12 @@ mod tests {
         let version = ProviderLogs::default();
         let rate = limits(100, 1_000_000, 5);
         let mut first = CallLog::new(rate);
-        assert!((0..4).all(|_| first.admit(1, &version)));
+        assert!((0..4).all(|_| first.admit("x", &version)));
         let mut second = CallLog::new(rate);
-        assert!(second.admit(1, &version));
-        assert!(!second.admit(1, &version));
+        assert!(second.admit("x", &version));
+        assert!(!second.admit("x", &version));
         assert_eq!(second.dropped, [0, 0, 1]);
         let mut other_version = CallLog::new(rate);
-        assert!(other_version.admit(1, &ProviderLogs::default()));
+        assert!(other_version.admit("x", &ProviderLogs::default()));
     }
 }

@@ -296,6 +296,13 @@ fn valid_metadata() -> serde_json::Value {
     })
 }
 
+/// [`valid_metadata`] answering `addresses`.
+fn with_addresses(addresses: serde_json::Value) -> serde_json::Value {
+    let mut metadata = valid_metadata();
+    metadata["addresses"] = addresses;
+    metadata
+}
+
 /// The node as the provider left it: taint, providerID, labels and addresses.
 fn untouched(node: &Node) -> bool {
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -464,14 +471,9 @@ async fn an_answer_changing_an_initialised_nodes_provider_id_writes_none_of_its_
 #[tokio::test]
 async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_are_refused() {
     let bed = Testbed::start().await;
-    let metadata = |addresses: serde_json::Value| {
-        let mut metadata = valid_metadata();
-        metadata["addresses"] = addresses;
-        metadata
-    };
     bed.create_node(&node(
         "n1",
-        metadata(json!([
+        with_addresses(json!([
             ["Hostname", "kubelet.attacker.example"],
             ["InternalIP", "10.244.1.5"],
             ["ExternalIP", "10.96.0.1"],
@@ -498,7 +500,7 @@ async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_
     answer_metadata(
         &bed,
         "n1",
-        metadata(json!([
+        with_addresses(json!([
             ["Hostname", "n1"],
             ["InternalDNS", "n1.hostile.internal"],
             ["InternalIP", "10.0.0.5"]
@@ -523,7 +525,7 @@ async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_
     // Another node may not take a name n1 holds, under an allowed suffix as it is.
     bed.create_node(&node(
         "n2",
-        metadata(json!([
+        with_addresses(json!([
             ["Hostname", "n1.hostile.internal"],
             ["InternalIP", "10.0.0.6"]
         ])),
@@ -536,6 +538,66 @@ async fn node_addresses_that_would_redirect_the_api_servers_kubelet_connections_
     )
     .await;
     assert!(untouched(&bed.node("n2").await.unwrap()));
+    manager.stop().await.unwrap();
+}
+
+/// A name answered for one node before the node of that name joined passes its check then;
+/// once that node is there, the periodic address sync removes it (with a Warning naming it)
+/// and refuses it from then on, so the API server's connections for the first node never go
+/// to the second.
+#[tokio::test]
+async fn a_name_written_before_its_node_joined_is_removed_once_that_node_is_there() {
+    let bed = Testbed::start().await;
+    bed.create_node(&node(
+        "n2",
+        with_addresses(json!([
+            ["InternalIP", "10.0.0.6"],
+            ["InternalDNS", "n1.hostile.internal"]
+        ])),
+    ))
+    .await;
+    let manager = hostile(&bed, "cloud-node", |config| {
+        config.settings.node_status_update_frequency = Duration::from_millis(300);
+    });
+    eventually(
+        "n2 initialised with the name nobody holds yet",
+        WAIT,
+        || async {
+            let node = bed.node("n2").await?;
+            (addresses(&node) == ["InternalIP 10.0.0.6", "InternalDNS n1.hostile.internal"])
+                .then_some(())
+        },
+    )
+    .await;
+
+    bed.create_node(&node(
+        "n1",
+        with_addresses(json!([["Hostname", "n1"], ["InternalIP", "10.0.0.5"]])),
+    ))
+    .await;
+    eventually("the name of n1 gone from n2", WAIT, || async {
+        let node = bed.node("n2").await?;
+        (addresses(&node) == ["InternalIP 10.0.0.6"]).then_some(())
+    })
+    .await;
+    let removed = eventually("the Warning about it", WAIT, || async {
+        let events = bed.events_about("n2").await;
+        events
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("AddressNamesAnotherNode"))
+            .and_then(|e| e.note)
+    })
+    .await;
+    assert!(
+        removed.contains("InternalDNS n1.hostile.internal"),
+        "{removed}"
+    );
+    refused(
+        &bed,
+        "n2",
+        &["nodeAddresses[1].address (InternalDNS) \"n1.hostile.internal\": already the"],
+    )
+    .await;
     manager.stop().await.unwrap();
 }
 
