@@ -382,32 +382,36 @@ async fn update_addresses(
     if super::views::node_addresses(node) == wanted {
         return Ok(());
     }
-    patch_addresses(context, node, &wanted).await?;
+    patch_addresses(context, node, &wanted, None).await?;
     tracing::info!(node = %name_of(node), addresses = %describe(&wanted), "updated node addresses");
     Ok(())
 }
 
-/// Replace the node's `status.addresses` with `wanted`.
+/// Replace the node's `status.addresses` with `wanted`, only if the node is still at
+/// `resource_version` when one is given; the node as written.
 async fn patch_addresses(
     context: &Context,
     node: &Node,
     wanted: &[NodeAddress],
-) -> Result<(), SyncError> {
+    resource_version: Option<&str>,
+) -> Result<Node, SyncError> {
     let mut list: Vec<serde_json::Value> = vec![serde_json::json!({ "$patch": "replace" })];
     list.extend(
         wanted
             .iter()
             .map(|address| serde_json::to_value(api_address(address)).unwrap_or_default()),
     );
-    let patch = serde_json::json!({ "status": { "addresses": list } });
+    let mut patch = serde_json::json!({ "status": { "addresses": list } });
+    if let Some(version) = resource_version {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
     let name = name_of(node);
     Api::<Node>::all(context.client(Controller::CloudNode).clone())
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(SyncError::kube(format!(
             "patching addresses of node {name}"
-        )))?;
-    Ok(())
+        )))
 }
 
 /// The DNS-type addresses of `node` that name another node: its name, or its name as the
@@ -417,11 +421,15 @@ async fn patch_addresses(
 fn foreign_names(context: &Context, node: &Node) -> Vec<NodeAddress> {
     let own = name_of(node);
     let names_another = |name: &str| {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        // The node's own name is its own, as the answer checks hold it.
+        if name == own {
+            return false;
+        }
         let first = name.split('.').next().unwrap_or_default();
-        [name.trim_end_matches('.'), first]
-            .iter()
-            .map(|name| name.to_ascii_lowercase())
-            .any(|name| name != own && context.nodes.get(&name).is_some())
+        [name.as_str(), first]
+            .into_iter()
+            .any(|name| name != own && context.nodes.get(name).is_some())
     };
     super::views::node_addresses(node)
         .into_iter()
@@ -435,29 +443,33 @@ fn foreign_names(context: &Context, node: &Node) -> Vec<NodeAddress> {
 }
 
 /// Remove from `node`'s addresses the names of other nodes ([`foreign_names`]), with a
-/// Warning event saying which.
+/// Warning event saying which, unless the node changed since the cache's copy (a conflict:
+/// the next sync looks again); the node as it is now.
 async fn remove_foreign_names(
     context: &Context,
     events: &super::events::EventSink,
-    node: &Node,
-) -> Result<(), SyncError> {
-    let foreign = foreign_names(context, node);
+    node: Arc<Node>,
+) -> Result<Arc<Node>, SyncError> {
+    // The cache's copy now, not the one this sync pass began with.
+    let node = context.nodes.get(name_of(&node)).unwrap_or(node);
+    let foreign = foreign_names(context, &node);
     if foreign.is_empty() {
-        return Ok(());
+        return Ok(node);
     }
-    let kept: Vec<NodeAddress> = super::views::node_addresses(node)
+    let kept: Vec<NodeAddress> = super::views::node_addresses(&node)
         .into_iter()
         .filter(|address| !foreign.contains(address))
         .collect();
-    patch_addresses(context, node, &kept).await?;
+    let version = node.metadata.resource_version.as_deref();
+    let written = patch_addresses(context, &node, &kept, version).await?;
     let removed = describe(&foreign);
-    tracing::warn!(node = %name_of(node), %removed, "removed addresses naming other nodes");
+    tracing::warn!(node = %name_of(&node), %removed, "removed addresses naming other nodes");
     events.warning(
         node.object_ref(&()),
         "AddressNamesAnotherNode",
         format!("removed {removed}: each names another node, which would receive the API server's connections to this node"),
     );
-    Ok(())
+    Ok(Arc::new(written))
 }
 
 /// The periodic address sync over every initialised node.
@@ -476,7 +488,7 @@ async fn sync_all_addresses(context: &Context, events: &super::events::EventSink
     futures::stream::iter(nodes)
         .for_each_concurrent(parallel, |node| async move {
             let result = async {
-                remove_foreign_names(context, events, &node).await?;
+                let node = remove_foreign_names(context, events, node.clone()).await?;
                 let provider = context.provider.current();
                 let metadata = checked_metadata(&provider, events, &node).await?;
                 update_addresses(context, &node, &metadata.node_addresses).await

@@ -598,6 +598,31 @@ async fn a_name_written_before_its_node_joined_is_removed_once_that_node_is_ther
         &["nodeAddresses[1].address (InternalDNS) \"n1.hostile.internal\": already the"],
     )
     .await;
+
+    // A node named by its FQDN beside one named by the short name keeps its own name.
+    bed.create_node(&node(
+        "n1.hostile.internal",
+        with_addresses(json!([
+            ["Hostname", "n1.hostile.internal"],
+            ["InternalIP", "10.0.0.7"]
+        ])),
+    ))
+    .await;
+    let own = ["Hostname n1.hostile.internal", "InternalIP 10.0.0.7"];
+    eventually("the FQDN-named node initialised", WAIT, || async {
+        let node = bed.node("n1.hostile.internal").await?;
+        (addresses(&node) == own).then_some(())
+    })
+    .await;
+    // Several address syncs later: still there, never removed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let node = bed.node("n1.hostile.internal").await.unwrap();
+    assert_eq!(addresses(&node), own);
+    let reasons = bed.event_reasons("n1.hostile.internal").await;
+    assert!(
+        !reasons.iter().any(|r| r == "AddressNamesAnotherNode"),
+        "{reasons:?}"
+    );
     manager.stop().await.unwrap();
 }
 

@@ -72,11 +72,12 @@ async fn scale_bench_runs_against_a_cluster_and_a_cloud_given_by_kubeconfig_and_
             ),
         "{table}"
     );
-    // Its writes by client come from its own /metrics: the nodes' (an update and a status
-    // patch each), the Lease's, and a Synced event per node (some maybe written just after
-    // the phase).
+    // Its writes by client come from its own /metrics: the nodes' (an update each, and an
+    // address patch each but for the last few, which may still be in flight when the last
+    // taint goes and the phase ends), the Lease's, and a Synced event per node (some maybe
+    // written just after the phase).
     let writes = nodes.writes_by_client;
-    assert!(writes.state >= 40.0, "{writes:?}: {table}");
+    assert!(writes.state >= 30.0, "{writes:?}: {table}");
     assert!(writes.lease >= 1.0, "{writes:?}: {table}");
     assert!(
         writes.events + report.trailing.posts >= 20.0,
