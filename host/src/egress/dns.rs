@@ -235,9 +235,17 @@ mod tests {
     /// hold 64 KiB of records for the cache to keep.
     #[tokio::test]
     async fn a_truncated_answer_is_never_asked_again_over_tcp() {
-        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        // A free UDP port whose TCP twin is free too (another test may hold it).
+        let mut tries = 0;
+        let (udp, tcp) = loop {
+            let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            match tokio::net::TcpListener::bind(udp.local_addr().unwrap()).await {
+                Ok(tcp) => break (udp, tcp),
+                Err(_) if tries < 20 => tries += 1,
+                Err(error) => panic!("no port free for UDP and TCP both: {error}"),
+            }
+        };
         let address = udp.local_addr().unwrap();
-        let tcp = tokio::net::TcpListener::bind(address).await.unwrap();
         let tcp_connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = tcp_connections.clone();
         tokio::spawn(async move {
