@@ -10,8 +10,8 @@
 //! a web identity's token goes only to an STS endpoint the manager allows.
 //!
 //! Among them: eight requests refused with `ExpiredToken` together share one refresh (the
-//! token file read again, each request sent once more: nine audit records and nine rate
-//! tokens for 17 requests sent); STS `GetSessionToken` (a form POST) and `AssumeRole` (a
+//! token file read again, each refused request sent once more: nine audit records and nine
+//! rate tokens for up to 17 requests sent); STS `GetSessionToken` (a form POST) and `AssumeRole` (a
 //! GET's query) are never signed and are counted under their own action label, while
 //! `GetCallerIdentity` goes out; a body changed after signing is refused by moto. The same
 //! signing through `provider call` is tested in `cli.rs`.
@@ -327,10 +327,13 @@ async fn refused_keys_are_refreshed_once_for_all_requests_refused_and_each_is_se
         .map(|seen| seen.access_key_id().unwrap().to_string())
         .collect();
     let first = first_key.lock().unwrap().clone().unwrap();
-    assert_eq!(keys.iter().filter(|key| **key == first).count(), 9);
+    // The first request with the first keys, and of the eight those that went out before a
+    // refusal had refreshed them: all eight, unless the machine was slow to start one.
+    let with_first = keys.iter().filter(|key| **key == first).count();
+    assert!(with_first >= 2, "{keys:?}");
     assert_eq!(
         keys.len(),
-        17,
+        with_first + 8,
         "each refused request was sent once more: {keys:?}"
     );
     let records = provider.egress().audit().recent();
