@@ -147,6 +147,27 @@ impl Address {
     pub fn name(text: &str) -> Address {
         Address::Name(text.trim_end_matches('.').to_ascii_lowercase())
     }
+
+    /// The names the DNS name `text` reaches a host by: itself and, under a search domain,
+    /// its first label (when it has more than one): `worker-1.example.internal` is
+    /// `worker-1`'s.
+    pub fn names_reached(text: &str) -> Vec<Address> {
+        let name = text.trim_end_matches('.').to_ascii_lowercase();
+        let label = name
+            .split_once('.')
+            .map(|(label, _)| Address::Name(label.to_string()));
+        let mut reached = vec![Address::Name(name)];
+        reached.extend(label);
+        reached
+    }
+
+    /// The name, if this is one.
+    pub fn as_name(&self) -> Option<&str> {
+        match self {
+            Address::Name(name) => Some(name),
+            Address::Ip(_) => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Address {
@@ -1015,20 +1036,16 @@ impl AnswerChecks {
                         return Err(Reason::NodeDnsName(suffixes.join(",")));
                     }
                 }
-                let held = Address::name(name);
-                if held == Address::name(node) {
+                let own = Address::name(node);
+                let reached = Address::names_reached(name);
+                if reached[0] == own {
                     // The node's own name is its own, whoever answered it before.
                     return Ok(None);
                 }
-                self.unheld(&held, asker)?;
-                // Under a search domain a name's first label is the same host: another
-                // node's name with a suffix after it names that node.
-                if let Some((label, _)) = name.split_once('.')
-                    && Address::name(label) != Address::name(node)
-                {
-                    self.unheld(&Address::name(label), asker)?;
+                for other in reached.iter().filter(|reached| **reached != own) {
+                    self.unheld(other, asker)?;
                 }
-                Ok(Some(held))
+                Ok(Some(reached[0].clone()))
             }
         }
     }
@@ -2044,6 +2061,21 @@ mod tests {
             Ok(()),
             "without the operator's list, any DNS name"
         );
+    }
+
+    #[test]
+    fn a_name_reaches_its_host_as_itself_and_by_its_first_label() {
+        let shown = |text: &str| -> Vec<String> {
+            Address::names_reached(text)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            shown("Worker-1.Example.Internal."),
+            ["worker-1.example.internal", "worker-1"]
+        );
+        assert_eq!(shown("worker-1"), ["worker-1"]);
     }
 
     #[test]

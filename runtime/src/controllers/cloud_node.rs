@@ -33,7 +33,7 @@ use super::workqueue::{Backoff, WorkQueue};
 use super::{
     Context, Controller, SyncError, has_taint, labels, name_of, update_node, warn_refused,
 };
-use wasm_ccm_host::answers;
+use wasm_ccm_host::answers::{self, Address};
 use wasm_ccm_host::contract::{self, AddressKind, InstanceMetadata, NodeAddress};
 use wasm_ccm_host::provider::Provider;
 
@@ -419,17 +419,16 @@ async fn patch_addresses(
 /// refuse such a name, but one answered before that node joined stays written, and would
 /// send the API server's connections for `node` (`exec`, `logs`, `port-forward`) to it.
 fn foreign_names(context: &Context, node: &Node) -> Vec<NodeAddress> {
-    let own = name_of(node);
+    let own = Address::name(name_of(node));
     let names_another = |name: &str| {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let reached = Address::names_reached(name);
         // The node's own name is its own, as the answer checks hold it.
-        if name == own {
-            return false;
-        }
-        let first = name.split('.').next().unwrap_or_default();
-        [name.as_str(), first]
-            .into_iter()
-            .any(|name| name != own && context.nodes.get(name).is_some())
+        reached[0] != own
+            && reached
+                .iter()
+                .filter(|reached| **reached != own)
+                .filter_map(Address::as_name)
+                .any(|name| context.nodes.get(name).is_some())
     };
     super::views::node_addresses(node)
         .into_iter()
