@@ -1,6 +1,7 @@
 # The two entry points a newcomer needs. Both install what they need first.
 #   make test   - build every guest from source and run all tests (what CI runs)
-#   make demo   - the manager on API emulator + cloud simulator, swapping simcloud v1 -> v2
+#   make demo   - the manager on API emulator + two cloud simulators, two providers side by side,
+#                 swapping simcloud v1 -> v2
 #                 live, until Ctrl-C (make demo ARGS="--exit-after 30" for scripts)
 
 CARGO ?= cargo

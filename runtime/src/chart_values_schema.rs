@@ -1,4 +1,4 @@
-//! The `provider` part of the chart's `values.schema.json`, generated from the CloudProvider
+//! The `provider` and `providers` parts of the chart's `values.schema.json`, generated from the CloudProvider
 //! CRD's schema (itself generated from [`crate::resource::CloudProviderSpec`]) and compared
 //! with the committed file: a field added to or changed in the spec that the chart's schema
 //! does not follow fails here, and the file as it should be is written to `target/tmp/`.
@@ -7,6 +7,8 @@
 //! `ref` is `spec.provider`, `allowedHosts` is `spec.egress.allowedHosts`, and every other
 //! key is the spec's field of the same name. Its values default to empty (`""`, `{}`, `[]`),
 //! which means "not set": the template leaves the field out, and names the two required ones.
+//! Each entry of `providers` (several providers, one CloudProvider each) is what `provider`
+//! holds, with `ref` and `name` required.
 //!
 //! The CRD's structural schema becomes JSON Schema (draft 7, what Helm checks values with):
 //! objects refuse unknown keys (where the API server would prune them), `int-or-string` is
@@ -59,11 +61,26 @@ fn provider_schema(spec: &Value) -> Value {
     })
 }
 
-/// `schema` with an empty value allowed: a string of any pattern
-/// or length may be `""`, and an object's rules hold only once it has a key.
+/// The chart's `providers` value: a list of what `provider` holds (by reference), each
+/// naming its component and provider.
+fn providers_schema() -> Value {
+    json!({
+        "type": "array",
+        "description": "Several providers side by side, one CloudProvider each (RELEASE-NAME): each entry what `provider` holds.",
+        "items": {"allOf": [{"$ref": "#/properties/provider"}, {"required": ["ref", "name"]}]},
+    })
+}
+
+/// `schema` with an empty value allowed: a string of any pattern, length or enum
+/// may be `""`, and an object's rules hold only once it has a key.
 fn may_be_empty(mut schema: Value) -> Value {
     let object = schema.as_object_mut().expect("a schema");
     object.remove("minLength");
+    if let Some(Value::Array(values)) = object.get_mut("enum")
+        && values.iter().all(Value::is_string)
+    {
+        values.push(json!(""));
+    }
     if let Some(Value::String(pattern)) = object.get_mut("pattern") {
         let inner = pattern
             .strip_prefix('^')
@@ -221,6 +238,7 @@ fn the_chart_values_schema_follows_the_cloudprovider_spec() {
     let committed = std::fs::read_to_string(&path).expect("values.schema.json");
     let mut schema: Value = serde_json::from_str(&committed).expect("values.schema.json is JSON");
     schema["properties"]["provider"] = provider_schema(&crd_spec_schema());
+    schema["properties"]["providers"] = providers_schema();
     let generated = serde_json::to_string_pretty(&schema).expect("JSON") + "\n";
     if committed != generated {
         let out = format!("{root}/target/tmp/values.schema.json");

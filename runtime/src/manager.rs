@@ -5,12 +5,15 @@
 //! 2. connect to the API server and start the shared informers (one list and watch of Nodes
 //!    and of Services), so their caches fill while the Lease is sought and stay warm on a
 //!    standby; serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
-//! 3. with `--provider-resource`: follow the `CloudProvider` ([`crate::rollout`]), reporting
-//!    not-ready with the reason until a version is active;
-//! 4. decide which controllers run (selected *and* supported);
-//! 5. with `--leader-elect`, wait for the Lease; then run the controllers until leadership is
-//!    lost or the process is asked to stop. They call the provider through a
-//!    [`ProviderSlot`], which a rollout swaps under them.
+//! 3. with `--provider-resource`: follow each `CloudProvider` named ([`crate::rollout`]),
+//!    reporting not-ready with the reason until a version of each is active;
+//! 4. decide which controllers run for each provider (selected *and* supported);
+//! 5. with `--leader-elect`, wait for the Lease; then run each provider's controllers, as
+//!    soon as it has an active version, until leadership is lost or the process is asked to
+//!    stop. They call the provider through a [`ProviderSlot`], which its rollout swaps under
+//!    them, and see only its nodes and Services ([`crate::controllers::fleet`]): with
+//!    several providers, each has its own controllers, queues and workers, so a provider
+//!    with no version yet, or a slow cloud, holds up no other.
 //!
 //! Losing the lease stops every controller at once; the informers keep watching, and the
 //! manager campaigns again as a standby with its caches warm (upstream exits instead, to be
@@ -26,6 +29,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{self, ClientMetrics, Clients, ClusterSettings};
+use crate::controllers::fleet::{self, Fleet, FleetMetrics, Scope};
 use crate::controllers::{
     self, Context, Controller, ControllerClients, ControllerMetrics, ControllerSelection,
     ControllerSettings, EventBroadcaster, EventMetrics, Informer, QueueMetrics,
@@ -60,11 +64,11 @@ pub struct ProviderSettings {
 pub enum ProviderMode {
     /// Flags name it, for the life of the process.
     Flags(ProviderSettings),
-    /// `--provider-resource NAME`: a `CloudProvider` names it, and rollouts swap it. The
-    /// egress and sandbox flags are the defaults its spec overrides.
+    /// `--provider-resource NAME[,NAME]`: each `CloudProvider` names a provider, and its
+    /// rollouts swap it. The egress and sandbox flags are the defaults each spec overrides.
     Resource {
-        /// The `CloudProvider`'s name.
-        name: String,
+        /// The `CloudProvider`s' names, at least one, each once.
+        names: Vec<String>,
         /// `--allow-untagged-cloud`.
         allow_untagged_cloud: bool,
         /// `--egress-grant-ceiling`: what the resource may grant; `None`, anything.
@@ -172,6 +176,9 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     event_metrics.register(&mut registry);
     crate::process_metrics::register(&mut registry);
 
+    let fleet_metrics = FleetMetrics::default();
+    fleet_metrics.register(&mut registry);
+
     // With flags, the provider loads first: a bad flag fails before anything connects.
     let planned = std::sync::OnceLock::new();
     let flagged = match &config.provider {
@@ -182,15 +189,15 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                 &provider,
                 &config.settings,
             )?);
-            Ok(provider)
+            Ok((settings.name.clone(), provider))
         }
         ProviderMode::Resource {
-            name,
+            names,
             allow_untagged_cloud,
             grant_ceiling,
             tag_check_interval,
         } => Err((
-            name.clone(),
+            names.clone(),
             *allow_untagged_cloud,
             grant_ceiling.clone(),
             *tag_check_interval,
@@ -201,17 +208,23 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     // Whether this replica leads: only the leader writes events and the CloudProvider's
     // status.
     let leading = watch::Sender::new(config.leader_election.is_none());
-    let events = EventBroadcaster::new(
-        clients.client(cluster::EVENT_RECORDER)?,
-        &config.settings.identity,
-        (
-            config.settings.event_queue_length,
-            config.settings.event_retry_interval,
-        ),
-        event_metrics,
-        leading.subscribe(),
-        shutdown.clone(),
-    );
+    let event_client = clients.client(cluster::EVENT_RECORDER)?;
+    // Each provider's controllers report as `IDENTITY/RESOURCE` when there are several, with
+    // queues of their own: one provider's events never crowd out another's.
+    let broadcaster = |instance: &str| {
+        EventBroadcaster::new(
+            event_client.clone(),
+            instance,
+            (
+                config.settings.event_queue_length,
+                config.settings.event_retry_interval,
+            ),
+            event_metrics.clone(),
+            leading.subscribe(),
+            shutdown.clone(),
+        )
+    };
+    let events = broadcaster(&config.settings.identity);
     // Started before the Lease is sought: a new leader's controllers find the caches
     // filled, and a standby's stay warm. They keep the manager's own client, as upstream's
     // shared informers do with --use-service-account-credentials.
@@ -259,32 +272,66 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             elector.health_check(),
         );
     }
-    // `Err`: the resource named, --allow-untagged-cloud, the ceiling and the tag check's
-    // interval, for the rollout to follow.
-    let provider = match flagged {
-        Ok(provider) => Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
-        Err((resource, allow_untagged_cloud, grant_ceiling, tag_check_interval)) => {
-            let handle = rollout::start(
-                RolloutSettings {
-                    resource,
-                    defaults: Defaults {
-                        egress: config.egress.clone(),
-                        sandbox: config.sandbox.clone(),
-                    },
-                    distribution: config.distribution.clone(),
-                    allow_untagged_cloud,
-                    grant_ceiling,
-                    tag_check_interval,
-                    answer_checks,
-                },
-                clients.manager(),
-                events.sink("wasm-ccm"),
-                metrics.clone(),
-                leading.subscribe(),
-                shutdown.clone(),
-            );
-            health.add("provider", &[Probe::Readyz], handle.readiness());
-            Versions::Rollout(tokio::sync::Mutex::new(handle))
+    // `Err`: the resources named, --allow-untagged-cloud, the ceiling and the tag check's
+    // interval, for a rollout each to follow. Every provider's answers are checked by the
+    // same checks, so two cannot both take one address.
+    let (fleet, members) = match flagged {
+        Ok((name, provider)) => {
+            let fleet = Fleet::of_flags(&name);
+            let member = Member {
+                scope: fleet.scope(&name),
+                versions: Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
+                planned,
+                events: events.clone(),
+            };
+            (fleet, vec![member])
+        }
+        Err((resources, allow_untagged_cloud, grant_ceiling, tag_check_interval)) => {
+            let fleet = Fleet::of_resources(&resources);
+            let several = fleet.several();
+            let members = resources
+                .into_iter()
+                .map(|resource| {
+                    let handle = rollout::start(
+                        RolloutSettings {
+                            resource: resource.clone(),
+                            defaults: Defaults {
+                                egress: config.egress.clone(),
+                                sandbox: config.sandbox.clone(),
+                            },
+                            distribution: config.distribution.clone(),
+                            allow_untagged_cloud,
+                            grant_ceiling: grant_ceiling.clone(),
+                            tag_check_interval,
+                            answer_checks: answer_checks.clone(),
+                            fleet: fleet.clone(),
+                        },
+                        clients.manager(),
+                        events.sink("wasm-ccm"),
+                        metrics.clone(),
+                        leading.subscribe(),
+                        shutdown.clone(),
+                    );
+                    let check = match several {
+                        false => "provider".to_string(),
+                        true => format!("provider-{resource}"),
+                    };
+                    health.add(&check, &[Probe::Readyz], handle.readiness());
+                    let events = match several {
+                        false => events.clone(),
+                        true => {
+                            broadcaster(&reporting_instance(&config.settings.identity, &resource))
+                        }
+                    };
+                    Member {
+                        scope: fleet.scope(&resource),
+                        versions: Versions::Rollout(tokio::sync::Mutex::new(handle)),
+                        planned: std::sync::OnceLock::new(),
+                        events,
+                    }
+                })
+                .collect();
+            (fleet, members)
         }
     };
     let serving = serving::serve(
@@ -305,8 +352,9 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         clients: controller_clients,
         events,
         informers,
-        provider,
-        planned,
+        fleet,
+        fleet_metrics,
+        members,
         selection: config.controllers.clone(),
         settings: config.settings.clone(),
         metrics: controller_metrics,
@@ -393,7 +441,30 @@ async fn load_provider(
     Ok(provider)
 }
 
-/// Where the controllers' provider comes from.
+/// One provider the manager serves, and where its versions come from.
+struct Member {
+    /// Its nodes and Services.
+    scope: Scope,
+    versions: Versions,
+    /// The controllers that run for it, decided with its first active version.
+    planned: std::sync::OnceLock<Vec<Controller>>,
+    /// Where its controllers' events go.
+    events: EventBroadcaster,
+}
+
+/// The events' reporting instance of one provider's controllers: `IDENTITY/RESOURCE`, cut
+/// to the 128 bytes the API server takes.
+fn reporting_instance(identity: &str, resource: &str) -> String {
+    let mut instance = format!("{identity}/{resource}");
+    let mut end = instance.len().min(128);
+    while !instance.is_char_boundary(end) {
+        end -= 1;
+    }
+    instance.truncate(end);
+    instance
+}
+
+/// Where a provider's versions come from.
 enum Versions {
     /// Loaded from flags at start.
     Fixed(ProviderSlot),
@@ -415,9 +486,11 @@ struct Term {
     events: EventBroadcaster,
     /// The shared informers, kept across terms.
     informers: Informers,
-    provider: Versions,
-    /// The controllers that run, decided with the first active version.
-    planned: std::sync::OnceLock<Vec<Controller>>,
+    /// Which provider serves which nodes and Services.
+    fleet: Arc<Fleet>,
+    fleet_metrics: FleetMetrics,
+    /// Each provider served.
+    members: Vec<Member>,
     selection: ControllerSelection,
     settings: ControllerSettings,
     metrics: ControllerMetrics,
@@ -426,49 +499,80 @@ struct Term {
 }
 
 impl Term {
-    /// Wait for an active provider version, start the controllers; return once `stop` is
-    /// cancelled and all stopped.
+    /// Run each provider's controllers once it has an active version (and, with several
+    /// providers, report the nodes none or several claim); return once `stop` is cancelled
+    /// and all stopped.
     async fn run(&self, stop: CancellationToken) -> Result<(), ManagerError> {
-        let slot = match &self.provider {
+        let report = async {
+            if self.fleet.several() {
+                fleet::report(
+                    self.fleet.clone(),
+                    self.informers.nodes.clone(),
+                    self.events.sink("wasm-ccm"),
+                    self.fleet_metrics.clone(),
+                    stop.clone(),
+                )
+                .await;
+            }
+            Ok(())
+        };
+        let members = self
+            .members
+            .iter()
+            .map(|member| self.run_member(member, &stop));
+        futures::future::try_join(futures::future::try_join_all(members), report).await?;
+        Ok(())
+    }
+
+    /// Wait for `member`'s first active version, start its controllers; return once `stop`
+    /// is cancelled and all stopped.
+    async fn run_member(
+        &self,
+        member: &Member,
+        stop: &CancellationToken,
+    ) -> Result<(), ManagerError> {
+        let slot = match &member.versions {
             Versions::Fixed(slot) => slot.clone(),
             Versions::Rollout(handle) => {
                 let mut handle = handle.lock().await;
-                let Some(slot) = handle.first_version(&stop).await else {
+                let Some(slot) = handle.first_version(stop).await else {
                     return Ok(());
                 };
                 slot
             }
         };
-        let planned = match self.planned.get() {
+        let planned = match member.planned.get() {
             Some(planned) => planned,
             None => {
                 let provider = slot.current();
                 let planned = controllers::plan(&self.selection, &provider, &self.settings)?;
                 let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
                 tracing::info!(
+                    member = %member.scope.member(),
                     provider = %provider.label(),
                     source = %provider.identity().reference,
                     digest = %provider.identity().digest,
                     controllers = ?names,
                     "starting controllers"
                 );
-                if let Versions::Rollout(handle) = &self.provider {
+                if let Versions::Rollout(handle) = &member.versions {
                     handle.lock().await.require(planned.clone());
                 }
-                self.planned.get_or_init(|| planned)
+                member.planned.get_or_init(|| planned)
             }
         };
         let context = Arc::new(Context {
             clients: self.clients.clone(),
-            events: self.events.clone(),
+            events: member.events.clone(),
             provider: slot,
+            scope: member.scope.clone(),
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
             queues: self.queues.clone(),
             nodes: self.informers.nodes.clone(),
             services: self.informers.services.clone(),
         });
-        controllers::run(planned, context, &self.health, stop).await;
+        controllers::run(planned, context, &self.health, stop.clone()).await;
         Ok(())
     }
 }

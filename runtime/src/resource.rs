@@ -32,6 +32,8 @@
 //! The CRD is printed by `wasm-ccm crd` ([`crd_yaml`]) and committed as
 //! `charts/wasm-ccm/crds/cloudproviders.wasm-ccm.io.yaml`; a test fails when they differ.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -53,6 +55,8 @@ const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// A key of a ConfigMap's or Secret's data.
 const DATA_KEY: &str = r"^[-._a-zA-Z0-9]+$";
+/// A label-style key with a prefix, as `spec.loadBalancerClass` must be: `example.com/name`.
+const QUALIFIED_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 /// An HTTP header name (RFC 9110 token).
 const HEADER_NAME: &str = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
 
@@ -161,6 +165,89 @@ pub struct CloudProviderSpec {
     /// --provider-signature-key (both apply: this can require more, never less).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<SignatureSpec>,
+
+    /// The nodes this provider serves before they have a providerID (after, a node is the
+    /// provider's whose name is its providerID's scheme), when the manager serves several
+    /// providers: a label selector, e.g. on labels the kubelet sets. Unset, every node: two
+    /// providers selecting one node each claim it, and neither touches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<NodeSelectorSpec>,
+
+    /// The `spec.loadBalancerClass` of the Services whose load balancers this provider makes,
+    /// e.g. `wasm-ccm.io/hcloud`. Unset, none: it serves only Services without a class, if it
+    /// is the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316), regex(pattern = QUALIFIED_NAME))]
+    pub load_balancer_class: Option<String>,
+
+    /// Whether this provider makes the load balancers of Services without a
+    /// `loadBalancerClass`. Unset: only when it is the one provider the manager serves. At
+    /// most one provider of a manager may be its default; with two, neither serves such
+    /// Services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
+
+    /// Which nodes this provider's load balancers send traffic to: `Own`, the nodes it
+    /// serves (the default), or `All`, every eligible node whatever its provider (a cloud
+    /// load balancer in front of bare metal, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_targets: Option<LoadBalancerTargets>,
+}
+
+/// A label selector over nodes, as Kubernetes writes one: a node matches when every
+/// requirement holds (an empty selector matches every node).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorSpec {
+    /// Labels a node must carry, each with this value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+
+    /// Requirements on a node's labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+}
+
+/// One requirement on a node's labels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorRequirement {
+    /// The label key.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+
+    /// How the label relates to `values`.
+    pub operator: SelectorOperator,
+
+    /// The values, for `In` and `NotIn` (at least one); none for `Exists` and
+    /// `DoesNotExist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub values: Vec<String>,
+}
+
+/// A label selector's operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SelectorOperator {
+    /// The label has one of the values.
+    In,
+    /// The label is absent, or has none of the values.
+    NotIn,
+    /// The label is present, with any value.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+/// Which nodes a provider's load balancers send traffic to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LoadBalancerTargets {
+    /// The eligible nodes this provider serves.
+    #[default]
+    Own,
+    /// Every eligible node, whichever provider serves it.
+    All,
 }
 
 /// Cosign signatures required of every version: a valid signature (in the registry, under
@@ -794,8 +881,12 @@ pub mod condition {
     /// With a tag and no digest: whether the tag still names the digest recorded when the
     /// generation rolled out (False, reason `TagMoved`, when it names another).
     pub const TAG_CURRENT: &str = "TagCurrent";
+    /// With several providers in one manager: whether every node this provider claims is
+    /// its own alone (False, reason `NodesContested`, naming the nodes another provider
+    /// claims too and that provider: none touches them).
+    pub const NODES_UNCONTESTED: &str = "NodesUncontested";
     /// Every type, in the order status lists them.
-    pub const ALL: [&str; 7] = [
+    pub const ALL: [&str; 8] = [
         FETCHED,
         VERIFIED,
         READY,
@@ -803,6 +894,7 @@ pub mod condition {
         ROLLED_BACK,
         DEGRADED,
         TAG_CURRENT,
+        NODES_UNCONTESTED,
     ];
 }
 

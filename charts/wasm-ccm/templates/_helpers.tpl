@@ -52,7 +52,43 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/*
-The ConfigMaps and Secrets the CloudProvider names, by namespace (the release namespace when a
+The CloudProviders the chart makes, as JSON: [{"object": NAME, "values": {...}, "field": "provider"}]:
+the one of `provider`, named after the release, or one per entry of `providers`, each named
+RELEASE-NAME (its provider's name). Setting both is an error naming the two.
+*/}}
+{{- define "wasm-ccm.providers" -}}
+{{- $fullname := include "wasm-ccm.fullname" . -}}
+{{- $list := list -}}
+{{- if .Values.providers -}}
+{{- if .Values.provider.ref -}}
+{{- fail "set provider (one provider) or providers (several), not both: move provider's values into an entry of providers" -}}
+{{- end -}}
+{{- $names := list -}}
+{{- range $i, $p := .Values.providers -}}
+{{- $name := required (printf "providers[%d].name is required: the name the provider reports from init, e.g. simcloud" $i) $p.name -}}
+{{- if has $name $names -}}
+{{- fail (printf "providers[%d].name %s is the name of an earlier entry: each provider of a manager has its own name (its provider IDs' scheme)" $i $name) -}}
+{{- end -}}
+{{- $names = append $names $name -}}
+{{- $list = append $list (dict "object" (printf "%s-%s" $fullname $name) "values" $p "field" (printf "providers[%d]" $i)) -}}
+{{- end -}}
+{{- else -}}
+{{- $list = append $list (dict "object" $fullname "values" .Values.provider "field" "provider") -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
+{{/* The names of the CloudProviders the chart makes, comma-separated. */}}
+{{- define "wasm-ccm.providerObjects" -}}
+{{- $objects := list -}}
+{{- range (include "wasm-ccm.providers" . | fromJsonArray) -}}
+{{- $objects = append $objects .object -}}
+{{- end -}}
+{{- join "," $objects -}}
+{{- end -}}
+
+{{/*
+The ConfigMaps and Secrets the CloudProviders name, by namespace (the release namespace when a
 reference has none), as JSON: {"NAMESPACE": {"secrets": [...], "configmaps": [...]}}. The Roles
 let the manager read exactly these.
 */}}
@@ -60,7 +96,9 @@ let the manager read exactly these.
 {{- $namespaces := dict -}}
 {{- $release := .Release.Namespace -}}
 {{- $refs := list -}}
-{{- range .Values.provider.credentials -}}
+{{- range $provider := (include "wasm-ccm.providers" . | fromJsonArray) -}}
+{{- $p := $provider.values -}}
+{{- range $p.credentials -}}
 {{- if .secretKeyRef -}}
 {{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}
 {{- end -}}
@@ -71,7 +109,7 @@ let the manager read exactly these.
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- range (.Values.provider.signature | default dict).keys -}}
+{{- range ($p.signature | default dict).keys -}}
 {{- if .secretKeyRef -}}
 {{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}
 {{- end -}}
@@ -79,12 +117,13 @@ let the manager read exactly these.
 {{- $refs = append $refs (dict "kind" "configmaps" "ref" .configMapKeyRef) -}}
 {{- end -}}
 {{- end -}}
-{{- with .Values.provider.cloudConfig -}}
+{{- with $p.cloudConfig -}}
 {{- if .secretKeyRef -}}
 {{- $refs = append $refs (dict "kind" "secrets" "ref" .secretKeyRef) -}}
 {{- end -}}
 {{- if .configMapKeyRef -}}
 {{- $refs = append $refs (dict "kind" "configmaps" "ref" .configMapKeyRef) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- range $refs -}}

@@ -1,6 +1,7 @@
-//! The cloud configuration (`--cloud-config`): where the simulator's API is, whether load
-//! balancers use the PROXY protocol and the node label keys Services may choose their
-//! targets by. Parsed and validated by `init`, re-read by every call.
+//! The cloud configuration (`--cloud-config`): where the simulator's API is, the name the
+//! provider reports, whether load balancers use the PROXY protocol and the node label keys
+//! Services may choose their targets by. Parsed and validated by `init`, re-read by every
+//! call.
 
 use serde::Deserialize;
 use wasm_ccm_sdk::Error;
@@ -10,6 +11,9 @@ use wasm_ccm_sdk::Error;
 pub struct Config {
     /// Base URL of the simulator, without a trailing slash.
     pub api_url: String,
+    /// The name `init` reports, and the scheme of provider IDs: `simcloud` unless the
+    /// configuration names another cloud (a second simulator run as another provider).
+    pub name: String,
     /// Whether load balancers send the PROXY protocol to their targets.
     pub proxy_protocol: bool,
     /// The node label keys a Service's target-node-labels annotation may name: the labels
@@ -25,6 +29,7 @@ pub const TARGET_NODE_LABEL_KEYS: &str = "target_node_label_keys";
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     api_url: Option<String>,
+    name: Option<String>,
     #[serde(default)]
     proxy_protocol: bool,
     /// Read as any JSON value so a wrong type gets an error naming the field.
@@ -45,6 +50,7 @@ impl Config {
         })?;
         Ok(Config {
             api_url: validated_url(&api_url)?,
+            name: validated_name(raw.name)?,
             proxy_protocol: raw.proxy_protocol,
             target_node_label_keys: label_keys(raw.target_node_label_keys)?,
         })
@@ -60,6 +66,29 @@ fn label_keys(value: Option<serde_json::Value>) -> Result<Vec<String>, Error> {
         ))
     })
 }
+
+/// `name` if it is a DNS label (a provider's name must be); `simcloud` if none is given.
+fn validated_name(name: Option<String>) -> Result<String, Error> {
+    let Some(name) = name else {
+        return Ok(DEFAULT_NAME.to_string());
+    };
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(Error::other(format!(
+            "simcloud cloud config: \"name\" must be a DNS label (lowercase letters, digits, '-'), got {name:?}"
+        )));
+    }
+    Ok(name)
+}
+
+/// The name reported when the configuration names none.
+pub const DEFAULT_NAME: &str = "simcloud";
 
 /// `url` without trailing slashes if it is an absolute `http(s)://host[...]` URL.
 fn validated_url(url: &str) -> Result<String, Error> {

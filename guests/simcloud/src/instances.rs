@@ -1,5 +1,6 @@
 //! `InstancesV2`: find the instance behind a node (by provider ID, else by name) and describe
-//! it. Also owns provider IDs (`simcloud://<instance-id>`) and the instance cache.
+//! it. Also owns provider IDs (`simcloud://<instance-id>`, or `<name>://` when the cloud
+//! config names the provider otherwise) and the instance cache.
 //!
 //! Lookups by id are cached for 5 s under `instance/<id>`; absence is never cached.
 //! `instance-exists` and `instance-shutdown` ask about the current state and always read
@@ -11,10 +12,9 @@ use wasm_ccm_sdk::{AddressKind, Error, InstanceMetadata, Node, NodeAddress, cach
 
 use crate::SimCloud;
 use crate::api::Api;
+use crate::config::Config;
 use crate::model::{Instance, InstanceStatus};
 
-/// The scheme of this provider's IDs.
-const SCHEME: &str = "simcloud://";
 /// How long an instance read by id is served from the host cache.
 const CACHE_TTL: Duration = Duration::from_secs(5);
 /// Extra node label carrying the instance id.
@@ -39,29 +39,35 @@ impl wasm_ccm_sdk::Instances for SimCloud {
     }
 
     fn instance_metadata(node: Node) -> Result<InstanceMetadata, Error> {
-        Ok(metadata(require(&node, Freshness::Cached)?))
+        let name = Config::load()?.name;
+        Ok(metadata(require(&node, Freshness::Cached)?, &name))
     }
 }
 
-/// `simcloud://<id>`.
-fn provider_id(instance_id: &str) -> String {
-    format!("{SCHEME}{instance_id}")
+/// `<name>://<id>`: `simcloud://<id>` unless the config names the provider otherwise.
+fn provider_id(name: &str, instance_id: &str) -> String {
+    format!("{name}://{instance_id}")
 }
 
-/// The instance id inside a simcloud provider ID, or `None` for another scheme or no id.
-pub fn instance_id_of(provider_id: &str) -> Option<&str> {
-    let id = provider_id.strip_prefix(SCHEME)?.trim_start_matches('/');
+/// The instance id inside a provider ID of `name`, or `None` for another scheme or no id.
+pub fn instance_id_of<'a>(provider_id: &'a str, name: &str) -> Option<&'a str> {
+    let id = provider_id
+        .strip_prefix(name)?
+        .strip_prefix("://")?
+        .trim_start_matches('/');
     (!id.is_empty()).then_some(id)
 }
 
 /// The instance behind `node`; `None` only on definite absence.
 fn find(node: &Node, freshness: Freshness) -> Result<Option<Instance>, Error> {
-    let api = Api::load()?;
+    let config = Config::load()?;
+    let api = Api::new(&config);
     match node.provider_id.as_deref().filter(|id| !id.is_empty()) {
         Some(provider_id) => {
-            let id = instance_id_of(provider_id).ok_or_else(|| {
+            let name = &config.name;
+            let id = instance_id_of(provider_id, name).ok_or_else(|| {
                 Error::other(format!(
-                    "node {} has provider ID {provider_id:?}, not a simcloud:// one",
+                    "node {} has provider ID {provider_id:?}, not a {name}:// one",
                     node.name
                 ))
             })?;
@@ -125,10 +131,10 @@ fn cache_key(id: &str) -> String {
     format!("instance/{id}")
 }
 
-fn metadata(instance: Instance) -> InstanceMetadata {
+fn metadata(instance: Instance, name: &str) -> InstanceMetadata {
     let build = crate::BUILD.map(|build| (BUILD_LABEL.to_string(), build.to_string()));
     InstanceMetadata {
-        provider_id: provider_id(&instance.id),
+        provider_id: provider_id(name, &instance.id),
         node_addresses: addresses(&instance),
         additional_labels: std::iter::once((INSTANCE_ID_LABEL.to_string(), instance.id))
             .chain(build)

@@ -7,7 +7,9 @@
 //! `--cloud-config` is JSON: `{"api_url": "http://127.0.0.1:8080", "proxy_protocol": false,
 //! "target_node_label_keys": ["node-role.example.com/lb"]}`.
 //! `api_url` (required) is the simulator's base URL, `http://` or `https://`, optionally with
-//! a path prefix; `/v1/...` is appended to it. `proxy_protocol` (default `false`) makes load
+//! a path prefix; `/v1/...` is appended to it. `name` (default `simcloud`, a DNS label) is
+//! the name `init` reports and the scheme of provider IDs, so a second simulator can be a
+//! second provider of one manager (`"name": "edgecloud"`: `edgecloud://i-…`). `proxy_protocol` (default `false`) makes load
 //! balancers speak the PROXY protocol, reported as ip-mode `proxy` instead of `vip`.
 //! `target_node_label_keys` (default none) lists the node label keys a Service's
 //! target-node-labels annotation may name: `init` declares them in
@@ -110,7 +112,7 @@ impl wasm_ccm_sdk::Provider for SimCloud {
             None => wasm_ccm_sdk::info!("simcloud provider for {}", config.api_url),
         }
         Ok(Capabilities {
-            name: "simcloud".into(),
+            name: config.name,
             instances: true,
             load_balancer: true,
             routes: true,

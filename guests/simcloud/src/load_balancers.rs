@@ -68,7 +68,7 @@ impl wasm_ccm_sdk::LoadBalancers for SimCloud {
         nodes: Nodes<'_>,
     ) -> Result<(), Error> {
         let config = Config::load()?;
-        let targets = target_ids(&nodes, selector_of(&svc, &config)?.as_ref());
+        let targets = target_ids(&nodes, selector_of(&svc, &config)?.as_ref(), &config.name);
         let api = Api::new(&config);
         let lb = existing(&api, &cluster_name, &svc)?;
         if set(&targets) == set(&lb.targets) {
@@ -150,7 +150,7 @@ fn desired(svc: &Service, nodes: &Nodes<'_>, config: &Config) -> Result<LbSpec, 
     let selector = selector_of(svc, config)?;
     Ok(LbSpec {
         listeners,
-        targets: target_ids(nodes, selector.as_ref()),
+        targets: target_ids(nodes, selector.as_ref(), &config.name),
         source_ranges: svc.load_balancer_source_ranges.clone(),
         proxy_protocol: config.proxy_protocol,
     })

@@ -38,8 +38,9 @@ pub fn selector_of(svc: &Service, config: &Config) -> Result<Option<LabelSelecto
 }
 
 /// The instance ids of `nodes` (only those `selector` matches, when there is one), in order
-/// and without duplicates; nodes without a simcloud provider ID are skipped.
-pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<String> {
+/// and without duplicates; nodes without a provider ID of this provider (`name`) are
+/// skipped.
+pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>, name: &str) -> Vec<String> {
     let selected = nodes.selected(selector);
     if let Some(of) = selected.of {
         let chosen = selected.provider_ids.len();
@@ -50,7 +51,10 @@ pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<St
     let mut seen = HashSet::with_capacity(provider_ids.len());
     let mut skipped = Vec::new();
     for (index, provider_id) in provider_ids.iter().enumerate() {
-        match provider_id.as_deref().and_then(instance_id_of) {
+        match provider_id
+            .as_deref()
+            .and_then(|id| instance_id_of(id, name))
+        {
             Some(id) if !seen.insert(id) => {}
             Some(id) => ids.push(id.to_string()),
             None => skipped.push(index),
@@ -60,7 +64,7 @@ pub fn target_ids(nodes: &Nodes<'_>, selector: Option<&LabelSelector>) -> Vec<St
         let names = selected.names(nodes);
         for index in skipped {
             wasm_ccm_sdk::info!(
-                "node {} is not a load-balancer target: provider ID {:?} is not simcloud://",
+                "node {} is not a load-balancer target: provider ID {:?} is not {name}://",
                 names[index],
                 provider_ids[index]
             );
@@ -76,6 +80,7 @@ mod tests {
     fn config(keys: &[&str]) -> Config {
         Config {
             api_url: "http://sim.test".into(),
+            name: crate::config::DEFAULT_NAME.into(),
             proxy_protocol: false,
             target_node_label_keys: keys.iter().map(|k| k.to_string()).collect(),
         }

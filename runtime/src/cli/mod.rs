@@ -446,6 +446,29 @@ mod tests {
     }
 
     #[test]
+    fn provider_resource_repeated_or_comma_separated_names_several_once_each() {
+        let names = |args: &[&str]| match run(args).config().map(|c| c.provider) {
+            Ok(crate::manager::ProviderMode::Resource { names, .. }) => Ok(names),
+            Ok(crate::manager::ProviderMode::Flags(_)) => panic!("{args:?}: run from resources"),
+            Err(error) => Err(error.to_string()),
+        };
+        assert_eq!(names(&["--provider-resource=p"]), Ok(vec!["p".to_string()]));
+        assert_eq!(
+            names(&[
+                "--provider-resource=cloud,metal",
+                "--provider-resource",
+                "edge"
+            ]),
+            Ok(vec!["cloud".into(), "metal".into(), "edge".into()])
+        );
+        let error = names(&["--provider-resource=cloud,metal,cloud"]).unwrap_err();
+        assert!(
+            error.contains("names the CloudProvider cloud twice"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn the_grant_ceiling_takes_host_patterns_with_a_resource_only() {
         let ceiling = |args: &[&str]| match run(args).config().unwrap().provider {
             crate::manager::ProviderMode::Resource { grant_ceiling, .. } => {

@@ -37,9 +37,19 @@ pub struct RunFlags {
     /// Follow the CloudProvider resource NAME instead of --provider: it names the
     /// component, its cloud config, grants, credentials and limits, and changing it rolls a
     /// new version out without a restart. The egress and sandbox flags become the defaults
-    /// its spec overrides.
-    #[arg(long, value_name = "NAME", help_heading = "Provider", conflicts_with_all = ["provider", "cloud_config"])]
-    pub provider_resource: Option<String>,
+    /// its spec overrides. Repeated (or comma-separated), several providers serve side by
+    /// side, each with its own versions, rollout and limits: a node is the provider's whose
+    /// name is its providerID's scheme (before it has one, whose spec.nodeSelector matches
+    /// it), a LoadBalancer Service the provider's whose spec.loadBalancerClass it names
+    /// (without a class, the one with spec.default).
+    #[arg(
+        long,
+        value_name = "NAME[,NAME]",
+        value_delimiter = ',',
+        help_heading = "Provider",
+        conflicts_with_all = ["provider", "cloud_config"]
+    )]
+    pub provider_resource: Vec<String>,
 
     /// With --provider-resource: host patterns (as --allow; repeated or comma-separated)
     /// that every grant of the CloudProvider must fall within: spec.egress.allowedHosts,
@@ -403,10 +413,19 @@ impl RunFlags {
 
     /// `--provider` and its companions, or `--provider-resource`.
     fn provider_mode(&self) -> anyhow::Result<ProviderMode> {
-        if let Some(name) = &self.provider_resource {
-            if name.is_empty() {
+        if !self.provider_resource.is_empty() {
+            let names = &self.provider_resource;
+            if names.iter().any(String::is_empty) {
                 bail!("--provider-resource needs the name of a CloudProvider");
             }
+            if let Some(twice) = names
+                .iter()
+                .enumerate()
+                .find_map(|(i, name)| names[..i].contains(name).then_some(name))
+            {
+                bail!("--provider-resource names the CloudProvider {twice} twice");
+            }
+            let name = names.join(", ");
             for (given, flag) in [
                 (!self.egress.allow.is_empty(), "--allow"),
                 (!self.egress.credentials.is_empty(), "--credential"),
@@ -425,7 +444,7 @@ impl RunFlags {
                 );
             }
             return Ok(ProviderMode::Resource {
-                name: name.clone(),
+                names: names.clone(),
                 allow_untagged_cloud: self.allow_untagged_cloud,
                 grant_ceiling: GrantCeiling::new(self.egress_grant_ceiling.clone()),
                 tag_check_interval: self.tag_check_interval,

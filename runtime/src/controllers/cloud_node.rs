@@ -59,9 +59,10 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         base: Duration::from_millis(5),
         max: Duration::from_secs(1000),
     };
-    let queue = WorkQueue::new("Nodes", backoff, &context.queues);
+    let queue = WorkQueue::new(&context.named("Nodes"), backoff, &context.queues);
     // Every node arrives as added (or as one resync) with the first list.
     let mut changes = context.nodes.subscribe();
+    let mut routing = context.scope.changes();
     // Answers are checked against the addresses both caches hold: none before both are full.
     tokio::select! {
         () = stop.cancelled() => return,
@@ -72,18 +73,30 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         (0..context.settings.concurrent_node_syncs.max(1))
             .map(|_| worker(context.clone(), queue.clone())),
     );
+    let requeue_all = || {
+        for node in context.nodes.store().state() {
+            queue.add(name_of(&node).to_string());
+        }
+    };
     let feed = async {
-        while let Some(notice) = changes.next().await {
+        loop {
+            let notice = tokio::select! {
+                notice = changes.next() => match notice {
+                    Some(notice) => notice,
+                    None => break,
+                },
+                // Which nodes are this provider's may have changed.
+                Ok(()) = routing.changed() => {
+                    requeue_all();
+                    continue;
+                }
+            };
             match notice {
                 Notice::Change(Change::Added(node) | Change::Updated { new: node, .. }) => {
                     queue.add(name_of(&node).to_string());
                 }
                 Notice::Change(Change::Deleted(_)) => {}
-                Notice::Resync => {
-                    for node in context.nodes.store().state() {
-                        queue.add(name_of(&node).to_string());
-                    }
-                }
+                Notice::Resync => requeue_all(),
             }
         }
     };
@@ -130,6 +143,10 @@ async fn sync_node(
     let Some(node) = context.nodes.get(name) else {
         return Ok(());
     };
+    // Another provider's, several's or none's: looked at again when the routing changes.
+    if !context.scope.owns(&node) {
+        return Ok(());
+    }
     if !has_taint(&node, UNINITIALIZED_TAINT) {
         return reconcile_labels(context, &node).await;
     }
@@ -478,7 +495,7 @@ async fn sync_all_addresses(context: &Context, events: &super::events::EventSink
         .store()
         .state()
         .into_iter()
-        .filter(|node| !has_taint(node, UNINITIALIZED_TAINT))
+        .filter(|node| !has_taint(node, UNINITIALIZED_TAINT) && context.scope.owns(node))
         .collect();
     let parallel = match context.settings.concurrent_node_status_updates {
         0 => context.settings.concurrent_node_syncs.max(1),

@@ -8,6 +8,7 @@
 mod addresses;
 mod cloud_node;
 mod events;
+pub mod fleet;
 mod informer;
 mod metrics;
 mod node_lifecycle;
@@ -140,6 +141,8 @@ pub struct Context {
     pub events: EventBroadcaster,
     /// The cloud: the active provider version, swapped under the controllers by a rollout.
     pub provider: ProviderSlot,
+    /// Which nodes and Services are this provider's, when the manager serves several.
+    pub scope: fleet::Scope,
     /// From flags.
     pub settings: ControllerSettings,
     /// Upstream's controller metrics.
@@ -160,6 +163,16 @@ impl Context {
 
     fn events(&self, controller: Controller) -> EventSink {
         self.events.sink(controller.event_component())
+    }
+
+    /// `name`, followed by this provider's when the manager serves several: the name of a
+    /// work queue (its `workqueue_*` metrics) or a health check.
+    fn named(&self, name: &str) -> String {
+        if self.scope.several() {
+            format!("{name}-{}", self.scope.member())
+        } else {
+            name.to_string()
+        }
     }
 }
 
@@ -214,7 +227,8 @@ pub fn plan(
     Ok(planned)
 }
 
-/// Run `controllers` until `stop` is cancelled, each with a health check named after it.
+/// Run `controllers` until `stop` is cancelled, each with a health check named after it
+/// (and its provider, when the manager serves several, whose name its logs then carry).
 pub async fn run(
     controllers: &[Controller],
     context: Arc<Context>,
@@ -225,13 +239,17 @@ pub async fn run(
     for &controller in controllers {
         let alive = Arc::new(AtomicBool::new(true));
         let check = alive.clone();
-        health.add(controller.name(), &[Probe::Healthz], move || {
-            if check.load(Ordering::Relaxed) {
-                Ok(())
-            } else {
-                Err("the controller stopped".to_string())
-            }
-        });
+        health.add(
+            &context.named(controller.name()),
+            &[Probe::Healthz],
+            move || {
+                if check.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("the controller stopped".to_string())
+                }
+            },
+        );
         context.metrics.set_running(controller, true);
         let running = OnDrop::new({
             let context = context.clone();
@@ -240,19 +258,29 @@ pub async fn run(
                 context.metrics.set_running(controller, false);
             }
         });
+        let span = if context.scope.several() {
+            tracing::info_span!("provider", resource = %context.scope.member())
+        } else {
+            tracing::Span::none()
+        };
         let context = context.clone();
         let stop = stop.clone();
-        tasks.spawn(async move {
-            let _running = running;
-            tracing::info!(controller = %controller, "starting");
-            match controller {
-                Controller::CloudNode => cloud_node::run(context.clone(), stop).await,
-                Controller::CloudNodeLifecycle => node_lifecycle::run(context.clone(), stop).await,
-                Controller::ServiceLoadBalancer => service_lb::run(context.clone(), stop).await,
-                Controller::NodeRoute => route::run(context.clone(), stop).await,
-            }
-            tracing::info!(controller = %controller, "stopped");
-        });
+        tasks.spawn(tracing::Instrument::instrument(
+            async move {
+                let _running = running;
+                tracing::info!(controller = %controller, "starting");
+                match controller {
+                    Controller::CloudNode => cloud_node::run(context.clone(), stop).await,
+                    Controller::CloudNodeLifecycle => {
+                        node_lifecycle::run(context.clone(), stop).await
+                    }
+                    Controller::ServiceLoadBalancer => service_lb::run(context.clone(), stop).await,
+                    Controller::NodeRoute => route::run(context.clone(), stop).await,
+                }
+                tracing::info!(controller = %controller, "stopped");
+            },
+            span,
+        ));
     }
     while let Some(ended) = tasks.join_next().await {
         if let Err(error) = ended
@@ -262,7 +290,7 @@ pub async fn run(
         }
     }
     for controller in controllers {
-        health.remove(controller.name());
+        health.remove(&context.named(controller.name()));
     }
 }
 

@@ -49,6 +49,9 @@ async fn monitor_nodes(context: &Context, events: &EventSink, stop: &Cancellatio
         if stop.is_cancelled() {
             return;
         }
+        if !context.scope.owns(&node) {
+            continue;
+        }
         let name = name_of(&node).to_string();
         if let Err(error) = monitor_node(context, events, &node).await {
             tracing::warn!(node = %name, %error, "checking the node's instance failed; the node is left as it is");

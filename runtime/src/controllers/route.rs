@@ -62,7 +62,13 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     let provider = context.provider.current();
     let routes = provider.list_routes(cluster).await?;
     context.metrics.route_syncs.inc();
-    let nodes = context.nodes.store().state();
+    let nodes: Vec<_> = context
+        .nodes
+        .store()
+        .state()
+        .into_iter()
+        .filter(|node| context.scope.owns(node))
+        .collect();
 
     let mut routes_by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
     for route in &routes {

@@ -52,6 +52,7 @@ use kube::{Api, Resource};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::controllers::fleet::Fleet;
 use crate::controllers::{Controller, EventSink};
 use crate::resource::{
     CandidatePhase, CloudConfigSource, CloudProvider, CloudProviderSpec, CloudProviderStatus,
@@ -94,6 +95,9 @@ pub struct RolloutSettings {
     /// What every activated version's answers are checked against (the manager's ranges
     /// and the cluster's addresses).
     pub answer_checks: Arc<AnswerChecks>,
+    /// Where the spec's routing fields (node selector, load-balancer class, default,
+    /// targets) take effect as soon as they are read, whatever version runs.
+    pub fleet: Arc<Fleet>,
 }
 
 /// What the manager holds of the rollout.
@@ -168,6 +172,7 @@ pub fn start(
         record: None,
         record_written: None,
         tags: tag::Tags::default(),
+        routing_error: None,
     };
     tokio::spawn(rollout.run(shutdown));
     RolloutHandle {
@@ -212,6 +217,8 @@ struct Rollout {
     record_written: Option<RollbackRecord>,
     /// The digest an unpinned tag runs, and the checks of what it names.
     tags: tag::Tags,
+    /// Why the spec's routing fields were last refused (reported once).
+    routing_error: Option<String>,
 }
 
 impl Rollout {
@@ -228,6 +235,7 @@ impl Rollout {
             tokio::time::interval(self.settings.tag_check_interval.max(Duration::from_secs(1)));
         tag_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (tag_checked, mut tag_checks) = tokio::sync::mpsc::channel(1);
+        let mut contested = self.settings.fleet.contested();
         loop {
             let retry_at = self
                 .phase
@@ -248,6 +256,11 @@ impl Rollout {
                 Ok(()) = leading.changed() => {
                     // A new leader writes its view at once.
                     self.written = None;
+                }
+                Ok(()) = contested.changed() => {
+                    self.note_contested(&contested.borrow_and_update());
+                    self.write_status().await;
+                    continue;
                 }
                 // The failed version is tried again below; `attempts` grows the next pause.
                 () = sleep_until(retry_at) => {}
@@ -305,7 +318,69 @@ impl Rollout {
         if let Some(object) = &object {
             self.read_resolved(object, first);
         }
+        let spec = object.as_ref().map(|object| &object.spec);
+        let routing = self.settings.fleet.read(&self.settings.resource, spec);
         self.object = object;
+        match routing {
+            Ok(()) => self.routing_error = None,
+            Err(error) if self.routing_error.as_ref() != Some(&error) => {
+                let note = format!(
+                    "{error}; this provider serves no node and no Service until it is fixed"
+                );
+                tracing::warn!(resource = %self.settings.resource, "{note}");
+                self.warn("InvalidRouting", "spec", note);
+                self.routing_error = Some(error);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// With several providers: `NodesUncontested`, naming the nodes this provider claims with
+    /// another and that other (the first 20).
+    fn note_contested(&mut self, contested: &crate::controllers::fleet::Contested) {
+        if !self.settings.fleet.several() {
+            return;
+        }
+        const LISTED: usize = 20;
+        let generation = self.generation();
+        match contested.get(&self.settings.resource) {
+            None => set_condition(
+                &mut self.status,
+                condition::NODES_UNCONTESTED,
+                ConditionStatus::True,
+                "NoContestedNodes",
+                "every node this provider claims is its own alone",
+                generation,
+            ),
+            Some(nodes) => {
+                let listed: Vec<String> = nodes
+                    .iter()
+                    .take(LISTED)
+                    .map(|(node, others)| format!("{node} (also {})", others.join(", ")))
+                    .collect();
+                let more = nodes.len().saturating_sub(LISTED);
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                set_condition(
+                    &mut self.status,
+                    condition::NODES_UNCONTESTED,
+                    ConditionStatus::False,
+                    "NodesContested",
+                    format!(
+                        "{} claimed by this provider and another: {}{more}; no provider touches them until one does: narrow spec.nodeSelector",
+                        match nodes.len() {
+                            1 => "1 node is".to_string(),
+                            n => format!("{n} nodes are"),
+                        },
+                        listed.join(", ")
+                    ),
+                    generation,
+                );
+            }
+        }
     }
 
     fn generation(&self) -> Option<i64> {

@@ -102,6 +102,11 @@ pub struct SimOptions {
     pub lb_provision: Duration,
     /// Region of every instance. Default `sim-central-1`.
     pub region: String,
+    /// Where auto-assigned private addresses start. Default 10.0.0.0 (10.0.0.1 upwards);
+    /// two simulators serving one cluster need apart ranges, as two clouds' networks are.
+    pub private_ip_base: std::net::Ipv4Addr,
+    /// Where load-balancer addresses start. Default 198.51.100.0 (TEST-NET-2, .1 upwards).
+    pub lb_ip_base: std::net::Ipv4Addr,
 }
 
 impl SimOptions {
@@ -121,6 +126,8 @@ impl Default for SimOptions {
             token: String::new(),
             lb_provision: Duration::from_secs(1),
             region: "sim-central-1".to_owned(),
+            private_ip_base: std::net::Ipv4Addr::new(10, 0, 0, 0),
+            lb_ip_base: std::net::Ipv4Addr::new(198, 51, 100, 0),
         }
     }
 }
@@ -131,6 +138,8 @@ impl fmt::Debug for SimOptions {
             .field("token", &"<redacted>")
             .field("lb_provision", &self.lb_provision)
             .field("region", &self.region)
+            .field("private_ip_base", &self.private_ip_base)
+            .field("lb_ip_base", &self.lb_ip_base)
             .finish()
     }
 }

@@ -29,6 +29,13 @@ struct Args {
     /// Region reported for every instance.
     #[arg(long, env = "CLOUD_SIM_REGION", default_value = "sim-central-1")]
     region: String,
+    /// Where auto-assigned private addresses start (the next address up is the first
+    /// given); a second simulator serving the same cluster needs another range.
+    #[arg(long, value_name = "IPV4", default_value = "10.0.0.0")]
+    private_ip_base: std::net::Ipv4Addr,
+    /// Where load-balancer addresses start, as --private-ip-base.
+    #[arg(long, value_name = "IPV4", default_value = "198.51.100.0")]
+    lb_ip_base: std::net::Ipv4Addr,
     /// A running instance to start with, named NAME (as its node will be), of type
     /// sim.medium in zone REGION + "a", its private IP assigned; repeatable. More, and
     /// other shapes, through `POST /v1/instances`.
@@ -50,6 +57,8 @@ async fn main() -> anyhow::Result<()> {
         token: args.token,
         lb_provision: Duration::from_millis(args.lb_provision_ms),
         region: args.region,
+        private_ip_base: args.private_ip_base,
+        lb_ip_base: args.lb_ip_base,
     };
     let zone = format!("{}a", options.region);
     let sim = CloudSim::start(args.listen, options).await?;

@@ -40,7 +40,7 @@ pub struct NewInstance {
     pub name: String,
     pub instance_type: String,
     pub zone: String,
-    /// Auto-assigned from 10.0.0.0/16 when absent.
+    /// Auto-assigned from 10.0.0.0/16 (or the simulator's `private_ip_base`) when absent.
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub public_ipv6: Option<String>,
@@ -85,7 +85,8 @@ pub struct LoadBalancer {
     pub cluster: String,
     pub service_uid: String,
     pub status: LoadBalancerStatus,
-    /// Assigned from 198.51.100.0/24 (then 198.51.101.0/24, …) once active.
+    /// Assigned from 198.51.100.0/24 (then 198.51.101.0/24, …; or from the simulator's
+    /// `lb_ip_base`) once active.
     pub ip: Option<String>,
     /// Always `None`: the simulator hands out IP addresses only.
     pub hostname: Option<String>,

@@ -24,11 +24,6 @@ use crate::requests::{RequestLog, RequestRecord};
 use crate::rng::Rng;
 use crate::validate;
 
-/// Auto-assigned private addresses come from 10.0.0.0/16 upwards.
-const PRIVATE_IP_BASE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 0);
-/// Load-balancer addresses come from 198.51.100.0/24 (TEST-NET-2) upwards.
-const LB_IP_BASE: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 0);
-
 /// A cheap, cloneable handle on the simulator's state.
 #[derive(Clone, Debug)]
 pub struct SimState {
@@ -61,7 +56,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SimState {
     pub(crate) fn new(options: &SimOptions) -> SimState {
-        let model = Model::new(options.region.clone(), options.lb_provision);
+        let model = Model::new(options);
         SimState {
             shared: Arc::new(Shared {
                 token: Token(options.token.clone()),
@@ -303,6 +298,10 @@ struct LbEntry {
 struct Model {
     region: String,
     lb_provision: Duration,
+    /// Auto-assigned private addresses count up from here ([`SimOptions::private_ip_base`]).
+    private_ip_base: Ipv4Addr,
+    /// Load-balancer addresses count up from here ([`SimOptions::lb_ip_base`]).
+    lb_ip_base: Ipv4Addr,
     instances: Vec<Instance>,
     load_balancers: Vec<LbEntry>,
     /// Stored with `blackhole: false`; computed on read.
@@ -313,10 +312,12 @@ struct Model {
 }
 
 impl Model {
-    fn new(region: String, lb_provision: Duration) -> Model {
+    fn new(options: &SimOptions) -> Model {
         Model {
-            region,
-            lb_provision,
+            region: options.region.clone(),
+            lb_provision: options.lb_provision,
+            private_ip_base: options.private_ip_base,
+            lb_ip_base: options.lb_ip_base,
             instances: Vec::new(),
             load_balancers: Vec::new(),
             routes: Vec::new(),
@@ -331,7 +332,7 @@ impl Model {
         for i in 0..self.load_balancers.len() {
             let entry = &self.load_balancers[i];
             if entry.lb.status == LoadBalancerStatus::Provisioning && entry.ready_at <= now {
-                let ip = next_host(LB_IP_BASE, &mut self.lb_ip_cursor).to_string();
+                let ip = next_host(self.lb_ip_base, &mut self.lb_ip_cursor).to_string();
                 let lb = &mut self.load_balancers[i].lb;
                 tracing::info!(id = %lb.id, name = %lb.name, %ip, "load balancer active");
                 lb.status = LoadBalancerStatus::Active;
@@ -405,7 +406,7 @@ impl Model {
 
     fn next_private_ip(&mut self) -> String {
         loop {
-            let ip = next_host(PRIVATE_IP_BASE, &mut self.private_ip_cursor).to_string();
+            let ip = next_host(self.private_ip_base, &mut self.private_ip_cursor).to_string();
             if !self.private_ip_in_use(&ip) {
                 return ip;
             }
@@ -676,7 +677,7 @@ mod tests {
     fn hosts_skip_network_and_broadcast() {
         let mut cursor = 253;
         let hosts: Vec<_> = (0..3)
-            .map(|_| next_host(LB_IP_BASE, &mut cursor).to_string())
+            .map(|_| next_host(Ipv4Addr::new(198, 51, 100, 0), &mut cursor).to_string())
             .collect();
         assert_eq!(hosts, ["198.51.100.254", "198.51.101.1", "198.51.101.2"]);
     }

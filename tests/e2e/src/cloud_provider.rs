@@ -57,15 +57,20 @@ pub async fn install_crd_into(client: &kube::Client) {
 
 /// Create or update the Secret holding the simulator's token.
 pub async fn token_secret(bed: &Testbed, token: &str) {
+    secret(bed, TOKEN_SECRET, token).await;
+}
+
+/// Create or update the Secret `name` in [`NAMESPACE`] holding `token` under `token`.
+pub async fn secret(bed: &Testbed, name: &str, token: &str) {
     let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), NAMESPACE);
     let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": TOKEN_SECRET},
+        "metadata": {"name": name},
         "stringData": {"token": token},
     }))
     .expect("a Secret");
     secrets
         .patch(
-            TOKEN_SECRET,
+            name,
             &PatchParams::apply("test").force(),
             &Patch::Apply(&secret),
         )
@@ -133,7 +138,7 @@ pub async fn apply(bed: &Testbed, object: &serde_json::Value) {
 pub fn resource_config(bed: &Testbed) -> ManagerConfig {
     let mut config = bed.config();
     config.provider = ProviderMode::Resource {
-        name: NAME.into(),
+        names: vec![NAME.into()],
         allow_untagged_cloud: false,
         grant_ceiling: None,
         tag_check_interval: Duration::from_secs(300),

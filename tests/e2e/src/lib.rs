@@ -36,6 +36,8 @@ pub mod testbed;
 
 /// The token every test cloud requires; tests assert it never reaches a provider.
 pub const TOKEN: &str = "sim-token-6f1d2c9a-never-visible-to-guests";
+/// The token of [`Cloud::second`].
+pub const SECOND_TOKEN: &str = "edge-token-0b7e4d31-never-visible-to-guests";
 
 /// A cloud simulator and the token file that grants access to it.
 pub struct Cloud {
@@ -51,16 +53,35 @@ impl Cloud {
 
     /// A simulator on 127.0.0.1 whose new load balancers stay `provisioning` for `time`.
     pub async fn provisioning_for(time: Duration) -> Cloud {
-        let options = SimOptions {
+        Cloud::start_with(SimOptions {
             token: TOKEN.into(),
             lb_provision: time,
             ..SimOptions::default()
-        };
+        })
+        .await
+    }
+
+    /// A second cloud beside [`Cloud::start`]'s, as another provider's: its own token
+    /// ([`SECOND_TOKEN`]), region, and private and load-balancer address ranges.
+    pub async fn second() -> Cloud {
+        Cloud::start_with(SimOptions {
+            token: SECOND_TOKEN.into(),
+            lb_provision: Duration::from_millis(300),
+            region: "edge-west-1".into(),
+            private_ip_base: std::net::Ipv4Addr::new(10, 1, 0, 0),
+            lb_ip_base: std::net::Ipv4Addr::new(203, 0, 113, 0),
+        })
+        .await
+    }
+
+    /// A simulator on 127.0.0.1 with `options`, its token written to a file.
+    pub async fn start_with(options: SimOptions) -> Cloud {
+        let token = options.token.clone();
         let sim = CloudSim::start(loopback(), options)
             .await
             .expect("cloud-sim starts");
         let token_file = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(token_file.path(), format!("{TOKEN}\n")).expect("write token");
+        std::fs::write(token_file.path(), format!("{token}\n")).expect("write token");
         Cloud { sim, token_file }
     }
 

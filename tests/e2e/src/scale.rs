@@ -23,6 +23,12 @@
 //! The writes split by client (state, events, the Lease) come from the manager's own
 //! `/metrics` (`rest_client_requests_total` by `client`), in both modes.
 //!
+//! With `SCALE_PROVIDERS=2` the same totals are served by two providers in one manager
+//! (`--provider-resource`, two `CloudProvider`s of simcloud under two names against the one
+//! simulator): every other node is each one's (by a label and their node selectors), every
+//! other Service of the second one's class, each load balancer targeting its provider's
+//! nodes.
+//!
 //! Two modes ([`Target`]):
 //! - the API emulator and the cloud simulator in this process; the emulator counts the
 //!   manager's requests by client (user agent), which gives its LISTs and WATCHes;
@@ -63,6 +69,17 @@ const WRITE_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 pub const NAMESPACE: &str = "wasm-ccm-bench";
 /// The label on the bench's Nodes.
 pub const LABEL: &str = "wasm-ccm-bench";
+/// With two providers: the label that gives every other node to the second one (`a`, `b`).
+const HALF_LABEL: &str = "wasm-ccm-bench-half";
+/// With two providers: their `CloudProvider`s, the names they report, and the second one's
+/// load-balancer class (the first is the default).
+const RESOURCES: [(&str, &str, &str); 2] = [
+    ("wasm-ccm-bench-a", "simcloud", "a"),
+    ("wasm-ccm-bench-b", "simcloud-b", "b"),
+];
+const SECOND_CLASS: &str = "wasm-ccm.io/bench-b";
+/// With two providers: the Secret (in `kube-system`) holding the simulator's token.
+const TOKEN_SECRET: &str = "wasm-ccm-bench-token";
 
 /// The size of a run and where it runs.
 pub struct Settings {
@@ -70,14 +87,17 @@ pub struct Settings {
     pub services: usize,
     /// Added by the cloud to each request.
     pub latency_ms: u64,
+    /// Providers in the manager: 1 (`--provider`), or 2 (`--provider-resource`, the nodes
+    /// and Services split between them).
+    pub providers: usize,
     pub target: Target,
 }
 
 impl Settings {
     /// The settings `make bench-scale` reads from the environment (`var` looks one up):
     /// `SCALE_NODES`, `SCALE_SERVICES` and `SCALE_LATENCY_MS` (5000, 1000 and 10 when unset),
-    /// and for a remote run `SCALE_KUBECONFIG` with `SCALE_CLOUD_URL` and `SCALE_CLOUD_TOKEN`.
-    /// Err says which variable is wrong or missing.
+    /// `SCALE_PROVIDERS` (1 or 2; 1 when unset), and for a remote run `SCALE_KUBECONFIG` with
+    /// `SCALE_CLOUD_URL` and `SCALE_CLOUD_TOKEN`. Err says which variable is wrong or missing.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
         let number = |name: &str, default: u64| match var(name) {
             None => Ok(default),
@@ -96,10 +116,19 @@ impl Settings {
             },
             _ => return Err("set both SCALE_KUBECONFIG and SCALE_CLOUD_URL, or neither".into()),
         };
+        let providers = match number("SCALE_PROVIDERS", 1)? {
+            n @ (1 | 2) => n as usize,
+            n => {
+                return Err(format!(
+                    "SCALE_PROVIDERS={n}: the bench runs 1 or 2 providers"
+                ));
+            }
+        };
         Ok(Settings {
             nodes: number("SCALE_NODES", 5000)? as usize,
             services: number("SCALE_SERVICES", 1000)? as usize,
             latency_ms: number("SCALE_LATENCY_MS", 10)?,
+            providers,
             target,
         })
     }
@@ -212,6 +241,89 @@ impl Setup {
                     files.path().join("token").display()
                 ),
             ],
+        }
+    }
+
+    /// With two providers: the flags that follow their `CloudProvider`s, which
+    /// [`Setup::install_providers`] made.
+    fn resource_flags(&self) -> Vec<String> {
+        let kubeconfig = match self {
+            Setup::Local(bed) => bed.kubeconfig(),
+            Setup::Remote { kubeconfig, .. } => kubeconfig.clone(),
+        };
+        let resources: Vec<&str> = RESOURCES.iter().map(|(resource, ..)| *resource).collect();
+        vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--provider-resource={}", resources.join(",")),
+        ]
+    }
+
+    /// With two providers: the CRD (unless the cluster has it), the simulator's token in a
+    /// Secret and the two `CloudProvider`s, each simcloud under its own name with its half of
+    /// the nodes, the first the default for Services, the second of [`SECOND_CLASS`].
+    async fn install_providers(&self) {
+        let client = self.client();
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(client.clone());
+        if crds
+            .get_opt("cloudproviders.wasm-ccm.io")
+            .await
+            .expect("read the CRD")
+            .is_none()
+        {
+            crate::cloud_provider::install_crd_into(client).await;
+        }
+        let (url, token) = match self {
+            Setup::Local(bed) => (bed.cloud.sim.url(), crate::TOKEN.to_string()),
+            Setup::Remote { cloud, .. } => (cloud.url.clone(), cloud.token.clone()),
+        };
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": TOKEN_SECRET},
+                "stringData": {"token": token},
+            }))
+            .expect("a Secret");
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), LEASE_NAMESPACE)
+            .patch(
+                TOKEN_SECRET,
+                &kube::api::PatchParams::apply("wasm-ccm-bench").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await
+            .expect("write the token Secret");
+        let providers: Api<wasm_ccm::resource::CloudProvider> = Api::all(client.clone());
+        for (index, (resource, name, half)) in RESOURCES.into_iter().enumerate() {
+            let mut spec = serde_json::json!({
+                "provider": format!("file://{}", guest_builds::SIMCLOUD),
+                "name": name,
+                "cloudConfig": {"inline": serde_json::json!({"api_url": url, "name": name}).to_string()},
+                "egress": {"allowedHosts": [url]},
+                "credentials": [{
+                    "host": url,
+                    "secretKeyRef": {"name": TOKEN_SECRET, "key": "token", "namespace": LEASE_NAMESPACE},
+                }],
+                "nodeSelector": {"matchLabels": {HALF_LABEL: half}},
+            });
+            match index {
+                0 => spec["default"] = true.into(),
+                _ => spec["loadBalancerClass"] = SECOND_CLASS.into(),
+            }
+            let object: wasm_ccm::resource::CloudProvider =
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "wasm-ccm.io/v1alpha1",
+                    "kind": "CloudProvider",
+                    "metadata": {"name": resource},
+                    "spec": spec,
+                }))
+                .expect("a CloudProvider");
+            providers
+                .patch(
+                    resource,
+                    &kube::api::PatchParams::apply("wasm-ccm-bench").force(),
+                    &kube::api::Patch::Apply(&object),
+                )
+                .await
+                .expect("write the bench's CloudProvider");
         }
     }
 
@@ -617,6 +729,7 @@ pub async fn run(settings: Settings) -> Report {
         nodes,
         services,
         latency_ms: latency,
+        providers,
         target,
     } = settings;
     let binary = crate::wasm_ccm_binary();
@@ -631,7 +744,9 @@ pub async fn run(settings: Settings) -> Report {
     setup.set_latency(latency).await;
     ensure_namespace(setup.client()).await;
     let client = setup.client();
-    eprintln!("scale: {nodes} nodes, {services} services, {latency} ms cloud latency, on {mode}");
+    eprintln!(
+        "scale: {nodes} nodes, {services} services, {latency} ms cloud latency, {providers} provider(s), on {mode}"
+    );
 
     // The start-up measured is a restart's, with the compile cache warm (as upstream's Go
     // binary has nothing to compile): a first start with no controller fills the cache.
@@ -660,7 +775,13 @@ pub async fn run(settings: Settings) -> Report {
     };
 
     let port = https::free_port();
-    let mut args = setup.provider_flags();
+    let mut args = match providers {
+        1 => setup.provider_flags(),
+        _ => {
+            setup.install_providers().await;
+            setup.resource_flags()
+        }
+    };
     args.extend(
         [
             "--controllers=cloud-node,service".to_string(),
@@ -726,6 +847,12 @@ pub async fn run(settings: Settings) -> Report {
         .for_each_concurrent(64, |i| {
             let mut service = Testbed::lb_service(&format!("svc-{i:04}"));
             service.metadata.namespace = Some(NAMESPACE.into());
+            if providers == 2
+                && i % 2 == 1
+                && let Some(spec) = service.spec.as_mut()
+            {
+                spec.load_balancer_class = Some(SECOND_CLASS.into());
+            }
             let api = services_api(client);
             async move {
                 api.create(&PostParams::default(), &service)
@@ -761,13 +888,14 @@ pub async fn run(settings: Settings) -> Report {
     let churn_start = Sample::take(&manager, &setup).await;
     create_nodes(client, nodes..nodes + ADDED_NODES).await;
     wait_nodes_initialised(client, nodes + ADDED_NODES).await;
-    let targets = nodes + ADDED_NODES;
+    // Each load balancer targets its provider's nodes: all of them, or with two, every other.
+    let all = nodes + ADDED_NODES;
+    let complete_targets = |lb: &LoadBalancer| match providers {
+        1 => lb.targets.len() == all,
+        _ => lb.targets.len() == all.div_ceil(2) || lb.targets.len() == all / 2,
+    };
     let settle = Instant::now();
-    while setup
-        .load_balancers()
-        .await
-        .iter()
-        .any(|lb| lb.targets.len() != targets)
+    while !setup.load_balancers().await.iter().all(complete_targets)
         && settle.elapsed() < Duration::from_secs(300)
     {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -792,7 +920,7 @@ pub async fn run(settings: Settings) -> Report {
         .load_balancers()
         .await
         .iter()
-        .filter(|lb| lb.targets.len() == targets)
+        .filter(|lb| complete_targets(lb))
         .count();
 
     let other_cpu = match setup {
@@ -800,7 +928,7 @@ pub async fn run(settings: Settings) -> Report {
         Setup::Remote { .. } => "bench",
     };
     if let Setup::Remote { .. } = setup {
-        clean_up(client).await;
+        clean_up(client, providers).await;
     }
     stop(manager).await;
     Report {
@@ -808,6 +936,7 @@ pub async fn run(settings: Settings) -> Report {
         other_cpu,
         nodes,
         services,
+        providers,
         latency_ms: latency,
         phases: vec![node_phase, lb_phase, churn_phase],
         created,
@@ -1107,6 +1236,8 @@ pub struct Report {
     other_cpu: &'static str,
     pub nodes: usize,
     pub services: usize,
+    /// Providers in the manager.
+    pub providers: usize,
     latency_ms: u64,
     /// Nodes initialised from the manager's start, load balancers made, 100 more nodes.
     pub phases: Vec<Phase>,
@@ -1134,9 +1265,13 @@ impl std::fmt::Display for Report {
         let Report {
             nodes, services, ..
         } = *self;
+        let providers = match self.providers {
+            1 => String::new(),
+            n => format!(", {n} providers sharing them"),
+        };
         writeln!(
             f,
-            "On {}: {nodes} nodes, {services} services, {} ms cloud latency.\n",
+            "On {}: {nodes} nodes, {services} services{providers}, {} ms cloud latency.\n",
             self.mode, self.latency_ms
         )?;
         writeln!(
@@ -1306,10 +1441,10 @@ async fn create_nodes(client: &kube::Client, range: std::ops::Range<usize>) {
         .for_each_concurrent(64, |i| {
             let api = api.clone();
             let mut node = Testbed::kubelet_node(&node_name(i));
-            node.metadata
-                .labels
-                .get_or_insert_default()
-                .insert(LABEL.into(), "true".into());
+            let labels = node.metadata.labels.get_or_insert_default();
+            labels.insert(LABEL.into(), "true".into());
+            // Which of two providers serves it; unread with one.
+            labels.insert(HALF_LABEL.into(), ["a", "b"][i % 2].into());
             async move {
                 api.create(&PostParams::default(), &node)
                     .await
@@ -1368,8 +1503,8 @@ async fn wait_ingress(client: &kube::Client, count: usize) {
 
 /// Leave the cluster as it was: the Services go first, while the manager still runs to
 /// delete their load balancers and finalizers; then the Nodes and the namespace.
-async fn clean_up(client: &kube::Client) {
-    eprintln!("scale: deleting the bench's Services, Nodes and namespace");
+async fn clean_up(client: &kube::Client, providers: usize) {
+    eprintln!("scale: deleting the bench's Services, Nodes and namespace (and CloudProviders)");
     let services = services_api(client);
     services
         .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -1400,4 +1535,19 @@ async fn clean_up(client: &kube::Client) {
         .delete(NAMESPACE, &DeleteParams::default())
         .await
         .expect("delete the bench namespace");
+    if providers == 2 {
+        // Their load balancers are gone with the Services; the CRD stays (the cluster may
+        // have had it).
+        let cloud_providers: Api<wasm_ccm::resource::CloudProvider> = Api::all(client.clone());
+        for (resource, ..) in RESOURCES {
+            cloud_providers
+                .delete(resource, &DeleteParams::default())
+                .await
+                .expect("delete the bench's CloudProvider");
+        }
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), LEASE_NAMESPACE)
+            .delete(TOKEN_SECRET, &DeleteParams::default())
+            .await
+            .expect("delete the bench's token Secret");
+    }
 }

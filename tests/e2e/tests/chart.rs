@@ -441,10 +441,7 @@ fn chart_signature_keys_reach_the_manager_and_the_cloud_provider() {
             {"secretKeyRef": {"name": "vendor-keys", "key": "vendor.pub", "namespace": "keys-system"}},
         ]})
     );
-    let roles: BTreeMap<&str, &Value> = all(&objects, "Role")
-        .into_iter()
-        .map(|r| (r.namespace().expect("namespaced"), &r.object["rules"]))
-        .collect();
+    let roles = role_rules(&objects);
     assert_eq!(
         roles["keys-system"],
         &json!([{"apiGroups": [""], "resources": ["secrets"],
@@ -468,13 +465,18 @@ fn chart_signature_keys_reach_the_manager_and_the_cloud_provider() {
 
 /// The manager reads exactly the Secrets and ConfigMaps the CloudProvider names, in their
 /// namespaces, and nothing else there.
+/// The rules of each Role the chart renders, by namespace.
+fn role_rules(objects: &[Rendered]) -> BTreeMap<&str, &Value> {
+    all(objects, "Role")
+        .into_iter()
+        .map(|r| (r.namespace().expect("namespaced"), &r.object["rules"]))
+        .collect()
+}
+
 #[test]
 fn chart_roles_grant_the_referenced_secrets_by_name() {
     let objects = render("credentials", CREDENTIALS).expect("renders");
-    let roles: BTreeMap<&str, &Value> = all(&objects, "Role")
-        .into_iter()
-        .map(|r| (r.namespace().expect("namespaced"), &r.object["rules"]))
-        .collect();
+    let roles = role_rules(&objects);
     assert_eq!(
         roles,
         BTreeMap::from([
@@ -1174,4 +1176,103 @@ metrics:
             );
         }
     }
+}
+
+/// The several-providers page's values: a CloudProvider per entry, named RELEASE-NAME, with
+/// its routing fields; the manager following them all; Roles over every Secret and ConfigMap
+/// either entry names; the rollback record patchable on these two only. `provider` beside
+/// `providers`, or two entries of one name, are refused naming what is wrong.
+#[test]
+fn chart_providers_make_a_cloud_provider_each_and_the_manager_follows_them_all() {
+    let values = docs::block_starting(
+        "docs/src/operators/several-providers.md",
+        "yaml",
+        "# two-providers.yaml",
+    );
+    let objects = render("fleet", &values).expect("renders");
+    let providers: BTreeMap<&str, &Value> = all(&objects, "CloudProvider")
+        .into_iter()
+        .map(|p| (p.name(), &p.object["spec"]))
+        .collect();
+    assert_eq!(
+        providers.keys().copied().collect::<Vec<_>>(),
+        ["fleet-wasm-ccm-metal", "fleet-wasm-ccm-simcloud"]
+    );
+    let metal = providers["fleet-wasm-ccm-metal"];
+    assert_eq!(metal["name"], "metal");
+    assert_eq!(metal["loadBalancerClass"], "wasm-ccm.io/metal");
+    assert_eq!(metal["loadBalancerTargets"], "All");
+    assert_eq!(
+        metal["nodeSelector"],
+        json!({"matchLabels": {"topology.example.com/site": "rack-7"}})
+    );
+    assert!(metal.get("default").is_none(), "{metal}");
+    let simcloud = providers["fleet-wasm-ccm-simcloud"];
+    assert_eq!(simcloud["default"], true);
+    assert_eq!(
+        simcloud["egress"]["allowedHosts"],
+        json!(["https://api.simcloud.example"])
+    );
+    for spec in providers.values() {
+        let _: CloudProviderSpec = serde_json::from_value((*spec).clone()).expect("a valid spec");
+    }
+    assert!(
+        args(&objects)
+            .contains(&"--provider-resource=fleet-wasm-ccm-simcloud,fleet-wasm-ccm-metal".into()),
+        "{:?}",
+        args(&objects)
+    );
+    let roles = role_rules(&objects);
+    assert_eq!(
+        roles,
+        BTreeMap::from([
+            (
+                NAMESPACE,
+                &json!([
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "resourceNames": ["simcloud"], "verbs": ["list", "watch"]},
+                    {"apiGroups": [""], "resources": ["configmaps"],
+                     "resourceNames": ["metal-config"], "verbs": ["list", "watch"]},
+                ])
+            ),
+            (
+                "metal-system",
+                &json!([
+                    {"apiGroups": [""], "resources": ["secrets"],
+                     "resourceNames": ["metal"], "verbs": ["list", "watch"]},
+                ])
+            ),
+        ])
+    );
+    let patchable: Vec<&Value> = all(&objects, "ClusterRole")
+        .into_iter()
+        .flat_map(|role| role.object["rules"].as_array().into_iter().flatten())
+        .filter(|rule| {
+            rule["resources"] == json!(["cloudproviders"]) && rule["verbs"] == json!(["patch"])
+        })
+        .map(|rule| &rule["resourceNames"])
+        .collect();
+    assert_eq!(
+        patchable,
+        [&json!(["fleet-wasm-ccm-simcloud", "fleet-wasm-ccm-metal"])]
+    );
+
+    let both = format!("{values}\nprovider:\n  ref: file:///p.wasm\n  name: lone\n");
+    let error = render("fleet", &both).expect_err("provider and providers");
+    assert!(
+        error.contains("set provider (one provider) or providers (several), not both"),
+        "{error}"
+    );
+    let twice = values.replace("- name: metal", "- name: simcloud");
+    let error = render("fleet", &twice).expect_err("one name twice");
+    assert!(
+        error.contains("providers[1].name simcloud is the name of an earlier entry"),
+        "{error}"
+    );
+    let nameless = values.replace("- name: metal\n    ref:", "- ref:");
+    let error = render("fleet", &nameless).expect_err("an entry without a name");
+    assert!(
+        error.contains("providers") && error.contains("name"),
+        "{error}"
+    );
 }

@@ -1411,7 +1411,7 @@ async fn hot_swap_a_grant_outside_the_ceiling_is_refused_and_the_active_version_
     let mut config = resource_config(&bed);
     let ceiling = GrantCeiling::new(vec![bed.cloud.sim.url().parse().unwrap()]);
     config.provider = ProviderMode::Resource {
-        name: NAME.into(),
+        names: vec![NAME.into()],
         allow_untagged_cloud: false,
         grant_ceiling: ceiling,
         tag_check_interval: Duration::from_secs(300),

@@ -22,4 +22,5 @@ mod hot_swap;
 mod manager;
 mod registry;
 mod service_accounts;
+mod several_providers;
 mod simcloud;

@@ -22,6 +22,7 @@ pub(super) async fn drift_check_loop(controller: &ServiceController) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        let lbs = controller.context.scope.load_balancers();
         let services: Vec<Arc<Service>> = controller
             .context
             .services
@@ -29,7 +30,9 @@ pub(super) async fn drift_check_loop(controller: &ServiceController) {
             .state()
             .into_iter()
             .filter(|service| {
-                wants_load_balancer(service) && has_finalizer(service) && !needs_cleanup(service)
+                wants_load_balancer(&lbs, service)
+                    && has_finalizer(&lbs, service)
+                    && !needs_cleanup(&lbs, service)
             })
             .collect();
         futures::stream::iter(services)

@@ -1,6 +1,8 @@
 //! The load-balancer targets: the nodes every load balancer sends traffic to, as the
 //! provider sees them. Upstream's node predicates decide membership (not being deleted, not
-//! excluded by label, not being removed by the cluster autoscaler), plus being initialised.
+//! excluded by label, not being removed by the cluster autoscaler), plus being initialised
+//! and, when the manager serves several providers, being this provider's own unless its
+//! spec asks for every node ([`Scope::targets`]).
 //!
 //! The set is kept up to date from node changes, so a Service sync takes it in constant
 //! time instead of filtering, sorting and converting every node of the cluster: with 5,000
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::controllers::cloud_node::UNINITIALIZED_TAINT;
+use crate::controllers::fleet::Scope;
 use crate::controllers::informer::Change;
 use crate::controllers::views::node_view;
 use crate::controllers::{has_taint, labels, name_of};
@@ -29,6 +32,8 @@ pub struct NodeSet(u64);
 /// The current targets and what a sync is handed of them.
 #[derive(Default)]
 pub struct Targets {
+    /// The provider whose targets these are; `None`, any node's.
+    scope: Option<Scope>,
     /// The provider's view of each target node, by node name.
     views: BTreeMap<String, contract::Node>,
     /// The last answer of [`Targets::current`], until a target's view changes.
@@ -36,11 +41,23 @@ pub struct Targets {
 }
 
 impl Targets {
+    /// No targets yet, of the provider `scope` names.
+    pub fn of(scope: Scope) -> Targets {
+        Targets {
+            scope: Some(scope),
+            ..Targets::default()
+        }
+    }
+
+    fn admits(&self, node: &Node) -> bool {
+        is_target(node) && self.scope.as_ref().is_none_or(|scope| scope.targets(node))
+    }
+
     /// Start over from every node in the cache (first list, or after missed changes).
     pub fn reset(&mut self, nodes: impl IntoIterator<Item = Arc<Node>>) {
         self.views = nodes
             .into_iter()
-            .filter(|node| is_target(node))
+            .filter(|node| self.admits(node))
             .map(|node| (name_of(&node).to_string(), node_view(&node)))
             .collect();
         self.current = None;
@@ -52,7 +69,7 @@ impl Targets {
     pub fn apply(&mut self, change: &Change<Node>) -> bool {
         let (name, now) = match change {
             Change::Added(node) | Change::Updated { new: node, .. } => {
-                (name_of(node), is_target(node).then(|| node_view(node)))
+                (name_of(node), self.admits(node).then(|| node_view(node)))
             }
             Change::Deleted(node) => (name_of(node), None),
         };

@@ -65,6 +65,7 @@ use kube::api::{Api, Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 
 use super::events::EventSink;
+use super::fleet::LoadBalancers;
 use super::informer::{Change, Notice};
 use super::views::{api_lb_status, service_view};
 use super::workqueue::{Backoff, WorkQueue};
@@ -183,9 +184,9 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
     }
     let controller = Arc::new(ServiceController {
         events: context.events(Controller::ServiceLoadBalancer),
-        queue: WorkQueue::new("service", backoff, &context.queues),
+        queue: WorkQueue::new(&context.named("service"), backoff, &context.queues),
         memory: Mutex::default(),
-        targets: Mutex::default(),
+        targets: Mutex::new(Targets::of(context.scope.clone())),
         context: context.clone(),
     });
     let mut service_changes = context.services.subscribe();
@@ -202,14 +203,15 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
     );
     let feed = async {
         while let Some(notice) = service_changes.next().await {
+            let lbs = context.scope.load_balancers();
             match notice {
                 Notice::Change(Change::Added(service)) => {
-                    if wants_load_balancer(&service) || needs_cleanup(&service) {
+                    if wants_load_balancer(&lbs, &service) || needs_cleanup(&lbs, &service) {
                         controller.queue.add(key_of(&service));
                     }
                 }
                 Notice::Change(Change::Updated { old, new }) => {
-                    if needs_update(&old, &new) || needs_cleanup(&new) {
+                    if needs_update(&lbs, &old, &new) || needs_cleanup(&lbs, &new) {
                         controller.queue.add(key_of(&new));
                     }
                 }
@@ -221,11 +223,7 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
                     }
                 }
                 Notice::Resync => {
-                    for service in context.services.store().state() {
-                        if wants_load_balancer(&service) || needs_cleanup(&service) {
-                            controller.queue.add(key_of(&service));
-                        }
-                    }
+                    resync_all(&controller);
                 }
             }
         }
@@ -234,16 +232,21 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
     let resync_after_swap = async {
         while activations.changed().await.is_ok() {
             let label = context.provider.current().label();
-            let mut queued = 0;
-            for service in context.services.store().state() {
-                if wants_load_balancer(&service) || needs_cleanup(&service) {
-                    controller.queue.add(key_of(&service));
-                    queued += 1;
-                }
-            }
+            let queued = resync_all(&controller);
             tracing::info!(provider = %label, services = queued, "provider version activated: resyncing every load balancer through it");
         }
         // The slot outlives the controller; should it not, there is nothing more to resync.
+        std::future::pending::<()>().await;
+    };
+    let mut routing = context.scope.changes();
+    let resync_after_routing = async {
+        while routing.changed().await.is_ok() {
+            // Which nodes are targets, and which Services are this provider's, may have
+            // changed.
+            controller.targets().reset(context.nodes.store().state());
+            let queued = resync_all(&controller);
+            tracing::info!(provider = %context.scope.member(), services = queued, "provider routing changed: resyncing its load balancers");
+        }
         std::future::pending::<()>().await;
     };
     tokio::select! {
@@ -251,10 +254,24 @@ pub async fn run(context: Arc<Context>, stop: CancellationToken) {
         _ = workers => {}
         () = feed => {}
         () = resync_after_swap => {}
+        () = resync_after_routing => {}
         () = node_sync_loop(&controller, node_changes) => {}
         () = drift_check_loop(&controller) => {}
     }
     controller.queue.shut_down();
+}
+
+/// Queue every Service this provider makes, or must clean up, a load balancer for; how many.
+fn resync_all(controller: &ServiceController) -> usize {
+    let lbs = controller.context.scope.load_balancers();
+    let mut queued = 0;
+    for service in controller.context.services.store().state() {
+        if wants_load_balancer(&lbs, &service) || needs_cleanup(&lbs, &service) {
+            controller.queue.add(key_of(&service));
+            queued += 1;
+        }
+    }
+    queued
 }
 
 async fn worker(controller: Arc<ServiceController>) {
@@ -398,7 +415,7 @@ async fn delete_load_balancer(
     controller: &ServiceController,
     service: &Service,
 ) -> Result<(), SyncError> {
-    if !wants_load_balancer(service) {
+    if !wants_load_balancer(&controller.context.scope.load_balancers(), service) {
         return Ok(());
     }
     let reference = service.object_ref(&());
@@ -451,13 +468,19 @@ async fn sync_load_balancer(
     let view = service_view(service);
     // One version answers the whole sync, whatever is activated meanwhile.
     let provider = context.provider.current();
+    let lbs = context.scope.load_balancers();
+    let wanted = wants_load_balancer(&lbs, service);
+    if !wanted && !has_finalizer(&lbs, service) && !lbs.alone() {
+        // Another provider's, or none's: this one never made it a load balancer.
+        return Ok(());
+    }
 
-    let new_status = if !wants_load_balancer(service) || needs_cleanup(service) {
+    let new_status = if !wanted || needs_cleanup(&lbs, service) {
         // A failed lookup keeps its kind (a `retry-after` is honoured), as upstream wraps it.
         if exists(&provider, controller.cluster(), &view).await? {
             delete_from_cloud(controller, &provider, service).await?;
         }
-        remove_finalizer(context, service).await?;
+        remove_finalizers(context, &lbs, service).await?;
         controller.events.normal(
             reference,
             "DeletedLoadBalancer",
@@ -471,7 +494,7 @@ async fn sync_load_balancer(
         }
         LbStatus::default()
     } else {
-        add_finalizer(context, service).await?;
+        add_finalizer(context, &lbs, service).await?;
         let (targets, views) = controller.targets().current();
         if views.is_empty() {
             controller.events.warning(
@@ -646,11 +669,15 @@ fn name(service: &Service) -> &str {
     service.metadata.name.as_deref().unwrap_or_default()
 }
 
-async fn add_finalizer(context: &Context, service: &Service) -> Result<(), SyncError> {
-    if has_finalizer(service) {
+async fn add_finalizer(
+    context: &Context,
+    lbs: &LoadBalancers,
+    service: &Service,
+) -> Result<(), SyncError> {
+    if has_finalizer(lbs, service) {
         return Ok(());
     }
-    let patch = serde_json::json!({ "metadata": { "finalizers": [FINALIZER] } });
+    let patch = serde_json::json!({ "metadata": { "finalizers": [lbs.finalizer()] } });
     // Missing means deleted before any cloud call: the sync must stop here.
     patch_service(
         context,
@@ -662,12 +689,16 @@ async fn add_finalizer(context: &Context, service: &Service) -> Result<(), SyncE
     .await
 }
 
-async fn remove_finalizer(context: &Context, service: &Service) -> Result<(), SyncError> {
-    if !has_finalizer(service) {
+async fn remove_finalizers(
+    context: &Context,
+    lbs: &LoadBalancers,
+    service: &Service,
+) -> Result<(), SyncError> {
+    let own = lbs.own_finalizers(service);
+    if own.is_empty() {
         return Ok(());
     }
-    let patch =
-        serde_json::json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER] } });
+    let patch = serde_json::json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": own } });
     patch_service(
         context,
         service,

@@ -72,18 +72,20 @@ async fn sync_nodes(controller: &ServiceController) {
     let context = &controller.context;
     let started = Instant::now();
     let (wanted, views) = controller.targets().current();
+    let lbs = context.scope.load_balancers();
     let services: Vec<Arc<Service>> = context
         .services
         .store()
         .state()
         .into_iter()
-        .filter(|service| wants_load_balancer(service) && has_finalizer(service))
+        .filter(|service| wants_load_balancer(&lbs, service) && has_finalizer(&lbs, service))
         .collect();
     futures::stream::iter(services)
         .for_each_concurrent(
             context.settings.concurrent_service_syncs.max(1),
             |service| {
                 let views = views.clone();
+                let lbs = &lbs;
                 async move {
                     let key = key_of(&service);
                     let lock = controller.lock_for(&key);
@@ -94,7 +96,7 @@ async fn sync_nodes(controller: &ServiceController) {
                     else {
                         return;
                     };
-                    if !wants_load_balancer(&service) || needs_cleanup(&service) {
+                    if !wants_load_balancer(lbs, &service) || needs_cleanup(lbs, &service) {
                         return;
                     }
                     // A service not synced yet gets the current nodes from its own sync.

@@ -1,16 +1,19 @@
-//! `make demo`: wasm-ccm managing a small cluster on this machine, and swapping its provider
-//! version under running controllers.
+//! `make demo`: wasm-ccm managing a small cluster on this machine with two providers side by
+//! side, and swapping one's version under running controllers while the other serves on.
 //!
-//! It starts the Kubernetes API emulator and the cloud simulator on loopback, installs the
-//! `CloudProvider` CRD, puts the simulator's token in a Secret, creates a `CloudProvider`
-//! naming simcloud, and runs the manager following that resource (`--provider-resource`,
-//! through a kubeconfig and the egress gate, as in production). It registers a few nodes the
-//! way kubelets do and creates LoadBalancer Services; once they converge it swaps simcloud for
-//! a second build (v2) by replacing the resource's spec, as `kubectl edit` would, and waits
-//! until v2 is active and every Service shows v2's ingress hostname. Then it shows what the
-//! manager did: nodes initialised from the cloud, services with load balancers, the
-//! `CloudProvider`, the calls each version answered and how many failed (none), and the
-//! egress audit of the provider.
+//! It starts the Kubernetes API emulator and two cloud simulators on loopback (a cloud and an
+//! edge site, each with its own token and address ranges), installs the `CloudProvider` CRD,
+//! puts each simulator's token in a Secret, creates two `CloudProvider`s, `simcloud` (the
+//! default for Services without a class, nodes not at the edge) and `edgecloud` (simcloud
+//! named `edgecloud` by its cloud config, nodes labelled for the edge, Services of class
+//! `wasm-ccm.io/edgecloud`), and runs the manager following both (`--provider-resource
+//! simcloud,edgecloud`, through a kubeconfig and the egress gate, as in production). It
+//! registers nodes the way kubelets do and creates LoadBalancer Services; once they converge
+//! it swaps simcloud for a second build (v2) by replacing the resource's spec, as `kubectl
+//! edit` would, and waits until v2 is active and every simcloud Service shows v2's ingress
+//! hostname. Then it shows what the manager did: nodes initialised from each cloud, services
+//! with load balancers, the `CloudProvider`s, the calls each version answered and how many
+//! failed (none), and the egress audit of the providers.
 //!
 //! Runs until Ctrl-C, or `--exit-after SECONDS`. Meanwhile the `kubectl` commands it prints
 //! work: the emulator serves HTTPS with a CA of its own, written into the kubeconfig with the
@@ -22,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e::testbed::{Testbed, ingress_ip, is_uninitialized};
-use e2e::{cloud_provider, https};
+use e2e::{Cloud, cloud_provider, https};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::PostParams;
 use wasm_ccm::leader::{LeaseSettings, default_identity};
@@ -34,6 +37,50 @@ const NODES: [(&str, &str); 3] = [
     ("worker-c", "sim-central-1c"),
 ];
 const SERVICES: [&str; 2] = ["web", "api"];
+/// The second provider: its CloudProvider's name and the name it reports.
+const EDGE: &str = "edgecloud";
+/// The nodes of the edge site, in the second simulator, labelled [`SITE`]`=edge`.
+const EDGE_NODES: [(&str, &str); 2] = [("edge-a", "edge-west-1a"), ("edge-b", "edge-west-1b")];
+/// The Services whose load balancers the edge provider makes (their class).
+const EDGE_SERVICES: [&str; 1] = ["cdn"];
+const EDGE_CLASS: &str = "wasm-ccm.io/edgecloud";
+/// The node label the two providers' node selectors read.
+const SITE: &str = "topology.example.com/site";
+/// The Secret holding the edge simulator's token.
+const EDGE_TOKEN_SECRET: &str = "edgecloud-token";
+
+/// The simcloud CloudProvider running `wasm`: every node not at the edge, and the default
+/// for Services without a class.
+fn simcloud_spec(bed: &Testbed, wasm: &str, cloud_config: &str) -> serde_json::Value {
+    let mut spec = cloud_provider::cloud_provider(bed, wasm, cloud_config);
+    spec["spec"]["nodeSelector"] = serde_json::json!({
+        "matchExpressions": [{"key": SITE, "operator": "NotIn", "values": ["edge"]}],
+    });
+    spec["spec"]["default"] = serde_json::json!(true);
+    spec
+}
+
+/// The edgecloud CloudProvider: simcloud v1 named `edgecloud` against the edge simulator.
+fn edge_spec(edge: &Cloud) -> serde_json::Value {
+    let url = edge.sim.url();
+    serde_json::json!({
+        "apiVersion": "wasm-ccm.io/v1alpha1",
+        "kind": "CloudProvider",
+        "metadata": {"name": EDGE},
+        "spec": {
+            "provider": format!("file://{}", guest_builds::SIMCLOUD),
+            "name": EDGE,
+            "cloudConfig": {"inline": serde_json::json!({"api_url": url, "name": EDGE}).to_string()},
+            "egress": {"allowedHosts": [url]},
+            "credentials": [{
+                "host": url,
+                "secretKeyRef": {"name": EDGE_TOKEN_SECRET, "key": "token", "namespace": cloud_provider::NAMESPACE},
+            }],
+            "nodeSelector": {"matchLabels": {SITE: "edge"}},
+            "loadBalancerClass": EDGE_CLASS,
+        },
+    })
+}
 
 fn usage() -> ExitCode {
     eprintln!("usage: demo [--exit-after SECONDS]");
@@ -88,19 +135,30 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         "  cloud simulator          {}  (bearer token held by the host only)",
         bed.cloud.sim.url()
     );
+    let edge = Cloud::second().await;
+    println!(
+        "  edge cloud simulator     {}  (another cloud: its own token and addresses)",
+        edge.sim.url()
+    );
 
-    // What an operator installs: the CRD, the token in a Secret, and the resource naming v1.
+    // What an operator installs: the CRD, each token in a Secret, and a resource per
+    // provider, simcloud naming v1.
     cloud_provider::install_crd(&bed).await;
     cloud_provider::token_secret(&bed, e2e::TOKEN).await;
+    cloud_provider::secret(&bed, EDGE_TOKEN_SECRET, e2e::SECOND_TOKEN).await;
     let cloud_config = cloud_provider::simcloud_config(&bed);
     cloud_provider::apply(
         &bed,
-        &cloud_provider::cloud_provider(&bed, guest_builds::SIMCLOUD, &cloud_config),
+        &simcloud_spec(&bed, guest_builds::SIMCLOUD, &cloud_config),
     )
     .await;
+    apply_edge(&bed, &edge).await;
 
     let port = https::free_port();
     let mut config = cloud_provider::resource_config(&bed);
+    if let wasm_ccm::manager::ProviderMode::Resource { names, .. } = &mut config.provider {
+        names.push(EDGE.into());
+    }
     config.serving.port = port;
     config.leader_election = Some(LeaseSettings {
         namespace: "kube-system".into(),
@@ -123,8 +181,19 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         cloud_provider::NAMESPACE,
         cloud_provider::TOKEN_SECRET
     );
+    println!("                           nodes without {SITE}=edge, Services without a class");
     println!(
-        "  wasm-ccm                 --provider-resource {}: runs the version the resource names",
+        "  CloudProvider {EDGE:<10} provider file://{} (simcloud named {EDGE}, v1)",
+        guest_builds::SIMCLOUD
+    );
+    println!(
+        "                           egress granted to {}, its token from Secret {}/{EDGE_TOKEN_SECRET}",
+        edge.sim.url(),
+        cloud_provider::NAMESPACE,
+    );
+    println!("                           nodes with {SITE}=edge, Services of class {EDGE_CLASS}");
+    println!(
+        "  wasm-ccm                 --provider-resource {},{EDGE}: runs the versions the resources name, side by side",
         cloud_provider::NAME
     );
     println!(
@@ -147,6 +216,10 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         bed.add_node(name, zone).await;
         println!("  + node {name}");
     }
+    for (name, zone) in EDGE_NODES {
+        add_edge_node(&bed, &edge, name, zone).await;
+        println!("  + node {name} ({SITE}=edge)");
+    }
     println!("Creating LoadBalancer Services:");
     for name in SERVICES {
         bed.services()
@@ -154,6 +227,17 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
             .await
             .expect("create service");
         println!("  + service default/{name}");
+    }
+    for name in EDGE_SERVICES {
+        let mut service = Testbed::lb_service(name);
+        if let Some(spec) = service.spec.as_mut() {
+            spec.load_balancer_class = Some(EDGE_CLASS.into());
+        }
+        bed.services()
+            .create(&PostParams::default(), &service)
+            .await
+            .expect("create service");
+        println!("  + service default/{name} (loadBalancerClass {EDGE_CLASS})");
     }
     println!("\nProgress:");
     let (v1, converged) = first_convergence(&bed, started).await;
@@ -168,7 +252,7 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
     println!("              -> file://{}", guest_builds::SIMCLOUD_V2);
     cloud_provider::apply(
         &bed,
-        &cloud_provider::cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &cloud_config),
+        &simcloud_spec(&bed, guest_builds::SIMCLOUD_V2, &cloud_config),
     )
     .await;
     let (v2, swapped) = swap_to_v2(&bed, started).await;
@@ -182,10 +266,8 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         .await
         .ok()
         .flatten();
-    match &object {
-        Some(object) => print_cloud_provider(object),
-        None => println!("  none"),
-    }
+    let edge_object = cloud_provider::api(&bed).get_opt(EDGE).await.ok().flatten();
+    print_cloud_providers(&[&object, &edge_object]);
 
     // As Prometheus scrapes: with a token the API server vouches for (the emulator's admin).
     let metrics = https::get_with_token(metrics_addr, "/metrics", bed.emulator.token()).await;
@@ -194,14 +276,23 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         .as_ref()
         .and_then(|o| o.status.clone())
         .unwrap_or_default();
-    let named: Vec<(String, String)> = [(v1, "v1"), (v2, stamp)]
-        .into_iter()
-        .filter_map(|(version, build)| {
-            let version = version?;
-            let what = format!("{build} ({})", role(&status, &version));
-            Some((version, what))
-        })
-        .collect();
+    let edge_status = edge_object
+        .as_ref()
+        .and_then(|o| o.status.clone())
+        .unwrap_or_default();
+    let edge_version = edge_status.active.as_ref().and_then(|a| a.version.clone());
+    let named: Vec<(String, String)> = [
+        (v1, "v1".to_string(), &status),
+        (v2, stamp.to_string(), &status),
+        (edge_version, format!("{EDGE} v1"), &edge_status),
+    ]
+    .into_iter()
+    .filter_map(|(version, build, status)| {
+        let version = version?;
+        let what = format!("{build} ({})", role(status, &version));
+        Some((version, what))
+    })
+    .collect();
     let failed = match &metrics {
         Ok((_, metrics)) => Some(print_calls(metrics, &named)),
         Err(error) => {
@@ -226,6 +317,7 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         "get services -A".to_string(),
         "get cloudproviders -o wide".to_string(),
         format!("describe cloudprovider {}", cloud_provider::NAME),
+        format!("describe cloudprovider {EDGE}"),
     ] {
         println!("  kubectl --kubeconfig {} {command}", kubeconfig.display());
     }
@@ -286,19 +378,60 @@ no pods: `kubectl get pods` says the server doesn't have a resource type "pods",
     }
 }
 
-/// Wait (a minute at most) until v1 is active, every node initialised and every Service has
-/// a load balancer, printing each as it happens: v1's version, and whether all happened.
+/// Every node of the demo, the cloud's and the edge's.
+fn all_nodes() -> impl Iterator<Item = (&'static str, &'static str)> {
+    NODES.into_iter().chain(EDGE_NODES)
+}
+
+/// Every Service of the demo, the default provider's and the edge's.
+fn all_services() -> impl Iterator<Item = &'static str> {
+    SERVICES.into_iter().chain(EDGE_SERVICES)
+}
+
+/// An instance `name` in the edge simulator, and its node as its kubelet registers it,
+/// labelled for the edge.
+async fn add_edge_node(bed: &Testbed, edge: &Cloud, name: &str, zone: &str) {
+    edge.sim.state().add_instance(cloud_sim::NewInstance {
+        name: name.into(),
+        instance_type: "edge.small".into(),
+        zone: zone.into(),
+        ..cloud_sim::NewInstance::default()
+    });
+    let mut node = Testbed::kubelet_node(name);
+    node.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(SITE.into(), "edge".into());
+    bed.create_node(&node).await;
+}
+
+/// Create the edgecloud CloudProvider.
+async fn apply_edge(bed: &Testbed, edge: &Cloud) {
+    let object: CloudProvider = serde_json::from_value(edge_spec(edge)).expect("a CloudProvider");
+    cloud_provider::api(bed)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create the edgecloud CloudProvider");
+}
+
+/// Wait (a minute at most) until v1 and the edge provider are active, every node initialised
+/// and every Service has a load balancer, printing each as it happens: v1's version, and
+/// whether all happened.
 async fn first_convergence(bed: &Testbed, started: Instant) -> (Option<String>, bool) {
     let mut v1 = None;
+    let mut edge = None;
     let mut done_nodes = BTreeSet::new();
     let mut done_services = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     let done = |v1: &Option<String>, nodes: &BTreeSet<_>, services: &BTreeSet<_>| {
-        v1.is_some() && nodes.len() == NODES.len() && services.len() == SERVICES.len()
+        v1.is_some()
+            && nodes.len() == NODES.len() + EDGE_NODES.len()
+            && services.len() == SERVICES.len() + EDGE_SERVICES.len()
     };
-    while !done(&v1, &done_nodes, &done_services) && Instant::now() < deadline {
+    while !(done(&v1, &done_nodes, &done_services) && edge.is_some()) && Instant::now() < deadline {
         if v1.is_none()
-            && let Some((version, note)) = activated(bed, guest_builds::SIMCLOUD).await
+            && let Some((version, note)) =
+                activated(bed, cloud_provider::NAME, guest_builds::SIMCLOUD).await
         {
             println!(
                 "  {:>5.1}s  CloudProvider {}: {note}",
@@ -307,7 +440,13 @@ async fn first_convergence(bed: &Testbed, started: Instant) -> (Option<String>, 
             );
             v1 = Some(version);
         }
-        for (name, _) in NODES {
+        if edge.is_none()
+            && let Some((version, note)) = activated(bed, EDGE, guest_builds::SIMCLOUD).await
+        {
+            println!("  {:>5.1}s  CloudProvider {EDGE}: {note}", secs(started));
+            edge = Some(version);
+        }
+        for (name, _) in all_nodes() {
             if done_nodes.contains(name) {
                 continue;
             }
@@ -320,7 +459,7 @@ async fn first_convergence(bed: &Testbed, started: Instant) -> (Option<String>, 
                 done_nodes.insert(name);
             }
         }
-        for name in SERVICES {
+        for name in all_services() {
             if done_services.contains(name) {
                 continue;
             }
@@ -334,7 +473,7 @@ async fn first_convergence(bed: &Testbed, started: Instant) -> (Option<String>, 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let converged = done(&v1, &done_nodes, &done_services);
+    let converged = done(&v1, &done_nodes, &done_services) && edge.is_some();
     (v1, converged)
 }
 
@@ -347,7 +486,8 @@ async fn swap_to_v2(bed: &Testbed, started: Instant) -> (Option<String>, bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while (v2.is_none() || on_v2.len() < SERVICES.len()) && Instant::now() < deadline {
         if v2.is_none()
-            && let Some((version, note)) = activated(bed, guest_builds::SIMCLOUD_V2).await
+            && let Some((version, note)) =
+                activated(bed, cloud_provider::NAME, guest_builds::SIMCLOUD_V2).await
         {
             println!(
                 "  {:>5.1}s  CloudProvider {}: {note}",
@@ -388,7 +528,7 @@ async fn print_nodes(bed: &Testbed) {
         "  {:<10} {:<22} {:<16} {:<15} {:<5} addresses",
         "NAME", "PROVIDER ID", "ZONE", "TYPE", "TAINT"
     );
-    for (name, _) in NODES {
+    for (name, _) in all_nodes() {
         let Some(node) = bed.node(name).await else {
             continue;
         };
@@ -413,10 +553,10 @@ async fn print_nodes(bed: &Testbed) {
 async fn print_services(bed: &Testbed) {
     println!("\nServices:");
     println!(
-        "  {:<16} {:<16} {:<8} {:<10} HOSTNAME",
-        "NAME", "LOAD BALANCER", "IP MODE", "FINALIZER"
+        "  {:<16} {:<16} {:<8} {:<10} {:<22} HOSTNAME",
+        "NAME", "LOAD BALANCER", "IP MODE", "FINALIZER", "CLASS"
     );
-    for name in SERVICES {
+    for name in all_services() {
         let Some(service) = bed.service(name).await else {
             continue;
         };
@@ -428,28 +568,33 @@ async fn print_services(bed: &Testbed) {
             .and_then(|i| i.first())
             .and_then(|i| i.ip_mode.clone())
             .unwrap_or_else(|| "-".into());
-        let finalizer = service.metadata.finalizers.as_ref().is_some_and(|f| {
-            f.iter()
-                .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
-        });
+        // Upstream's, or a provider's own (`<provider>.wasm-ccm.io/load-balancer-cleanup`).
+        let finalizer = service
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f.ends_with("/load-balancer-cleanup")));
+        let class = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.load_balancer_class.clone())
+            .unwrap_or_else(|| "-".into());
         let hostname = hostnames(&service).next().unwrap_or_else(|| "-".into());
         println!(
-            "  {:<16} {:<16} {:<8} {:<10} {hostname}",
+            "  {:<16} {:<16} {:<8} {:<10} {:<22} {hostname}",
             format!("default/{name}"),
             ingress_ip(&service).unwrap_or_else(|| "(pending)".into()),
             mode,
-            if finalizer { "yes" } else { "no" }
+            if finalizer { "yes" } else { "no" },
+            class
         );
     }
 }
 
-/// Once the `CloudProvider` has `wasm` active: its version (`NAME@sha256:<12 hex>`) and what
-/// the manager said when it activated it (the `Activated` event's note).
-async fn activated(bed: &Testbed, wasm: &str) -> Option<(String, String)> {
-    let object = cloud_provider::api(bed)
-        .get_opt(cloud_provider::NAME)
-        .await
-        .ok()??;
+/// Once the `CloudProvider` `resource` has `wasm` active: its version (`NAME@sha256:<12
+/// hex>`) and what the manager said when it activated it (the `Activated` event's note).
+async fn activated(bed: &Testbed, resource: &str, wasm: &str) -> Option<(String, String)> {
+    let object = cloud_provider::api(bed).get_opt(resource).await.ok()??;
     let status = object.status?;
     let active = status.active.as_ref()?;
     if !active.reference.ends_with(wasm) {
@@ -495,8 +640,22 @@ fn hostnames(service: &Service) -> impl Iterator<Item = String> + '_ {
         .filter_map(|i| i.hostname.clone())
 }
 
-/// The `CloudProvider` as `kubectl get cloudproviders -o wide` shows it (its printer
-/// columns), then its conditions.
+/// The `CloudProvider`s as `kubectl get cloudproviders -o wide` shows them (its printer
+/// columns), each followed by its conditions.
+fn print_cloud_providers(objects: &[&Option<CloudProvider>]) {
+    println!(
+        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} REASON",
+        "NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "AGE", "REFERENCE"
+    );
+    for object in objects {
+        match object {
+            Some(object) => print_cloud_provider(object),
+            None => println!("  (missing)"),
+        }
+    }
+}
+
+/// One `CloudProvider`'s row, then its conditions.
 fn print_cloud_provider(object: &CloudProvider) {
     let status = object.status.clone().unwrap_or_default();
     let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
@@ -515,10 +674,6 @@ fn print_cloud_provider(object: &CloudProvider) {
     let status_of =
         |type_: &str| condition(type_).map_or("-".into(), |c| format!("{:?}", c.status));
     println!(
-        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} REASON",
-        "NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "AGE", "REFERENCE"
-    );
-    println!(
         "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} {}",
         object.metadata.name.as_deref().unwrap_or("-"),
         object.spec.name,
@@ -535,7 +690,7 @@ fn print_cloud_provider(object: &CloudProvider) {
     );
     for c in &status.conditions {
         println!(
-            "    {:<12} {:<6} {:<16} {}",
+            "    {:<16} {:<6} {:<16} {}",
             c.type_,
             format!("{:?}", c.status),
             c.reason,
@@ -546,17 +701,20 @@ fn print_cloud_provider(object: &CloudProvider) {
 
 /// Calls per provider version, by outcome, from `wasm_ccm_provider_calls_total`. `named` lists
 /// the demo's versions in the order they ran, each as status names it (`NAME@sha256:<12
-/// hex>`; the metric's `version` label is the part after `@`) with what it is. Returns how
-/// many calls failed.
+/// hex>`: the metric's `provider` and `version` labels) with what it is. Returns how many
+/// calls failed.
 fn print_calls(metrics: &str, named: &[(String, String)]) -> u64 {
-    let mut per_version: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    let mut per_version: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();
     for (sample, count) in samples(metrics, "wasm_ccm_provider_calls_total") {
-        let (Some(version), Some(outcome)) = (label(sample, "version"), label(sample, "outcome"))
-        else {
+        let (Some(provider), Some(version), Some(outcome)) = (
+            label(sample, "provider"),
+            label(sample, "version"),
+            label(sample, "outcome"),
+        ) else {
             continue;
         };
         *per_version
-            .entry(version)
+            .entry(format!("{provider}@{version}"))
             .or_default()
             .entry(outcome)
             .or_default() += count;
@@ -564,14 +722,14 @@ fn print_calls(metrics: &str, named: &[(String, String)]) -> u64 {
     let mut rows: Vec<(String, String, BTreeMap<&str, u64>)> = named
         .iter()
         .filter_map(|(version, what)| {
-            let outcomes = per_version.remove(version.split_once('@')?.1)?;
+            let outcomes = per_version.remove(version)?;
             Some((version.clone(), what.clone(), outcomes))
         })
         .collect();
     rows.extend(
         per_version
             .into_iter()
-            .map(|(version, outcomes)| (version.to_string(), "another version".into(), outcomes)),
+            .map(|(version, outcomes)| (version, "another version".into(), outcomes)),
     );
     let (mut total, mut failed) = (0, 0);
     for (version, what, outcomes) in rows {

@@ -1,5 +1,7 @@
-//! `make demo`: the demo swaps simcloud to v2 through the `CloudProvider` with no failed call,
-//! and the `kubectl` commands it prints work as printed, with the real kubectl, against the
+//! `make demo`: the demo runs two providers side by side (simcloud, and simcloud named
+//! edgecloud against a second simulator), each initialising its own nodes and making the
+//! load balancers of its own Services, and swaps simcloud to v2 through its `CloudProvider`
+//! with no failed call of either; the `kubectl` commands it prints work as printed, with the real kubectl, against the
 //! cluster it runs, and so do the other commands someone watching it would type: its
 //! `export KUBECONFIG=` line, and the `kubectl create service loadbalancer` and `create
 //! deployment` it suggests (kubectl sends protobuf), the Service then given a load balancer.
@@ -110,9 +112,26 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
         .collect();
     assert_eq!(
         load_balancers.keys().copied().collect::<Vec<_>>(),
-        ["api", "web"],
+        ["api", "cdn", "web"],
         "{transcript:#?}"
     );
+    // Each provider's load balancers from its own cloud, its nodes from its own.
+    assert!(
+        load_balancers["cdn"].starts_with("203.0.113."),
+        "{transcript:#?}"
+    );
+    assert!(
+        load_balancers["web"].starts_with("198.51.100."),
+        "{transcript:#?}"
+    );
+    for (node, scheme) in [("worker-a", "simcloud://"), ("edge-a", "edgecloud://")] {
+        assert!(
+            transcript
+                .iter()
+                .any(|l| l.contains(&format!("node {node} initialised as {scheme}"))),
+            "{node} initialised by its own provider: {transcript:#?}"
+        );
+    }
 
     // The swap: v2 activated through the resource, then every Service resynced through it.
     let v2 = transcript
@@ -124,7 +143,7 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
         })
         .unwrap_or_else(|| panic!("the demo activates v2: {transcript:#?}"));
     let stamp = guest_builds::SIMCLOUD_V2_BUILD;
-    for name in load_balancers.keys() {
+    for name in ["api", "web"] {
         assert!(
             transcript.iter().any(|l| l.contains(&format!(
                 "service default/{name} resynced through {stamp}: ingress hostname {stamp}."
@@ -145,6 +164,14 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
             && role.starts_with("v1 (previous")
             && *n > 0),
         "v1 with calls: {calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|(version, role, n, _)| version.starts_with("edgecloud@")
+                && *role == "edgecloud v1 (active)"
+                && *n > 0),
+        "edgecloud serving beside: {calls:?}"
     );
     assert!(
         calls.iter().all(|(.., failed)| *failed == 0),
@@ -174,7 +201,7 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
         let printed = kubectl(cache.path(), &command[1..]).await;
         match &command[3..] {
             ["get", "nodes", ..] => {
-                for node in ["worker-a", "worker-b", "worker-c"] {
+                for node in ["worker-a", "worker-b", "worker-c", "edge-a", "edge-b"] {
                     let cells = row(&printed, node);
                     if command.contains(&"wide") {
                         assert!(printed.contains("INTERNAL-IP"), "{printed}");
@@ -207,6 +234,11 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
                     cells[6].ends_with("/simcloud-v2.wasm") && cells[7] == "Active",
                     "{printed}"
                 );
+                let edge = row(&printed, "edgecloud");
+                assert!(
+                    edge[2].starts_with("edgecloud@sha256:") && edge[3] == "True",
+                    "edgecloud active and ready beside: {printed}"
+                );
             }
             ["describe", "cloudprovider", "simcloud"] => {
                 assert!(
@@ -215,6 +247,12 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
                 );
                 let events = printed.split_once("Events:").map_or("", |(_, e)| e);
                 assert!(events.contains("Activated"), "{printed}");
+            }
+            ["describe", "cloudprovider", "edgecloud"] => {
+                assert!(
+                    printed.contains("Version:    edgecloud@sha256:"),
+                    "edgecloud active: {printed}"
+                );
             }
             _ => panic!("a printed command this test does not know: {command:?}"),
         }

@@ -23,14 +23,24 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Families that are not served until something happens that this test does not do (a
 /// family without series is left out of `/metrics`): name, type, labels, help, and what
 /// makes the first series.
-const LATER: &[(&str, &str, &str, &str, &str)] = &[(
-    "wasm_ccm_egress_signed_requests_total",
-    "counter",
-    "provider, version, grant, service, action, outcome",
-    "Requests the gate signed for AWS or refused to sign, by grant, service, API action and \
+const LATER: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "wasm_ccm_fleet_nodes",
+        "gauge",
+        "member, state",
+        "Nodes by the provider that serves them; contested (several providers claim them) and \
+         unowned (none does) are touched by none.",
+        "a manager serving several CloudProviders",
+    ),
+    (
+        "wasm_ccm_egress_signed_requests_total",
+        "counter",
+        "provider, version, grant, service, action, outcome",
+        "Requests the gate signed for AWS or refused to sign, by grant, service, API action and \
      outcome.",
-    "the first request the egress gate signs for AWS, or refuses to sign",
-)];
+        "the first request the egress gate signs for AWS, or refuses to sign",
+    ),
+];
 
 /// Counters that must read 0, not be missing, before anything happened to them: the
 /// series' name and a label it has.

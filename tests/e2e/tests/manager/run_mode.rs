@@ -60,7 +60,7 @@ async fn bad_flags_are_refused_naming_the_flag() {
         ),
         (
             with(base.clone(), &["--provider-resource=simcloud"]),
-            "the argument '--provider <REFERENCE>' cannot be used with '--provider-resource <NAME>'",
+            "the argument '--provider <REFERENCE>' cannot be used with '--provider-resource <NAME[,NAME]>'",
         ),
         (
             vec![

@@ -145,4 +145,42 @@ fn scale_bench_variables_are_checked_naming_the_wrong_one() {
     assert!(tokenless.starts_with("SCALE_CLOUD_TOKEN"), "{tokenless}");
     let bad = from(&[("SCALE_NODES", "lots")]).err().unwrap();
     assert!(bad.contains("SCALE_NODES=\"lots\""), "{bad}");
+    assert_eq!(local.providers, 1);
+    let three = from(&[("SCALE_PROVIDERS", "3")]).err().unwrap();
+    assert!(three.contains("SCALE_PROVIDERS=3"), "{three}");
+}
+
+/// `SCALE_PROVIDERS=2`: the same totals served by two providers in one manager, each
+/// initialising its half of the nodes and making the load balancers of its half of the
+/// Services, each load balancer in front of its provider's nodes and updated once when more
+/// join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_bench_with_two_providers_splits_the_nodes_and_services_between_them() {
+    let variables = BTreeMap::from([
+        ("SCALE_NODES", "20".to_string()),
+        ("SCALE_SERVICES", "4".into()),
+        ("SCALE_LATENCY_MS", "1".into()),
+        ("SCALE_PROVIDERS", "2".into()),
+    ]);
+    let settings = Settings::from_vars(|name| variables.get(name).cloned())
+        .expect("the documented variables are understood");
+    let report = scale::run(settings).await;
+    let table = report.to_string();
+    eprintln!("{table}");
+    assert!(
+        table.contains("20 nodes, 4 services, 2 providers sharing them"),
+        "{table}"
+    );
+    let [nodes, ..] = &report.phases[..] else {
+        panic!("three phases: {table}");
+    };
+    assert_eq!(
+        nodes.provider_calls, 22.0,
+        "each provider's init, then one instance-metadata per node: {table}"
+    );
+    assert_eq!(
+        (report.updated_once, report.updated_more, report.complete),
+        (4, 0, 4),
+        "{table}"
+    );
 }

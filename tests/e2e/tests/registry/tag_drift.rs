@@ -40,7 +40,7 @@ fn push(registry: &Registry, file: &str, reference: &str, extra: &[&str]) -> Str
 fn config(bed: &Testbed, registry: &Registry, cache: &std::path::Path) -> ManagerConfig {
     let mut config = resource_config(bed);
     config.provider = ProviderMode::Resource {
-        name: NAME.into(),
+        names: vec![NAME.into()],
         allow_untagged_cloud: false,
         grant_ceiling: None,
         tag_check_interval: Duration::from_secs(1),

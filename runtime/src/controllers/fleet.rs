@@ -1,0 +1,846 @@
+//! Which provider serves which nodes and Services when one manager serves several
+//! `CloudProvider`s: the [`Fleet`] holds each provider's routing fields as its spec last
+//! said, and each provider's controllers see the cluster through a [`Scope`] of it.
+//!
+//! - A node is the provider's whose name is its `spec.providerID`'s scheme; before it has
+//!   one, the provider's whose `nodeSelector` matches its labels (no selector: every node).
+//!   A node two providers claim, or none, is no provider's: nothing touches it, and the
+//!   [`report`] task says so (Warning event on the node, `wasm_ccm_fleet_nodes`). With one
+//!   provider, every node it selects is its own whatever its providerID, as upstream.
+//! - A LoadBalancer Service is the provider's whose `loadBalancerClass` is its
+//!   `spec.loadBalancerClass`; without one, the default provider's (`default: true`, or the
+//!   one provider when it is alone); with a class no provider has, no provider's, as
+//!   upstream leaves it to another controller.
+//! - With several providers, each marks the Services it made a load balancer for with its
+//!   own cleanup finalizer (`<provider>.wasm-ccm.io/load-balancer-cleanup`), so the one that
+//!   made a load balancer deletes it however the Service or the specs change later. The one
+//!   provider of a manager uses upstream's (`service.kubernetes.io/load-balancer-cleanup`),
+//!   as before, and the default provider of several cleans up a Service carrying it (one
+//!   made while its provider was alone).
+//!
+//! Until every provider's spec has been read, no node or Service is anyone's: a provider
+//! read first must not initialise a node a later one also selects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Resource;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::cloud_node::UNINITIALIZED_TAINT;
+use super::events::EventSink;
+use super::informer::Informer;
+use super::service_lb::FINALIZER;
+use super::{has_taint, labels, name_of};
+use crate::resource::{CloudProviderSpec, LoadBalancerTargets, NodeSelectorSpec, SelectorOperator};
+
+/// How each provider of the manager routes, by `CloudProvider` name (or the one provider
+/// of the flags).
+#[derive(Debug)]
+pub struct Fleet {
+    members: watch::Sender<Members>,
+    /// By member, the nodes it claims that another member claims too, as [`report`] last
+    /// found them.
+    contested: watch::Sender<Contested>,
+}
+
+/// By member, each node it claims with others, and those others.
+pub type Contested = BTreeMap<String, Vec<(String, Vec<String>)>>;
+
+/// Each member's routing, as last read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Members(BTreeMap<String, Membership>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Membership {
+    /// Its spec has not been read yet.
+    Unread,
+    /// Its `CloudProvider` does not exist, or its routing fields are unusable: it serves
+    /// nothing.
+    Absent,
+    /// What its spec says.
+    Serving(Route),
+}
+
+/// A provider's routing fields, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// `spec.name`: the name the provider reports, the scheme of its provider IDs.
+    pub provider: String,
+    /// `spec.nodeSelector`; `None`, every node.
+    pub node_selector: Option<NodeSelector>,
+    /// `spec.loadBalancerClass`.
+    pub class: Option<String>,
+    /// `spec.default`.
+    pub default: Option<bool>,
+    /// `spec.loadBalancerTargets`.
+    pub targets: LoadBalancerTargets,
+}
+
+impl Route {
+    /// The routing fields of `spec`, or why they cannot be used.
+    pub fn of(spec: &CloudProviderSpec) -> Result<Route, String> {
+        Ok(Route {
+            provider: spec.name.clone(),
+            node_selector: spec
+                .node_selector
+                .as_ref()
+                .map(NodeSelector::parse)
+                .transpose()
+                .map_err(|error| format!("spec.nodeSelector: {error}"))?,
+            class: spec.load_balancer_class.clone(),
+            default: spec.default,
+            targets: spec.load_balancer_targets.unwrap_or_default(),
+        })
+    }
+
+    /// One provider named `provider` serving every node and, as the default, every Service
+    /// without a class: the flags' provider.
+    pub fn everything(provider: &str) -> Route {
+        Route {
+            provider: provider.to_string(),
+            node_selector: None,
+            class: None,
+            default: None,
+            targets: LoadBalancerTargets::Own,
+        }
+    }
+}
+
+/// A label selector, as Kubernetes matches one: every requirement holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSelector(Vec<Requirement>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Requirement {
+    In(String, BTreeSet<String>),
+    NotIn(String, BTreeSet<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl NodeSelector {
+    /// `selector`'s `matchLabels` and `matchExpressions`, as the API server validates them
+    /// (an empty selector matches every node).
+    pub fn parse(selector: &NodeSelectorSpec) -> Result<NodeSelector, String> {
+        let mut requirements: Vec<Requirement> = selector
+            .match_labels
+            .iter()
+            .map(|(key, value)| Requirement::In(key.clone(), BTreeSet::from([value.clone()])))
+            .collect();
+        for (i, expression) in selector.match_expressions.iter().enumerate() {
+            let key = expression.key.clone();
+            let values: BTreeSet<String> = expression.values.iter().cloned().collect();
+            let operator = expression.operator;
+            let field = format!("matchExpressions[{i}]");
+            let takes_values = matches!(operator, SelectorOperator::In | SelectorOperator::NotIn);
+            if takes_values && values.is_empty() {
+                return Err(format!(
+                    "{field}: operator {operator:?} needs at least one value"
+                ));
+            }
+            if !takes_values && !values.is_empty() {
+                return Err(format!("{field}: operator {operator:?} takes no values"));
+            }
+            requirements.push(match operator {
+                SelectorOperator::In => Requirement::In(key, values),
+                SelectorOperator::NotIn => Requirement::NotIn(key, values),
+                SelectorOperator::Exists => Requirement::Exists(key),
+                SelectorOperator::DoesNotExist => Requirement::DoesNotExist(key),
+            });
+        }
+        Ok(NodeSelector(requirements))
+    }
+
+    /// Whether `labels` satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|requirement| match requirement {
+            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
+            Requirement::Exists(key) => labels.contains_key(key),
+            Requirement::DoesNotExist(key) => !labels.contains_key(key),
+        })
+    }
+}
+
+/// Whose a node is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This member's.
+    Member(String),
+    /// Several members claim it (by providerID scheme, or by node selector), named here.
+    Contested(Vec<String>),
+    /// No member claims it.
+    Unowned,
+    /// Not every member's spec has been read yet.
+    Pending,
+}
+
+impl Fleet {
+    /// A fleet of the named `CloudProvider`s, none read yet.
+    pub fn of_resources(names: &[String]) -> Arc<Fleet> {
+        let members = names
+            .iter()
+            .map(|name| (name.clone(), Membership::Unread))
+            .collect();
+        Arc::new(Fleet {
+            members: watch::Sender::new(Members(members)),
+            contested: watch::Sender::default(),
+        })
+    }
+
+    /// The one provider named by flags, serving everything.
+    pub fn of_flags(provider: &str) -> Arc<Fleet> {
+        Arc::new(Fleet {
+            members: watch::Sender::new(Members(BTreeMap::from([(
+                provider.to_string(),
+                Membership::Serving(Route::everything(provider)),
+            )]))),
+            contested: watch::Sender::default(),
+        })
+    }
+
+    /// Set `member`'s routing from its spec as read (`None`: the object is absent), as
+    /// its rollout reads it; `Err` with why the routing fields are unusable (it then serves
+    /// nothing until they are fixed).
+    pub fn read(&self, member: &str, spec: Option<&CloudProviderSpec>) -> Result<(), String> {
+        let (membership, result) = match spec.map(Route::of) {
+            None => (Membership::Absent, Ok(())),
+            Some(Ok(route)) => (Membership::Serving(route), Ok(())),
+            Some(Err(error)) => (Membership::Absent, Err(error)),
+        };
+        self.members.send_if_modified(|members| {
+            match members.0.get_mut(member) {
+                Some(current) if *current != membership => *current = membership,
+                _ => return false,
+            }
+            true
+        });
+        result
+    }
+
+    /// A feed that changes whenever a member's routing does.
+    pub fn changes(&self) -> watch::Receiver<Members> {
+        self.members.subscribe()
+    }
+
+    /// Whether the manager serves several providers.
+    pub fn several(&self) -> bool {
+        self.members.borrow().0.len() > 1
+    }
+
+    /// The members' names.
+    pub fn names(&self) -> Vec<String> {
+        self.members.borrow().0.keys().cloned().collect()
+    }
+
+    /// A feed of the nodes each member claims with others, as the leader last found them.
+    pub fn contested(&self) -> watch::Receiver<Contested> {
+        self.contested.subscribe()
+    }
+
+    /// Whose `node` is.
+    pub fn owner_of(&self, node: &Node) -> Owner {
+        self.members.borrow().owner_of(node)
+    }
+
+    /// `member`'s view of the cluster.
+    pub fn scope(self: &Arc<Fleet>, member: &str) -> Scope {
+        Scope {
+            fleet: self.clone(),
+            member: member.to_string(),
+        }
+    }
+}
+
+impl Members {
+    fn serving(&self) -> impl Iterator<Item = (&String, &Route)> {
+        self.0
+            .iter()
+            .filter_map(|(name, membership)| match membership {
+                Membership::Serving(route) => Some((name, route)),
+                _ => None,
+            })
+    }
+
+    fn owner_of(&self, node: &Node) -> Owner {
+        if self.0.values().any(|m| *m == Membership::Unread) {
+            return Owner::Pending;
+        }
+        let provider_id = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.provider_id.as_deref())
+            .filter(|id| !id.is_empty());
+        let claimants: Vec<&String> = match provider_id {
+            Some(id) => {
+                let scheme = id.split_once("://").map_or(id, |(scheme, _)| scheme);
+                let by_scheme: Vec<&String> = self
+                    .serving()
+                    .filter(|(_, route)| route.provider == scheme)
+                    .map(|(name, _)| name)
+                    .collect();
+                match self.0.len() {
+                    // Alone, a provider serves what it selects whatever the providerID says,
+                    // as upstream serves every node.
+                    1 if by_scheme.is_empty() => self
+                        .serving()
+                        .filter(|(_, route)| selects(route, node))
+                        .map(|(name, _)| name)
+                        .collect(),
+                    _ => by_scheme,
+                }
+            }
+            None => self
+                .serving()
+                .filter(|(_, route)| selects(route, node))
+                .map(|(name, _)| name)
+                .collect(),
+        };
+        match claimants.as_slice() {
+            [] => Owner::Unowned,
+            [one] => Owner::Member((*one).clone()),
+            several => Owner::Contested(several.iter().map(|name| (*name).clone()).collect()),
+        }
+    }
+
+    /// Whether `member` makes the load balancers of Services without a class: it says
+    /// `default: true` and no other does, or it is alone and does not say `false`.
+    fn is_default(&self, member: &str) -> bool {
+        let Some(Membership::Serving(route)) = self.0.get(member) else {
+            return false;
+        };
+        match route.default {
+            Some(true) => !self
+                .serving()
+                .any(|(name, other)| name != member && other.default == Some(true)),
+            Some(false) => false,
+            None => self.0.len() == 1,
+        }
+    }
+
+    /// Whether another serving member reports the same provider name (their provider IDs
+    /// and finalizers would be one).
+    fn name_shared(&self, member: &str, route: &Route) -> bool {
+        self.serving()
+            .any(|(name, other)| name != member && other.provider == route.provider)
+    }
+}
+
+fn selects(route: &Route, node: &Node) -> bool {
+    route
+        .node_selector
+        .as_ref()
+        .is_none_or(|selector| selector.matches(labels(node)))
+}
+
+/// One provider's view of the cluster: the nodes and Services that are its own.
+#[derive(Clone)]
+pub struct Scope {
+    fleet: Arc<Fleet>,
+    member: String,
+}
+
+impl Scope {
+    /// The member: its `CloudProvider`'s name, or the flags' provider name.
+    pub fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// Whether the manager serves several providers (and names them in health checks, queue
+    /// metrics and logs).
+    pub fn several(&self) -> bool {
+        self.fleet.several()
+    }
+
+    /// Whether `node` is a target of this provider's load balancers, if eligible: every
+    /// node with `loadBalancerTargets: All`, else its own.
+    pub fn targets(&self, node: &Node) -> bool {
+        let every_node = matches!(
+            self.fleet.members.borrow().0.get(&self.member),
+            Some(Membership::Serving(route)) if route.targets == LoadBalancerTargets::All
+        );
+        every_node || self.owns(node)
+    }
+
+    /// Whether `node` is this provider's.
+    pub fn owns(&self, node: &Node) -> bool {
+        matches!(self.fleet.owner_of(node), Owner::Member(member) if member == self.member)
+    }
+
+    /// A feed that changes whenever any provider's routing does (what is this one's may
+    /// change).
+    pub fn changes(&self) -> watch::Receiver<Members> {
+        self.fleet.changes()
+    }
+
+    /// Which Services are this provider's, and how it marks them, as the specs say now.
+    pub fn load_balancers(&self) -> LoadBalancers {
+        let members = self.fleet.members.borrow();
+        let several = members.0.len() > 1;
+        let route = match members.0.get(&self.member) {
+            Some(Membership::Serving(route)) if !members.name_shared(&self.member, route) => {
+                Some(route)
+            }
+            _ => None,
+        };
+        let default = members.is_default(&self.member);
+        LoadBalancers {
+            serves: route.is_some(),
+            class: route.and_then(|route| route.class.clone()),
+            default,
+            finalizer: match route {
+                Some(route) if several => format!("{}{FINALIZER_SUFFIX}", route.provider),
+                _ => FINALIZER.to_string(),
+            },
+            adopts_upstream: default || !several,
+            every_node: route.is_some_and(|route| route.targets == LoadBalancerTargets::All),
+            alone: !several,
+        }
+    }
+}
+
+/// The suffix of a provider's own cleanup finalizer, after its name.
+pub const FINALIZER_SUFFIX: &str = ".wasm-ccm.io/load-balancer-cleanup";
+
+/// Which Services a provider makes load balancers for, and how it marks them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadBalancers {
+    /// Whether its spec is read and usable.
+    serves: bool,
+    /// Its class.
+    class: Option<String>,
+    /// Whether it serves Services without a class.
+    default: bool,
+    /// The finalizer it adds.
+    finalizer: String,
+    /// Whether upstream's finalizer on a Service is its own too.
+    adopts_upstream: bool,
+    /// Whether every eligible node is a target, not only its own.
+    every_node: bool,
+    /// Whether it is the manager's one provider (and, as upstream, clears the status of a
+    /// Service it is asked about that wants no load balancer).
+    alone: bool,
+}
+
+impl LoadBalancers {
+    /// The flags' one provider: every Service without a class, upstream's finalizer.
+    #[cfg(test)]
+    pub fn single() -> LoadBalancers {
+        LoadBalancers {
+            serves: true,
+            class: None,
+            default: true,
+            finalizer: FINALIZER.to_string(),
+            adopts_upstream: true,
+            every_node: false,
+            alone: true,
+        }
+    }
+
+    /// Whether a Service with this `loadBalancerClass` is this provider's.
+    pub fn serves_class(&self, class: Option<&str>) -> bool {
+        self.serves
+            && match class {
+                None => self.default,
+                Some(class) => self.class.as_deref() == Some(class),
+            }
+    }
+
+    /// The finalizer this provider adds before its first cloud call for a Service.
+    pub fn finalizer(&self) -> &str {
+        &self.finalizer
+    }
+
+    /// The finalizers on `service` that are this provider's to remove once its load
+    /// balancer is gone.
+    pub fn own_finalizers<'a>(&self, service: &'a Service) -> Vec<&'a str> {
+        service
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|f| *f == self.finalizer || (self.adopts_upstream && *f == FINALIZER))
+            .collect()
+    }
+
+    /// Whether its load balancers target every eligible node, not only its own.
+    pub fn every_node(&self) -> bool {
+        self.every_node
+    }
+
+    /// Whether it is the manager's one provider.
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+}
+
+/// Nodes by whose they are: `wasm_ccm_fleet_nodes{member, state}`.
+#[derive(Clone, Default)]
+pub struct FleetMetrics {
+    nodes: Family<FleetLabels, Gauge>,
+}
+
+/// A member and the state of the nodes counted.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FleetLabels {
+    /// The `CloudProvider` (or flags' provider) that serves them; empty for `contested` and
+    /// `unowned`.
+    pub member: String,
+    /// `owned`, `contested` (several claim them) or `unowned` (none does).
+    pub state: String,
+}
+
+impl FleetMetrics {
+    /// Add the gauge to `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "wasm_ccm_fleet_nodes",
+            "Nodes by the provider that serves them; contested (several providers claim them) and unowned (none does) are touched by none",
+            self.nodes.clone(),
+        );
+    }
+}
+
+/// The least time between two passes of [`report`] over every node.
+const REPORT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Count nodes by owner and report each node that several providers claim (a Warning event
+/// on it, and to the claimants' rollouts for their `NodesUncontested` condition), or that
+/// none does while it waits to be initialised (a Warning event), once per change of verdict,
+/// until `stop` is cancelled. Runs on the leader, when the manager serves several providers.
+pub async fn report(
+    fleet: Arc<Fleet>,
+    nodes: Informer<Node>,
+    events: EventSink,
+    metrics: FleetMetrics,
+    stop: CancellationToken,
+) {
+    let mut changes = nodes.subscribe();
+    let mut routing = fleet.changes();
+    tokio::select! {
+        () = stop.cancelled() => return,
+        () = nodes.wait_synced() => {}
+    }
+    let mut reported: BTreeMap<String, Owner> = BTreeMap::new();
+    let mut first = true;
+    loop {
+        let owners: Vec<(Arc<Node>, Owner)> = nodes
+            .store()
+            .state()
+            .into_iter()
+            .map(|node| {
+                let owner = fleet.owner_of(&node);
+                (node, owner)
+            })
+            .collect();
+        count(&fleet, &metrics, &owners);
+        let mut contested = Contested::new();
+        for (node, owner) in &owners {
+            if let Owner::Contested(members) = owner {
+                for member in members {
+                    let others = members.iter().filter(|m| *m != member).cloned().collect();
+                    contested
+                        .entry(member.clone())
+                        .or_default()
+                        .push((name_of(node).to_string(), others));
+                }
+            }
+        }
+        // The first pass is told even if none is contested, for the conditions to say so.
+        fleet.contested.send_if_modified(|current| {
+            let changed = first || *current != contested;
+            *current = std::mem::take(&mut contested);
+            changed
+        });
+        first = false;
+        let mut seen = BTreeMap::new();
+        for (node, owner) in owners {
+            let name = name_of(&node).to_string();
+            let worth_reporting = match &owner {
+                Owner::Contested(_) => true,
+                Owner::Unowned => has_taint(&node, UNINITIALIZED_TAINT),
+                Owner::Member(_) | Owner::Pending => false,
+            };
+            if worth_reporting && reported.get(&name) != Some(&owner) {
+                warn(&events, &node, &owner);
+            }
+            if worth_reporting || matches!(owner, Owner::Pending) {
+                seen.insert(name, owner);
+            }
+        }
+        reported = seen;
+        tokio::select! {
+            () = stop.cancelled() => return,
+            notice = changes.next() => if notice.is_none() { return },
+            Ok(()) = routing.changed() => {}
+        }
+        // Changes that come together (the first list, many nodes joining) make one pass.
+        tokio::time::sleep(REPORT_PAUSE).await;
+        while let Some(Some(_)) = changes.next().now_or_never() {}
+    }
+}
+
+fn count(fleet: &Fleet, metrics: &FleetMetrics, owners: &[(Arc<Node>, Owner)]) {
+    let mut counts: BTreeMap<(String, &str), i64> = fleet
+        .names()
+        .into_iter()
+        .map(|name| ((name, "owned"), 0))
+        .chain([
+            ((String::new(), "contested"), 0),
+            ((String::new(), "unowned"), 0),
+        ])
+        .collect();
+    for (_, owner) in owners {
+        let key = match owner {
+            Owner::Member(member) => (member.clone(), "owned"),
+            Owner::Contested(_) => (String::new(), "contested"),
+            Owner::Unowned => (String::new(), "unowned"),
+            Owner::Pending => continue,
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+    for ((member, state), value) in counts {
+        metrics
+            .nodes
+            .get_or_create(&FleetLabels {
+                member,
+                state: state.to_string(),
+            })
+            .set(value);
+    }
+}
+
+fn warn(events: &EventSink, node: &Node, owner: &Owner) {
+    let name = name_of(node);
+    let (reason, note) = match owner {
+        Owner::Contested(members) => (
+            "ProviderContested",
+            format!(
+                "CloudProviders {} all claim node {name} (by its providerID's scheme, or their nodeSelector); none touches it until one does: narrow their spec.nodeSelector",
+                members.join(", ")
+            ),
+        ),
+        _ => (
+            "NoProvider",
+            format!(
+                "no CloudProvider of this manager claims node {name} (neither its providerID's scheme nor a spec.nodeSelector); it stays uninitialised until one does"
+            ),
+        ),
+    };
+    tracing::warn!(node = %name, "{note}");
+    events.warning(node.object_ref(&()), reason, note);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(provider_id: Option<&str>, labels: &[(&str, &str)]) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: provider_id.map(String::from),
+            ..Default::default()
+        });
+        node
+    }
+
+    fn spec(value: serde_json::Value) -> CloudProviderSpec {
+        let mut spec = serde_json::json!({"provider": "file:///p.wasm", "name": "simcloud"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(value.as_object().unwrap().clone());
+        serde_json::from_value(spec).unwrap()
+    }
+
+    fn fleet(specs: &[(&str, serde_json::Value)]) -> Arc<Fleet> {
+        let names: Vec<String> = specs.iter().map(|(name, _)| name.to_string()).collect();
+        let fleet = Fleet::of_resources(&names);
+        for (name, value) in specs {
+            fleet.read(name, Some(&spec(value.clone()))).unwrap();
+        }
+        fleet
+    }
+
+    #[test]
+    fn a_node_is_its_schemes_provider_and_before_that_its_selectors() {
+        let fleet = fleet(&[
+            (
+                "cloud",
+                serde_json::json!({"name": "simcloud", "nodeSelector": {"matchLabels": {"site": "cloud"}}}),
+            ),
+            (
+                "metal",
+                serde_json::json!({"name": "metal", "nodeSelector": {"matchExpressions": [{"key": "site", "operator": "In", "values": ["edge", "dc"]}]}}),
+            ),
+        ]);
+        assert_eq!(
+            fleet.owner_of(&node(None, &[("site", "cloud")])),
+            Owner::Member("cloud".into())
+        );
+        assert_eq!(
+            fleet.owner_of(&node(None, &[("site", "dc")])),
+            Owner::Member("metal".into())
+        );
+        assert_eq!(
+            fleet.owner_of(&node(None, &[("site", "moon")])),
+            Owner::Unowned
+        );
+        // The providerID wins over the labels.
+        assert_eq!(
+            fleet.owner_of(&node(Some("metal://m-1"), &[("site", "cloud")])),
+            Owner::Member("metal".into())
+        );
+        // A scheme no provider has is none's, when there are several.
+        assert_eq!(
+            fleet.owner_of(&node(Some("aws:///i-1"), &[("site", "cloud")])),
+            Owner::Unowned
+        );
+    }
+
+    #[test]
+    fn a_node_two_providers_select_is_contested_and_nothing_is_owned_before_every_spec_is_read() {
+        let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
+        fleet
+            .read("a", Some(&spec(serde_json::json!({"name": "a"}))))
+            .unwrap();
+        assert_eq!(fleet.owner_of(&node(None, &[])), Owner::Pending);
+        fleet
+            .read("b", Some(&spec(serde_json::json!({"name": "b"}))))
+            .unwrap();
+        assert_eq!(
+            fleet.owner_of(&node(None, &[])),
+            Owner::Contested(vec!["a".into(), "b".into()])
+        );
+        // Two resources reporting one name both claim its provider IDs.
+        fleet
+            .read("b", Some(&spec(serde_json::json!({"name": "a"}))))
+            .unwrap();
+        assert!(matches!(
+            fleet.owner_of(&node(Some("a://1"), &[])),
+            Owner::Contested(_)
+        ));
+        // A deleted resource claims nothing.
+        fleet.read("b", None).unwrap();
+        assert_eq!(fleet.owner_of(&node(None, &[])), Owner::Member("a".into()));
+    }
+
+    #[test]
+    fn alone_a_provider_serves_every_node_it_selects_whatever_its_provider_id() {
+        let fleet = Fleet::of_flags("simcloud");
+        assert_eq!(
+            fleet.owner_of(&node(Some("other://x"), &[])),
+            Owner::Member("simcloud".into())
+        );
+        let fleet = fleet_one(serde_json::json!({"nodeSelector": {"matchLabels": {"a": "b"}}}));
+        assert_eq!(fleet.owner_of(&node(None, &[])), Owner::Unowned);
+    }
+
+    fn fleet_one(value: serde_json::Value) -> Arc<Fleet> {
+        fleet(&[("only", value)])
+    }
+
+    #[test]
+    fn services_go_by_class_and_the_default_takes_those_without() {
+        let fleet = fleet(&[
+            (
+                "cloud",
+                serde_json::json!({"name": "simcloud", "default": true, "loadBalancerClass": "wasm-ccm.io/simcloud"}),
+            ),
+            (
+                "metal",
+                serde_json::json!({"name": "metal", "loadBalancerClass": "wasm-ccm.io/metal", "loadBalancerTargets": "All"}),
+            ),
+        ]);
+        let cloud = fleet.scope("cloud").load_balancers();
+        let metal = fleet.scope("metal").load_balancers();
+        assert!(cloud.serves_class(None) && !metal.serves_class(None));
+        assert!(cloud.serves_class(Some("wasm-ccm.io/simcloud")));
+        assert!(
+            metal.serves_class(Some("wasm-ccm.io/metal"))
+                && !cloud.serves_class(Some("wasm-ccm.io/metal"))
+        );
+        assert!(
+            !cloud.serves_class(Some("example.com/other"))
+                && !metal.serves_class(Some("example.com/other"))
+        );
+        assert_eq!(metal.finalizer(), "metal.wasm-ccm.io/load-balancer-cleanup");
+        assert!(metal.every_node() && !cloud.every_node());
+        // The default also cleans up upstream's finalizer (a Service made while it was alone).
+        let mut service = Service::default();
+        service.metadata.finalizers = Some(vec![FINALIZER.into(), metal.finalizer().into()]);
+        assert_eq!(cloud.own_finalizers(&service), vec![FINALIZER]);
+        assert_eq!(metal.own_finalizers(&service), vec![metal.finalizer()]);
+    }
+
+    #[test]
+    fn two_defaults_serve_no_service_without_a_class_and_one_alone_is_the_default() {
+        let fleet = fleet(&[
+            ("a", serde_json::json!({"name": "a", "default": true})),
+            ("b", serde_json::json!({"name": "b", "default": true})),
+        ]);
+        assert!(!fleet.scope("a").load_balancers().serves_class(None));
+        assert!(!fleet.scope("b").load_balancers().serves_class(None));
+        let alone = fleet_one(serde_json::json!({}));
+        let lbs = alone.scope("only").load_balancers();
+        assert!(lbs.serves_class(None));
+        assert_eq!(lbs.finalizer(), FINALIZER);
+        let declined = fleet_one(serde_json::json!({"default": false}));
+        assert!(!declined.scope("only").load_balancers().serves_class(None));
+    }
+
+    #[test]
+    fn selectors_match_as_kubernetes_matches_them_and_bad_ones_are_refused() {
+        let selector = |expressions: serde_json::Value| {
+            NodeSelector::parse(
+                &serde_json::from_value(serde_json::json!({"matchExpressions": expressions}))
+                    .unwrap(),
+            )
+        };
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let not_in =
+            selector(serde_json::json!([{"key": "k", "operator": "NotIn", "values": ["x"]}]))
+                .unwrap();
+        assert!(not_in.matches(&labels(&[])) && not_in.matches(&labels(&[("k", "y")])));
+        assert!(!not_in.matches(&labels(&[("k", "x")])));
+        let absent =
+            selector(serde_json::json!([{"key": "k", "operator": "DoesNotExist"}])).unwrap();
+        assert!(absent.matches(&labels(&[])) && !absent.matches(&labels(&[("k", "")])));
+        for (bad, says) in [
+            (
+                serde_json::json!([{"key": "k", "operator": "In"}]),
+                "needs at least one value",
+            ),
+            (
+                serde_json::json!([{"key": "k", "operator": "Exists", "values": ["v"]}]),
+                "takes no values",
+            ),
+        ] {
+            let error = selector(bad).unwrap_err();
+            assert!(
+                error.contains(says) && error.contains("matchExpressions[0]"),
+                "{error}"
+            );
+        }
+    }
+}
