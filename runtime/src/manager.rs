@@ -545,7 +545,24 @@ impl Term {
             Some(planned) => planned,
             None => {
                 let provider = slot.current();
-                let planned = controllers::plan(&self.selection, &provider, &self.settings)?;
+                let planned = match controllers::plan(&self.selection, &provider, &self.settings) {
+                    Ok(planned) => planned,
+                    // Beside others, one provider that cannot start holds up none of them: it
+                    // is reported, and the manager not ready, until it is fixed and restarted.
+                    Err(error) if self.fleet.several() => {
+                        let member = member.scope.member();
+                        tracing::error!(%member, %error, "not starting this provider's controllers");
+                        let reason = format!("CloudProvider {member}: {error}");
+                        self.health.add(
+                            &format!("controllers-{member}"),
+                            &[Probe::Readyz],
+                            move || Err(reason.clone()),
+                        );
+                        stop.cancelled().await;
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error.into()),
+                };
                 let names: Vec<&str> = planned.iter().map(|c| c.name()).collect();
                 tracing::info!(
                     member = %member.scope.member(),

@@ -64,12 +64,19 @@ RELEASE-NAME (its provider's name). Setting both is an error naming the two.
 {{- fail "set provider (one provider) or providers (several), not both: move provider's values into an entry of providers" -}}
 {{- end -}}
 {{- $names := list -}}
+{{- $classes := list -}}
 {{- range $i, $p := .Values.providers -}}
 {{- $name := required (printf "providers[%d].name is required: the name the provider reports from init, e.g. simcloud" $i) $p.name -}}
 {{- if has $name $names -}}
 {{- fail (printf "providers[%d].name %s is the name of an earlier entry: each provider of a manager has its own name (its provider IDs' scheme)" $i $name) -}}
 {{- end -}}
 {{- $names = append $names $name -}}
+{{- with $p.loadBalancerClass -}}
+{{- if has . $classes -}}
+{{- fail (printf "providers[%d].loadBalancerClass %s is an earlier entry's: two providers with one class would both serve its Services, so neither does" $i .) -}}
+{{- end -}}
+{{- $classes = append $classes . -}}
+{{- end -}}
 {{- $list = append $list (dict "object" (printf "%s-%s" $fullname $name) "values" $p "field" (printf "providers[%d]" $i)) -}}
 {{- end -}}
 {{- else -}}

@@ -425,6 +425,14 @@ impl RunFlags {
             {
                 bail!("--provider-resource names the CloudProvider {twice} twice");
             }
+            let longest = crate::controllers::fleet::MAX_MEMBER_NAME;
+            if names.len() > 1
+                && let Some(long) = names.iter().find(|name| name.len() > longest)
+            {
+                bail!(
+                    "--provider-resource {long}: beside other providers a CloudProvider's name is at most {longest} characters (it prefixes its load balancers' cleanup finalizer, NAME.wasm-ccm.io/load-balancer-cleanup)"
+                );
+            }
             let name = names.join(", ");
             for (given, flag) in [
                 (!self.egress.allow.is_empty(), "--allow"),

@@ -187,6 +187,14 @@ async fn sync_node(
         20,
         Duration::from_millis(50),
         |node| {
+            // Written only as the node is when written (re-read after a conflict): one
+            // relabelled to another provider meanwhile is that provider's to initialise.
+            if !context.scope.owns(node) {
+                return Err(SyncError::Invalid(format!(
+                    "node {name} changed while provider {} answered for it and is no longer its own",
+                    provider.label()
+                )));
+            }
             initialise(node, &metadata);
             Ok(())
         },

@@ -11,15 +11,19 @@
 //!   `spec.loadBalancerClass`; without one, the default provider's (`default: true`, or the
 //!   one provider when it is alone); with a class no provider has, no provider's, as
 //!   upstream leaves it to another controller.
+//!   Two providers with one class, or two defaults, serve none of those Services.
 //! - With several providers, each marks the Services it made a load balancer for with its
-//!   own cleanup finalizer (`<provider>.wasm-ccm.io/load-balancer-cleanup`), so the one that
-//!   made a load balancer deletes it however the Service or the specs change later. The one
-//!   provider of a manager uses upstream's (`service.kubernetes.io/load-balancer-cleanup`),
-//!   as before, and the default provider of several cleans up a Service carrying it (one
-//!   made while its provider was alone).
+//!   own cleanup finalizer (`<CloudProvider>.wasm-ccm.io/load-balancer-cleanup`), so the one
+//!   that made a load balancer deletes it however the Service or the specs change later; a
+//!   load balancer is deleted only when its Service goes or stops being a load balancer,
+//!   never because a spec changed whose it is. The one provider of a manager uses upstream's
+//!   (`service.kubernetes.io/load-balancer-cleanup`), as before, and the default provider of
+//!   several cleans up a Service carrying it (one made while its provider was alone).
 //!
 //! Until every provider's spec has been read, no node or Service is anyone's: a provider
-//! read first must not initialise a node a later one also selects.
+//! read first must not initialise a node a later one also selects. A provider whose object
+//! is deleted, or whose routing fields are refused, keeps the routing last read, as its
+//! active version keeps serving.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -208,19 +212,28 @@ impl Fleet {
     }
 
     /// Set `member`'s routing from its spec as read (`None`: the object is absent), as
-    /// its rollout reads it; `Err` with why the routing fields are unusable (it then serves
-    /// nothing until they are fixed).
+    /// its rollout reads it; `Err` with why the routing fields are unusable. A member whose
+    /// object is gone, or whose routing fields are refused, keeps the routing last read, as
+    /// its active version keeps serving; one never read serves nothing.
     pub fn read(&self, member: &str, spec: Option<&CloudProviderSpec>) -> Result<(), String> {
-        let (membership, result) = match spec.map(Route::of) {
-            None => (Membership::Absent, Ok(())),
-            Some(Ok(route)) => (Membership::Serving(route), Ok(())),
-            Some(Err(error)) => (Membership::Absent, Err(error)),
+        let (read, result) = match spec.map(Route::of) {
+            None => (None, Ok(())),
+            Some(Ok(route)) => (Some(Membership::Serving(route)), Ok(())),
+            Some(Err(error)) => (None, Err(error)),
         };
         self.members.send_if_modified(|members| {
-            match members.0.get_mut(member) {
-                Some(current) if *current != membership => *current = membership,
-                _ => return false,
+            let Some(current) = members.0.get_mut(member) else {
+                return false;
+            };
+            let next = match read {
+                Some(membership) => membership,
+                None if matches!(current, Membership::Serving(_)) => return false,
+                None => Membership::Absent,
+            };
+            if *current == next {
+                return false;
             }
+            *current = next;
             true
         });
         result
@@ -270,8 +283,13 @@ impl Members {
             })
     }
 
+    /// Whether a member's spec has not been read yet: then nothing is anyone's.
+    fn pending(&self) -> bool {
+        self.0.values().any(|m| *m == Membership::Unread)
+    }
+
     fn owner_of(&self, node: &Node) -> Owner {
-        if self.0.values().any(|m| *m == Membership::Unread) {
+        if self.pending() {
             return Owner::Pending;
         }
         let provider_id = node
@@ -327,10 +345,17 @@ impl Members {
     }
 
     /// Whether another serving member reports the same provider name (their provider IDs
-    /// and finalizers would be one).
+    /// would be one).
     fn name_shared(&self, member: &str, route: &Route) -> bool {
         self.serving()
             .any(|(name, other)| name != member && other.provider == route.provider)
+    }
+
+    /// Whether another serving member has load-balancer class `class` too: then neither
+    /// serves it, as neither may take the other's Services.
+    fn class_shared(&self, member: &str, class: &str) -> bool {
+        self.serving()
+            .any(|(name, other)| name != member && other.class.as_deref() == Some(class))
     }
 }
 
@@ -370,6 +395,11 @@ impl Scope {
         every_node || self.owns(node)
     }
 
+    /// Whether a provider's spec has not been read yet: no node or Service is anyone's.
+    pub fn pending(&self) -> bool {
+        self.fleet.members.borrow().pending()
+    }
+
     /// Whether `node` is this provider's.
     pub fn owns(&self, node: &Node) -> bool {
         matches!(self.fleet.owner_of(node), Owner::Member(member) if member == self.member)
@@ -381,34 +411,45 @@ impl Scope {
         self.fleet.changes()
     }
 
-    /// Which Services are this provider's, and how it marks them, as the specs say now.
+    /// Which Services are this provider's, and how it marks them, as the specs say now:
+    /// none until every spec is read, none of a class another provider has too, none without
+    /// a class unless it is the one default.
     pub fn load_balancers(&self) -> LoadBalancers {
         let members = self.fleet.members.borrow();
         let several = members.0.len() > 1;
+        let pending = members.pending();
         let route = match members.0.get(&self.member) {
-            Some(Membership::Serving(route)) if !members.name_shared(&self.member, route) => {
+            Some(Membership::Serving(route))
+                if !pending && !members.name_shared(&self.member, route) =>
+            {
                 Some(route)
             }
             _ => None,
         };
-        let default = members.is_default(&self.member);
+        let default = route.is_some() && members.is_default(&self.member);
         LoadBalancers {
             serves: route.is_some(),
-            class: route.and_then(|route| route.class.clone()),
+            class: route
+                .and_then(|route| route.class.clone())
+                .filter(|class| !members.class_shared(&self.member, class)),
             default,
-            finalizer: match route {
-                Some(route) if several => format!("{}{FINALIZER_SUFFIX}", route.provider),
-                _ => FINALIZER.to_string(),
+            // The member's own, whatever its spec says now: only it ever wrote it.
+            finalizer: match several {
+                true => format!("{}{FINALIZER_SUFFIX}", self.member),
+                false => FINALIZER.to_string(),
             },
             adopts_upstream: default || !several,
-            every_node: route.is_some_and(|route| route.targets == LoadBalancerTargets::All),
             alone: !several,
         }
     }
 }
 
-/// The suffix of a provider's own cleanup finalizer, after its name.
+/// The suffix of a provider's own cleanup finalizer, after its `CloudProvider`'s name (which
+/// never changes, whatever its spec says).
 pub const FINALIZER_SUFFIX: &str = ".wasm-ccm.io/load-balancer-cleanup";
+/// The longest `CloudProvider` name that serves beside others: its finalizer's prefix,
+/// `NAME.wasm-ccm.io`, must be a DNS subdomain (253 characters).
+pub const MAX_MEMBER_NAME: usize = 253 - ".wasm-ccm.io".len();
 
 /// Which Services a provider makes load balancers for, and how it marks them.
 #[derive(Debug, Clone, PartialEq)]
@@ -423,8 +464,6 @@ pub struct LoadBalancers {
     finalizer: String,
     /// Whether upstream's finalizer on a Service is its own too.
     adopts_upstream: bool,
-    /// Whether every eligible node is a target, not only its own.
-    every_node: bool,
     /// Whether it is the manager's one provider (and, as upstream, clears the status of a
     /// Service it is asked about that wants no load balancer).
     alone: bool,
@@ -440,7 +479,6 @@ impl LoadBalancers {
             default: true,
             finalizer: FINALIZER.to_string(),
             adopts_upstream: true,
-            every_node: false,
             alone: true,
         }
     }
@@ -470,11 +508,6 @@ impl LoadBalancers {
             .map(String::as_str)
             .filter(|f| *f == self.finalizer || (self.adopts_upstream && *f == FINALIZER))
             .collect()
-    }
-
-    /// Whether its load balancers target every eligible node, not only its own.
-    pub fn every_node(&self) -> bool {
-        self.every_node
     }
 
     /// Whether it is the manager's one provider.
@@ -735,9 +768,6 @@ mod tests {
             fleet.owner_of(&node(Some("a://1"), &[])),
             Owner::Contested(_)
         ));
-        // A deleted resource claims nothing.
-        fleet.read("b", None).unwrap();
-        assert_eq!(fleet.owner_of(&node(None, &[])), Owner::Member("a".into()));
     }
 
     #[test]
@@ -780,12 +810,65 @@ mod tests {
                 && !metal.serves_class(Some("example.com/other"))
         );
         assert_eq!(metal.finalizer(), "metal.wasm-ccm.io/load-balancer-cleanup");
-        assert!(metal.every_node() && !cloud.every_node());
         // The default also cleans up upstream's finalizer (a Service made while it was alone).
         let mut service = Service::default();
         service.metadata.finalizers = Some(vec![FINALIZER.into(), metal.finalizer().into()]);
         assert_eq!(cloud.own_finalizers(&service), vec![FINALIZER]);
         assert_eq!(metal.own_finalizers(&service), vec![metal.finalizer()]);
+    }
+
+    #[test]
+    fn a_class_two_providers_have_is_served_by_neither_and_nothing_before_every_spec_is_read() {
+        let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
+        fleet
+            .read("a", Some(&spec(serde_json::json!({"name": "a", "default": true, "loadBalancerClass": "x.io/lb"}))))
+            .unwrap();
+        let a = fleet.scope("a");
+        assert!(a.pending());
+        assert!(!a.load_balancers().serves_class(None), "b is not read yet");
+        fleet
+            .read(
+                "b",
+                Some(&spec(
+                    serde_json::json!({"name": "b", "loadBalancerClass": "x.io/lb"}),
+                )),
+            )
+            .unwrap();
+        assert!(!a.pending());
+        let (a, b) = (a.load_balancers(), fleet.scope("b").load_balancers());
+        assert!(a.serves_class(None));
+        assert!(!a.serves_class(Some("x.io/lb")) && !b.serves_class(Some("x.io/lb")));
+        // Each still cleans up what it made, by its own finalizer.
+        assert_eq!(b.finalizer(), "b.wasm-ccm.io/load-balancer-cleanup");
+    }
+
+    #[test]
+    fn a_deleted_resource_or_refused_routing_keeps_the_routing_last_read() {
+        let fleet = fleet(&[
+            (
+                "a",
+                serde_json::json!({"name": "a", "nodeSelector": {"matchLabels": {"site": "a"}}}),
+            ),
+            (
+                "b",
+                serde_json::json!({"name": "b", "nodeSelector": {"matchLabels": {"site": "b"}}}),
+            ),
+        ]);
+        let at_b = node(None, &[("site", "b")]);
+        fleet.read("b", None).unwrap();
+        assert_eq!(fleet.owner_of(&at_b), Owner::Member("b".into()));
+        let refused = spec(
+            serde_json::json!({"name": "b", "nodeSelector": {"matchExpressions": [{"key": "site", "operator": "In"}]}}),
+        );
+        assert!(fleet.read("b", Some(&refused)).is_err());
+        assert_eq!(fleet.owner_of(&at_b), Owner::Member("b".into()));
+        // Never read and absent: nothing.
+        let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
+        fleet
+            .read("a", Some(&spec(serde_json::json!({"name": "a"}))))
+            .unwrap();
+        fleet.read("b", None).unwrap();
+        assert_eq!(fleet.owner_of(&at_b), Owner::Member("a".into()));
     }
 
     #[test]

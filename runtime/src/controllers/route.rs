@@ -2,7 +2,10 @@
 //! `--route-reconciliation-period` as upstream's route controller: missing routes created
 //! (name hint = node UID), blackholed, stale and changed routes inside `--cluster-cidr`
 //! deleted, at most 200 cloud operations at once, and each node's `NetworkUnavailable`
-//! condition set from the outcome (`RouteCreated` / `NoRouteCreated`).
+//! condition set from the outcome (`RouteCreated` / `NoRouteCreated`). With several
+//! providers, each reconciles its own nodes' routes in its own cloud: a route it lists to a
+//! node that exists but is not its own is left, and none is touched until every provider's
+//! spec is read.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -57,17 +60,27 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     let Some(cluster_cidrs) = context.settings.cluster_cidrs.as_ref() else {
         return Ok(());
     };
+    // Until every provider's spec is read no node is anyone's, and a route is kept.
+    if context.scope.pending() {
+        return Ok(());
+    }
     let cluster = &context.settings.cluster_name;
     // One version answers the whole sync, whatever is activated meanwhile.
     let provider = context.provider.current();
     let routes = provider.list_routes(cluster).await?;
     context.metrics.route_syncs.inc();
-    let nodes: Vec<_> = context
-        .nodes
-        .store()
-        .state()
-        .into_iter()
+    let all_nodes = context.nodes.store().state();
+    let nodes: Vec<_> = all_nodes
+        .iter()
         .filter(|node| context.scope.owns(node))
+        .cloned()
+        .collect();
+    // A route to a node that is there but not this provider's (another's, contested, or
+    // no one's) is not this provider's to delete; one to a node that is gone is.
+    let others: HashSet<&str> = all_nodes
+        .iter()
+        .filter(|node| !context.scope.owns(node))
+        .map(|node| name_of(node))
         .collect();
 
     let mut routes_by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
@@ -124,6 +137,7 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     let doomed: Vec<Route> = routes
         .iter()
         .filter(|route| is_responsible_for(cluster_cidrs, &route.destination_cidr))
+        .filter(|route| !others.contains(route.target_node.as_str()))
         .filter(|route| {
             route.blackhole
                 || !matches!(

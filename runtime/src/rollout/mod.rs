@@ -298,6 +298,9 @@ impl Rollout {
             // Carry on from what was reported (transition times, conditions); what runs is
             // decided from the spec and the record, never from the status.
             self.status = status.clone();
+            // The contested nodes as this replica knows them, not as last written.
+            let contested = self.settings.fleet.contested().borrow().clone();
+            self.note_contested(&contested);
         }
         // A starting manager and a standby follow the object's record; the leader keeps its
         // own (the object may not carry its last write yet).

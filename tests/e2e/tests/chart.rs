@@ -1269,6 +1269,12 @@ fn chart_providers_make_a_cloud_provider_each_and_the_manager_follows_them_all()
         error.contains("providers[1].name simcloud is the name of an earlier entry"),
         "{error}"
     );
+    let one_class = values.replace("wasm-ccm.io/metal", "wasm-ccm.io/simcloud");
+    let error = render("fleet", &one_class).expect_err("one class twice");
+    assert!(
+        error.contains("providers[1].loadBalancerClass wasm-ccm.io/simcloud is an earlier entry's"),
+        "{error}"
+    );
     let nameless = values.replace("- name: metal\n    ref:", "- ref:");
     let error = render("fleet", &nameless).expect_err("an entry without a name");
     assert!(

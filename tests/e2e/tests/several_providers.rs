@@ -27,8 +27,8 @@ const EDGE_CLASS: &str = "wasm-ccm.io/edgecloud";
 /// The node label the providers' node selectors read.
 const SITE: &str = "topology.example.com/site";
 /// The cleanup finalizers of the two providers.
-const CLOUD_FINALIZER: &str = "simcloud.wasm-ccm.io/load-balancer-cleanup";
-const EDGE_FINALIZER: &str = "edgecloud.wasm-ccm.io/load-balancer-cleanup";
+const CLOUD_FINALIZER: &str = "cloud.wasm-ccm.io/load-balancer-cleanup";
+const EDGE_FINALIZER: &str = "edge.wasm-ccm.io/load-balancer-cleanup";
 
 /// A CloudProvider named `resource` running `wasm` as `name` against `cloud`, granted it
 /// with the token in `secret`, serving nodes with `site` in `sites` and Services of
@@ -468,6 +468,18 @@ async fn several_providers_serve_their_own_nodes_and_load_balancers_and_change_a
     let later = edge_node(&bed, &edge, "edge-3").await;
     let node = initialised(&bed, "edge-3").await;
     assert_eq!(provider_id(&node), format!("edgecloud://{later}"));
+
+    // A spec edit that gives the class to no one leaves the load balancer and its status as
+    // they are; deleting the Service still deletes it, by its provider's finalizer.
+    let before = bed.service("svc-edge").await.unwrap();
+    let mut moved = edge_spec(&edge, guest_builds::SIMCLOUD_V2);
+    moved["spec"]["loadBalancerClass"] = json!("wasm-ccm.io/elsewhere");
+    apply(&bed, &moved).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = bed.service("svc-edge").await.unwrap();
+    assert_eq!(after.status, before.status);
+    assert_eq!(finalizers(&after), [EDGE_FINALIZER]);
+    assert_eq!(edge.sim.state().load_balancers().len(), 1);
 
     // Deleting the edge Service deletes its load balancer in its own cloud only.
     bed.services()

@@ -228,6 +228,33 @@ mod tests {
     }
 
     #[test]
+    fn beside_other_providers_the_targets_are_its_own_nodes_unless_its_spec_asks_for_all() {
+        use crate::controllers::fleet::Fleet;
+        let fleet = Fleet::of_resources(&["cloud".into(), "metal".into()]);
+        for (member, site, targets) in [("cloud", "c", "Own"), ("metal", "m", "All")] {
+            let spec = serde_json::from_value(serde_json::json!({
+                "provider": "file:///p.wasm",
+                "name": member,
+                "nodeSelector": {"matchLabels": {"site": site}},
+                "loadBalancerTargets": targets,
+            }))
+            .unwrap();
+            fleet.read(member, Some(&spec)).unwrap();
+        }
+        let nodes = [
+            node("c1", &[("site", "c")], &[]),
+            node("m1", &[("site", "m")], &[]),
+            node("x1", &[("site", "x")], &[]),
+        ];
+        let mut own = Targets::of(fleet.scope("cloud"));
+        own.reset(nodes.clone());
+        assert_eq!(names(&mut own), ["c1"]);
+        let mut all = Targets::of(fleet.scope("metal"));
+        all.reset(nodes);
+        assert_eq!(names(&mut all), ["c1", "m1", "x1"]);
+    }
+
+    #[test]
     fn a_label_change_refreshes_the_view_without_changing_the_set() {
         let mut targets = Targets::default();
         let plain = node("n", &[], &[]);

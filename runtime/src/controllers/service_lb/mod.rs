@@ -403,10 +403,18 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         .memory()
         .services
         .insert(key.clone(), service.clone());
-    sync_load_balancer(controller, &service)
+    let ours = sync_load_balancer(controller, &service)
         .await
         .map_err(failed(&service))?;
-    set_error_condition(controller, &service, None).await;
+    if ours {
+        set_error_condition(controller, &service, None).await;
+    } else {
+        // Another provider's, whose condition and load balancer are not this one's to touch.
+        let mut memory = controller.memory();
+        memory.services.remove(key);
+        memory.nodes.remove(key);
+        memory.retrying.remove(key);
+    }
     Ok(())
 }
 
@@ -458,10 +466,12 @@ async fn delete_from_cloud(
     }
 }
 
+/// Bring the Service's load balancer in line with it; false if the Service is not this
+/// provider's to sync (nothing was done).
 async fn sync_load_balancer(
     controller: &ServiceController,
     service: &Arc<Service>,
-) -> Result<(), SyncError> {
+) -> Result<bool, SyncError> {
     let context = &controller.context;
     let key = key_of(service);
     let reference = service.object_ref(&());
@@ -470,12 +480,18 @@ async fn sync_load_balancer(
     let provider = context.provider.current();
     let lbs = context.scope.load_balancers();
     let wanted = wants_load_balancer(&lbs, service);
-    if !wanted && !has_finalizer(&lbs, service) && !lbs.alone() {
-        // Another provider's, or none's: this one never made it a load balancer.
-        return Ok(());
+    let cleanup = needs_cleanup(&lbs, service);
+    // A Service this provider made no load balancer for (another provider's, or none's),
+    // or one it made that the specs now give to another but that is still a load balancer:
+    // left as it is. Its load balancer is deleted only once the Service goes or stops being
+    // a load balancer. The one provider of a manager, as upstream, still clears the status
+    // of a Service that wants no load balancer and carries no finalizer.
+    let clears_as_upstream = lbs.alone() && !has_finalizer(&lbs, service);
+    if !(wanted || cleanup || clears_as_upstream) {
+        return Ok(false);
     }
 
-    let new_status = if !wanted || needs_cleanup(&lbs, service) {
+    let new_status = if !wanted || cleanup {
         // A failed lookup keeps its kind (a `retry-after` is honoured), as upstream wraps it.
         if exists(&provider, controller.cluster(), &view).await? {
             delete_from_cloud(controller, &provider, service).await?;
@@ -555,7 +571,7 @@ async fn sync_load_balancer(
                 );
                 status
             }
-            Err(error) if error.is_implemented_elsewhere() => return Ok(()),
+            Err(error) if error.is_implemented_elsewhere() => return Ok(true),
             Err(error) => {
                 if let Some(delay) = error.retry_after() {
                     let cloud_time = before
@@ -575,7 +591,8 @@ async fn sync_load_balancer(
             }
         }
     };
-    patch_status(context, service, &new_status).await
+    patch_status(context, service, &new_status).await?;
+    Ok(true)
 }
 
 /// Whether the load balancer of `view` exists, as `get-load-balancer` says. Only its
