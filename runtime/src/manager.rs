@@ -553,12 +553,12 @@ impl Term {
                         let member = member.scope.member();
                         tracing::error!(%member, %error, "not starting this provider's controllers");
                         let reason = format!("CloudProvider {member}: {error}");
-                        self.health.add(
-                            &format!("controllers-{member}"),
-                            &[Probe::Readyz],
-                            move || Err(reason.clone()),
-                        );
+                        let check = format!("controllers-{member}");
+                        self.health
+                            .add(&check, &[Probe::Readyz], move || Err(reason.clone()));
+                        // A later term plans again (the version may have changed).
                         stop.cancelled().await;
+                        self.health.remove(&check);
                         return Ok(());
                     }
                     Err(error) => return Err(error.into()),

@@ -51,8 +51,8 @@ use crate::resource::{CloudProviderSpec, LoadBalancerTargets, NodeSelectorSpec, 
 pub struct Fleet {
     members: watch::Sender<Members>,
     /// By member, the nodes it claims that another member claims too, as [`report`] last
-    /// found them.
-    contested: watch::Sender<Contested>,
+    /// found them; `None` before it first counted them.
+    contested: watch::Sender<Option<Contested>>,
 }
 
 /// By member, each node it claims with others, and those others.
@@ -212,14 +212,13 @@ impl Fleet {
     }
 
     /// Set `member`'s routing from its spec as read (`None`: the object is absent), as
-    /// its rollout reads it; `Err` with why the routing fields are unusable. A member whose
-    /// object is gone, or whose routing fields are refused, keeps the routing last read, as
-    /// its active version keeps serving; one never read serves nothing.
-    pub fn read(&self, member: &str, spec: Option<&CloudProviderSpec>) -> Result<(), String> {
-        let (read, result) = match spec.map(Route::of) {
-            None => (None, Ok(())),
-            Some(Ok(route)) => (Some(Membership::Serving(route)), Ok(())),
-            Some(Err(error)) => (None, Err(error)),
+    /// its rollout reads it. A member whose object is gone, or whose spec is refused (its
+    /// routing fields unusable: the spec parse says why), keeps the routing last read, as its
+    /// active version keeps serving; one never read serves nothing.
+    pub fn read(&self, member: &str, spec: Option<&CloudProviderSpec>) {
+        let read = match spec.map(Route::of) {
+            Some(Ok(route)) => Some(Membership::Serving(route)),
+            None | Some(Err(_)) => None,
         };
         self.members.send_if_modified(|members| {
             let Some(current) = members.0.get_mut(member) else {
@@ -236,7 +235,6 @@ impl Fleet {
             *current = next;
             true
         });
-        result
     }
 
     /// A feed that changes whenever a member's routing does.
@@ -254,8 +252,9 @@ impl Fleet {
         self.members.borrow().0.keys().cloned().collect()
     }
 
-    /// A feed of the nodes each member claims with others, as the leader last found them.
-    pub fn contested(&self) -> watch::Receiver<Contested> {
+    /// A feed of the nodes each member claims with others, as the leader last found them
+    /// (`None` until it has).
+    pub fn contested(&self) -> watch::Receiver<Option<Contested>> {
         self.contested.subscribe()
     }
 
@@ -427,6 +426,7 @@ impl Scope {
             _ => None,
         };
         let default = route.is_some() && members.is_default(&self.member);
+        let own = format!("{}{FINALIZER_SUFFIX}", self.member);
         LoadBalancers {
             serves: route.is_some(),
             class: route
@@ -435,9 +435,11 @@ impl Scope {
             default,
             // The member's own, whatever its spec says now: only it ever wrote it.
             finalizer: match several {
-                true => format!("{}{FINALIZER_SUFFIX}", self.member),
+                true => own.clone(),
                 false => FINALIZER.to_string(),
             },
+            // Alone, it still cleans up what it made beside others.
+            own,
             adopts_upstream: default || !several,
             alone: !several,
         }
@@ -462,6 +464,9 @@ pub struct LoadBalancers {
     default: bool,
     /// The finalizer it adds.
     finalizer: String,
+    /// Its own finalizer (`NAME.wasm-ccm.io/load-balancer-cleanup`), which it cleans up even
+    /// alone, after serving beside others.
+    own: String,
     /// Whether upstream's finalizer on a Service is its own too.
     adopts_upstream: bool,
     /// Whether it is the manager's one provider (and, as upstream, clears the status of a
@@ -478,6 +483,7 @@ impl LoadBalancers {
             class: None,
             default: true,
             finalizer: FINALIZER.to_string(),
+            own: format!("simcloud{FINALIZER_SUFFIX}"),
             adopts_upstream: true,
             alone: true,
         }
@@ -497,6 +503,16 @@ impl LoadBalancers {
         &self.finalizer
     }
 
+    /// Whether `service` carries the finalizer this provider adds (not only one it adopts).
+    pub fn marked(&self, service: &Service) -> bool {
+        service
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| *f == self.finalizer)
+    }
+
     /// The finalizers on `service` that are this provider's to remove once its load
     /// balancer is gone.
     pub fn own_finalizers<'a>(&self, service: &'a Service) -> Vec<&'a str> {
@@ -506,7 +522,9 @@ impl LoadBalancers {
             .iter()
             .flatten()
             .map(String::as_str)
-            .filter(|f| *f == self.finalizer || (self.adopts_upstream && *f == FINALIZER))
+            .filter(|f| {
+                *f == self.finalizer || *f == self.own || (self.adopts_upstream && *f == FINALIZER)
+            })
             .collect()
     }
 
@@ -564,7 +582,6 @@ pub async fn report(
         () = nodes.wait_synced() => {}
     }
     let mut reported: BTreeMap<String, Owner> = BTreeMap::new();
-    let mut first = true;
     loop {
         let owners: Vec<(Arc<Node>, Owner)> = nodes
             .store()
@@ -588,13 +605,12 @@ pub async fn report(
                 }
             }
         }
-        // The first pass is told even if none is contested, for the conditions to say so.
         fleet.contested.send_if_modified(|current| {
-            let changed = first || *current != contested;
-            *current = std::mem::take(&mut contested);
+            let counted = Some(std::mem::take(&mut contested));
+            let changed = *current != counted;
+            *current = counted;
             changed
         });
-        first = false;
         let mut seen = BTreeMap::new();
         for (node, owner) in owners {
             let name = name_of(&node).to_string();
@@ -705,7 +721,7 @@ mod tests {
         let names: Vec<String> = specs.iter().map(|(name, _)| name.to_string()).collect();
         let fleet = Fleet::of_resources(&names);
         for (name, value) in specs {
-            fleet.read(name, Some(&spec(value.clone()))).unwrap();
+            fleet.read(name, Some(&spec(value.clone())));
         }
         fleet
     }
@@ -749,21 +765,15 @@ mod tests {
     #[test]
     fn a_node_two_providers_select_is_contested_and_nothing_is_owned_before_every_spec_is_read() {
         let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
-        fleet
-            .read("a", Some(&spec(serde_json::json!({"name": "a"}))))
-            .unwrap();
+        fleet.read("a", Some(&spec(serde_json::json!({"name": "a"}))));
         assert_eq!(fleet.owner_of(&node(None, &[])), Owner::Pending);
-        fleet
-            .read("b", Some(&spec(serde_json::json!({"name": "b"}))))
-            .unwrap();
+        fleet.read("b", Some(&spec(serde_json::json!({"name": "b"}))));
         assert_eq!(
             fleet.owner_of(&node(None, &[])),
             Owner::Contested(vec!["a".into(), "b".into()])
         );
         // Two resources reporting one name both claim its provider IDs.
-        fleet
-            .read("b", Some(&spec(serde_json::json!({"name": "a"}))))
-            .unwrap();
+        fleet.read("b", Some(&spec(serde_json::json!({"name": "a"}))));
         assert!(matches!(
             fleet.owner_of(&node(Some("a://1"), &[])),
             Owner::Contested(_)
@@ -820,20 +830,21 @@ mod tests {
     #[test]
     fn a_class_two_providers_have_is_served_by_neither_and_nothing_before_every_spec_is_read() {
         let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
-        fleet
-            .read("a", Some(&spec(serde_json::json!({"name": "a", "default": true, "loadBalancerClass": "x.io/lb"}))))
-            .unwrap();
+        fleet.read(
+            "a",
+            Some(&spec(
+                serde_json::json!({"name": "a", "default": true, "loadBalancerClass": "x.io/lb"}),
+            )),
+        );
         let a = fleet.scope("a");
         assert!(a.pending());
         assert!(!a.load_balancers().serves_class(None), "b is not read yet");
-        fleet
-            .read(
-                "b",
-                Some(&spec(
-                    serde_json::json!({"name": "b", "loadBalancerClass": "x.io/lb"}),
-                )),
-            )
-            .unwrap();
+        fleet.read(
+            "b",
+            Some(&spec(
+                serde_json::json!({"name": "b", "loadBalancerClass": "x.io/lb"}),
+            )),
+        );
         assert!(!a.pending());
         let (a, b) = (a.load_balancers(), fleet.scope("b").load_balancers());
         assert!(a.serves_class(None));
@@ -855,19 +866,17 @@ mod tests {
             ),
         ]);
         let at_b = node(None, &[("site", "b")]);
-        fleet.read("b", None).unwrap();
+        fleet.read("b", None);
         assert_eq!(fleet.owner_of(&at_b), Owner::Member("b".into()));
         let refused = spec(
             serde_json::json!({"name": "b", "nodeSelector": {"matchExpressions": [{"key": "site", "operator": "In"}]}}),
         );
-        assert!(fleet.read("b", Some(&refused)).is_err());
+        fleet.read("b", Some(&refused));
         assert_eq!(fleet.owner_of(&at_b), Owner::Member("b".into()));
         // Never read and absent: nothing.
         let fleet = Fleet::of_resources(&["a".into(), "b".into()]);
-        fleet
-            .read("a", Some(&spec(serde_json::json!({"name": "a"}))))
-            .unwrap();
-        fleet.read("b", None).unwrap();
+        fleet.read("a", Some(&spec(serde_json::json!({"name": "a"}))));
+        fleet.read("b", None);
         assert_eq!(fleet.owner_of(&at_b), Owner::Member("a".into()));
     }
 

@@ -96,6 +96,15 @@ async fn monitor_node(context: &Context, events: &EventSink, node: &Node) -> Res
 
 async fn delete_node(context: &Context, events: &EventSink, node: &Node) {
     let name = name_of(node);
+    // The cache's copy now, not the pass's: a node given to another provider while its
+    // instance was looked up is that provider's to judge.
+    if context
+        .nodes
+        .get(name)
+        .is_some_and(|now| !context.scope.owns(&now))
+    {
+        return;
+    }
     let reference = node.object_ref(&());
     events.normal(
         reference.clone(),

@@ -76,7 +76,8 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
         .cloned()
         .collect();
     // A route to a node that is there but not this provider's (another's, contested, or
-    // no one's) is not this provider's to delete; one to a node that is gone is.
+    // no one's) is not this provider's to delete, unless its cloud says it is a blackhole;
+    // one to a node that is gone is.
     let others: HashSet<&str> = all_nodes
         .iter()
         .filter(|node| !context.scope.owns(node))
@@ -137,7 +138,7 @@ async fn reconcile(context: &Context, events: &EventSink) -> Result<(), SyncErro
     let doomed: Vec<Route> = routes
         .iter()
         .filter(|route| is_responsible_for(cluster_cidrs, &route.destination_cidr))
-        .filter(|route| !others.contains(route.target_node.as_str()))
+        .filter(|route| route.blackhole || !others.contains(route.target_node.as_str()))
         .filter(|route| {
             route.blackhole
                 || !matches!(

@@ -172,7 +172,6 @@ pub fn start(
         record: None,
         record_written: None,
         tags: tag::Tags::default(),
-        routing_error: None,
     };
     tokio::spawn(rollout.run(shutdown));
     RolloutHandle {
@@ -217,8 +216,6 @@ struct Rollout {
     record_written: Option<RollbackRecord>,
     /// The digest an unpinned tag runs, and the checks of what it names.
     tags: tag::Tags,
-    /// Why the spec's routing fields were last refused (reported once).
-    routing_error: Option<String>,
 }
 
 impl Rollout {
@@ -258,7 +255,8 @@ impl Rollout {
                     self.written = None;
                 }
                 Ok(()) = contested.changed() => {
-                    self.note_contested(&contested.borrow_and_update());
+                    let counted = contested.borrow_and_update().clone();
+                    self.note_contested(counted.as_ref());
                     self.write_status().await;
                     continue;
                 }
@@ -298,9 +296,6 @@ impl Rollout {
             // Carry on from what was reported (transition times, conditions); what runs is
             // decided from the spec and the record, never from the status.
             self.status = status.clone();
-            // The contested nodes as this replica knows them, not as last written.
-            let contested = self.settings.fleet.contested().borrow().clone();
-            self.note_contested(&contested);
         }
         // A starting manager and a standby follow the object's record; the leader keeps its
         // own (the object may not carry its last write yet).
@@ -321,29 +316,23 @@ impl Rollout {
         if let Some(object) = &object {
             self.read_resolved(object, first);
         }
+        // Routing fields the spec parse refuses (InvalidSpec) leave the last ones in force.
         let spec = object.as_ref().map(|object| &object.spec);
-        let routing = self.settings.fleet.read(&self.settings.resource, spec);
+        self.settings.fleet.read(&self.settings.resource, spec);
         self.object = object;
-        match routing {
-            Ok(()) => self.routing_error = None,
-            Err(error) if self.routing_error.as_ref() != Some(&error) => {
-                let note = format!(
-                    "{error}; this provider serves no node and no Service until it is fixed"
-                );
-                tracing::warn!(resource = %self.settings.resource, "{note}");
-                self.warn("InvalidRouting", "spec", note);
-                self.routing_error = Some(error);
-            }
-            Err(_) => {}
+        if first {
+            // The contested nodes as this replica knows them, not as last written.
+            let contested = self.settings.fleet.contested().borrow().clone();
+            self.note_contested(contested.as_ref());
         }
     }
 
-    /// With several providers: `NodesUncontested`, naming the nodes this provider claims with
-    /// another and that other (the first 20).
-    fn note_contested(&mut self, contested: &crate::controllers::fleet::Contested) {
-        if !self.settings.fleet.several() {
+    /// With several providers, once the nodes' owners have been counted: `NodesUncontested`,
+    /// naming the nodes this provider claims with another and that other (the first 20).
+    fn note_contested(&mut self, contested: Option<&crate::controllers::fleet::Contested>) {
+        let Some(contested) = contested.filter(|_| self.settings.fleet.several()) else {
             return;
-        }
+        };
         const LISTED: usize = 20;
         let generation = self.generation();
         match contested.get(&self.settings.resource) {

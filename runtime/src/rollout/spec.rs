@@ -185,6 +185,10 @@ pub fn parse(
     if spec.name.is_empty() {
         return Err(refuse("spec.name")("must not be empty".into()));
     }
+    if let Some(selector) = &spec.node_selector {
+        crate::controllers::fleet::NodeSelector::parse(selector)
+            .map_err(refuse("spec.nodeSelector"))?;
+    }
     cloud_config_apart_from_credentials(spec, references)?;
     let cloud_config = match &spec.cloud_config {
         None => None,
@@ -732,6 +736,14 @@ mod tests {
         .expect("a spec")
     }
 
+    /// References read through a client that reaches nothing (for specs that fail first).
+    fn offline_references() -> std::sync::Arc<References> {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        References::new(client, "kube-system".into())
+    }
+
     fn defaults() -> Defaults {
         Defaults {
             egress: EgressConfig::default(),
@@ -919,11 +931,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_node_selector_the_api_server_would_refuse_is_refused_naming_it() {
+        let references = offline_references();
+        let mut spec = spec_with(
+            "https://api.example.com",
+            json!({"host": "https://api.example.com", "secretKeyRef": {"name": "t", "key": "t"}}),
+        );
+        spec.node_selector = Some(
+            serde_json::from_value(
+                json!({"matchExpressions": [{"key": "site", "operator": "In"}]}),
+            )
+            .unwrap(),
+        );
+        let error = parse(&spec, &defaults(), &references).unwrap_err();
+        assert_eq!(error.field, "spec.nodeSelector");
+        assert!(
+            error
+                .problem
+                .contains("matchExpressions[0]: operator In needs at least one value"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_cloud_config_from_a_credentials_secret_key_is_refused_naming_both_fields() {
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
-        let references = References::new(client, "kube-system".into());
+        let references = offline_references();
         let key = |name: &str, key: &str, namespace: Option<&str>| json!({"name": name, "key": key, "namespace": namespace});
         let api = "https://api.example.com";
         let with_config = |config: Value, credential: Value| {
@@ -971,10 +1003,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_sts_endpoint_the_manager_lists_passes_and_actions_reach_the_rule_and_the_shadow() {
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
-        let references = References::new(client, "kube-system".into());
+        let references = offline_references();
         let mut spec = spec_with(
             "https://*.amazonaws.com",
             json!({"host": "https://*.amazonaws.com", "type": "AwsSigV4", "aws": {"webIdentity": {"stsEndpoint": "http://127.0.0.1:5000"}}}),
@@ -1015,10 +1044,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_aws_credential_is_refused_naming_the_field() {
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
-        let references = References::new(client, "kube-system".into());
+        let references = offline_references();
         let key = |key: &str| json!({"name": "aws", "key": key});
         let keys = json!({
             "accessKeyIdRef": key("AWS_ACCESS_KEY_ID"),

@@ -239,7 +239,7 @@ mod tests {
                 "loadBalancerTargets": targets,
             }))
             .unwrap();
-            fleet.read(member, Some(&spec)).unwrap();
+            fleet.read(member, Some(&spec));
         }
         let nodes = [
             node("c1", &[("site", "c")], &[]),

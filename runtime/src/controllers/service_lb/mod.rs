@@ -691,7 +691,8 @@ async fn add_finalizer(
     lbs: &LoadBalancers,
     service: &Service,
 ) -> Result<(), SyncError> {
-    if has_finalizer(lbs, service) {
+    // Its own mark, even on a Service carrying upstream's: the one it cleans up by.
+    if lbs.marked(service) {
         return Ok(());
     }
     let patch = serde_json::json!({ "metadata": { "finalizers": [lbs.finalizer()] } });
