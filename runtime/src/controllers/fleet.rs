@@ -66,8 +66,7 @@ pub struct Members(BTreeMap<String, Membership>);
 enum Membership {
     /// Its spec has not been read yet.
     Unread,
-    /// Its `CloudProvider` does not exist, or its routing fields are unusable: it serves
-    /// nothing.
+    /// Its `CloudProvider` was absent, or refused, when first read: it serves nothing.
     Absent,
     /// What its spec says.
     Serving(Route),
@@ -89,16 +88,16 @@ pub struct Route {
 }
 
 impl Route {
-    /// The routing fields of `spec`, or why they cannot be used.
-    pub fn of(spec: &CloudProviderSpec) -> Result<Route, String> {
-        Ok(Route {
+    /// The routing fields of `spec`; `None` if its node selector is unusable (the spec
+    /// parse refuses it, saying why).
+    pub fn of(spec: &CloudProviderSpec) -> Option<Route> {
+        let node_selector = match &spec.node_selector {
+            None => None,
+            Some(selector) => Some(NodeSelector::parse(selector).ok()?),
+        };
+        Some(Route {
             provider: spec.name.clone(),
-            node_selector: spec
-                .node_selector
-                .as_ref()
-                .map(NodeSelector::parse)
-                .transpose()
-                .map_err(|error| format!("spec.nodeSelector: {error}"))?,
+            node_selector,
             class: spec.load_balancer_class.clone(),
             default: spec.default,
             targets: spec.load_balancer_targets.unwrap_or_default(),
@@ -216,10 +215,7 @@ impl Fleet {
     /// routing fields unusable: the spec parse says why), keeps the routing last read, as its
     /// active version keeps serving; one never read serves nothing.
     pub fn read(&self, member: &str, spec: Option<&CloudProviderSpec>) {
-        let read = match spec.map(Route::of) {
-            Some(Ok(route)) => Some(Membership::Serving(route)),
-            None | Some(Err(_)) => None,
-        };
+        let read = spec.and_then(Route::of).map(Membership::Serving);
         self.members.send_if_modified(|members| {
             let Some(current) = members.0.get_mut(member) else {
                 return false;
