@@ -83,7 +83,17 @@ registry:
             ),
         ),
         ("signatures", SIGNATURES.to_string()),
+        ("providers", several_providers_values()),
     ]
+}
+
+/// The several-providers page's values file (`# two-providers.yaml`).
+fn several_providers_values() -> String {
+    docs::block_starting(
+        "docs/src/operators/several-providers.md",
+        "yaml",
+        "# two-providers.yaml",
+    )
 }
 
 /// The operator's signature keys from a ConfigMap, and the CloudProvider's own from a
@@ -178,22 +188,23 @@ async fn chart_renders_valid_manifests_for_each_combination() {
                 "{release}: rendered objects fail the Kubernetes {KUBERNETES} schemas:\n{report}"
             );
         }
-        let rendered: CloudProvider =
-            serde_json::from_value(only(&objects, "CloudProvider").object.clone())
+        for object in all(&objects, "CloudProvider") {
+            let rendered: CloudProvider = serde_json::from_value(object.object.clone())
                 .expect("the rendered CloudProvider deserializes");
-        let created = cloud_providers
-            .create(&PostParams::default(), &rendered)
-            .await
-            .unwrap_or_else(|error| {
-                panic!("{release}: the CRD refuses the CloudProvider: {error}")
-            });
-        assert!(
-            same(
-                &serde_json::to_value(&created.spec).unwrap(),
-                &only(&objects, "CloudProvider").object["spec"]
-            ),
-            "{release}: the API server changed the rendered spec (a field the CRD does not know?)"
-        );
+            let created = cloud_providers
+                .create(&PostParams::default(), &rendered)
+                .await
+                .unwrap_or_else(|error| {
+                    panic!("{release}: the CRD refuses the CloudProvider: {error}")
+                });
+            assert!(
+                same(
+                    &serde_json::to_value(&created.spec).unwrap(),
+                    &object.object["spec"]
+                ),
+                "{release}: the API server changed the rendered spec (a field the CRD does not know?)"
+            );
+        }
         if let Some(monitor) = all(&objects, "ServiceMonitor").first() {
             check_service_monitor(&objects, monitor);
         }
@@ -1184,11 +1195,7 @@ metrics:
 /// `providers`, or two entries of one name, are refused naming what is wrong.
 #[test]
 fn chart_providers_make_a_cloud_provider_each_and_the_manager_follows_them_all() {
-    let values = docs::block_starting(
-        "docs/src/operators/several-providers.md",
-        "yaml",
-        "# two-providers.yaml",
-    );
+    let values = several_providers_values();
     let objects = render("fleet", &values).expect("renders");
     let providers: BTreeMap<&str, &Value> = all(&objects, "CloudProvider")
         .into_iter()
