@@ -66,7 +66,7 @@ fn provider_schema(spec: &Value) -> Value {
 fn providers_schema() -> Value {
     json!({
         "type": "array",
-        "description": "Several providers side by side, one CloudProvider each (RELEASE-NAME): each entry what `provider` holds.",
+        "description": "Several providers side by side, one CloudProvider each (FULLNAME-NAME): each entry what `provider` holds.",
         "items": {"allOf": [{"$ref": "#/properties/provider"}, {"required": ["ref", "name"]}]},
     })
 }

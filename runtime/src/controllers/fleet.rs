@@ -17,8 +17,9 @@
 //!   that made a load balancer deletes it however the Service or the specs change later; a
 //!   load balancer is deleted only when its Service goes or stops being a load balancer,
 //!   never because a spec changed whose it is. The one provider of a manager uses upstream's
-//!   (`service.kubernetes.io/load-balancer-cleanup`), as before, and the default provider of
-//!   several cleans up a Service carrying it (one made while its provider was alone).
+//!   (`service.kubernetes.io/load-balancer-cleanup`), as before; beside others, a Service
+//!   carrying it (marked while one provider was alone) is cleaned up by the provider that has
+//!   its class now (the default, without one).
 //!
 //! Until every provider's spec has been read, no node or Service is anyone's: a provider
 //! read first must not initialise a node a later one also selects. A provider whose object
@@ -436,7 +437,6 @@ impl Scope {
             },
             // Alone, it still cleans up what it made beside others.
             own,
-            adopts_upstream: default || !several,
             alone: !several,
         }
     }
@@ -463,8 +463,6 @@ pub struct LoadBalancers {
     /// Its own finalizer (`NAME.wasm-ccm.io/load-balancer-cleanup`), which it cleans up even
     /// alone, after serving beside others.
     own: String,
-    /// Whether upstream's finalizer on a Service is its own too.
-    adopts_upstream: bool,
     /// Whether it is the manager's one provider (and, as upstream, clears the status of a
     /// Service it is asked about that wants no load balancer).
     alone: bool,
@@ -480,7 +478,6 @@ impl LoadBalancers {
             default: true,
             finalizer: FINALIZER.to_string(),
             own: format!("simcloud{FINALIZER_SUFFIX}"),
-            adopts_upstream: true,
             alone: true,
         }
     }
@@ -510,8 +507,15 @@ impl LoadBalancers {
     }
 
     /// The finalizers on `service` that are this provider's to remove once its load
-    /// balancer is gone.
+    /// balancer is gone: the one it adds, its own, and upstream's when it is alone or serves
+    /// the Service's class (a Service marked while one provider served alone is the one of
+    /// whichever provider has its class now).
     pub fn own_finalizers<'a>(&self, service: &'a Service) -> Vec<&'a str> {
+        let class = service
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.load_balancer_class.as_deref());
+        let adopts_upstream = self.alone || self.serves_class(class);
         service
             .metadata
             .finalizers
@@ -519,7 +523,7 @@ impl LoadBalancers {
             .flatten()
             .map(String::as_str)
             .filter(|f| {
-                *f == self.finalizer || *f == self.own || (self.adopts_upstream && *f == FINALIZER)
+                *f == self.finalizer || *f == self.own || (adopts_upstream && *f == FINALIZER)
             })
             .collect()
     }
@@ -816,11 +820,21 @@ mod tests {
                 && !metal.serves_class(Some("example.com/other"))
         );
         assert_eq!(metal.finalizer(), "metal.wasm-ccm.io/load-balancer-cleanup");
-        // The default also cleans up upstream's finalizer (a Service made while it was alone).
+        // Upstream's finalizer (a Service marked while one provider served alone) is the
+        // provider's that has the Service's class now: the default's without one.
         let mut service = Service::default();
         service.metadata.finalizers = Some(vec![FINALIZER.into(), metal.finalizer().into()]);
         assert_eq!(cloud.own_finalizers(&service), vec![FINALIZER]);
         assert_eq!(metal.own_finalizers(&service), vec![metal.finalizer()]);
+        service.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            load_balancer_class: Some("wasm-ccm.io/metal".into()),
+            ..Default::default()
+        });
+        assert!(cloud.own_finalizers(&service).is_empty());
+        assert_eq!(
+            metal.own_finalizers(&service),
+            vec![FINALIZER, metal.finalizer()]
+        );
     }
 
     #[test]
