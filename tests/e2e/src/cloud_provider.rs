@@ -111,26 +111,28 @@ pub fn api(bed: &Testbed) -> Api<CloudProvider> {
     Api::all(bed.client.clone())
 }
 
-/// Create the CloudProvider, or replace its spec (as `kubectl edit` does: read, change,
-/// write, and again when the manager wrote in between, e.g. its rollback record).
+/// Create the CloudProvider `object` names, or replace its spec (as `kubectl edit` does:
+/// read, change, write, and again when the manager wrote in between, e.g. its rollback
+/// record).
 pub async fn apply(bed: &Testbed, object: &serde_json::Value) {
     let wanted: CloudProvider = serde_json::from_value(object.clone()).expect("a CloudProvider");
+    let name = wanted.metadata.name.clone().expect("a named CloudProvider");
     let api = api(bed);
     for _ in 0..10 {
-        let written = match api.get_opt(NAME).await.expect("get the CloudProvider") {
+        let written = match api.get_opt(&name).await.expect("get the CloudProvider") {
             None => api.create(&PostParams::default(), &wanted).await,
             Some(mut current) => {
                 current.spec = wanted.spec.clone();
-                api.replace(NAME, &PostParams::default(), &current).await
+                api.replace(&name, &PostParams::default(), &current).await
             }
         };
         match written {
             Ok(_) => return,
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(error) => panic!("write the CloudProvider: {error}"),
+            Err(error) => panic!("write the CloudProvider {name}: {error}"),
         }
     }
-    panic!("the CloudProvider kept changing under 10 writes");
+    panic!("the CloudProvider {name} kept changing under 10 writes");
 }
 
 /// A manager following the resource, with the testbed's egress flags as defaults (no

@@ -13,7 +13,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use e2e::Cloud;
-use e2e::cloud_provider::{NAMESPACE, TOKEN_SECRET, install_crd, resource_config, token_secret};
+use e2e::cloud_provider::{
+    NAMESPACE, TOKEN_SECRET, apply, install_crd, resource_config, token_secret,
+};
 use e2e::testbed::{Testbed, eventually, ingress_hostname, ingress_ip, is_uninitialized};
 use wasm_ccm::manager::{ManagerConfig, ProviderMode};
 use wasm_ccm::resource::{CloudProvider, CloudProviderStatus, ConditionStatus, condition};
@@ -94,28 +96,6 @@ fn edge_spec(edge: &Cloud, wasm: &str) -> serde_json::Value {
 
 fn simcloud_config(bed: &Testbed) -> serde_json::Value {
     json!({"api_url": bed.cloud.sim.url()})
-}
-
-/// Create the CloudProvider, or replace its spec.
-async fn apply(bed: &Testbed, object: &serde_json::Value) {
-    let wanted: CloudProvider = serde_json::from_value(object.clone()).expect("a CloudProvider");
-    let name = wanted.metadata.name.clone().expect("named");
-    let api: Api<CloudProvider> = Api::all(bed.client.clone());
-    for _ in 0..10 {
-        let written = match api.get_opt(&name).await.expect("get the CloudProvider") {
-            None => api.create(&PostParams::default(), &wanted).await,
-            Some(mut current) => {
-                current.spec = wanted.spec.clone();
-                api.replace(&name, &PostParams::default(), &current).await
-            }
-        };
-        match written {
-            Ok(_) => return,
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(error) => panic!("write the CloudProvider {name}: {error}"),
-        }
-    }
-    panic!("the CloudProvider {name} kept changing under 10 writes");
 }
 
 /// The status of CloudProvider `name` once `check` holds for it.

@@ -152,7 +152,7 @@ async fn run(exit_after: Option<Duration>) -> ExitCode {
         &simcloud_spec(&bed, guest_builds::SIMCLOUD, &cloud_config),
     )
     .await;
-    apply_edge(&bed, &edge).await;
+    cloud_provider::apply(&bed, &edge_spec(&edge)).await;
 
     let port = https::free_port();
     let mut config = cloud_provider::resource_config(&bed);
@@ -403,15 +403,6 @@ async fn add_edge_node(bed: &Testbed, edge: &Cloud, name: &str, zone: &str) {
         .get_or_insert_with(BTreeMap::new)
         .insert(SITE.into(), "edge".into());
     bed.create_node(&node).await;
-}
-
-/// Create the edgecloud CloudProvider.
-async fn apply_edge(bed: &Testbed, edge: &Cloud) {
-    let object: CloudProvider = serde_json::from_value(edge_spec(edge)).expect("a CloudProvider");
-    cloud_provider::api(bed)
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("create the edgecloud CloudProvider");
 }
 
 /// Wait (a minute at most) until v1 and the edge provider are active, every node initialised
