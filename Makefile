@@ -44,10 +44,16 @@ LINTED = RUSTC_WORKSPACE_WRAPPER="$$(rustc --print sysroot)/bin/clippy-driver" C
 # and a misformatted tree fails before anything is built.
 NEXTEST = target/test-tools/python/bin/cargo-nextest nextest
 
+# The workspace's native crates (the guests are built for wasm32 by tests/guest-builds):
+# the doc tests and the docs book build them with the features `make test`'s build resolved,
+# so nothing is built again.
+NATIVE := -p wasm-ccm-host -p wasm-ccm -p wasm-ccm-sdk -p cloud-sim -p guest-builds -p e2e \
+	-p kube-emulator -p docs-book
+
 test: setup
 	$(CARGO) fmt --all --check
 	$(LINTED) $(NEXTEST) run --locked --workspace
-	$(LINTED) $(CARGO) test --locked --doc
+	$(LINTED) $(CARGO) test --locked --doc $(NATIVE)
 
 # The property tests of what a provider may answer (tests/e2e/tests/answers_fuzz.rs), with
 # many more cases than `make test` runs (32 of each): FUZZ_CASES=100000 for a night's run.
@@ -57,11 +63,12 @@ fuzz: setup
 
 # The docs book (docs/, built by the mdbook program setup installs) into target/book, its
 # links and anchors checked (and the README's links into it): open target/book/index.html.
-# `--bin`, not `-p`: cargo then resolves features for the whole workspace, as the test build
-# does, and reuses what it built (`-p docs-book` rebuilt crates, which once took CI's test of
-# this over 5 min).
+# Built with every native crate selected (`$(NATIVE)`), not `-p docs-book` alone: cargo then
+# resolves features as the test build does and reuses what it built (`-p docs-book` alone
+# rebuilds crates, which once took CI's test of this over 5 min).
 docs:
-	$(CARGO) run --locked --bin docs-book -- docs target/book
+	$(CARGO) build --locked $(NATIVE) --bin docs-book
+	target/debug/docs-book docs target/book
 
 bench: setup
 	$(CARGO) bench --locked -p e2e --bench sandbox
