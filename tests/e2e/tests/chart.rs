@@ -154,16 +154,57 @@ fn chart_lints_strict() {
     );
 }
 
+/// One version for the crates (the workspace's), the chart and the image (its default tag
+/// is the chart's appVersion), and the changelog's newest section is unreleased or that
+/// version, in Keep a Changelog's shape.
 #[test]
-fn chart_app_version_is_the_workspace_version() {
+fn chart_and_changelog_carry_the_workspace_version() {
+    let version = env!("CARGO_PKG_VERSION");
     let text = std::fs::read_to_string(chart::chart_dir().join("Chart.yaml")).expect("Chart.yaml");
     let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml parses");
     assert_eq!(chart["apiVersion"], "v2");
-    assert_eq!(
-        chart["appVersion"],
-        env!("CARGO_PKG_VERSION"),
-        "Chart.yaml's appVersion must be the workspace version in Cargo.toml"
+    for field in ["version", "appVersion"] {
+        assert_eq!(
+            chart[field], version,
+            "Chart.yaml's {field} must be the workspace version in Cargo.toml"
+        );
+    }
+
+    let changelog =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../CHANGELOG.md"))
+            .expect("CHANGELOG.md");
+    assert!(
+        changelog.starts_with("# Changelog\n"),
+        "Keep a Changelog's title"
     );
+    let sections: Vec<&str> = changelog
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .collect();
+    let released = |heading: &str| -> Option<String> {
+        let (version, date) = heading.strip_prefix('[')?.split_once("] - ")?;
+        let semver = version.split('.').count() == 3
+            && version
+                .split('.')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let dated = date.len() == 10
+            && date.bytes().enumerate().all(|(i, b)| match i {
+                4 | 7 => b == b'-',
+                _ => b.is_ascii_digit(),
+            });
+        (semver && dated).then(|| version.to_string())
+    };
+    let newest = sections.first().expect("a section");
+    assert!(
+        *newest == "[Unreleased]" || released(newest).as_deref() == Some(version),
+        "the newest section is [Unreleased] or [{version}] - DATE, not {newest:?}"
+    );
+    for heading in sections.iter().skip(usize::from(*newest == "[Unreleased]")) {
+        assert!(
+            released(heading).is_some(),
+            "a released section is [X.Y.Z] - YYYY-MM-DD, not {heading:?}"
+        );
+    }
 }
 
 /// Every combination renders objects the Kubernetes schemas accept, and a CloudProvider the
