@@ -15,6 +15,9 @@
 //! backoff; the periodic address sync skips the node until the next period. That sync also
 //! removes from each node a DNS address naming another node (one answered before that node
 //! joined, when nothing held the name), with a Warning `AddressNamesAnotherNode`.
+//!
+//! With several providers, each one's cloud-node sees only its own nodes
+//! ([`crate::controllers::fleet::Scope::owns`]), checked again on the node it writes.
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! asks the provider about their instances: a node whose instance is definitely gone
 //! (`instance-exists` answered `false`) is deleted; one whose instance is shut down gets
 //! the `node.cloudprovider.kubernetes.io/shutdown` taint, removed again once it is Ready.
+//! Only this provider's nodes are looked at ([`crate::controllers::fleet::Scope::owns`]).
 //!
 //! A node is never deleted on an error, whatever its kind: a provider that traps, times out,
 //! is denied egress, or answers `not-found` *as an error* has not said the instance is gone.

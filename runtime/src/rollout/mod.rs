@@ -10,7 +10,10 @@
 //! may pass (a registry down, an `init` that could not reach the cloud) is retried with
 //! backoff, one that cannot (a digest mismatch, a wrong name) waits for the spec to change.
 //!
-//! Changing only grants, budgets or credentials reconfigures the active version in place.
+//! Changing only grants, budgets or credentials reconfigures the active version in place; the
+//! spec's routing fields (which nodes and Services are this provider's, beside others) take
+//! effect as they are read ([`crate::controllers::fleet::Fleet::read`]), whatever version
+//! runs, and a `NodesUncontested` condition says which of its nodes another provider claims.
 //! Under the Shadow strategy the candidate first answers the read-only calls beside the
 //! active version (a [`Shadow`], egress limited to safe methods) and is promoted after
 //! enough agreeing answers; a divergence holds it back. After an activation the previous

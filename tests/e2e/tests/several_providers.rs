@@ -14,7 +14,7 @@ use serde_json::json;
 
 use e2e::Cloud;
 use e2e::cloud_provider::{
-    NAMESPACE, TOKEN_SECRET, apply, install_crd, resource_config, token_secret,
+    NAMESPACE, TOKEN_SECRET, apply, condition_is, install_crd, resource_config, token_secret,
 };
 use e2e::testbed::{Testbed, eventually, ingress_hostname, ingress_ip, is_uninitialized};
 use wasm_ccm::manager::{ManagerConfig, ProviderMode};
@@ -327,11 +327,12 @@ async fn several_providers_serve_their_own_nodes_and_load_balancers_and_change_a
             resource,
             "the contested node on the condition",
             |status| {
-                status.conditions.iter().any(|c| {
-                    c.type_ == condition::NODES_UNCONTESTED
-                        && c.status == ConditionStatus::False
-                        && c.reason == "NodesContested"
-                })
+                condition_is(
+                    status,
+                    condition::NODES_UNCONTESTED,
+                    ConditionStatus::False,
+                    "NodesContested",
+                )
             },
         )
         .await;
@@ -369,11 +370,12 @@ async fn several_providers_serve_their_own_nodes_and_load_balancers_and_change_a
         .expect("relabel both-0");
     for resource in ["cloud", "edge"] {
         status_of(&bed, resource, "no contested node left", |status| {
-            status.conditions.iter().any(|c| {
-                c.type_ == condition::NODES_UNCONTESTED
-                    && c.status == ConditionStatus::True
-                    && c.reason == "NoContestedNodes"
-            })
+            condition_is(
+                status,
+                condition::NODES_UNCONTESTED,
+                ConditionStatus::True,
+                "NoContestedNodes",
+            )
         })
         .await;
     }
@@ -397,11 +399,12 @@ async fn several_providers_serve_their_own_nodes_and_load_balancers_and_change_a
     )
     .await;
     status_of(&bed, "cloud", "cloud rolled back", |status| {
-        status.conditions.iter().any(|c| {
-            c.type_ == condition::ROLLED_BACK
-                && c.status == ConditionStatus::True
-                && c.reason == "FailureRate"
-        })
+        condition_is(
+            status,
+            condition::ROLLED_BACK,
+            ConditionStatus::True,
+            "FailureRate",
+        )
     })
     .await;
     status_of(&bed, "edge", "edge runs v2", |status| {

@@ -1,9 +1,11 @@
 //! service-lb: a cloud load balancer for every `type: LoadBalancer` Service without a
-//! `loadBalancerClass`, as upstream's service controller:
+//! `loadBalancerClass`, as upstream's service controller (with several providers, for the
+//! Services of this provider's class, or without one if it is the default: see
+//! [`crate::controllers::fleet`]):
 //!
-//! - the finalizer `service.kubernetes.io/load-balancer-cleanup` is added before any cloud
-//!   call and removed only after the load balancer is gone, so a deleted Service never
-//!   leaks one;
+//! - the finalizer `service.kubernetes.io/load-balancer-cleanup` (beside other providers,
+//!   this provider's own) is added before any cloud call and removed only after the load
+//!   balancer is gone, so a deleted Service never leaks one;
 //! - ensure, update and delete with upstream's node predicates, status ingress written to
 //!   the status subresource, upstream's events;
 //! - `retry-after` is honoured as asked (within 1 s and 5 min, as the sandbox clamps it)
