@@ -6,7 +6,8 @@
 
 CARGO ?= cargo
 
-.PHONY: setup demo test fuzz docs bench bench-scale fmt lint
+.PHONY: setup demo test fuzz docs bench bench-scale fmt lint release release-prepare release-check
+.PHONY: release-tools
 
 # The wasm target; the programs the tests run (docker-registry, htpasswd, umoci, skopeo from
 # Debian; the Python tools of tests/python-tools.txt, cargo-nextest among them, and the node
@@ -83,3 +84,23 @@ fmt:
 
 lint: setup
 	$(CLIPPY)
+
+# Releases (docs/src/contributing/releasing.md). release-prepare sets VERSION everywhere it is
+# written, moves the changelog's [Unreleased] under it, commits and tags vVERSION; release
+# builds the manager for linux/amd64 and linux/arm64, their images under one index, the chart
+# pinned to it by digest, pushes both to REGISTRY (HOST[:PORT][/PATH]) with the credentials
+# of REGISTRY_CONFIG (a docker config JSON), signs them with SIGN_KEY and attaches the SBOM
+# (RELEASE_ARGS=--insecure for a plain-HTTP registry);
+# release-check runs the arm64 manager under qemu against the cloud simulator.
+release-prepare:
+	release/release.sh prepare $(VERSION)
+
+release: setup release-tools
+	release/release.sh publish $(VERSION) $(REGISTRY) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) \
+		$(if $(REGISTRY_CONFIG),--registry-config $(REGISTRY_CONFIG)) $(RELEASE_ARGS)
+
+release-check: setup release-tools
+	release/release.sh check
+
+release-tools:
+	bash release/install-release-tools.sh

@@ -13,6 +13,12 @@
 #   image/build.sh                                   # release binary -> target/image/oci
 #   image/build.sh --push ghcr.io/acme/wasm-ccm:0.1.0
 #   image/build.sh --binary PATH --push 127.0.0.1:5000/wasm-ccm:dev --insecure
+#   image/build.sh --platform linux/arm64 --binary target/aarch64-unknown-linux-gnu/release/wasm-ccm
+#
+# An image for another architecture than the machine's (release/release.sh builds arm64 on
+# amd64) takes its libraries from Debian's cross sysroot (/usr/aarch64-linux-gnu, from
+# libc6-arm64-cross, which gcc-aarch64-linux-gnu installs) and puts them where that
+# architecture's Debian has them.
 set -euo pipefail
 
 usage() {
@@ -23,6 +29,10 @@ Usage: image/build.sh [options]
                      built with `cargo build --release --locked -p wasm-ccm` if missing)
   --layout DIR       the OCI image layout to write (default: target/image/oci; replaced)
   --tag TAG          the tag in the layout (default: the binary's version)
+  --platform P       linux/amd64 or linux/arm64: what the binary is built for (default: this
+                     machine's); checked against the binary
+  --packages FILE    also write the Debian packages whose files ship, one line each:
+                     NAME VERSION ARCHITECTURE (release/release.sh's SBOM reads it)
   --push REF         also push to REF (REGISTRY/REPO:TAG) with skopeo; log in first with
                      `skopeo login REGISTRY` (or set REGISTRY_AUTH_FILE)
   --insecure         push over plain HTTP / without verifying TLS (a local test registry)
@@ -31,7 +41,8 @@ Usage: image/build.sh [options]
   -h, --help         this text
 
 Environment: SOURCE_DATE_EPOCH fixes file mtimes and `created` (default: HEAD's commit time).
-Needs umoci, skopeo (for --push), GNU tar, ldd and dpkg-query: `make setup` installs them.
+Needs umoci, skopeo (for --push), GNU tar, ldd, readelf and dpkg-query: `make setup` installs
+them.
 EOF
 }
 
@@ -47,6 +58,8 @@ METRICS_PORT=10258
 binary=
 layout=$root/target/image/oci
 tag=
+platform=linux/$(dpkg --print-architecture)
+packages_out=
 push=
 insecure=false
 source_url=
@@ -56,6 +69,8 @@ while [ $# -gt 0 ]; do
         --binary) binary=$2; shift 2 ;;
         --layout) layout=$2; shift 2 ;;
         --tag) tag=$2; shift 2 ;;
+        --platform) platform=$2; shift 2 ;;
+        --packages) packages_out=$2; shift 2 ;;
         --push) push=$2; shift 2 ;;
         --insecure) insecure=true; shift ;;
         --source) source_url=$2; shift 2 ;;
@@ -76,6 +91,7 @@ need() {
 }
 need umoci "it builds the image"
 need ldd "it lists the binary's shared libraries"
+need readelf "it reads the binary's architecture and, for another architecture, its libraries"
 need dpkg-query "it finds the Debian packages whose copyright files ship"
 [ -z "$push" ] || need skopeo "it pushes the image"
 [ -f "$CA_BUNDLE" ] || fail "no CA bundle at $CA_BUNDLE: install Debian's ca-certificates"
@@ -90,8 +106,28 @@ fi
 [ -x "$binary" ] || fail "no executable binary at $binary"
 binary=$(realpath "$binary")
 
-# The version the binary reports (`wasm-ccm 0.1.0`), so labels describe what is packaged.
-version=$("$binary" --version | awk '{ print $2 }')
+# The platform, as the image config and Debian name it, and the binary built for it.
+architecture=${platform#linux/}
+case "$platform" in
+    linux/amd64) machine="Advanced Micro Devices X86-64" gnu_triple=x86_64-linux-gnu ;;
+    linux/arm64) machine="AArch64" gnu_triple=aarch64-linux-gnu ;;
+    *) fail "--platform $platform: linux/amd64 or linux/arm64" ;;
+esac
+built_for=$(readelf -h "$binary" 2>/dev/null | sed -nE 's/^ *Machine: *(.*)$/\1/p' || true)
+[ "$built_for" = "$machine" ] \
+    || fail "$binary is built for ${built_for:-an unknown machine}, not $platform ($machine)"
+native=false
+[ "$architecture" != "$(dpkg --print-architecture)" ] || native=true
+
+# The version the binary reports (`wasm-ccm 0.1.0`), so labels describe what is packaged; a
+# binary for another architecture runs under qemu's user emulation with the cross sysroot.
+if [ "$native" = true ]; then
+    version=$("$binary" --version | awk '{ print $2 }')
+else
+    emulator=qemu-${gnu_triple%%-*}-static
+    need "$emulator" "it runs the $platform binary to ask its version (Debian's qemu-user-static)"
+    version=$("$emulator" -L "/usr/$gnu_triple" "$binary" --version | awk '{ print $2 }')
+fi
 [ -n "$version" ] || fail "$binary --version printed no version"
 tag=${tag:-$version}
 if [ -z "$revision" ]; then
@@ -118,27 +154,58 @@ rootfs=$work/rootfs
 umask 022
 mkdir -p "$rootfs"
 
-# The manager and, at the paths ldd resolves them to, the libraries it links and the
-# dynamic loader its ELF header names. A static binary has none.
+# The manager and the libraries it links with the dynamic loader its ELF header names: on
+# this machine's architecture at the paths ldd resolves them to; for another, found in
+# Debian's cross sysroot by their names (readelf's NEEDED, transitively) and put in that
+# architecture's multiarch directory, the loader at the path the binary names. A static
+# binary has none.
 install -D -m 0755 "$binary" "$rootfs$BINARY_PATH"
-libraries=$(ldd "$binary" 2>/dev/null | awk '
-    $2 == "=>" && $3 ~ /^\// { print $3; next }
-    $1 ~ /^\// { print $1 }' || true)
+if [ "$native" = true ]; then
+    libraries=$(ldd "$binary" 2>/dev/null | awk '
+        $2 == "=>" && $3 ~ /^\// { print $3 " " $3; next }
+        $1 ~ /^\// { print $1 " " $1 }' || true)
+else
+    sysroot=/usr/$gnu_triple/lib
+    [ -d "$sysroot" ] || fail "no $sysroot: install Debian's gcc-$gnu_triple (it brings the $architecture libraries)"
+    needed() { readelf -d "$1" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]$/\1/p'; }
+    interpreter=$(readelf -l "$binary" | sed -nE 's/.*Requesting program interpreter: (.*)\]$/\1/p')
+    libraries=
+    [ -z "$interpreter" ] || libraries="$sysroot/$(basename "$interpreter") $interpreter"
+    queue=$(needed "$binary")
+    seen=" "
+    while [ -n "$queue" ]; do
+        name=${queue%%$'\n'*}
+        [ "$queue" = "$name" ] && queue= || queue=${queue#*$'\n'}
+        case "$seen" in *" $name "*) continue ;; esac
+        seen="$seen$name "
+        [ -f "$sysroot/$name" ] || fail "$binary needs $name, which $sysroot does not have"
+        case "$name" in ld-linux*) continue ;; esac
+        libraries="$libraries"$'\n'"$sysroot/$name /usr/lib/$gnu_triple/$name"
+        more=$(needed "$sysroot/$name")
+        [ -z "$more" ] || queue="$queue${queue:+$'\n'}$more"
+    done
+fi
 packages=(ca-certificates)
-for library in $libraries; do
+while read -r library destination; do
+    [ -n "$library" ] || continue
     mode=0644
     case "$(basename "$library")" in ld-linux*) mode=0755 ;; esac
-    install -D -m "$mode" "$(realpath "$library")" "$rootfs$library"
-    package=$(dpkg-query -S "$library" 2>/dev/null | head -1 | cut -d: -f1) \
-        || fail "no Debian package owns $library: cannot ship its copyright file"
+    install -D -m "$mode" "$(realpath "$library")" "$rootfs$destination"
+    package=$(dpkg-query -S "$library" 2>/dev/null | head -1 | cut -d: -f1 || true)
+    [ -n "$package" ] || fail "no Debian package owns $library: cannot ship its copyright file"
     packages+=("$package")
-done
+done <<<"$libraries"
+packages=($(printf '%s\n' "${packages[@]}" | sort -u))
 
 # Licences of what is copied from Debian, as distroless ships them.
-for package in $(printf '%s\n' "${packages[@]}" | sort -u); do
+for package in "${packages[@]}"; do
     install -D -m 0644 "/usr/share/doc/$package/copyright" \
         "$rootfs/usr/share/doc/$package/copyright"
 done
+
+if [ -n "$packages_out" ]; then
+    dpkg-query -W -f '${Package} ${Version} ${Architecture}\n' "${packages[@]}" >"$packages_out"
+fi
 
 # Registry pulls verify TLS with the system's roots (rustls-platform-verifier); provider
 # egress uses the Mozilla roots compiled into the binary.
@@ -199,7 +266,7 @@ else
 fi
 config=(
     --created "$created"
-    --architecture "$(dpkg --print-architecture)" --os linux
+    --architecture "$architecture" --os linux
     --config.user "$USER_ID:$USER_ID"
     --config.entrypoint "$BINARY_PATH"
     --config.workingdir /home/nonroot

@@ -19,10 +19,19 @@ pub const WASM_LAYER: &str = "application/wasm";
 pub const WASM_TO_OCI_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
 /// Media type of the manifests `provider push` writes.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-/// Manifest media types a pull accepts (a registry may answer with either).
+/// Media type of an image index (a multi-platform image, a referrers list).
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// Manifest media types a provider pull accepts (a registry may answer with either).
 pub const MANIFEST_TYPES: [&str; 2] = [
     OCI_MANIFEST,
     "application/vnd.docker.distribution.manifest.v2+json",
+];
+/// What the `artifact` commands accept besides: the indexes of multi-platform images (the
+/// manager's own). Only they ask for an index, so a registry that answers by the Accept
+/// header never hands a provider pull an index in place of a manifest.
+pub const INDEX_TYPES: [&str; 2] = [
+    OCI_INDEX,
+    "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
 /// Largest component a pull accepts: 128 MiB, many times any real provider. A registry
 /// cannot make the manager hold more (the layer's size is checked before it is read, and
@@ -89,8 +98,17 @@ pub fn check_manifest(
     bytes: &[u8],
     digest: &str,
 ) -> Result<(ManifestSummary, OciDescriptor), LayoutError> {
-    let manifest: OciImageManifest = serde_json::from_slice(bytes)
-        .map_err(|error| LayoutError::NotAManifest(error.to_string()))?;
+    let manifest: OciImageManifest = serde_json::from_slice(bytes).map_err(|error| {
+        let media_type = serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|value| value["mediaType"].as_str().map(str::to_string));
+        LayoutError::NotAManifest(match media_type {
+            Some(index) if INDEX_TYPES.contains(&index.as_str()) => format!(
+                "it is an image index ({index}), as a multi-platform container image is; a provider is one image manifest"
+            ),
+            _ => error.to_string(),
+        })
+    })?;
     let summary = ManifestSummary {
         digest: digest.to_string(),
         media_type: manifest
@@ -279,6 +297,15 @@ mod tests {
             check_manifest(b"{\"schemaVersion\": 2}", "d"),
             Err(LayoutError::NotAManifest(_))
         ));
+        let index =
+            serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []});
+        let error = check_manifest(index.to_string().as_bytes(), "d").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the manifest is not an OCI image manifest: it is an image index \
+             (application/vnd.oci.image.index.v1+json), as a multi-platform container image is; \
+             a provider is one image manifest"
+        );
         let huge = manifest(WASM_CONFIG, &[(WASM_LAYER, 1 << 40)]);
         assert!(matches!(
             check_manifest(&huge, "d"),

@@ -13,6 +13,7 @@
 mod credentials;
 pub mod layout;
 mod reference;
+mod referrers;
 mod registry;
 pub mod signature;
 mod store;
@@ -24,6 +25,7 @@ use std::sync::{Arc, OnceLock};
 pub use credentials::{CredentialsError, RegistryCredentials};
 pub use layout::{ComponentWorld, LayoutError, ManifestSummary};
 pub use reference::{OciRef, ProviderRef, ReferenceError};
+pub use referrers::{Attached, Attachment, Listing, MAX_ATTACHED, MAX_ATTACHMENT_BYTES, Referrer};
 pub use registry::RegistryError;
 pub use signature::{
     KeyError, PublicKey, Signature, SignatureError, SignaturePolicy, SigningKey, TrustedKeys,
@@ -297,6 +299,17 @@ impl Distribution {
         Ok(digest)
     }
 
+    /// The digest of whatever manifest `oci` names, an image index too: the manager's own
+    /// release artifacts, which `wasm-ccm artifact` signs and checks.
+    pub async fn resolve_artifact(&self, oci: &OciRef) -> Result<String, FetchError> {
+        let (_, digest) = self
+            .registry()
+            .manifest_or_index(oci, layout::MAX_MANIFEST_BYTES)
+            .await
+            .map_err(registry_error(oci))?;
+        Ok(digest)
+    }
+
     /// Publish `wasm` as `oci` in the CNCF wasm layout; returns the manifest digest.
     pub async fn push(
         &self,
@@ -374,6 +387,12 @@ impl std::fmt::Display for SignatureReadError {
             }
         }
     }
+}
+
+/// A registry failure on `reference`, as a [`FetchError`] naming it.
+fn registry_error(reference: &OciRef) -> impl FnOnce(RegistryError) -> FetchError + use<> {
+    let reference = reference.to_string();
+    move |error| FetchError::Registry { reference, error }
 }
 
 /// The reference of the signature artifact of `digest` in `oci`'s repository.
@@ -493,11 +512,8 @@ impl Distribution {
 
     /// Sign the provider `oci` names with `key` and publish the signature in the cosign
     /// layout: appended to the signature artifact of its digest, which is made if missing.
+    /// What `oci` names must be a provider (a component in the wasm layout).
     pub async fn sign(&self, oci: &OciRef, key: &SigningKey) -> Result<Signed, SignError> {
-        let registry_error = |reference: &OciRef| {
-            let reference = reference.to_string();
-            move |error| FetchError::Registry { reference, error }
-        };
         let (manifest, digest) = self
             .registry()
             .manifest(oci, layout::MAX_MANIFEST_BYTES)
@@ -507,6 +523,22 @@ impl Distribution {
             reference: oci.to_string(),
             error,
         })?;
+        self.sign_digest(oci, digest, key).await
+    }
+
+    /// Sign whatever manifest `oci` names (an image, an image index, a Helm chart) with
+    /// `key`, as [`Distribution::sign`] signs a provider: the manager's own release artifacts.
+    pub async fn sign_artifact(&self, oci: &OciRef, key: &SigningKey) -> Result<Signed, SignError> {
+        let digest = self.resolve_artifact(oci).await?;
+        self.sign_digest(oci, digest, key).await
+    }
+
+    async fn sign_digest(
+        &self,
+        oci: &OciRef,
+        digest: String,
+        key: &SigningKey,
+    ) -> Result<Signed, SignError> {
         let signatures = signature_ref(oci, &digest);
         let mut layers: Vec<serde_json::Value> = match self
             .registry()
@@ -550,6 +582,7 @@ impl Distribution {
                 &signatures,
                 &[&(payload, payload_digest), &(config, config_digest)],
                 &manifest,
+                layout::OCI_MANIFEST,
             )
             .await
             .map_err(registry_error(&signatures))?;

@@ -107,7 +107,7 @@ fn parse_oci(text: &str) -> Result<OciRef, String> {
     })
 }
 
-fn check_digest(digest: &str) -> Result<String, String> {
+pub(super) fn check_digest(digest: &str) -> Result<String, String> {
     let (algorithm, hex) = digest
         .split_once(':')
         .ok_or_else(|| format!("digest {digest:?} is not ALGORITHM:HEX, e.g. sha256:<64 hex>"))?;

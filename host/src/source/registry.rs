@@ -28,7 +28,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
 use super::credentials::{Credential, RegistryCredentials};
-use super::layout::{MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, digest_like};
+use super::layout::{INDEX_TYPES, MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, digest_like};
 use super::reference::OciRef;
 use token::TokenError;
 
@@ -186,25 +186,34 @@ impl RegistryClient {
         oci: &OciRef,
         max_bytes: u64,
     ) -> Result<(Vec<u8>, String), RegistryError> {
+        self.manifest_of(oci, max_bytes, &MANIFEST_TYPES).await
+    }
+
+    /// As [`RegistryClient::manifest`], an image index accepted too: for the manager's own
+    /// release artifacts (a multi-platform image) and referrers lists.
+    pub async fn manifest_or_index(
+        &self,
+        oci: &OciRef,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
+        let accepted = [MANIFEST_TYPES, INDEX_TYPES].concat();
+        self.manifest_of(oci, max_bytes, &accepted).await
+    }
+
+    async fn manifest_of(
+        &self,
+        oci: &OciRef,
+        max_bytes: u64,
+        accepted: &[&str],
+    ) -> Result<(Vec<u8>, String), RegistryError> {
         let reference = reference(oci);
-        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
-        let bytes = retry(oci, || async {
-            let fetched = self.bounded_manifest(&client, &reference, &auth, max_bytes);
-            match tokio::time::timeout(MANIFEST_DEADLINE, fetched).await {
-                Ok(fetched) => fetched.map_err(|error| match error {
-                    Fetch::Oci(error) => classify(error, oci, &self.credentials),
-                    Fetch::TooLarge => RegistryError::Protocol(format!(
-                        "the manifest of {} is larger than {max_bytes} bytes; refused",
-                        oci.repository
-                    )),
-                }),
-                Err(_) => Err(RegistryError::Unreachable {
-                    attempts: 1,
-                    error: format!("no whole manifest within {MANIFEST_DEADLINE:?}"),
-                }),
-            }
-        })
-        .await?;
+        let path = format!(
+            "manifests/{}",
+            reference.digest().or(reference.tag()).unwrap_or("latest")
+        );
+        let bytes = self
+            .document(oci, &path, accepted, max_bytes, "manifest")
+            .await?;
         // The identity is the digest in the algorithm pinned, sha256 otherwise.
         let digest = digest_like(oci.digest.as_deref().unwrap_or_default(), &bytes);
         if let Some(pinned) = &oci.digest
@@ -216,15 +225,79 @@ impl RegistryClient {
                 actual: digest,
             });
         }
-        Ok((bytes.to_vec(), digest))
+        Ok((bytes, digest))
     }
 
-    /// The blob `layer` describes, checked against its digest and size.
+    /// The referrers of the manifest `digest` in `oci`'s repository as the registry's
+    /// referrers API lists them (an image index, refused past `max_bytes`); `None` when the
+    /// registry has no referrers API (registries before OCI 1.1, Debian's `docker-registry`
+    /// among them, answer 404).
+    pub async fn referrers(
+        &self,
+        oci: &OciRef,
+        digest: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
+        let path = format!("referrers/{digest}");
+        let listed = self
+            .document(oci, &path, &INDEX_TYPES, max_bytes, "referrers list")
+            .await;
+        match listed {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(RegistryError::NotFound(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// What `GET /v2/REPOSITORY/PATH` answers in `oci`'s repository (`what` it is, for
+    /// errors), as [`RegistryClient::bounded_get`] reads it, each attempt within
+    /// [`MANIFEST_DEADLINE`], transient failures retried.
+    async fn document(
+        &self,
+        oci: &OciRef,
+        path: &str,
+        accepted: &[&str],
+        max_bytes: u64,
+        what: &str,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let reference = reference(oci);
+        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
+        retry(oci, || async {
+            let fetched = self.bounded_get(&client, &reference, &auth, path, accepted, max_bytes);
+            match tokio::time::timeout(MANIFEST_DEADLINE, fetched).await {
+                Ok(fetched) => fetched.map_err(|error| match error {
+                    Fetch::Oci(error) => classify(error, oci, &self.credentials),
+                    Fetch::TooLarge => RegistryError::Protocol(format!(
+                        "the {what} of {} is larger than {max_bytes} bytes; refused",
+                        oci.repository
+                    )),
+                }),
+                Err(_) => Err(RegistryError::Unreachable {
+                    attempts: 1,
+                    error: format!("no whole {what} within {MANIFEST_DEADLINE:?}"),
+                }),
+            }
+        })
+        .await
+    }
+
+    /// The blob `layer` describes, checked against its digest and size. The descriptor is
+    /// the registry's word: its digest must be one (it goes into the request's path) and it
+    /// may name no other place to fetch from (`urls`, which oci-client would follow to any
+    /// host, outside `--insecure-registry`'s rule).
     pub async fn blob(
         &self,
         oci: &OciRef,
         layer: &OciDescriptor,
     ) -> Result<Vec<u8>, RegistryError> {
+        super::reference::check_digest(&layer.digest)
+            .map_err(|problem| RegistryError::Protocol(format!("a layer's {problem}")))?;
+        if layer.urls.as_ref().is_some_and(|urls| !urls.is_empty()) {
+            return Err(RegistryError::Protocol(format!(
+                "layer {} names other places to fetch it from (urls); refused",
+                layer.digest
+            )));
+        }
         let reference = reference(oci);
         let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
         client
@@ -281,17 +354,23 @@ impl RegistryClient {
                 actual: packed.manifest.1.clone(),
             });
         }
-        self.push_manifest(oci, &[&packed.layer, &packed.config], &packed.manifest.0)
-            .await
+        self.push_manifest(
+            oci,
+            &[&packed.layer, &packed.config],
+            &packed.manifest.0,
+            super::layout::OCI_MANIFEST,
+        )
+        .await
     }
 
-    /// Push `blobs` (bytes and digest), then the OCI image `manifest` that names them, as
-    /// `oci` (its tag, or the digest of the manifest).
+    /// Push `blobs` (bytes and digest), then the `manifest` of `media_type` (an image
+    /// manifest, or an index) that names them, as `oci` (its tag, or the manifest's digest).
     pub async fn push_manifest(
         &self,
         oci: &OciRef,
         blobs: &[&(Vec<u8>, String)],
         manifest: &[u8],
+        media_type: &str,
     ) -> Result<(), RegistryError> {
         let reference = reference(oci);
         let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
@@ -303,7 +382,7 @@ impl RegistryClient {
             self.retrying(oci, || client.push_blob(&reference, bytes.clone(), digest))
                 .await?;
         }
-        let content_type = http_header(super::layout::OCI_MANIFEST);
+        let content_type = http_header(media_type);
         self.retrying(oci, || {
             client.push_manifest_raw(&reference, manifest.to_vec(), content_type.clone())
         })
@@ -344,14 +423,17 @@ impl From<reqwest::Error> for Fetch {
 }
 
 impl RegistryClient {
-    /// The manifest `reference` names, authenticated as oci-client would (a bearer token
-    /// from the registry's token service, basic credentials, or none), read in chunks and
-    /// refused past `max_bytes`.
-    async fn bounded_manifest(
+    /// What `GET /v2/REPOSITORY/PATH` answers for `reference`'s repository (`manifests/TAG`,
+    /// `referrers/DIGEST`), asking for the media types `accepted`, authenticated as oci-client would (a bearer token from the
+    /// registry's token service, basic credentials, or none), read in chunks and refused
+    /// past `max_bytes`.
+    async fn bounded_get(
         &self,
         client: &Client,
         reference: &Reference,
         auth: &RegistryAuth,
+        path: &str,
+        accepted: &[&str],
         max_bytes: u64,
     ) -> Result<Vec<u8>, Fetch> {
         // As oci-client's own pulls: a token service that refuses leaves the request to go
@@ -367,17 +449,13 @@ impl RegistryClient {
         } else {
             "https"
         };
-        let target = reference.digest().or(reference.tag()).unwrap_or("latest");
-        let url = format!(
-            "{scheme}://{registry}/v2/{}/manifests/{target}",
-            reference.repository()
-        );
+        let url = format!("{scheme}://{registry}/v2/{}/{path}", reference.repository());
         let http = self
             .manifest_http
             .get_or_init(|| manifest_client(&self.insecure));
         let mut request = http
             .get(&url)
-            .header(http::header::ACCEPT, MANIFEST_TYPES.join(", "));
+            .header(http::header::ACCEPT, accepted.join(", "));
         request = match (token.as_ref(), auth) {
             (Some(token), _) | (None, RegistryAuth::Bearer(token)) => request.bearer_auth(token),
             (None, RegistryAuth::Basic(username, password)) => {
@@ -766,6 +844,22 @@ mod tests {
         (addr, count)
     }
 
+    /// A client of a [`scripted_registry`] (plain HTTP), the reference it serves, and the
+    /// count of its manifest requests.
+    async fn scripted_client(
+        statuses: &'static [u16],
+    ) -> (RegistryClient, OciRef, Arc<AtomicUsize>) {
+        let (addr, count) = scripted_registry(statuses).await;
+        let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
+        let oci = OciRef {
+            registry: addr,
+            repository: "p/simcloud".into(),
+            tag: Some("v1".into()),
+            digest: None,
+        };
+        (client, oci, count)
+    }
+
     async fn manifest_from(statuses: &'static [u16]) -> (Result<String, RegistryError>, usize) {
         manifest_within(statuses, crate::source::layout::MAX_MANIFEST_BYTES).await
     }
@@ -776,14 +870,7 @@ mod tests {
         statuses: &'static [u16],
         max_bytes: u64,
     ) -> (Result<String, RegistryError>, usize) {
-        let (addr, count) = scripted_registry(statuses).await;
-        let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
-        let oci = OciRef {
-            registry: addr,
-            repository: "p/simcloud".into(),
-            tag: Some("v1".into()),
-            digest: None,
-        };
+        let (client, oci, count) = scripted_client(statuses).await;
         let result = client
             .manifest(&oci, max_bytes)
             .await
@@ -798,6 +885,38 @@ mod tests {
         let (refused, _) = manifest_within(&[200], 16).await;
         assert!(
             matches!(&refused, Err(RegistryError::Protocol(text)) if text.contains("larger than 16 bytes")),
+            "{refused:?}"
+        );
+    }
+
+    /// A layer descriptor is the registry's word: one naming other places to fetch from
+    /// (oci-client would follow them to any host) or with a digest that is none (it would go
+    /// into the request's path) is refused before any request.
+    #[tokio::test]
+    async fn a_layer_elsewhere_or_without_a_digest_is_refused_unrequested() {
+        // (A request would be answered with an empty blob: a digest mismatch, not these.)
+        let (client, oci, _) = scripted_client(&[200]).await;
+        let elsewhere = OciDescriptor {
+            media_type: "application/wasm".into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            size: 10,
+            urls: Some(vec!["http://169.254.169.254/latest/meta-data/".into()]),
+            annotations: None,
+            artifact_type: None,
+        };
+        let refused = client.blob(&oci, &elsewhere).await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Protocol(text)) if text.contains("(urls); refused")),
+            "{refused:?}"
+        );
+        let pathless = OciDescriptor {
+            digest: "sha256:../../../v2/other/blobs/x".into(),
+            urls: None,
+            ..elsewhere
+        };
+        let refused = client.blob(&oci, &pathless).await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Protocol(text)) if text.starts_with("a layer's digest")),
             "{refused:?}"
         );
     }

@@ -66,6 +66,31 @@ impl DistributionFlags {
     }
 }
 
+/// Registries and their credentials, without a cache: for the `artifact` subcommands,
+/// which check a release against its registry, never a copy.
+#[derive(Debug, Clone, Args)]
+pub struct RegistryFlags {
+    /// A registry (HOST:PORT) reached over plain HTTP instead of HTTPS. Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT", value_parser = registry_host, help_heading = "Registry")]
+    pub insecure_registries: Vec<String>,
+
+    /// Registry credentials: a docker config JSON file (as `docker login` writes it).
+    #[arg(long, value_name = "FILE", help_heading = "Registry")]
+    pub registry_config: Option<PathBuf>,
+}
+
+impl RegistryFlags {
+    /// As [`DistributionFlags`] with no `--cache-dir`.
+    pub fn uncached(&self) -> DistributionFlags {
+        DistributionFlags {
+            insecure_registries: self.insecure_registries.clone(),
+            registry_config: self.registry_config.clone(),
+            cache_dir: None,
+            cache_max_size: 0,
+        }
+    }
+}
+
 /// A provider reference as the `provider` subcommands take it: `file://PATH`, `oci://…`,
 /// or a plain path to a file.
 pub fn parse_reference(text: &str) -> anyhow::Result<ProviderRef> {

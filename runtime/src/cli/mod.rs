@@ -9,6 +9,7 @@
 //! append `extraArgs` after a chart's own arguments to override them. List flags append
 //! instead (`--allow`, `--credential`, and `--controllers` as upstream's string slices).
 
+mod artifact_cmd;
 mod conformance;
 mod distribution;
 mod provider_cmd;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use artifact_cmd::ArtifactCommand;
 pub use distribution::DistributionFlags;
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
@@ -66,6 +68,11 @@ pub enum Command {
     #[command(subcommand)]
     Provider(ProviderCommand),
 
+    /// Sign, verify and describe the manager's own release artifacts (its image, its chart)
+    /// in a registry (for maintainers and operators).
+    #[command(subcommand)]
+    Artifact(ArtifactCommand),
+
     /// Print the CloudProvider CustomResourceDefinition (YAML) the manager's types define, as
     /// the chart ships it: `wasm-ccm crd | kubectl apply -f -`.
     Crd,
@@ -81,6 +88,7 @@ impl Cli {
     pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Some(Command::Provider(command)) => command.run().await,
+            Some(Command::Artifact(command)) => command.run().await,
             Some(Command::Crd) => {
                 print!("{}", crate::resource::crd_yaml());
                 Ok(std::process::ExitCode::SUCCESS)

@@ -322,7 +322,7 @@ impl ProviderCommand {
                 reference,
                 key,
                 distribution,
-            } => verify(&reference, &key, &distribution).await,
+            } => verify(&reference, &key, &distribution, Checked::Provider).await,
             ProviderCommand::Pull {
                 reference,
                 output,
@@ -371,7 +371,7 @@ async fn sign(
     Ok(ExitCode::SUCCESS)
 }
 
-fn report_signed(signed: &Signed, key: &SigningKey) {
+pub(super) fn report_signed(signed: &Signed, key: &SigningKey) {
     eprintln!(
         "signed {} with {}; {} signature(s) in {}",
         signed.digest,
@@ -381,11 +381,19 @@ fn report_signed(signed: &Signed, key: &SigningKey) {
     );
 }
 
+/// What a `verify` checks: a provider, or any of the manager's own artifacts (an image
+/// index too).
+pub(super) enum Checked {
+    Provider,
+    Artifact,
+}
+
 /// Check `reference`'s signatures against `keys`, as run mode does (never from the cache).
-async fn verify(
+pub(super) async fn verify(
     reference: &str,
     keys: &[PathBuf],
     distribution: &DistributionFlags,
+    checked: Checked,
 ) -> anyhow::Result<ExitCode> {
     let oci = oci_reference(reference, "verify")?;
     let policy = SignaturePolicy::default().and(TrustedKeys {
@@ -396,7 +404,10 @@ async fn verify(
     settings.cache = None;
     let distribution = Distribution::new(settings);
     let reference = ProviderRef::Oci(oci.clone());
-    let digest = distribution.resolve(&oci).await?;
+    let digest = match checked {
+        Checked::Provider => distribution.resolve(&oci).await?,
+        Checked::Artifact => distribution.resolve_artifact(&oci).await?,
+    };
     let verified = distribution
         .verify_signatures(&reference, &digest, &policy)
         .await?;
@@ -412,7 +423,7 @@ async fn verify(
     Ok(ExitCode::SUCCESS)
 }
 
-fn oci_reference(reference: &str, command: &str) -> anyhow::Result<OciRef> {
+pub(super) fn oci_reference(reference: &str, command: &str) -> anyhow::Result<OciRef> {
     match parse_reference(reference)? {
         ProviderRef::Oci(oci) => Ok(oci),
         ProviderRef::File(_) => bail!(
@@ -421,13 +432,13 @@ fn oci_reference(reference: &str, command: &str) -> anyhow::Result<OciRef> {
     }
 }
 
-fn signing_key(path: &Path, flag: &str) -> anyhow::Result<SigningKey> {
+pub(super) fn signing_key(path: &Path, flag: &str) -> anyhow::Result<SigningKey> {
     let pem = std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))?;
     SigningKey::from_pem(path.display().to_string(), &pem)
         .map_err(|error| anyhow::anyhow!("{flag} {error}"))
 }
 
-fn public_keys(paths: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PublicKey>> {
+pub(super) fn public_keys(paths: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PublicKey>> {
     paths
         .iter()
         .map(|path| {
@@ -458,7 +469,7 @@ fn world(inspection: &Inspection) -> ComponentWorld {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,

@@ -285,6 +285,27 @@ impl Registry {
         )
     }
 
+    /// Run `cosign.py` (cosign's keyed signature layout implemented on its own: PyCA
+    /// `cryptography` and plain registry requests, sharing no code with wasm-ccm) with `args`
+    /// (`command`: `sign` or `verify`, `repository`, `digest`, `key`) against this registry;
+    /// its JSON answer, or a panic with what it printed.
+    pub fn cosign_py(&self, mut args: serde_json::Value) -> serde_json::Value {
+        args["registry"] = self.addr.to_string().into();
+        let output = Command::new(crate::python_tool("python"))
+            .arg("-c")
+            .arg(include_str!("registry/cosign.py"))
+            .arg(args.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cosign.py");
+        assert!(
+            output.status.success(),
+            "cosign.py {args}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("cosign.py prints JSON")
+    }
+
     /// `GET http://127.0.0.1:PORT{path}` with an optional basic-auth login, accepting an OCI
     /// image manifest; the registry's response as it came. Plain HTTP, so a TLS registry
     /// answers it with a 400.

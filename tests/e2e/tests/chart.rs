@@ -169,6 +169,19 @@ fn chart_and_changelog_carry_the_workspace_version() {
             "Chart.yaml's {field} must be the workspace version in Cargo.toml"
         );
     }
+    // Artifact Hub's annotations: its images (which release/pin_chart.py pins) at this version.
+    let images: Value = serde_saphyr::from_str(
+        chart["annotations"]["artifacthub.io/images"]
+            .as_str()
+            .expect("artifacthub.io/images"),
+    )
+    .expect("artifacthub.io/images is YAML");
+    assert_eq!(images[0]["image"], format!("wasm-ccm:{version}"));
+    assert_eq!(
+        images[0]["platforms"],
+        serde_json::json!(["linux/amd64", "linux/arm64"])
+    );
+    assert_eq!(chart["annotations"]["artifacthub.io/license"], "Apache-2.0");
 
     let changelog =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../CHANGELOG.md"))

@@ -11,7 +11,7 @@ use e2e::docs;
 
 /// The `sh` blocks no test types, each named by its page and a text it shows, with the reason:
 /// as few as possible.
-const UNTYPED: [(&str, &str, &str); 4] = [
+const UNTYPED: [(&str, &str, &str); 7] = [
     (
         "README.md",
         "make demo",
@@ -28,6 +28,26 @@ const UNTYPED: [(&str, &str, &str); 4] = [
         "podman build",
         "a release build, a push to ghcr.io over the internet and podman (not installed); \
          tests/e2e/tests/deploy/image.rs types the page's build.sh line that packs a built binary",
+    ),
+    (
+        "docs/src/contributing/releasing.md",
+        "make release VERSION",
+        "the release build for amd64 and the arm64 cross build (~25 min on 2 cores) and a push \
+         to a registry over the internet; tests/e2e/tests/deploy/release.rs types the page's \
+         `release/release.sh publish` of a built binary, which is what it runs after the builds",
+    ),
+    (
+        "docs/src/contributing/releasing.md",
+        "make release-check",
+        "the arm64 cross build (as long as the rest of CI) and qemu; run before each release, \
+         as the page says",
+    ),
+    (
+        "docs/src/operators/install.md",
+        "cosign verify",
+        "cosign and oras are not in Debian 12; tests/e2e/tests/deploy/release.rs checks the \
+         same signatures and referrers with the page's `wasm-ccm artifact` commands and \
+         cosign.py, an independent implementation of the signature layout",
     ),
     (
         "docs/src/contributing/benchmarks.md",

@@ -140,6 +140,11 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
                 &format!("--docker-password={REGISTRY_PASSWORD}"),
             ),
             ("-f simcloud.yaml", "-f simcloud.yaml -f test.yaml"),
+            // The tree's chart, as the page says a checkout installs it.
+            (
+                "oci://ghcr.io/acme/charts/wasm-ccm --version 0.1.0",
+                "charts/wasm-ccm",
+            ),
         ],
     ));
 
@@ -198,9 +203,15 @@ async fn chart_release_runs_as_its_service_account_and_upgrades_the_provider_in_
         &docs::block_starting(
             "docs/src/operators/install.md",
             "sh",
-            "helm upgrade wasm-ccm charts/wasm-ccm",
+            "helm upgrade wasm-ccm oci://",
         ),
-        &[("registry.example.com", &registry.addr().to_string())],
+        &[
+            ("registry.example.com", &registry.addr().to_string()),
+            (
+                "oci://ghcr.io/acme/charts/wasm-ccm --version 0.1.0",
+                "charts/wasm-ccm",
+            ),
+        ],
     ));
     let upgraded = deployments
         .get(RELEASE)

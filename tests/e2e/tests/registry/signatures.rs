@@ -80,25 +80,6 @@ fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     )
 }
 
-/// Run `cosign.py` with `args` (plus the registry); its JSON answer.
-fn cosign_py(registry: &Registry, mut args: serde_json::Value) -> serde_json::Value {
-    args["registry"] = registry.addr().to_string().into();
-    let python = e2e::python_tool("python");
-    let output = std::process::Command::new(&python)
-        .arg("-c")
-        .arg(include_str!("cosign.py"))
-        .arg(args.to_string())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cosign.py");
-    assert!(
-        output.status.success(),
-        "cosign.py {args}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("cosign.py prints JSON")
-}
-
 fn oci(registry: &Registry, reference: &str) -> String {
     format!("oci://{}", registry.reference(reference))
 }
@@ -345,28 +326,22 @@ async fn signatures_interoperate_with_an_independent_cosign_implementation() {
     assert!(output.status.success(), "{}", stderr(&output));
 
     // Ours, read by an independent implementation: cosign's layout, and it verifies.
-    let checked = cosign_py(
-        &registry,
-        serde_json::json!({
-            "command": "verify",
-            "repository": "acme/simcloud",
-            "digest": digest,
-            "key": signing_pub,
-        }),
-    );
+    let checked = registry.cosign_py(serde_json::json!({
+        "command": "verify",
+        "repository": "acme/simcloud",
+        "digest": digest,
+        "key": signing_pub,
+    }));
     assert_eq!(checked, serde_json::json!({"layers": 1, "verified": 1}));
 
     // Theirs (its own key, payload and push, appended to ours), verified by us.
     let theirs = keys.path().join("theirs.pub");
-    let signed = cosign_py(
-        &registry,
-        serde_json::json!({
-            "command": "sign",
-            "repository": "acme/simcloud",
-            "digest": digest,
-            "key": theirs,
-        }),
-    );
+    let signed = registry.cosign_py(serde_json::json!({
+        "command": "sign",
+        "repository": "acme/simcloud",
+        "digest": digest,
+        "key": theirs,
+    }));
     assert_eq!(signed["signatures"], 2, "{signed}");
     for key in [&theirs, &signing_pub] {
         let output = wasm_ccm(&args(&[
@@ -391,15 +366,12 @@ async fn signatures_interoperate_with_an_independent_cosign_implementation() {
         "{}",
         stderr(&output)
     );
-    let checked = cosign_py(
-        &registry,
-        serde_json::json!({
-            "command": "verify",
-            "repository": "acme/simcloud",
-            "digest": digest,
-            "key": signing_pub,
-        }),
-    );
+    let checked = registry.cosign_py(serde_json::json!({
+        "command": "verify",
+        "repository": "acme/simcloud",
+        "digest": digest,
+        "key": signing_pub,
+    }));
     assert_eq!(checked, serde_json::json!({"layers": 3, "verified": 2}));
 }
 
