@@ -155,6 +155,11 @@ fn build_manager(clone: &Path) -> PathBuf {
             cargo.env_remove(name);
         }
     }
+    // Cargo puts the binary at target/debug/wasm-ccm, where the tree's own is: kept aside
+    // and put back, so the tree's target directory is left as it was.
+    let uplifted = target.join("debug/wasm-ccm");
+    let own = target.join("debug/wasm-ccm.kept-by-the-release-test");
+    let kept = std::fs::rename(&uplifted, &own).is_ok();
     let output = cargo
         // The native crates selected as `make test` builds them (the Makefile's NATIVE), so
         // features resolve as they did there and no dependency is compiled again.
@@ -178,15 +183,17 @@ fn build_manager(clone: &Path) -> PathBuf {
         .stdin(Stdio::null())
         .output()
         .expect("run cargo build");
+    let binary = clone.with_file_name("wasm-ccm-next");
+    let built = std::fs::copy(&uplifted, &binary);
+    if kept {
+        std::fs::rename(&own, &uplifted).expect("put the tree's manager back");
+    }
     assert!(
         output.status.success(),
         "cargo build in the clone: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    // Kept apart from the shared directory's own `wasm-ccm`, which the next build there
-    // replaces.
-    let binary = clone.with_file_name("wasm-ccm-next");
-    std::fs::copy(target.join("debug/wasm-ccm"), &binary).expect("copy the clone's manager");
+    built.expect("copy the clone's manager");
     binary
 }
 
