@@ -27,5 +27,5 @@ if [ ${#packages[@]} -gt 0 ]; then
         as_root apt-get install -y -q "${packages[@]}"
     }
 fi
-rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
+grep -qx aarch64-unknown-linux-gnu <<<"$(rustup target list --installed)" \
     || rustup target add aarch64-unknown-linux-gnu

@@ -129,7 +129,7 @@ native_platform() {
 build_binary() {
     local platform=$1 triple
     triple=$(triple_of "$platform")
-    rustup target list --installed | grep -qx "$triple" || rustup target add "$triple" >&2
+    grep -qx "$triple" <<<"$(rustup target list --installed)" || rustup target add "$triple" >&2
     [ "$(native_platform)" = linux/amd64 ] \
         || fail "building the manager for $platform needs an amd64 Debian host; give --binary $platform=PATH"
     local env=()
@@ -205,7 +205,7 @@ publish() {
         || fail "CHANGELOG.md has no [$version] section: run make release-prepare VERSION=$version first"
     grep -qx "version: $version" charts/wasm-ccm/Chart.yaml \
         || fail "charts/wasm-ccm/Chart.yaml's version is not $version: run make release-prepare VERSION=$version first"
-    git tag --points-at HEAD | grep -qx "v$version" \
+    grep -qx "v$version" <<<"$(git tag --points-at HEAD)" \
         || fail "HEAD is not tagged v$version: publish the commit make release-prepare VERSION=$version made"
     for platform in "${!binaries[@]}"; do
         [[ ",$platforms," == *",$platform,"* ]] || fail "--binary $platform: not one of --platforms $platforms"
@@ -289,7 +289,7 @@ publish() {
     local source
     source=$(git remote get-url origin 2>/dev/null | sed -E 's#^git@([^:]+):#https://\1/#; s#\.git$##' || true)
     [[ "$source" == https://* ]] || source=
-    python3 release/pin_chart.py "$chart" "$image" "$index_digest" "$version" $source
+    python3 release/pin_chart.py "$chart" "$image" "$index_digest" "$version" ${source:+"$source"}
     find "$chart" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
     local linted
     linted=$("$helm" lint "$chart" 2>&1) || fail "helm lint of the pinned chart: $linted"
