@@ -20,6 +20,9 @@ async fn main() -> ExitCode {
         .init();
     match cli.run().await {
         Ok(code) => code,
+        // Stdout's reader gone (`| head`): what it wanted was written; end as a writer killed
+        // by SIGPIPE is reported (128 + 13), without a message.
+        Err(error) if wasm_ccm::cli::is_broken_pipe(&error) => ExitCode::from(141),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)

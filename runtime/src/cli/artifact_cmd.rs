@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 
 use super::distribution::RegistryFlags;
+use super::out;
 use super::provider_cmd::{
     Checked, oci_reference, public_keys, report_signed, signing_key, verify, write_atomically,
 };
@@ -100,7 +101,7 @@ impl ArtifactCommand {
                     .distribution()?
                     .sign_artifact(&oci, &key)
                     .await?;
-                println!("{}", signed.digest);
+                out(format_args!("{}\n", signed.digest))?;
                 report_signed(&signed, &key);
                 Ok(ExitCode::SUCCESS)
             }
@@ -128,7 +129,7 @@ impl ArtifactCommand {
                     .attach(&oci, &artifact_type, &title, bytes)
                     .await?;
                 let digest = attached.reference.digest.clone().unwrap_or_default();
-                println!("{digest}");
+                out(format_args!("{digest}\n"))?;
                 let listing = match &attached.listing {
                     Listing::Api => "listed by the registry's referrers API".to_string(),
                     Listing::Tag(tag) => {
@@ -220,7 +221,11 @@ impl ArtifactCommand {
                 match output {
                     Some(path) => write_atomically(&path, &chosen.bytes)
                         .with_context(|| format!("-o {}", path.display()))?,
-                    None => std::io::stdout().write_all(&chosen.bytes)?,
+                    None => {
+                        let mut stdout = std::io::stdout().lock();
+                        stdout.write_all(&chosen.bytes)?;
+                        stdout.flush()?;
+                    }
                 }
                 Ok(ExitCode::SUCCESS)
             }

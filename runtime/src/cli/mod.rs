@@ -90,12 +90,30 @@ impl Cli {
             Some(Command::Provider(command)) => command.run().await,
             Some(Command::Artifact(command)) => command.run().await,
             Some(Command::Crd) => {
-                print!("{}", crate::resource::crd_yaml());
+                out(crate::resource::crd_yaml())?;
                 Ok(std::process::ExitCode::SUCCESS)
             }
             None => self.run.run().await,
         }
     }
+}
+
+/// Write `text` to stdout. A reader that has gone (`wasm-ccm crd | head -1`) is an error the
+/// process ends on quietly ([`is_broken_pipe`]), not the panic `print!` would be.
+pub(crate) fn out(text: impl std::fmt::Display) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{text}")?;
+    stdout.flush()
+}
+
+/// Whether `error` is stdout's reader having gone, which ends a command quietly.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// What a provider may reach, and with which credentials.

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::conformance::{self, Fixture, Verdict};
 use super::distribution::parse_reference;
-use super::{DistributionFlags, EgressFlags, SandboxFlags};
+use super::{DistributionFlags, EgressFlags, SandboxFlags, out};
 use wasm_ccm_host::answers::{AnswerChecks, Refusals};
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
 use wasm_ccm_host::egress::EgressGate;
@@ -173,11 +173,11 @@ impl ProviderCommand {
         match self {
             ProviderCommand::New { name, dir } => {
                 let dir = super::scaffold::new_provider(&name, dir.as_deref())?;
-                println!(
-                    "Created the provider crate {name} in {}. Build its component with:\n  cd {} && cargo build --target wasm32-wasip2 --release",
+                out(format_args!(
+                    "Created the provider crate {name} in {}. Build its component with:\n  cd {} && cargo build --target wasm32-wasip2 --release\n",
                     dir.display(),
                     dir.display()
-                );
+                ))?;
                 Ok(ExitCode::SUCCESS)
             }
             ProviderCommand::Inspect {
@@ -221,7 +221,7 @@ impl ProviderCommand {
                         eprintln!("{}", serde_json::to_string(&record)?);
                     }
                 }
-                Ok(report(outcome))
+                Ok(report(outcome)?)
             }
             ProviderCommand::Conformance {
                 provider,
@@ -247,8 +247,10 @@ impl ProviderCommand {
                     Err(error) => return Err(error.into()),
                 };
                 match output {
-                    Output::Text => print!("{}", report.render()),
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                    Output::Text => out(report.render())?,
+                    Output::Json => {
+                        out(format_args!("{}\n", serde_json::to_string_pretty(&report)?))?
+                    }
                 }
                 Ok(if report.count(Verdict::Fail) == 0 {
                     ExitCode::SUCCESS
@@ -296,7 +298,7 @@ impl ProviderCommand {
                 };
                 let distribution = distribution.distribution()?;
                 let digest = distribution.push(wasm, &oci, &request).await?;
-                println!("{digest}");
+                out(format_args!("{digest}\n"))?;
                 eprintln!(
                     "pushed {} as {oci}; pin it with oci://{}/{}@{digest}",
                     file.display(),
@@ -344,7 +346,7 @@ impl ProviderCommand {
                 });
                 write_atomically(&output, &artifact.wasm)
                     .with_context(|| format!("-o {}", output.display()))?;
-                println!("{}", artifact.identity.digest);
+                out(format_args!("{}\n", artifact.identity.digest))?;
                 eprintln!(
                     "pulled {} ({} bytes) to {}",
                     artifact.identity.reference,
@@ -366,7 +368,7 @@ async fn sign(
     let key = signing_key(key, "--key")?;
     let oci = oci_reference(reference, "sign")?;
     let signed = distribution.distribution()?.sign(&oci, &key).await?;
-    println!("{}", signed.digest);
+    out(format_args!("{}\n", signed.digest))?;
     report_signed(&signed, &key);
     Ok(ExitCode::SUCCESS)
 }
@@ -411,7 +413,7 @@ pub(super) async fn verify(
     let verified = distribution
         .verify_signatures(&reference, &digest, &policy)
         .await?;
-    println!("{digest}");
+    out(format_args!("{digest}\n"))?;
     let by: Vec<String> = policy
         .required
         .iter()
@@ -526,14 +528,11 @@ async fn inspect(
             Some(Err(error)) => value["signatureError"] = Value::String(error.clone()),
             None => {}
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        out(format_args!("{}\n", serde_json::to_string_pretty(&value)?))?;
     } else {
-        print!("{}", render(&artifact.identity, &inspection));
+        out(render(&artifact.identity, &inspection))?;
         if let Some(signatures) = &signatures {
-            print!(
-                "{}",
-                render_signatures(&artifact.identity.digest, signatures)
-            );
+            out(render_signatures(&artifact.identity.digest, signatures))?;
         }
     }
     Ok(if inspection.problem.is_none() {
@@ -743,18 +742,18 @@ async fn interrupted(
 }
 
 /// Print the outcome of a call: JSON on stdout, or the error on stderr.
-fn report(outcome: Result<Value, ProviderError>) -> ExitCode {
+fn report(outcome: Result<Value, ProviderError>) -> std::io::Result<ExitCode> {
     match outcome {
         Ok(value) => {
-            println!(
-                "{}",
+            out(format_args!(
+                "{}\n",
                 serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
-            );
-            ExitCode::SUCCESS
+            ))?;
+            Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
             eprintln!("error ({}): {error}", error.outcome());
-            ExitCode::FAILURE
+            Ok(ExitCode::FAILURE)
         }
     }
 }

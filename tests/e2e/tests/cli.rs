@@ -12,7 +12,7 @@
 //! rule passes, nothing left in the cloud), against simcloud refusing its config (one failed
 //! `init` row, text and JSON), against the hostile guest (its bad answers fail their rules,
 //! exit 1) and with a misspelt fixture (refused naming the field); and `wasm-ccm crd`
-//! printing the committed CRD.
+//! printing the committed CRD; output to a reader that has gone ending quietly (exit 141).
 //!
 //! The simulator runs in this process; the CLI runs as a child process.
 
@@ -177,6 +177,34 @@ fn sha256_of(file: &str) -> String {
 }
 
 // ---- provider inspect -----------------------------------------------------------------------
+
+/// A reader that goes before the output is written (`wasm-ccm crd | head -1`, `provider
+/// inspect … | head`) ends the command quietly, exit 141 as a writer killed by SIGPIPE, not
+/// with a panic.
+#[test]
+fn output_to_a_reader_that_has_gone_ends_quietly_not_in_a_panic() {
+    for args in [
+        vec!["crd".to_string()],
+        vec![
+            "provider".into(),
+            "inspect".into(),
+            guest_builds::SIMCLOUD.into(),
+        ],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let output = Command::new(wasm_ccm_binary())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run wasm-ccm");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
 
 #[test]
 fn inspect_describes_simcloud_and_says_it_satisfies_the_contract() {
