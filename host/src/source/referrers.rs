@@ -5,8 +5,10 @@
 //! the distribution spec gives as the fallback: an image index tagged `sha256-HEX` (the
 //! subject's digest) naming every referrer, which readers look for when the API is missing.
 //!
-//! What a registry answers is bounded as a provider's manifest is: a referrers list
-//! [`layout::MAX_MANIFEST_BYTES`], an attached file [`MAX_ATTACHMENT_BYTES`].
+//! What a registry answers is bounded and checked as a provider's manifest is: a referrers
+//! list [`MAX_MANIFEST_BYTES`] (its digests checked before they name a request), at most
+//! [`MAX_ATTACHED`] files of a type, each read only after its manifest names the subject,
+//! the type and one layer within [`MAX_ATTACHMENT_BYTES`].
 
 use oci_client::manifest::OciDescriptor;
 use serde_json::{Value, json};
