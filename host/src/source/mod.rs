@@ -2,8 +2,10 @@
 //! identity an operator sees everywhere (the reference and the manifest digest). This module
 //! knows references, files, registries, manifests, digests, registry credentials, signatures
 //! ([`signature`]: who published a version, checked against the operator's policy before the
-//! component is downloaded) and the artifact cache; nothing about the sandbox or the
-//! controllers.
+//! component is downloaded), files attached to a manifest as OCI referrers (`referrers`) and
+//! the artifact cache; nothing about the sandbox or the controllers. The same signing and
+//! referrers serve the manager's own release artifacts (its image index, its chart, its SBOM:
+//! [`Distribution::sign_artifact`], [`Distribution::attach`]).
 //!
 //! An `oci://` reference is served from the cache when it can be: a pinned digest whose
 //! manifest and component are cached makes no request at all, so the manager starts with the

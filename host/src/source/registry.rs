@@ -13,8 +13,13 @@
 //!   refused past the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a component's, less for a
 //!   signature's; oci-client reads manifests whole, so they are fetched here, with its
 //!   authentication), a layer past its stated size (at most [`MAX_COMPONENT_BYTES`]), a
-//!   token answer past 64 KiB; and each attempt has a deadline ([`MANIFEST_DEADLINE`],
-//!   [`BLOB_DEADLINE`]) besides the connect and read timeouts.
+//!   token answer past 64 KiB, a referrers list as a manifest; and each attempt has a
+//!   deadline ([`MANIFEST_DEADLINE`], [`BLOB_DEADLINE`]) besides the connect and read
+//!   timeouts;
+//! - a layer descriptor is the registry's word: one naming other places to fetch it from
+//!   (`urls`) or whose digest is none is refused before any request;
+//! - a provider pull asks for image manifests only; image indexes (the manager's own
+//!   multi-platform image) only the `artifact` commands ask for.
 
 use std::borrow::Cow;
 use std::future::Future;

@@ -96,11 +96,7 @@ impl ArtifactCommand {
             } => {
                 let key = signing_key(&key, "--key")?;
                 let oci = oci_reference(&reference, "sign")?;
-                let signed = registry
-                    .uncached()
-                    .distribution()?
-                    .sign_artifact(&oci, &key)
-                    .await?;
+                let signed = registry.distribution()?.sign_artifact(&oci, &key).await?;
                 out(format_args!("{}\n", signed.digest))?;
                 report_signed(&signed, &key);
                 Ok(ExitCode::SUCCESS)
@@ -109,7 +105,7 @@ impl ArtifactCommand {
                 reference,
                 key,
                 registry,
-            } => verify(&reference, &key, &registry.uncached(), Checked::Artifact).await,
+            } => verify(&reference, &key, &registry, Checked::Artifact).await,
             ArtifactCommand::Attach {
                 reference,
                 file,
@@ -124,7 +120,6 @@ impl ArtifactCommand {
                     .map(|name| name.to_string_lossy().into_owned())
                     .unwrap_or_default();
                 let attached = registry
-                    .uncached()
                     .distribution()?
                     .attach(&oci, &artifact_type, &title, bytes)
                     .await?;
@@ -157,7 +152,7 @@ impl ArtifactCommand {
                         "give -o FILE: the attached file is the registry's bytes, not for a terminal"
                     );
                 }
-                let distribution = registry.uncached().distribution()?;
+                let distribution = registry.distribution()?;
                 let policy = (!key.is_empty())
                     .then(|| -> anyhow::Result<SignaturePolicy> {
                         Ok(SignaturePolicy::default().and(TrustedKeys {

@@ -1,6 +1,7 @@
-//! Where providers come from: the registry and cache flags every command that reads or
-//! publishes a provider shares (`--insecure-registry`, `--registry-config`, `--cache-dir`,
-//! `--cache-max-size`), and how a command-line reference is read.
+//! Where providers come from: the registry flags every command that talks to a registry
+//! shares (`--insecure-registry`, `--registry-config`: [`RegistryFlags`]), the cache flags
+//! of those that read or publish a provider (`--cache-dir`, `--cache-max-size`:
+//! [`DistributionFlags`]), and how a command-line reference is read.
 
 use std::path::PathBuf;
 
@@ -12,9 +13,11 @@ use wasm_ccm_host::source::{
     ArtifactStore, Distribution, DistributionSettings, ProviderRef, RegistryCredentials,
 };
 
-/// Registries, their credentials, and the artifact cache.
+/// Registries and their credentials: what every command that talks to a registry takes,
+/// and all the `artifact` subcommands take (they check a release against its registry,
+/// never a copy).
 #[derive(Debug, Clone, Args)]
-pub struct DistributionFlags {
+pub struct RegistryFlags {
     /// A registry (HOST:PORT) reached over plain HTTP instead of HTTPS. Repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT", value_parser = registry_host, help_heading = "Registry")]
     pub insecure_registries: Vec<String>,
@@ -23,6 +26,37 @@ pub struct DistributionFlags {
     /// `.dockerconfigjson` key of a kubernetes.io/dockerconfigjson Secret).
     #[arg(long, value_name = "FILE", help_heading = "Registry")]
     pub registry_config: Option<PathBuf>,
+}
+
+impl RegistryFlags {
+    /// The settings these flags describe, without a cache: reads `--registry-config`,
+    /// naming the flag in any error.
+    pub fn settings(&self) -> anyhow::Result<DistributionSettings> {
+        let credentials = match &self.registry_config {
+            None => RegistryCredentials::default(),
+            Some(path) => RegistryCredentials::from_file(path)
+                .map_err(|error| anyhow::anyhow!("--registry-config {error}"))?,
+        };
+        Ok(DistributionSettings {
+            insecure_registries: self.insecure_registries.clone(),
+            credentials,
+            cache: None,
+            signatures: Default::default(),
+        })
+    }
+
+    /// A distribution client for these flags, reading nothing from a cache.
+    pub fn distribution(&self) -> anyhow::Result<Distribution> {
+        Ok(Distribution::new(self.settings()?))
+    }
+}
+
+/// Registries, their credentials, and the artifact cache.
+#[derive(Debug, Clone, Args)]
+pub struct DistributionFlags {
+    /// Registries and their credentials.
+    #[command(flatten)]
+    pub registry: RegistryFlags,
 
     /// Directory that keeps pulled providers (by digest) and their compiled code, so a
     /// restart neither downloads nor compiles; shareable by processes on one node. Compiled
@@ -37,57 +71,23 @@ pub struct DistributionFlags {
 }
 
 impl DistributionFlags {
-    /// The settings these flags describe: reads `--registry-config` and opens `--cache-dir`,
+    /// The settings these flags describe: the registry flags' and `--cache-dir` opened,
     /// naming the flag in any error.
     pub fn settings(&self) -> anyhow::Result<DistributionSettings> {
-        let credentials = match &self.registry_config {
-            None => RegistryCredentials::default(),
-            Some(path) => RegistryCredentials::from_file(path)
-                .map_err(|error| anyhow::anyhow!("--registry-config {error}"))?,
-        };
-        let cache = match &self.cache_dir {
+        let mut settings = self.registry.settings()?;
+        settings.cache = match &self.cache_dir {
             None => None,
             Some(dir) => Some(
                 ArtifactStore::open(dir, self.cache_max_size)
                     .with_context(|| format!("--cache-dir {}", dir.display()))?,
             ),
         };
-        Ok(DistributionSettings {
-            insecure_registries: self.insecure_registries.clone(),
-            credentials,
-            cache,
-            signatures: Default::default(),
-        })
+        Ok(settings)
     }
 
     /// A distribution client for these flags.
     pub fn distribution(&self) -> anyhow::Result<Distribution> {
         Ok(Distribution::new(self.settings()?))
-    }
-}
-
-/// Registries and their credentials, without a cache: for the `artifact` subcommands,
-/// which check a release against its registry, never a copy.
-#[derive(Debug, Clone, Args)]
-pub struct RegistryFlags {
-    /// A registry (HOST:PORT) reached over plain HTTP instead of HTTPS. Repeatable.
-    #[arg(long = "insecure-registry", value_name = "HOST:PORT", value_parser = registry_host, help_heading = "Registry")]
-    pub insecure_registries: Vec<String>,
-
-    /// Registry credentials: a docker config JSON file (as `docker login` writes it).
-    #[arg(long, value_name = "FILE", help_heading = "Registry")]
-    pub registry_config: Option<PathBuf>,
-}
-
-impl RegistryFlags {
-    /// As [`DistributionFlags`] with no `--cache-dir`.
-    pub fn uncached(&self) -> DistributionFlags {
-        DistributionFlags {
-            insecure_registries: self.insecure_registries.clone(),
-            registry_config: self.registry_config.clone(),
-            cache_dir: None,
-            cache_max_size: 0,
-        }
     }
 }
 

@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 
 use super::conformance::{self, Fixture, Verdict};
-use super::distribution::parse_reference;
+use super::distribution::{RegistryFlags, parse_reference};
 use super::{DistributionFlags, EgressFlags, SandboxFlags, out};
 use wasm_ccm_host::answers::{AnswerChecks, Refusals};
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
@@ -324,7 +324,7 @@ impl ProviderCommand {
                 reference,
                 key,
                 distribution,
-            } => verify(&reference, &key, &distribution, Checked::Provider).await,
+            } => verify(&reference, &key, &distribution.registry, Checked::Provider).await,
             ProviderCommand::Pull {
                 reference,
                 output,
@@ -394,7 +394,7 @@ pub(super) enum Checked {
 pub(super) async fn verify(
     reference: &str,
     keys: &[PathBuf],
-    distribution: &DistributionFlags,
+    registry: &RegistryFlags,
     checked: Checked,
 ) -> anyhow::Result<ExitCode> {
     let oci = oci_reference(reference, "verify")?;
@@ -402,9 +402,7 @@ pub(super) async fn verify(
         source: "--key".into(),
         keys: public_keys(keys, "--key")?,
     });
-    let mut settings = distribution.settings()?;
-    settings.cache = None;
-    let distribution = Distribution::new(settings);
+    let distribution = registry.distribution()?;
     let reference = ProviderRef::Oci(oci.clone());
     let digest = match checked {
         Checked::Provider => distribution.resolve(&oci).await?,

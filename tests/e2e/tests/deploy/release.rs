@@ -197,11 +197,15 @@ fn build_manager(clone: &Path) -> PathBuf {
     binary
 }
 
-fn deployment_image(deployment: &Deployment) -> String {
+/// The image the release's Deployment runs.
+async fn deployed_image(deployments: &Api<Deployment>) -> String {
+    let deployment = deployments
+        .get(RELEASE)
+        .await
+        .expect("the release's Deployment");
     let spec = deployment
         .spec
-        .as_ref()
-        .and_then(|spec| spec.template.spec.as_ref())
+        .and_then(|spec| spec.template.spec)
         .expect("a pod spec");
     spec.containers[0].image.clone().expect("an image")
 }
@@ -437,12 +441,8 @@ async fn a_release_is_published_signed_and_installed_and_upgraded_from_the_regis
         ],
     ));
     let deployments: Api<Deployment> = Api::namespaced(bed.client.clone(), NAMESPACE);
-    let installed = deployments
-        .get(RELEASE)
-        .await
-        .expect("the release's Deployment");
     assert_eq!(
-        deployment_image(&installed),
+        deployed_image(&deployments).await,
         format!("{host}/acme/wasm-ccm@{index_digest}"),
         "the pod spec names the release's image by digest"
     );
@@ -489,12 +489,8 @@ async fn a_release_is_published_signed_and_installed_and_upgraded_from_the_regis
             ("| kubectl", "--plain-http | kubectl"),
         ],
     ));
-    let upgraded = deployments
-        .get(RELEASE)
-        .await
-        .expect("the release's Deployment");
     assert_eq!(
-        deployment_image(&upgraded),
+        deployed_image(&deployments).await,
         format!("{host}/acme/wasm-ccm@{next_digest}"),
         "the upgrade moved the pods to the next release's image"
     );
