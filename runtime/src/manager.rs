@@ -1,12 +1,15 @@
 //! Run mode: everything `wasm-ccm` does as a cloud-controller-manager, in order:
 //!
-//! 1. with flags: load the provider (`--provider`), `init` it with `--cloud-config`, and
-//!    check it is the `--cloud-provider` the operator named;
-//! 2. connect to the API server and start the shared informers (one list and watch of Nodes
-//!    and of Services), so their caches fill while the Lease is sought and stay warm on a
-//!    standby; serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
-//! 3. with `--provider-resource`: follow each `CloudProvider` named ([`crate::rollout`]),
-//!    reporting not-ready with the reason until a version of each is active;
+//! 1. connect to the API server and start the shared informers (one list and watch of Nodes
+//!    and of Services), so their caches fill while the provider loads and the Lease is
+//!    sought, and stay warm on a standby;
+//! 2. with `--provider-resource`: follow each `CloudProvider` named ([`crate::rollout`]),
+//!    reporting not-ready with the reason until a version of each is active; serve
+//!    `/healthz`, `/readyz`, `/livez` and `/metrics`;
+//! 3. with flags: load the provider (`--provider`), `init` it with `--cloud-config`, and
+//!    check it is the `--cloud-provider` the operator named, while the informers fill and
+//!    (with `--leader-elect`) the Lease is sought: a cold start's compile overlaps both, and
+//!    a provider that cannot load stops the manager as soon as it fails;
 //! 4. decide which controllers run for each provider (selected *and* supported);
 //! 5. with `--leader-elect`, wait for the Lease; then run each provider's controllers, as
 //!    soon as it has an active version, until leadership is lost or the process is asked to
@@ -34,7 +37,7 @@ use crate::controllers::{
     self, Context, Controller, ControllerClients, ControllerMetrics, ControllerSelection,
     ControllerSettings, EventBroadcaster, EventMetrics, Informer, QueueMetrics,
 };
-use crate::leader::{LeaderElector, LeaseSettings};
+use crate::leader::{LeaderElector, Leadership, LeaseSettings};
 use crate::rollout::ceiling::GrantCeiling;
 use crate::rollout::spec::Defaults;
 use crate::rollout::{self, RolloutSettings};
@@ -179,29 +182,16 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     let fleet_metrics = FleetMetrics::default();
     fleet_metrics.register(&mut registry);
 
-    // With flags, the provider loads first: a bad flag fails before anything connects.
-    let planned = std::sync::OnceLock::new();
-    let flagged = match &config.provider {
-        ProviderMode::Flags(settings) => {
+    // With flags, the provider loads (fetch, compile, `init`) while the informers fill and
+    // the Lease is sought (polled from the wait for the Lease below); a provider that cannot
+    // load stops the manager as soon as it fails, leader or not.
+    let loading = match &config.provider {
+        ProviderMode::Flags(settings) => Some((settings.name.clone(), async {
             let provider = load_provider(&config, settings, metrics.clone()).await?;
-            let _ = planned.set(controllers::plan(
-                &config.controllers,
-                &provider,
-                &config.settings,
-            )?);
-            Ok((settings.name.clone(), provider))
-        }
-        ProviderMode::Resource {
-            names,
-            allow_untagged_cloud,
-            grant_ceiling,
-            tag_check_interval,
-        } => Err((
-            names.clone(),
-            *allow_untagged_cloud,
-            grant_ceiling.clone(),
-            *tag_check_interval,
-        )),
+            let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
+            Ok((provider, planned))
+        })),
+        ProviderMode::Resource { .. } => None,
     };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
@@ -272,25 +262,19 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             elector.health_check(),
         );
     }
-    // `Err`: the resources named, --allow-untagged-cloud, the ceiling and the tag check's
-    // interval, for a rollout each to follow. Every provider's answers are checked by the
-    // same checks, so two cannot both take one address.
-    let (fleet, members) = match flagged {
-        Ok((name, provider)) => {
-            let fleet = Fleet::of_flags(&name);
-            let member = Member {
-                scope: fleet.scope(&name),
-                versions: Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
-                planned,
-                events: events.clone(),
-            };
-            (fleet, vec![member])
-        }
-        Err((resources, allow_untagged_cloud, grant_ceiling, tag_check_interval)) => {
-            let fleet = Fleet::of_resources(&resources);
+    // With `--provider-resource`, each provider's rollout starts now, beside the informers.
+    let (fleet, mut members) = match &config.provider {
+        ProviderMode::Flags(settings) => (Fleet::of_flags(&settings.name), Vec::new()),
+        ProviderMode::Resource {
+            names,
+            allow_untagged_cloud,
+            grant_ceiling,
+            tag_check_interval,
+        } => {
+            let fleet = Fleet::of_resources(names);
             let several = fleet.several();
-            let members = resources
-                .into_iter()
+            let members = names
+                .iter()
                 .map(|resource| {
                     let handle = rollout::start(
                         RolloutSettings {
@@ -300,9 +284,9 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                                 sandbox: config.sandbox.clone(),
                             },
                             distribution: config.distribution.clone(),
-                            allow_untagged_cloud,
+                            allow_untagged_cloud: *allow_untagged_cloud,
                             grant_ceiling: grant_ceiling.clone(),
-                            tag_check_interval,
+                            tag_check_interval: *tag_check_interval,
                             answer_checks: answer_checks.clone(),
                             fleet: fleet.clone(),
                         },
@@ -320,11 +304,11 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
                     let events = match several {
                         false => events.clone(),
                         true => {
-                            broadcaster(&reporting_instance(&config.settings.identity, &resource))
+                            broadcaster(&reporting_instance(&config.settings.identity, resource))
                         }
                     };
                     Member {
-                        scope: fleet.scope(&resource),
+                        scope: fleet.scope(resource),
                         versions: Versions::Rollout(tokio::sync::Mutex::new(handle)),
                         planned: std::sync::OnceLock::new(),
                         events,
@@ -334,6 +318,10 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             (fleet, members)
         }
     };
+    if let Some((name, _)) = &loading {
+        let reason = format!("loading --provider of {name}");
+        health.add("provider", &[Probe::Readyz], move || Err(reason.clone()));
+    }
     let serving = serving::serve(
         config.serving.clone(),
         health.clone(),
@@ -347,6 +335,21 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         leader_election = elector.is_some(),
         "wasm-ccm started"
     );
+
+    // The flagged provider, and with leader election the first term's Lease, both awaited.
+    let mut won = None;
+    if let Some((name, loading)) = loading {
+        let ((provider, controllers), leadership) =
+            load_while_campaigning(loading, elector.as_ref(), &shutdown).await?;
+        members.push(Member {
+            scope: fleet.scope(&name),
+            versions: Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
+            planned: controllers.into(),
+            events: events.clone(),
+        });
+        health.remove("provider");
+        won = leadership;
+    }
 
     let term = Term {
         clients: controller_clients,
@@ -364,8 +367,12 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     match elector {
         None => term.run(shutdown.clone()).await?,
         Some(elector) => loop {
-            let Some(leadership) = elector.acquire(&shutdown).await? else {
-                break;
+            let leadership = match won.take() {
+                Some(leadership) => leadership,
+                None => match elector.acquire(&shutdown).await? {
+                    Some(leadership) => leadership,
+                    None => break,
+                },
             };
             leading.send_replace(true);
             let stop = leadership.lost().child_token();
@@ -392,6 +399,39 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     }
     tracing::info!("wasm-ccm stopped");
     Ok(())
+}
+
+/// Wait for `loading` and, with an elector, for the Lease, at once: a load that fails ends
+/// the wait (giving the Lease up if it was won). The leadership is `None` without an elector
+/// or if `shutdown` came first.
+async fn load_while_campaigning<Loaded>(
+    loading: impl Future<Output = Result<Loaded, ManagerError>>,
+    elector: Option<&LeaderElector>,
+    shutdown: &CancellationToken,
+) -> Result<(Loaded, Option<Leadership>), ManagerError> {
+    let Some(elector) = elector else {
+        return Ok((loading.await?, None));
+    };
+    let acquiring = elector.acquire(shutdown);
+    tokio::pin!(loading, acquiring);
+    tokio::select! {
+        loaded = &mut loading => {
+            let loaded = loaded?;
+            Ok((loaded, acquiring.await?))
+        }
+        acquired = &mut acquiring => {
+            let leadership = acquired?;
+            match loading.await {
+                Ok(loaded) => Ok((loaded, leadership)),
+                Err(error) => {
+                    if let Some(leadership) = leadership {
+                        leadership.release().await;
+                    }
+                    Err(error)
+                }
+            }
+        }
+    }
 }
 
 async fn load_provider(

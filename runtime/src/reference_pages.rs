@@ -40,12 +40,14 @@ fn command_section(command: &clap::Command, path: &str, out: &mut String) {
         out.push_str("| flag | default | |\n|---|---|---|\n");
     }
     for arg in arguments {
-        let values: Vec<String> = arg
-            .get_value_names()
-            .unwrap_or_default()
-            .iter()
-            .map(|name| name.to_string())
-            .collect();
+        // A switch (`--no-cache`) takes no value, though clap names one for it.
+        let values: Vec<String> = match arg.get_action().takes_values() {
+            true => arg.get_value_names().unwrap_or_default().to_vec(),
+            false => Vec::new(),
+        }
+        .iter()
+        .map(|name| name.to_string())
+        .collect();
         let name = match arg.get_long() {
             Some(long) if values.is_empty() => format!("`--{long}`"),
             Some(long) => format!("`--{long} {}`", values.join(" ")),

@@ -1,8 +1,10 @@
 //! Where providers come from: the registry flags every command that talks to a registry
 //! shares (`--insecure-registry`, `--registry-config`: [`RegistryFlags`]), the cache flags
-//! of those that read or publish a provider (`--cache-dir`, `--cache-max-size`:
-//! [`DistributionFlags`]), and how a command-line reference is read.
+//! of those that read or publish a provider (`--cache-dir`, `--no-cache`, `--cache-max-size`:
+//! [`DistributionFlags`]; the cache is the user's cache directory unless a flag says
+//! otherwise), and how a command-line reference is read.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -60,35 +62,104 @@ pub struct DistributionFlags {
 
     /// Directory that keeps pulled providers (by digest) and their compiled code, so a
     /// restart neither downloads nor compiles; shareable by processes on one node. Compiled
-    /// code is sealed with a key kept in it (`key`, this user's, mode 0600).
+    /// code is sealed with a key kept in it (`key`, this user's, mode 0600). Without it, the
+    /// user's cache directory: $XDG_CACHE_HOME/wasm-ccm, else $HOME/.cache/wasm-ccm.
     #[arg(long, value_name = "DIR", help_heading = "Registry")]
     pub cache_dir: Option<PathBuf>,
 
-    /// Most bytes --cache-dir may hold; the least recently used versions not in use go
+    /// Keep no cache: every start downloads and compiles its provider again.
+    #[arg(long, conflicts_with = "cache_dir", help_heading = "Registry")]
+    pub no_cache: bool,
+
+    /// Most bytes the cache may hold; the least recently used versions not in use go
     /// first (e.g. 512Mi).
     #[arg(long, value_name = "SIZE", default_value = "512Mi", value_parser = parse_size, help_heading = "Registry")]
     pub cache_max_size: u64,
 }
 
+/// Where the cache is, and who chose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CacheChoice {
+    /// `--cache-dir`: a directory that cannot be used stops the command.
+    Named(PathBuf),
+    /// The user's cache directory: one that cannot be used is warned about, and the command
+    /// runs without a cache.
+    Default(PathBuf),
+    /// `--no-cache`, or no user cache directory is known.
+    None,
+}
+
 impl DistributionFlags {
-    /// The settings these flags describe: the registry flags' and `--cache-dir` opened,
+    /// The settings these flags describe: the registry flags' and the cache opened,
     /// naming the flag in any error.
     pub fn settings(&self) -> anyhow::Result<DistributionSettings> {
         let mut settings = self.registry.settings()?;
-        settings.cache = match &self.cache_dir {
-            None => None,
-            Some(dir) => Some(
-                ArtifactStore::open(dir, self.cache_max_size)
+        settings.cache = self.open_cache(self.cache_choice(|name| std::env::var_os(name)))?;
+        Ok(settings)
+    }
+
+    /// The cache `choice` names, opened; `None` if there is none, or the user's cache
+    /// directory cannot be used (warned about). Err: `--cache-dir` cannot be used.
+    fn open_cache(&self, choice: CacheChoice) -> anyhow::Result<Option<ArtifactStore>> {
+        Ok(match choice {
+            CacheChoice::Named(dir) => Some(
+                ArtifactStore::open(&dir, self.cache_max_size)
                     .with_context(|| format!("--cache-dir {}", dir.display()))?,
             ),
-        };
-        Ok(settings)
+            CacheChoice::Default(dir) => match ArtifactStore::open(&dir, self.cache_max_size) {
+                Ok(store) => Some(store),
+                Err(error) => {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        %error,
+                        "the user's cache directory cannot be used: running without a cache, so \
+                         every start downloads and compiles its provider again (set --cache-dir \
+                         to a writable directory, or --no-cache)"
+                    );
+                    None
+                }
+            },
+            CacheChoice::None => None,
+        })
     }
 
     /// A distribution client for these flags.
     pub fn distribution(&self) -> anyhow::Result<Distribution> {
         Ok(Distribution::new(self.settings()?))
     }
+
+    /// `--cache-dir`, else none with `--no-cache`, else the user's cache directory as the
+    /// XDG base directory specification places it (`var` reads the environment).
+    fn cache_choice(&self, var: impl Fn(&str) -> Option<OsString>) -> CacheChoice {
+        if let Some(dir) = &self.cache_dir {
+            return CacheChoice::Named(dir.clone());
+        }
+        if self.no_cache {
+            return CacheChoice::None;
+        }
+        match user_cache_dir(var) {
+            Some(dir) => CacheChoice::Default(dir.join("wasm-ccm")),
+            None => {
+                tracing::warn!(
+                    "neither XDG_CACHE_HOME nor HOME is an absolute path: running without a \
+                     cache, so every start downloads and compiles its provider again (set \
+                     --cache-dir, or --no-cache)"
+                );
+                CacheChoice::None
+            }
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME`, else `$HOME/.cache`; a variable unset, empty or relative is ignored,
+/// as the XDG base directory specification says.
+fn user_cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let absolute = |name: &str| {
+        var(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))
 }
 
 /// A provider reference as the `provider` subcommands take it: `file://PATH`, `oci://…`,
@@ -117,6 +188,8 @@ fn registry_host(text: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
     #[test]
@@ -140,5 +213,82 @@ mod tests {
         ));
         let error = parse_reference("oci://127.0.0.1:5000/p/simcloud").unwrap_err();
         assert!(error.to_string().contains("does not assume :latest"));
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        distribution: DistributionFlags,
+    }
+
+    fn choice(args: &[&str], env: &[(&str, &str)]) -> CacheChoice {
+        let flags = Flags::try_parse_from(std::iter::once("wasm-ccm").chain(args.iter().copied()))
+            .unwrap_or_else(|error| panic!("{args:?}: {error}"));
+        flags.distribution.cache_choice(|name| {
+            env.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| OsString::from(value))
+        })
+    }
+
+    #[test]
+    fn the_cache_is_the_users_unless_a_flag_names_one_or_none() {
+        let home = [("HOME", "/home/op")];
+        let default = |dir: &str| CacheChoice::Default(PathBuf::from(dir));
+        assert_eq!(choice(&[], &home), default("/home/op/.cache/wasm-ccm"));
+        assert_eq!(
+            choice(&[], &[("XDG_CACHE_HOME", "/var/cache/op"), home[0]]),
+            default("/var/cache/op/wasm-ccm")
+        );
+        // Unset, empty or relative: ignored, as the XDG specification says.
+        for xdg in ["", "cache"] {
+            assert_eq!(
+                choice(&[], &[("XDG_CACHE_HOME", xdg), home[0]]),
+                default("/home/op/.cache/wasm-ccm"),
+                "{xdg:?}"
+            );
+        }
+        assert_eq!(choice(&[], &[("HOME", "op")]), CacheChoice::None);
+        assert_eq!(choice(&[], &[]), CacheChoice::None);
+        assert_eq!(choice(&["--no-cache"], &home), CacheChoice::None);
+        assert_eq!(
+            choice(&["--cache-dir", "/srv/c"], &home),
+            CacheChoice::Named("/srv/c".into())
+        );
+        let both = Flags::try_parse_from(["wasm-ccm", "--cache-dir", "/srv/c", "--no-cache"]);
+        let error = both
+            .err()
+            .expect("--no-cache with --cache-dir is refused")
+            .to_string();
+        assert!(
+            error.contains("--no-cache") && error.contains("--cache-dir"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_default_cache_that_cannot_be_made_leaves_the_command_running_without_one() {
+        // A file where the directory would be: the default is given up, not the command.
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let flags = DistributionFlags {
+            registry: RegistryFlags {
+                insecure_registries: Vec::new(),
+                registry_config: None,
+            },
+            cache_dir: None,
+            no_cache: false,
+            cache_max_size: 1 << 20,
+        };
+        let store = ArtifactStore::open(&file.path().join("wasm-ccm"), 1 << 20);
+        assert!(store.is_err(), "a directory under a file cannot be made");
+        assert!(
+            flags
+                .open_cache(CacheChoice::Default(file.path().join("wasm-ccm")))
+                .unwrap()
+                .is_none()
+        );
+        let named = flags.open_cache(CacheChoice::Named(file.path().join("wasm-ccm")));
+        let error = format!("{:#}", named.unwrap_err());
+        assert!(error.starts_with("--cache-dir "), "{error}");
     }
 }

@@ -385,7 +385,7 @@ pub struct SandboxFlags {
 
 impl SandboxFlags {
     /// The sandbox configuration these flags describe; compiled code is kept in
-    /// `compiled_dir` (the `compiled/` directory of `--cache-dir`), if any.
+    /// `compiled_dir` (the `compiled/` directory of the cache), if any.
     pub fn config(&self, compiled_dir: Option<PathBuf>) -> SandboxConfig {
         SandboxConfig {
             memory_limit: self.memory_limit,
@@ -438,8 +438,11 @@ mod tests {
         Cli::try_parse_from(argv).unwrap_or_else(|error| panic!("{args:?}: {error}"))
     }
 
+    /// Run mode's flags for `args`, with `--no-cache`: building the configuration opens the
+    /// cache, and a unit test leaves the user's cache directory alone.
     fn run(args: &[&str]) -> RunFlags {
-        parse(args).run
+        let args: Vec<&str> = args.iter().copied().chain(["--no-cache"]).collect();
+        parse(&args).run
     }
 
     #[test]

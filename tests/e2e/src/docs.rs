@@ -125,7 +125,8 @@ pub fn substitute(text: &str, pairs: &[(&str, &str)]) -> String {
 }
 
 /// A reader's terminal: `sh` in a directory of its own, which is also its `HOME` (so a
-/// test writes `~/.docker/config.json` or `~/.kube/config` there), with `wasm-ccm` and
+/// test writes `~/.docker/config.json` or `~/.kube/config` there, and `wasm-ccm` keeps its
+/// cache in `~/.cache`; no `XDG_*_HOME` is passed on), with `wasm-ccm` and
 /// `cloud-sim` first on its `PATH` and what the test [`Shell::link`]s beside them.
 pub struct Shell {
     home: tempfile::TempDir,
@@ -197,6 +198,9 @@ impl Shell {
             .current_dir(self.dir())
             .env("PATH", path)
             .env("HOME", self.dir())
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null());
         command

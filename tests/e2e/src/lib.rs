@@ -236,12 +236,26 @@ pub fn sandbox_config() -> SandboxConfig {
     }
 }
 
-/// The `--cache-dir` of the `wasm-ccm` processes tests run (`target/<profile>/wasm-ccm-cache`):
-/// its compiled code is [`sandbox_config`]'s, so a TypeScript or Python component (10-25 s
-/// to compile) is compiled once per test run, whichever test or process needs it first
-/// (the cache locks an entry while it is compiled).
+/// The cache of the `wasm-ccm` processes tests run (`target/<profile>/test-cache/wasm-ccm`,
+/// their default one: see [`wasm_ccm_command`]): its compiled code is [`sandbox_config`]'s,
+/// so a TypeScript or Python component (10-25 s to compile) is compiled once per test run,
+/// whichever test or process needs it first (the cache locks an entry while it is compiled).
 pub fn shared_cache_dir() -> PathBuf {
-    profile_dir().join("wasm-ccm-cache")
+    test_cache_home().join("wasm-ccm")
+}
+
+/// The `XDG_CACHE_HOME` of the `wasm-ccm` processes tests run.
+fn test_cache_home() -> PathBuf {
+    profile_dir().join("test-cache")
+}
+
+/// `binary` (a `wasm-ccm`) as tests run it: its default cache is [`shared_cache_dir`]
+/// (`XDG_CACHE_HOME`), never the user's own `~/.cache`. A test about downloading or
+/// compiling gives a `--cache-dir` of its own, or `--no-cache`.
+pub fn wasm_ccm_command(binary: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(binary);
+    command.env("XDG_CACHE_HOME", test_cache_home());
+    command
 }
 
 /// simcloud loaded against `cloud`.

@@ -92,7 +92,7 @@ impl Pod {
         args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
 
         let log = std::fs::File::create(dir.path().join("log")).expect("log file");
-        let child = std::process::Command::new(crate::wasm_ccm_binary())
+        let child = crate::wasm_ccm_command(&crate::wasm_ccm_binary())
             .args(&args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -416,9 +416,20 @@ impl ManagerProcess {
         port: u16,
         show_errors: bool,
     ) -> ManagerProcess {
+        let mut command = crate::wasm_ccm_command(binary);
+        command.args(args);
+        ManagerProcess::spawn_command(command, port, show_errors)
+    }
+
+    /// Start `command`, a `wasm-ccm` with its arguments (and environment) set, as
+    /// [`ManagerProcess::spawn`] does.
+    pub fn spawn_command(
+        mut command: std::process::Command,
+        port: u16,
+        show_errors: bool,
+    ) -> ManagerProcess {
         use std::process::Stdio;
-        let child = std::process::Command::new(binary)
-            .args(args)
+        let child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(if show_errors {

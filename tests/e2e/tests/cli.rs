@@ -82,7 +82,7 @@ where
     I: IntoIterator<Item = S>,
     S: Into<OsString>,
 {
-    let mut command = Command::new(wasm_ccm_binary());
+    let mut command = e2e::wasm_ccm_command(&wasm_ccm_binary());
     command
         .args(args.into_iter().map(Into::into))
         .env_remove("RUST_LOG")
@@ -246,11 +246,7 @@ fn inspect_shows_every_simcloud_reads_nodes_from_node_sets() {
         guest_builds::SIMCLOUD_TS,
         guest_builds::SIMCLOUD_PY,
     ] {
-        let [cache_flag, cache_dir] = shared_cache();
-        let run = wasm_ccm(
-            ["provider", "inspect", &cache_flag, &cache_dir, component],
-            &[],
-        );
+        let run = wasm_ccm(["provider", "inspect", component], &[]);
         assert!(run.succeeded(), "{run:#?}");
         let (imports, exports) = run
             .stdout
@@ -265,6 +261,39 @@ fn inspect_shows_every_simcloud_reads_nodes_from_node_sets() {
             "{component}: {exports}"
         );
         assert!(run.stdout.contains("satisfies the host contract: yes"));
+    }
+}
+
+/// A CLI command keeps compiled code in `$HOME/.cache/wasm-ccm` when `XDG_CACHE_HOME` is
+/// unset or empty; one that cannot have that directory warns, naming it and the flags, and
+/// runs without a cache.
+#[test]
+fn inspect_caches_in_the_users_cache_directory_or_warns_and_runs_without() {
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().display().to_string();
+    let inspect = ["provider", "inspect", guest_builds::SIMCLOUD];
+    let run = wasm_ccm(inspect, &[("XDG_CACHE_HOME", ""), ("HOME", &home_path)]);
+    assert!(run.succeeded(), "{run:#?}");
+    assert!(run.stderr.is_empty(), "{run:#?}");
+    let compiled = home.path().join(".cache/wasm-ccm/compiled");
+    let entries: Vec<_> = std::fs::read_dir(&compiled)
+        .unwrap_or_else(|error| panic!("{}: {error}", compiled.display()))
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let unusable = file.path().display().to_string();
+    let run = wasm_ccm(inspect, &[("XDG_CACHE_HOME", &unusable)]);
+    assert!(run.succeeded(), "{run:#?}");
+    for part in [
+        format!("{unusable}/wasm-ccm"),
+        "running without a cache".to_string(),
+        "--cache-dir".to_string(),
+        "--no-cache".to_string(),
+    ] {
+        assert!(run.stderr.contains(&part), "{part} not in {}", run.stderr);
     }
 }
 
@@ -1340,16 +1369,6 @@ fn another_components_compiled_code_under_a_components_name_is_never_run() {
     );
 }
 
-/// `--cache-dir` for CLI runs that compile a big component: the tests' shared cache
-/// ([`e2e::shared_cache_dir`]), so the TypeScript and Python ones (15-25 s each) are
-/// compiled once per test run rather than once per process.
-fn shared_cache() -> [String; 2] {
-    [
-        "--cache-dir".to_string(),
-        e2e::shared_cache_dir().display().to_string(),
-    ]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_of_the_rust_simcloud_passes_every_rule_and_leaves_nothing_in_the_cloud() {
     conformance_passes_every_rule_and_leaves_nothing_in_the_cloud(guest_builds::SIMCLOUD).await;
@@ -1403,8 +1422,7 @@ routes:
         second = second.id,
         url = cloud.sim.url(),
     ));
-    let mut granted = granted_with_env_token(&cloud, &config);
-    granted.extend(shared_cache());
+    let granted = granted_with_env_token(&cloud, &config);
     let token = vec![("SIM_TOKEN", TOKEN.to_string())];
     let run = wasm_ccm_async(
         conformance_args(component, &fixture, &granted),

@@ -4,7 +4,7 @@
 //! calls run side by side instead of one after another.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use e2e::https;
@@ -22,7 +22,7 @@ const TOKIO_WORKERS: usize = 2;
 /// The manager with the hostile provider, initialising four nodes at once, on two workers.
 fn spawn_manager(bed: &Testbed) -> ManagerProcess {
     let port = https::free_port();
-    let child = Command::new(e2e::wasm_ccm_binary())
+    let child = e2e::wasm_ccm_command(&e2e::wasm_ccm_binary())
         .args([
             format!("--provider=file://{}", guest_builds::HOSTILE),
             "--cloud-provider=hostile".into(),

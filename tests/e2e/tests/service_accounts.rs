@@ -218,7 +218,7 @@ async fn a_failing_token_request_is_a_clear_error_and_the_manager_keeps_running(
         "--leader-elect=false".into(),
         "--secure-port=0".into(),
     ]);
-    let mut child = std::process::Command::new(wasm_ccm_binary())
+    let mut child = e2e::wasm_ccm_command(&wasm_ccm_binary())
         .args(&args)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())

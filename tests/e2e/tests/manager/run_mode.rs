@@ -28,7 +28,7 @@ fn flags(bed: &Testbed, port: u16) -> Vec<String> {
 }
 
 fn run_to_end(args: &[String]) -> Output {
-    Command::new(wasm_ccm_binary())
+    e2e::wasm_ccm_command(&wasm_ccm_binary())
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
@@ -212,6 +212,79 @@ async fn a_repeated_flag_overrides_the_earlier_one_and_controllers_lists_join() 
         bed.node("n1").await.filter(|n| !is_uninitialized(n))
     })
     .await;
+}
+
+/// Without `--cache-dir`, compiled code is kept in the user's cache directory
+/// (`$XDG_CACHE_HOME/wasm-ccm`), sealed as in a named one: a restart compiles nothing.
+/// `--no-cache` writes nothing there.
+#[tokio::test]
+async fn a_restart_without_cache_dir_loads_from_the_users_cache_directory() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let bed = Testbed::start().await;
+    let cache_home = tempfile::tempdir().unwrap();
+    let start = |extra: &[&str]| {
+        let port = https::free_port();
+        let mut command = e2e::wasm_ccm_command(&wasm_ccm_binary());
+        command
+            .args(with(flags(&bed, port), &["--leader-elect=false"]))
+            .args(extra)
+            .env("XDG_CACHE_HOME", cache_home.path());
+        Manager::spawn_command(command, port, true)
+    };
+    let compiles = |manager: &Manager, node: &'static str| {
+        let bed = &bed;
+        let addr = manager.addr;
+        async move {
+            bed.add_node(node, "sim-central-1a").await;
+            eventually(&format!("{node} initialised"), WAIT, || async {
+                bed.node(node).await.filter(|n| !is_uninitialized(n))
+            })
+            .await;
+            let (_, metrics) = https::get_with_token(addr, "/metrics", bed.emulator.token())
+                .await
+                .expect("metrics");
+            metrics
+                .lines()
+                .filter(|line| line.starts_with("wasm_ccm_sandbox_compiles_total{"))
+                .map(|line| {
+                    let source = line
+                        .split("source=\"")
+                        .nth(1)
+                        .and_then(|s| s.split('"').next());
+                    format!(
+                        "{}={}",
+                        source.unwrap_or("?"),
+                        line.rsplit(' ').next().unwrap_or("?")
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let compiled = cache_home.path().join("wasm-ccm/compiled");
+
+    let no_cache = start(&["--no-cache"]);
+    assert_eq!(compiles(&no_cache, "uncached").await, ["compile=1"]);
+    drop(no_cache);
+    assert!(
+        !cache_home.path().join("wasm-ccm").exists(),
+        "--no-cache wrote a cache"
+    );
+
+    let first = start(&[]);
+    assert_eq!(compiles(&first, "first").await, ["compile=1"]);
+    drop(first);
+    let key = std::fs::metadata(compiled.join("key")).expect("the sealing key");
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
+    let entries = std::fs::read_dir(&compiled)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count();
+    assert_eq!(entries, 1, "one compiled entry in {}", compiled.display());
+
+    let restarted = start(&[]);
+    assert_eq!(compiles(&restarted, "restarted").await, ["cache=1"]);
 }
 
 #[tokio::test]
@@ -406,17 +479,20 @@ async fn the_documented_command_runs_and_a_clean_shutdown_releases_the_lease() {
         is_leading(&bed, &manager).await.filter(|l| *l)
     })
     .await;
-    let (_, health) = https::get(manager.addr, "/healthz?verbose")
-        .await
-        .expect("/healthz");
-    for controller in [
-        "cloud-node-controller",
-        "cloud-node-lifecycle-controller",
-        "service-lb-controller",
-        "node-route-controller",
-    ] {
-        assert!(health.contains(&format!("[+]{controller} ok")), "{health}");
-    }
+    // Leading (the Lease won while the provider loaded), then its controllers start.
+    eventually("every controller running", WAIT, || async {
+        let (_, health) = https::get(manager.addr, "/healthz?verbose").await.ok()?;
+        [
+            "cloud-node-controller",
+            "cloud-node-lifecycle-controller",
+            "service-lb-controller",
+            "node-route-controller",
+        ]
+        .iter()
+        .all(|controller| health.contains(&format!("[+]{controller} ok")))
+        .then_some(())
+    })
+    .await;
     bed.add_node("n1", "sim-central-1a").await;
     eventually("n1 initialised", WAIT, || async {
         bed.node("n1").await.filter(|n| !is_uninitialized(n))

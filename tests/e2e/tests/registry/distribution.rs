@@ -26,7 +26,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
 
 pub(super) fn wasm_ccm(args: &[String]) -> Output {
-    std::process::Command::new(wasm_ccm_binary())
+    e2e::wasm_ccm_command(&wasm_ccm_binary())
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
@@ -438,11 +438,12 @@ async fn bad_artifacts_are_refused_naming_what_is_wrong() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&blob, bytes).unwrap();
+    // With no cache: the earlier pulls' cache would answer for the digest.
     let output = pull(
         &registry,
         &format!("p/simcloud@{digest}"),
         &out,
-        &[&insecure],
+        &[&insecure, "--no-cache"],
     );
     assert_refused(
         &output,
@@ -622,7 +623,7 @@ async fn processes_sharing_one_cache_dir_pull_at_once_then_a_tag_costs_one_reque
     let original = std::fs::read(guest_builds::SIMCLOUD).unwrap();
     let pulls: Vec<_> = (0..3)
         .map(|i| {
-            let mut command = std::process::Command::new(wasm_ccm_binary());
+            let mut command = e2e::wasm_ccm_command(&wasm_ccm_binary());
             command.args([
                 "provider".to_string(),
                 "pull".into(),

@@ -92,7 +92,7 @@ async fn an_identity_token_is_exchanged_for_access_tokens_to_push_and_pull() {
     }
 
     // Nothing shows the identity token, even at debug level.
-    let output = std::process::Command::new(e2e::wasm_ccm_binary())
+    let output = e2e::wasm_ccm_command(&e2e::wasm_ccm_binary())
         .args([
             "provider".to_string(),
             "pull".into(),
