@@ -84,6 +84,25 @@ impl Seal {
         })
     }
 
+    /// `dir` made if missing (mode 0700, its missing parents too) and checked as a key's
+    /// directory is: a directory of this user that no one else may write, not a link. For
+    /// the directories beside the keys, which a link or another user's hand would turn into
+    /// someone else's files to read or delete.
+    pub fn private_directory(dir: &Path) -> std::io::Result<()> {
+        let failed = |problem: String| {
+            std::io::Error::other(format!(
+                "{}: {problem}; the cache's directories must be this user's alone",
+                dir.display()
+            ))
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| failed(format!("cannot create it: {e}")))?;
+        directory(dir).map(drop).map_err(failed)
+    }
+
     /// The tag of an entry made of `parts` (each length-prefixed, so no two lists of parts
     /// share a tag).
     pub fn tag(&self, parts: &[&[u8]]) -> [u8; TAG_BYTES] {
@@ -133,6 +152,12 @@ fn directory(dir: &Path) -> Result<rustix::fd::OwnedFd, String> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let handle = rustix::fs::open(dir, flags, Mode::empty()).map_err(|errno| match errno {
         rustix::io::Errno::LOOP => "a symbolic link".to_string(),
+        // A link opened with O_DIRECTORY | O_NOFOLLOW fails as not a directory.
+        rustix::io::Errno::NOTDIR
+            if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            "a symbolic link".to_string()
+        }
         rustix::io::Errno::NOTDIR => "not a directory".to_string(),
         errno => format!("cannot open it: {}", std::io::Error::from(errno)),
     })?;

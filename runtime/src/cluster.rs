@@ -131,11 +131,20 @@ fn latency_histogram() -> Histogram {
     ])
 }
 
+/// `wasm_ccm_rest_client_{request,response}_bytes_total` labels: the client and method.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BytesLabels {
+    client: Arc<str>,
+    method: String,
+}
+
 /// Requests the manager sent to the API server.
 #[derive(Debug, Clone)]
 pub struct ClientMetrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
+    request_bytes: Family<BytesLabels, Counter>,
+    response_bytes: Family<BytesLabels, Counter>,
     sent: Counter,
 }
 
@@ -144,6 +153,8 @@ impl Default for ClientMetrics {
         ClientMetrics {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
+            request_bytes: Family::default(),
+            response_bytes: Family::default(),
             sent: Counter::default(),
         }
     }
@@ -162,6 +173,16 @@ impl ClientMetrics {
             "rest_client_request_duration_seconds",
             "Request latency in seconds until the response headers, after the rate limiter. Broken down by verb and host",
             self.latency.clone(),
+        );
+        registry.register(
+            "wasm_ccm_rest_client_request_bytes",
+            "Bytes of request bodies sent to the Kubernetes API, by the manager's client and method",
+            self.request_bytes.clone(),
+        );
+        registry.register(
+            "wasm_ccm_rest_client_response_bytes",
+            "Bytes of response bodies read from the Kubernetes API (watch streams as they come), by the manager's client and method",
+            self.response_bytes.clone(),
         );
     }
 
@@ -361,10 +382,11 @@ impl<S, B, R> Service<http::Request<B>> for Throttle<S>
 where
     S: Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
+    B: http_body::Body,
 {
-    type Response = S::Response;
+    type Response = http::Response<Counted<R>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         while !self.permitted {
@@ -390,6 +412,17 @@ where
         let metrics = self.metrics.clone();
         let host = self.host.to_string();
         let client = self.client.clone();
+        let bytes = BytesLabels {
+            client: client.clone(),
+            method: method.clone(),
+        };
+        // kube-rs sends whole bodies, whose size is known before they go.
+        let size = http_body::Body::size_hint(request.body());
+        metrics
+            .request_bytes
+            .get_or_create(&bytes)
+            .inc_by(size.exact().unwrap_or(size.lower()));
+        let received = metrics.response_bytes.get_or_create(&bytes).clone();
         let response = self.inner.call(request);
         let started = std::time::Instant::now();
         Box::pin(async move {
@@ -415,8 +448,45 @@ where
                     client,
                 })
                 .inc();
-            result
+            result.map(|response| {
+                response.map(|body| Counted {
+                    inner: body,
+                    received,
+                })
+            })
         })
+    }
+}
+
+/// A response body that counts its bytes as they are read.
+pub struct Counted<B> {
+    inner: B,
+    received: Counter,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(Ok(frame)) = &frame
+            && let Some(data) = frame.data_ref()
+        {
+            self.received.inc_by(bytes::Buf::remaining(data) as u64);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

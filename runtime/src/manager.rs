@@ -4,12 +4,13 @@
 //!    and of Services), so their caches fill while the provider loads and the Lease is
 //!    sought, and stay warm on a standby;
 //! 2. with `--provider-resource`: follow each `CloudProvider` named ([`crate::rollout`]),
-//!    reporting not-ready with the reason until a version of each is active; serve
-//!    `/healthz`, `/readyz`, `/livez` and `/metrics`;
+//!    reporting not-ready with the reason until a version of each is active; in both modes,
+//!    serve `/healthz`, `/readyz`, `/livez` and `/metrics`;
 //! 3. with flags: load the provider (`--provider`), `init` it with `--cloud-config`, and
 //!    check it is the `--cloud-provider` the operator named, while the informers fill and
-//!    (with `--leader-elect`) the Lease is sought: a cold start's compile overlaps both, and
-//!    a provider that cannot load stops the manager as soon as it fails;
+//!    (with `--leader-elect`) the Lease is sought, reporting not-ready until it has loaded:
+//!    a cold start's compile overlaps both, and a provider that cannot load stops the
+//!    manager as soon as it fails (giving the Lease up if it was won meanwhile);
 //! 4. decide which controllers run for each provider (selected *and* supported);
 //! 5. with `--leader-elect`, wait for the Lease; then run each provider's controllers, as
 //!    soon as it has an active version, until leadership is lost or the process is asked to
@@ -182,17 +183,6 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     let fleet_metrics = FleetMetrics::default();
     fleet_metrics.register(&mut registry);
 
-    // With flags, the provider loads (fetch, compile, `init`) while the informers fill and
-    // the Lease is sought (polled from the wait for the Lease below); a provider that cannot
-    // load stops the manager as soon as it fails, leader or not.
-    let loading = match &config.provider {
-        ProviderMode::Flags(settings) => Some((settings.name.clone(), async {
-            let provider = load_provider(&config, settings, metrics.clone()).await?;
-            let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
-            Ok((provider, planned))
-        })),
-        ProviderMode::Resource { .. } => None,
-    };
     let clients = Clients::connect(&config.cluster, &client_metrics).await?;
     let controller_clients = ControllerClients::new(&clients)?;
     // Whether this replica leads: only the leader writes events and the CloudProvider's
@@ -318,10 +308,24 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             (fleet, members)
         }
     };
-    if let Some((name, _)) = &loading {
-        let reason = format!("loading --provider of {name}");
-        health.add("provider", &[Probe::Readyz], move || Err(reason.clone()));
-    }
+    // With flags, the provider loads (fetch, compile, `init`) while the informers fill and
+    // the Lease is sought (polled from the wait for the Lease below), not ready until it
+    // has; a provider that cannot load stops the manager as soon as it fails, leader or not.
+    let readiness = health.clone();
+    let loading = match &config.provider {
+        ProviderMode::Flags(settings) => {
+            let reason = format!("loading --provider of {}", settings.name);
+            health.add("provider", &[Probe::Readyz], move || Err(reason.clone()));
+            Some((settings.name.clone(), async {
+                let provider = load_provider(&config, settings, metrics.clone()).await?;
+                let planned = controllers::plan(&config.controllers, &provider, &config.settings)?;
+                // Ready as a standby too: only the controllers wait for the Lease.
+                readiness.remove("provider");
+                Ok((provider, planned))
+            }))
+        }
+        ProviderMode::Resource { .. } => None,
+    };
     let serving = serving::serve(
         config.serving.clone(),
         health.clone(),
@@ -339,15 +343,18 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
     // The flagged provider, and with leader election the first term's Lease, both awaited.
     let mut won = None;
     if let Some((name, loading)) = loading {
-        let ((provider, controllers), leadership) =
-            load_while_campaigning(loading, elector.as_ref(), &shutdown).await?;
+        let Some(((provider, controllers), leadership)) =
+            load_while_campaigning(loading, elector.as_ref(), &shutdown).await?
+        else {
+            tracing::info!("wasm-ccm stopped while its provider loaded");
+            return Ok(());
+        };
         members.push(Member {
             scope: fleet.scope(&name),
             versions: Versions::Fixed(ProviderSlot::new(provider, answer_checks)),
             planned: controllers.into(),
             events: events.clone(),
         });
-        health.remove("provider");
         won = leadership;
     }
 
@@ -403,26 +410,41 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
 
 /// Wait for `loading` and, with an elector, for the Lease, at once: a load that fails ends
 /// the wait (giving the Lease up if it was won). The leadership is `None` without an elector
-/// or if `shutdown` came first.
+/// or if `shutdown` came once the load was done; `Ok(None)`: `shutdown` came during the
+/// load (the Lease given up if it was won).
 async fn load_while_campaigning<Loaded>(
     loading: impl Future<Output = Result<Loaded, ManagerError>>,
     elector: Option<&LeaderElector>,
     shutdown: &CancellationToken,
-) -> Result<(Loaded, Option<Leadership>), ManagerError> {
+) -> Result<Option<(Loaded, Option<Leadership>)>, ManagerError> {
+    tokio::pin!(loading);
     let Some(elector) = elector else {
-        return Ok((loading.await?, None));
+        return tokio::select! {
+            loaded = &mut loading => Ok(Some((loaded?, None))),
+            () = shutdown.cancelled() => Ok(None),
+        };
     };
     let acquiring = elector.acquire(shutdown);
-    tokio::pin!(loading, acquiring);
+    tokio::pin!(acquiring);
     tokio::select! {
         loaded = &mut loading => {
             let loaded = loaded?;
-            Ok((loaded, acquiring.await?))
+            // Ends with `None` if `shutdown` comes first.
+            Ok(Some((loaded, acquiring.await?)))
         }
         acquired = &mut acquiring => {
             let leadership = acquired?;
-            match loading.await {
-                Ok(loaded) => Ok((loaded, leadership)),
+            let loaded = tokio::select! {
+                loaded = &mut loading => loaded,
+                () = shutdown.cancelled() => {
+                    if let Some(leadership) = leadership {
+                        leadership.release().await;
+                    }
+                    return Ok(None);
+                }
+            };
+            match loaded {
+                Ok(loaded) => Ok(Some((loaded, leadership))),
                 Err(error) => {
                     if let Some(leadership) = leadership {
                         leadership.release().await;

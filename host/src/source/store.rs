@@ -31,6 +31,7 @@
 //! (a manifest [`MAX_MANIFEST_BYTES`], a component [`MAX_COMPONENT_BYTES`]).
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -60,22 +61,36 @@ struct Version {
 }
 
 impl ArtifactStore {
-    /// The cache at `dir` (created if missing), holding at most about `max_bytes`.
+    /// The cache at `dir` (created if missing), holding at most about `max_bytes`. `dir` is
+    /// this user's or root's (a volume's mount point); every directory in it is made this
+    /// user's alone (0700) and refused if it is a link, another user's, or writable by
+    /// others: a directory someone else prepared would have the cache read, write or evict
+    /// their files.
     pub fn open(dir: &Path, max_bytes: u64) -> std::io::Result<ArtifactStore> {
         // The keys first: their directories are made this user's alone (0700), and a bad
         // key or directory is refused at start.
         let seal = Seal::open(&dir.join("signatures")).map_err(std::io::Error::other)?;
         Seal::open(&dir.join("compiled")).map_err(std::io::Error::other)?;
+        let owner = std::fs::metadata(dir)?.uid();
+        let user = rustix::process::geteuid().as_raw();
+        if owner != user && owner != 0 {
+            return Err(std::io::Error::other(format!(
+                "{}: owned by uid {owner}, not this user (uid {user}) or root",
+                dir.display()
+            )));
+        }
         for sub in [
+            "manifests",
             "manifests/sha256",
             "manifests/sha512",
+            "blobs",
             "blobs/sha256",
             "blobs/sha512",
             "signatures/sha256",
             "signatures/sha512",
             "tmp",
         ] {
-            std::fs::create_dir_all(dir.join(sub))?;
+            Seal::private_directory(&dir.join(sub))?;
         }
         Ok(ArtifactStore {
             dir: dir.to_path_buf(),
@@ -395,6 +410,45 @@ mod tests {
         let compiled = store.compiled_dir().join(format!("{hex}-0123.cwasm"));
         std::fs::write(compiled, vec![0; size]).unwrap();
         packed.manifest.1
+    }
+
+    /// A directory of the cache someone else prepared is refused, naming it: a link to
+    /// elsewhere (whose files eviction would delete) or one others may write.
+    #[test]
+    fn a_cache_directory_that_is_a_link_or_writable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("precious"), b"not the cache's").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("manifests/sha256")).unwrap();
+        let error = ArtifactStore::open(dir.path(), 1).unwrap_err().to_string();
+        assert!(
+            error.contains("manifests/sha256") && error.contains("a symbolic link"),
+            "{error}"
+        );
+        assert!(elsewhere.path().join("precious").exists());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
+        std::fs::set_permissions(dir.path().join("tmp"), PermissionsExt::from_mode(0o777)).unwrap();
+        let error = ArtifactStore::open(dir.path(), 1).unwrap_err().to_string();
+        assert!(
+            error.contains("tmp") && error.contains("others may write it"),
+            "{error}"
+        );
+
+        // Made afresh, every directory is this user's alone.
+        let dir = tempfile::tempdir().unwrap();
+        ArtifactStore::open(&dir.path().join("cache"), 1).unwrap();
+        for sub in ["manifests/sha256", "blobs", "tmp", "compiled"] {
+            let mode = std::fs::metadata(dir.path().join("cache").join(sub))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{sub}");
+        }
     }
 
     #[test]

@@ -280,8 +280,10 @@ impl ProviderCommand {
                 };
                 let wasm = std::fs::read(&file)
                     .with_context(|| format!("cannot read provider {}", file.display()))?;
+                let settings = distribution.settings()?;
+                let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
                 let inspection = sandbox
-                    .sandbox(Arc::new(Metrics::default()), None)?
+                    .sandbox(Arc::new(Metrics::default()), compiled_dir)?
                     .inspect(wasm.clone().into(), &file.display().to_string())
                     .await?;
                 if let Some(problem) = &inspection.problem {
@@ -296,7 +298,7 @@ impl ProviderCommand {
                     source,
                     created,
                 };
-                let distribution = distribution.distribution()?;
+                let distribution = Distribution::new(settings);
                 let digest = distribution.push(wasm, &oci, &request).await?;
                 out(format_args!("{digest}\n"))?;
                 eprintln!(

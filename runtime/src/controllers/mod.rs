@@ -442,7 +442,10 @@ async fn update_node(
         if wanted == current {
             return Ok(None);
         }
-        match api.replace(&name, &PostParams::default(), &wanted).await {
+        match api
+            .replace(&name, &PostParams::default(), &update_body(&wanted))
+            .await
+        {
             Ok(stored) => return Ok(Some(stored)),
             Err(error) if is_conflict(&error) && attempt < steps => {
                 conflict_pause(pause).await;
@@ -453,6 +456,20 @@ async fn update_node(
             }
             Err(error) => return Err(SyncError::kube(format!("updating node {name}"))(error)),
         }
+    }
+}
+
+/// What an update of the main resource sends of `node`: neither its status nor its
+/// `managedFields`, which the API server ignores there (it keeps the stored ones) and which
+/// are most of a Node's bytes.
+fn update_body(node: &Node) -> Node {
+    Node {
+        metadata: kube::api::ObjectMeta {
+            managed_fields: None,
+            ..node.metadata.clone()
+        },
+        spec: node.spec.clone(),
+        status: None,
     }
 }
 

@@ -11,7 +11,8 @@
 //!   uninitialised); the phase runs from the spawn to every node initialised, so its CPU
 //!   includes the manager's start;
 //! - the Services get their load balancers;
-//! - 100 more nodes join (each load balancer should be updated exactly once).
+//! - 100 more nodes join, or one in fifty at a larger scale (each load balancer should be
+//!   updated exactly once).
 //!
 //! Also: when the first node was initialised, after the process started (cold and warm) and
 //! after the Lease
@@ -56,9 +57,13 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use kube_emulator::RequestCounts;
-use wasm_ccm::cluster::{EVENT_RECORDER, LEADER_ELECTION};
+use wasm_ccm::cluster::{EVENT_RECORDER, LEADER_ELECTION, SHARED_INFORMERS};
 
-const ADDED_NODES: usize = 100;
+/// The nodes that join in the last phase: 100, or one in fifty at a larger scale (300 at
+/// 15,000).
+fn added_nodes(nodes: usize) -> usize {
+    (nodes / 50).max(100)
+}
 /// The manager's Lease, where it is by default (`--leader-elect-resource-*`).
 const LEASE_NAMESPACE: &str = "kube-system";
 const LEASE_NAME: &str = "cloud-controller-manager";
@@ -539,6 +544,32 @@ impl Metrics {
         writes
     }
 
+    /// Bytes sent and received by kind of client.
+    fn traffic(&self) -> Traffic {
+        let mut traffic = Traffic::default();
+        for (name, side) in [
+            ("wasm_ccm_rest_client_request_bytes_total{", 0),
+            ("wasm_ccm_rest_client_response_bytes_total{", 1),
+        ] {
+            for line in self.0.lines().filter(|l| l.starts_with(name)) {
+                let client = line
+                    .split("client=\"")
+                    .nth(1)
+                    .and_then(|rest| rest.split('"').next())
+                    .unwrap_or_default();
+                let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+                let kind = match client {
+                    EVENT_RECORDER => &mut traffic.events,
+                    LEADER_ELECTION => &mut traffic.lease,
+                    SHARED_INFORMERS => &mut traffic.informers,
+                    _ => &mut traffic.state,
+                };
+                kind[side] += value.unwrap_or(0.0);
+            }
+        }
+        traffic
+    }
+
     /// API requests by HTTP method.
     fn requests_by_method(&self) -> BTreeMap<String, f64> {
         let mut methods = BTreeMap::new();
@@ -580,6 +611,34 @@ impl Writes {
             state: self.state - before.state,
             events: self.events - before.events,
             lease: self.lease - before.lease,
+        }
+    }
+}
+
+/// Bytes of request and response bodies the manager exchanged with the API server, by kind
+/// of client (its own `wasm_ccm_rest_client_{request,response}_bytes_total`): `[sent,
+/// received]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Traffic {
+    /// The controllers' (Nodes, Services and anything else but events, the Lease and the
+    /// informers).
+    pub state: [f64; 2],
+    /// The event recorder's.
+    pub events: [f64; 2],
+    /// The leader election's.
+    pub lease: [f64; 2],
+    /// The shared informers' lists and watches.
+    pub informers: [f64; 2],
+}
+
+impl Traffic {
+    fn since(&self, before: &Traffic) -> Traffic {
+        let minus = |a: [f64; 2], b: [f64; 2]| [a[0] - b[0], a[1] - b[1]];
+        Traffic {
+            state: minus(self.state, before.state),
+            events: minus(self.events, before.events),
+            lease: minus(self.lease, before.lease),
+            informers: minus(self.informers, before.informers),
         }
     }
 }
@@ -636,6 +695,8 @@ struct Sample {
     requests: BTreeMap<String, f64>,
     writes: Writes,
     provider_calls: f64,
+    service_times: ServiceTimes,
+    traffic: Traffic,
     /// As the emulator counted them; `None` on a cluster.
     served: Option<ManagerRequests>,
 }
@@ -650,6 +711,8 @@ impl Sample {
             requests: metrics.requests_by_method(),
             writes: metrics.writes_by_client(),
             provider_calls: metrics.sum("wasm_ccm_provider_calls_total", ""),
+            service_times: ServiceTimes::of(&metrics),
+            traffic: metrics.traffic(),
             served: setup.served().as_ref().map(ManagerRequests::of),
         }
     }
@@ -664,9 +727,131 @@ impl Sample {
             requests: BTreeMap::new(),
             writes: Writes::default(),
             provider_calls: 0.0,
+            service_times: ServiceTimes::default(),
+            traffic: Traffic::default(),
             served: setup.served().as_ref().map(ManagerRequests::of),
         }
     }
+}
+
+/// Where the service controller's time went, summed over every Service, from the manager's
+/// own histograms and counters (seconds, or counts).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ServiceTimes {
+    /// Syncs the service workers ran (`workqueue_work_duration_seconds_count`).
+    pub syncs: f64,
+    /// In the work queue, from added (or due, after a delay) to taken by a worker.
+    pub queued: f64,
+    /// In a worker's sync.
+    pub syncing: f64,
+    /// In provider load-balancer calls (a call slot's wait and the sandbox's set-up
+    /// included).
+    pub provider: f64,
+    /// Of which in the provider's cloud requests, to the end of each response.
+    pub cloud: f64,
+    /// In PATCH requests to the API server (finalizers, statuses), the token bucket's wait
+    /// apart.
+    pub api_writes: f64,
+    /// Provider answers asking to be called again later (`retry-after`).
+    pub retry_afters: f64,
+}
+
+impl ServiceTimes {
+    fn of(metrics: &Metrics) -> ServiceTimes {
+        let queue = "name=\"service";
+        ServiceTimes {
+            syncs: metrics.sum("workqueue_work_duration_seconds_count{", queue),
+            queued: metrics.sum("workqueue_queue_duration_seconds_sum{", queue),
+            syncing: metrics.sum("workqueue_work_duration_seconds_sum{", queue),
+            provider: metrics.sum(
+                "wasm_ccm_provider_call_duration_seconds_sum{",
+                "load-balancer",
+            ),
+            cloud: metrics.sum("wasm_ccm_egress_request_duration_seconds_sum{", ""),
+            api_writes: metrics.sum(
+                "rest_client_request_duration_seconds_sum{",
+                "verb=\"PATCH\"",
+            ),
+            retry_afters: metrics.sum("wasm_ccm_provider_calls_total{", "outcome=\"retry-after\""),
+        }
+    }
+
+    fn since(&self, before: &ServiceTimes) -> ServiceTimes {
+        ServiceTimes {
+            syncs: self.syncs - before.syncs,
+            queued: self.queued - before.queued,
+            syncing: self.syncing - before.syncing,
+            provider: self.provider - before.provider,
+            cloud: self.cloud - before.cloud,
+            api_writes: self.api_writes - before.api_writes,
+            retry_afters: self.retry_afters - before.retry_afters,
+        }
+    }
+}
+
+/// How busy this machine's cores were, second by second ([`BusySampler`]).
+#[derive(Debug, Default, Clone)]
+pub struct Busy {
+    /// Cores busy in each whole second (user, system, irq, softirq and steal time, from
+    /// `/proc/stat`).
+    pub per_second: Vec<f64>,
+    /// The machine's cores.
+    pub cores: f64,
+}
+
+/// Reads `/proc/stat` once a second until stopped.
+struct BusySampler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Busy>,
+}
+
+impl BusySampler {
+    fn start() -> BusySampler {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let cores = std::thread::available_parallelism().map_or(f64::NAN, |n| n.get() as f64);
+            let mut busy = Busy {
+                per_second: Vec::new(),
+                cores,
+            };
+            let mut last = machine_ticks();
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            ticker.tick().await;
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    _ = &mut stopped => return busy,
+                }
+                let now = machine_ticks();
+                if let (Some((busy_then, _)), Some((busy_now, _))) = (last, now) {
+                    // USER_HZ ticks of all cores in one second.
+                    busy.per_second.push((busy_now - busy_then) / 100.0);
+                }
+                last = now;
+            }
+        });
+        BusySampler { stop, task }
+    }
+
+    async fn stop(self) -> Busy {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// All cores' busy and idle ticks so far (the `cpu` line of `/proc/stat`).
+fn machine_ticks() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|line| line.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is within user).
+    let field = |i: usize| ticks.get(i).copied().unwrap_or(0.0);
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6) + field(7);
+    Some((busy, field(3) + field(4)))
 }
 
 /// One phase's row: what happened between two samples.
@@ -679,6 +864,8 @@ pub struct Phase {
     pub requests: BTreeMap<String, f64>,
     /// Its writes by client.
     pub writes_by_client: Writes,
+    /// Its bytes to and from the API server by kind of client.
+    pub traffic: Traffic,
     /// Its LISTs and WATCHes as the emulator counted them; `None` on a cluster.
     pub served: Option<ManagerRequests>,
     pub provider_calls: f64,
@@ -709,6 +896,7 @@ impl Phase {
             bench_cpu: after.bench_cpu - before.bench_cpu,
             requests,
             writes_by_client: after.writes.since(&before.writes),
+            traffic: after.traffic.since(&before.traffic),
             served,
             provider_calls: after.provider_calls - before.provider_calls,
             peak_rss: peak_rss_mib(manager),
@@ -741,7 +929,7 @@ pub async fn run(settings: Settings) -> Report {
         Setup::Remote { .. } => "the given cluster and cloud simulator",
     };
     setup
-        .add_instances((0..nodes + ADDED_NODES).map(node_name).collect())
+        .add_instances((0..nodes + added_nodes(nodes)).map(node_name).collect())
         .await;
     setup.set_latency(latency).await;
     ensure_namespace(setup.client()).await;
@@ -845,6 +1033,7 @@ pub async fn run(settings: Settings) -> Report {
     let trailing = trailing_events(&manager, &nodes_done).await;
     setup.clear_cloud_requests().await;
     let lb_start = Sample::take(&manager, &setup).await;
+    let sampler = BusySampler::start();
     futures::stream::iter(0..services)
         .for_each_concurrent(64, |i| {
             let mut service = Testbed::lb_service(&format!("svc-{i:04}"));
@@ -865,6 +1054,8 @@ pub async fn run(settings: Settings) -> Report {
         .await;
     wait_ingress(client, services).await;
     let lbs_done = Sample::take(&manager, &setup).await;
+    let lb_busy = sampler.stop().await;
+    let lb_times = lbs_done.service_times.since(&lb_start.service_times);
     eprintln!(
         "scale: load balancers ready after {:.1?}",
         lbs_done.at - lb_start.at
@@ -888,10 +1079,11 @@ pub async fn run(settings: Settings) -> Report {
 
     setup.clear_cloud_requests().await;
     let churn_start = Sample::take(&manager, &setup).await;
-    create_nodes(client, nodes..nodes + ADDED_NODES).await;
-    wait_nodes_initialised(client, nodes + ADDED_NODES).await;
+    let added = added_nodes(nodes);
+    create_nodes(client, nodes..nodes + added).await;
+    wait_nodes_initialised(client, nodes + added).await;
     // Each load balancer targets its provider's nodes: all of them, or with two, every other.
-    let all = nodes + ADDED_NODES;
+    let all = nodes + added;
     let complete_targets = |lb: &LoadBalancer| match providers {
         1 => lb.targets.len() == all,
         _ => lb.targets.len() == all.div_ceil(2) || lb.targets.len() == all / 2,
@@ -905,7 +1097,7 @@ pub async fn run(settings: Settings) -> Report {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let churn_done = Sample::take(&manager, &setup).await;
     let churn_phase = Phase::between(
-        format!("+{ADDED_NODES} nodes: every load balancer updated"),
+        format!("+{added} nodes: every load balancer updated"),
         &churn_start,
         &churn_done,
         &manager,
@@ -941,6 +1133,8 @@ pub async fn run(settings: Settings) -> Report {
         providers,
         latency_ms: latency,
         phases: vec![node_phase, lb_phase, churn_phase],
+        lb_times,
+        lb_busy,
         created,
         start_up,
         trailing,
@@ -1273,6 +1467,10 @@ pub struct Report {
     latency_ms: u64,
     /// Nodes initialised from the manager's start, load balancers made, 100 more nodes.
     pub phases: Vec<Phase>,
+    /// Where the Services' time went in the load-balancer phase.
+    pub lb_times: ServiceTimes,
+    /// This machine's cores busy in the load-balancer phase, second by second.
+    pub lb_busy: Busy,
     created: Duration,
     pub start_up: StartUp,
     pub trailing: Trailing,
@@ -1440,8 +1638,116 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "| after {ADDED_NODES} more nodes: load balancers updated once / more than once / targeting every node | {} / {} / {} of {services} |",
-            self.updated_once, self.updated_more, self.complete
+            "| after {} more nodes: load balancers updated once / more than once / targeting every node | {} / {} / {} of {services} |",
+            added_nodes(nodes),
+            self.updated_once,
+            self.updated_more,
+            self.complete
+        )?;
+        self.fmt_traffic(f)?;
+        self.fmt_lb_profile(f)
+    }
+}
+
+impl Report {
+    /// The bytes of the manager's API requests and responses per object each phase was
+    /// about (the request and response bodies, by kind of client).
+    fn fmt_traffic(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "\nBytes to / from the API server per object (request / response bodies):\n"
+        )?;
+        writeln!(
+            f,
+            "| phase | per | state writes | events | Lease | informers' lists and watches |\n|---|---|---|---|---|---|"
+        )?;
+        let objects = [
+            (self.nodes, "initialised node"),
+            (self.services, "ready Service"),
+            (added_nodes(self.nodes), "joining node"),
+        ];
+        for (phase, (count, per)) in self.phases.iter().zip(objects) {
+            let count = count.max(1) as f64;
+            let pair = |[sent, received]: [f64; 2]| {
+                format!("{:.0} / {:.0} B", sent / count, received / count)
+            };
+            let traffic = &phase.traffic;
+            writeln!(
+                f,
+                "| {} | {per} | {} | {} | {} | {} |",
+                phase.name,
+                pair(traffic.state),
+                pair(traffic.events),
+                pair(traffic.lease),
+                pair(traffic.informers),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The load-balancer phase's profile: where a Service's time went, per ready Service,
+    /// and how busy the machine was meanwhile.
+    fn fmt_lb_profile(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let times = &self.lb_times;
+        let per = |seconds: f64| match self.services {
+            0 => "-".to_string(),
+            n => format!("{:.0} ms", seconds * 1000.0 / n as f64),
+        };
+        let wall = self.phases[1].wall.as_secs_f64();
+        writeln!(
+            f,
+            "\nThe load-balancer phase, per ready Service ({:.1} syncs each, {:.2} `retry-after` answers each):\n",
+            times.syncs / self.services.max(1) as f64,
+            times.retry_afters / self.services.max(1) as f64,
+        )?;
+        writeln!(f, "| where the time went | per Service |\n|---|---|")?;
+        writeln!(
+            f,
+            "| queued, waiting for one of the service workers | {} |",
+            per(times.queued)
+        )?;
+        writeln!(f, "| in a worker's syncs | {} |", per(times.syncing))?;
+        writeln!(
+            f,
+            "| of which in provider load-balancer calls | {} |",
+            per(times.provider)
+        )?;
+        writeln!(
+            f,
+            "| of which in the provider's cloud requests | {} |",
+            per(times.cloud)
+        )?;
+        writeln!(
+            f,
+            "| of which in the provider, not waiting on its cloud (sandbox, its CPU, a call slot) | {} |",
+            per(times.provider - times.cloud)
+        )?;
+        writeln!(
+            f,
+            "| of which in API writes (finalizer and status PATCHes) | {} |",
+            per(times.api_writes)
+        )?;
+        writeln!(
+            f,
+            "| of which elsewhere in the sync (the manager's own work, checks, locks) | {} |",
+            per(times.syncing - times.provider - times.api_writes)
+        )?;
+        let busy = &self.lb_busy;
+        let seconds = busy.per_second.len();
+        let mean = busy.per_second.iter().sum::<f64>() / seconds.max(1) as f64;
+        let idle_seconds = busy
+            .per_second
+            .iter()
+            .filter(|cores| **cores < busy.cores * 0.9)
+            .count();
+        writeln!(
+            f,
+            "| the machine's cores busy, mean over the phase ({:.1} s) | {mean:.2} of {:.0} |",
+            wall, busy.cores
+        )?;
+        writeln!(
+            f,
+            "| seconds of the phase with under 90 % of the cores busy | {idle_seconds} of {seconds} |"
         )
     }
 }

@@ -80,9 +80,11 @@ async fn lease_renewed(bed: &Testbed) -> Option<(String, MicroTime)> {
 async fn spinning_providers_leave_health_and_the_lease_alone() {
     let bed = Testbed::start().await;
     let manager = spawn_manager(&bed);
-    eventually("the manager leads", WAIT, || async {
+    // Leading, and ready: its provider loaded (it may win the Lease while it compiles).
+    eventually("the manager leads, ready", WAIT, || async {
         let leading = metric(&bed, &manager, "leader_election_master_status", &[]).await?;
-        (leading == 1.0).then_some(())
+        let (ready, _) = https::get(manager.addr, "/readyz").await.ok()?;
+        (leading == 1.0 && ready == 200).then_some(())
     })
     .await;
 

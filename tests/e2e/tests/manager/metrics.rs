@@ -337,3 +337,85 @@ async fn the_requests_init_makes_carry_the_name_it_must_report() {
         "the file's name is on no series: {text}"
     );
 }
+
+/// Initialising a node updates its main resource without its status or `managedFields`
+/// (the API server ignores both there and keeps the stored ones, which are most of a Node's
+/// bytes): the bytes the manager counts for that PUT are a fraction of the node's, and the
+/// kubelet's status is still whole.
+#[tokio::test]
+async fn a_node_update_sends_neither_status_nor_managed_fields_and_both_are_kept() {
+    use k8s_openapi::api::core::v1::ContainerImage;
+
+    let bed = Testbed::start().await;
+    bed.add_instance("worker-1", "sim-central-1a");
+    let mut node = Testbed::kubelet_node("worker-1");
+    let images: Vec<ContainerImage> = (0..200)
+        .map(|i| ContainerImage {
+            names: Some(vec![format!(
+                "registry.example.com/team-{i:03}/service@sha256:{}",
+                "0".repeat(64)
+            )]),
+            size_bytes: Some(100_000_000 + i),
+        })
+        .collect();
+    node.status.as_mut().expect("a kubelet's status").images = Some(images);
+    let node_bytes = serde_json::to_vec(&node).unwrap().len();
+    bed.create_node(&node).await;
+
+    let port = https::free_port();
+    let mut flags = bed.provider_flags();
+    flags.extend([
+        "--controllers=cloud-node".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--leader-elect=false".into(),
+    ]);
+    let manager = ManagerProcess::spawn(&wasm_ccm_binary(), &flags, port, true);
+    let initialised = eventually("worker-1 initialised", WAIT, || async {
+        bed.node("worker-1").await.filter(|n| !is_uninitialized(n))
+    })
+    .await;
+    let status = initialised.status.expect("the status");
+    assert_eq!(status.images.map(|images| images.len()), Some(200));
+    assert!(status.conditions.is_some_and(|c| !c.is_empty()));
+
+    let (_, text) = https::get_with_token(manager.addr, "/metrics", bed.emulator.token())
+        .await
+        .expect("GET /metrics");
+    let bytes = |name: &str, client: &str, method: &str| -> f64 {
+        text.lines()
+            .filter(|line| {
+                line.starts_with(&format!("{name}{{"))
+                    && line.contains(&format!("client=\"{client}\""))
+                    && line.contains(&format!("method=\"{method}\""))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let put = bytes(
+        "wasm_ccm_rest_client_request_bytes_total",
+        "cloud-node-controller",
+        "PUT",
+    );
+    assert!(
+        put > 0.0 && put < 2048.0 && node_bytes > 20_000,
+        "the PUT sent {put} bytes of a {node_bytes}-byte node:\n{text}"
+    );
+    // The stored node, status and all, comes back in the response; the informers' list and
+    // watch are counted as they stream.
+    let answered = bytes(
+        "wasm_ccm_rest_client_response_bytes_total",
+        "cloud-node-controller",
+        "PUT",
+    );
+    assert!(answered as usize > node_bytes, "{answered}:\n{text}");
+    assert!(
+        bytes(
+            "wasm_ccm_rest_client_response_bytes_total",
+            "shared-informers",
+            "GET"
+        ) as usize
+            > node_bytes,
+        "{text}"
+    );
+}

@@ -375,13 +375,22 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
     .await;
     let mut managers = [first, second];
 
-    // Served over HTTPS, with upstream's checks.
-    let (status, body) = https::get(managers[leader].addr, "/healthz?verbose")
-        .await
-        .unwrap();
-    assert_eq!(status, 200, "{body}");
+    // Served over HTTPS, with upstream's checks; the leader's controllers start once its
+    // provider has loaded, which it did while it sought the Lease.
+    let body = eventually("the leader's controllers", WAIT, || async {
+        let (status, body) = https::get(managers[leader].addr, "/healthz?verbose")
+            .await
+            .ok()?;
+        (status == 200 && body.contains("[+]cloud-node-controller ok")).then_some(body)
+    })
+    .await;
     assert!(body.contains("[+]leaderElection ok"), "{body}");
-    assert!(body.contains("[+]cloud-node-controller ok"), "{body}");
+    // The standby is ready once its provider has loaded: it waits only for the Lease.
+    eventually("the standby ready", WAIT, || async {
+        let (status, _) = https::get(managers[standby].addr, "/readyz").await.ok()?;
+        (status == 200).then_some(())
+    })
+    .await;
     let (_, standby_health) = https::get(managers[standby].addr, "/healthz?verbose")
         .await
         .unwrap();
