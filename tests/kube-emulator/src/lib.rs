@@ -404,7 +404,8 @@
 //!   `PartialObjectMetadata` only in `meta.k8s.io/v1` (upstream also
 //!   `v1beta1`).
 //! - Events never expire. Service IPs and ports are allocated sequentially
-//!   (10.96.0.0/12, 30000-32767), IPv4 single-stack only.
+//!   (10.96.0.0/12, and node ports from 30000-32767 or
+//!   [`EmulatorOptions::service_node_port_range`]), IPv4 single-stack only.
 //! - Custom resources: conversion is always `None` (webhook conversion is
 //!   not called), no `scale` subresource, no CEL (`x-kubernetes-validations`),
 //!   `allOf`/`anyOf`/`oneOf`/`not` and `format` are not checked (in a CRD's
@@ -508,6 +509,10 @@ pub struct EmulatorOptions {
     /// The kube-apiserver's `--authorization-mode`: who may do what.
     /// Default [`Authorization::AlwaysAllow`].
     pub authorization: Authorization,
+    /// The kube-apiserver's `--service-node-port-range`: the node ports
+    /// Services are given. Default 30000-32767 (2,768 ports, so as many
+    /// one-port LoadBalancer Services at most, as on a real cluster).
+    pub service_node_port_range: std::ops::RangeInclusive<u16>,
 }
 
 impl Default for EmulatorOptions {
@@ -518,6 +523,7 @@ impl Default for EmulatorOptions {
             bookmark_interval: Duration::from_secs(1),
             max_token_expiration: None,
             authorization: Authorization::AlwaysAllow,
+            service_node_port_range: 30000..=32767,
         }
     }
 }
@@ -582,6 +588,7 @@ impl Emulator {
             }
         })?;
         let store = Store::new(options.history);
+        store.set_node_ports(options.service_node_port_range.clone());
         seed(&store)?;
         let faults = Faults::default();
         let requests = faults::Requests::default();

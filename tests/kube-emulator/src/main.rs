@@ -60,6 +60,23 @@ struct Args {
         default_value = "AlwaysAllow"
     )]
     authorization_mode: Authorization,
+    /// The node ports Services are given, as the API server's --service-node-port-range.
+    #[arg(
+        long,
+        env = "KUBE_EMULATOR_SERVICE_NODE_PORT_RANGE",
+        default_value = "30000-32767",
+        value_parser = port_range
+    )]
+    service_node_port_range: std::ops::RangeInclusive<u16>,
+}
+
+/// `FIRST-LAST`, as kube-apiserver's `--service-node-port-range`.
+fn port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let range = text.split_once('-').and_then(|(first, last)| {
+        let (first, last) = (first.parse::<u16>().ok()?, last.parse::<u16>().ok()?);
+        (first > 0 && first <= last).then_some(first..=last)
+    });
+    range.ok_or_else(|| format!("{text:?} is not a port range FIRST-LAST (e.g. 30000-32767)"))
 }
 
 #[tokio::main]
@@ -79,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         max_token_expiration: (args.max_token_expiration_seconds > 0)
             .then(|| Duration::from_secs(args.max_token_expiration_seconds)),
         authorization: args.authorization_mode,
+        service_node_port_range: args.service_node_port_range,
     };
     // Listen for the signals before announcing the URL: a client that
     // stops the emulator as soon as it has answered must not find the

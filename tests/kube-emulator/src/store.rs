@@ -54,6 +54,8 @@ pub struct State {
     history_limit: usize,
     compacted: u64,
     pub registry: Registry,
+    /// `--service-node-port-range`.
+    node_ports: std::ops::RangeInclusive<i64>,
 }
 
 impl State {
@@ -65,6 +67,7 @@ impl State {
             history_limit: history_limit.max(1),
             compacted: 0,
             registry: Registry::new(),
+            node_ports: crate::kinds::DEFAULT_NODE_PORTS,
         }
     }
 
@@ -209,6 +212,10 @@ impl Cluster for State {
     fn objects(&self, storage: &str) -> Vec<Arc<Value>> {
         self.list(storage, None)
     }
+
+    fn node_ports(&self) -> std::ops::RangeInclusive<i64> {
+        self.node_ports.clone()
+    }
 }
 
 /// A shared handle on the store. Cheap to clone.
@@ -219,6 +226,11 @@ pub struct Store {
 }
 
 impl Store {
+    /// Give Services node ports from `range` (`--service-node-port-range`).
+    pub(crate) fn set_node_ports(&self, range: std::ops::RangeInclusive<u16>) {
+        self.lock().node_ports = i64::from(*range.start())..=i64::from(*range.end());
+    }
+
     pub(crate) fn new(history_limit: usize) -> Store {
         let (latest, _) = watch::channel(0);
         Store {

@@ -17,6 +17,7 @@ mod node;
 mod pod_template;
 mod rbac;
 mod service;
+pub use service::DEFAULT_NODE_PORTS;
 
 use std::sync::Arc;
 
@@ -59,6 +60,11 @@ pub enum FieldValidation {
 pub trait Cluster {
     /// All stored objects of a storage key.
     fn objects(&self, storage: &str) -> Vec<Arc<Value>>;
+
+    /// The node ports Services are given (`--service-node-port-range`).
+    fn node_ports(&self) -> std::ops::RangeInclusive<i64> {
+        service::DEFAULT_NODE_PORTS
+    }
 }
 
 /// Update policy flags of the upstream strategy.

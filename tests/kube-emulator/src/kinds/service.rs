@@ -21,7 +21,8 @@ const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
 const CLUSTER_IP_BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
 const CLUSTER_IP_PREFIX: u32 = 12;
 const CLUSTER_IP_RANGE: &str = "10.96.0.0/12";
-const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+/// The kube-apiserver's default `--service-node-port-range`.
+pub const DEFAULT_NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
 const TOPOLOGY_HINTS_ANNOTATION: &str = "service.kubernetes.io/topology-aware-hints";
 
 fn service_type(svc: &Value) -> &str {
@@ -357,6 +358,7 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
         }
     }
 
+    let node_ports = cluster.node_ports();
     let old_node_ports: BTreeSet<i64> = old
         .map(|o| {
             ports(o)
@@ -376,7 +378,7 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
         for (i, port) in list.iter_mut().enumerate() {
             let requested = port.get("nodePort").and_then(Value::as_i64).unwrap_or(0);
             if requested == 0 {
-                match NODE_PORTS.clone().find(|p| !used_ports.contains(p)) {
+                match node_ports.clone().find(|p| !used_ports.contains(p)) {
                     Some(p) => {
                         used_ports.insert(p);
                         set_field(port, "nodePort", json!(p));
@@ -392,11 +394,15 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
             if old_node_ports.contains(&requested) {
                 continue;
             }
-            if !NODE_PORTS.contains(&requested) {
+            if !node_ports.contains(&requested) {
                 errs.push(FieldError::invalid(
                     format!("spec.ports[{i}].nodePort"),
                     requested,
-                    "provided port is not in the valid range. The range of valid ports is 30000-32767",
+                    format!(
+                        "provided port is not in the valid range. The range of valid ports is {}-{}",
+                        node_ports.start(),
+                        node_ports.end()
+                    ),
                 ));
             } else if taken_by_others.contains(&requested) {
                 errs.push(FieldError::invalid(
@@ -412,7 +418,7 @@ fn allocate(svc: &mut Value, old: Option<&Value>, cluster: &dyn Cluster) -> Vec<
     }
     if needs_health_check_port(svc)
         && svc.pointer("/spec/healthCheckNodePort").is_none()
-        && let Some(p) = NODE_PORTS.clone().find(|p| !used_ports.contains(p))
+        && let Some(p) = node_ports.clone().find(|p| !used_ports.contains(p))
     {
         spec_mut(svc).insert("healthCheckNodePort".to_owned(), json!(p));
     }

@@ -289,3 +289,53 @@ async fn load_balancer_ingress_is_validated_as_upstream_but_its_ports_are_not() 
         "no ipMode without an ip"
     );
 }
+
+/// Node ports come from `--service-node-port-range`: once it is used up, a LoadBalancer
+/// Service is refused as a v1.32 kube-apiserver refuses it, and a port outside it is
+/// refused naming the range.
+#[tokio::test]
+async fn node_ports_come_from_the_configured_range_and_run_out() {
+    let cluster = harness::start_with(kube_emulator::EmulatorOptions {
+        service_node_port_range: 31000..=31001,
+        ..Default::default()
+    })
+    .await;
+    let api: Api<Service> = Api::namespaced(cluster.client.clone(), "default");
+    let mut ports = Vec::new();
+    for name in ["a", "b"] {
+        let created = api
+            .create(&PostParams::default(), &harness::load_balancer(name))
+            .await
+            .unwrap();
+        ports.push(created.spec.unwrap().ports.unwrap()[0].node_port);
+    }
+    assert_eq!(ports, [Some(31000), Some(31001)]);
+    let full = api
+        .create(&PostParams::default(), &harness::load_balancer("c"))
+        .await
+        .unwrap_err();
+    let status = status(full);
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .contains("failed to allocate a nodePort: range is full"),
+        "{}",
+        status.message
+    );
+    let (code, _, body) = create(
+        &cluster,
+        &lb_with(
+            "d",
+            json!({"ports": [{"port": 80, "targetPort": 8080, "nodePort": 30000}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("The range of valid ports is 31000-31001")),
+        "{body}"
+    );
+}
