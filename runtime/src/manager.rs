@@ -253,6 +253,8 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
         );
     }
     // With `--provider-resource`, each provider's rollout starts now, beside the informers.
+    // Every provider's answers are checked by the same checks, so two cannot both take one
+    // address.
     let (fleet, mut members) = match &config.provider {
         ProviderMode::Flags(settings) => (Fleet::of_flags(&settings.name), Vec::new()),
         ProviderMode::Resource {

@@ -1029,8 +1029,6 @@ fn chart_network_policy_admits_the_secure_port_from_the_monitoring_namespace() {
 /// them, no flag (and no range, no sharing, only a node's own name).
 #[test]
 fn chart_answer_ranges_reach_the_manager() {
-    use clap::Parser;
-
     let values = format!(
         "{PROVIDER}serviceClusterIPRange: 10.96.0.0/12,fd00:10:96::/112\nloadBalancerIPRanges: [203.0.113.0/24, '2001:db8:1::/48']\nloadBalancerIPSharing: true\nnodeAddressDNSSuffixes: [ec2.internal, amazonaws.com]\n"
     );
@@ -1043,9 +1041,8 @@ fn chart_answer_ranges_reach_the_manager() {
     ] {
         assert!(flags.contains(&flag.to_string()), "{flag}: {flags:?}");
     }
-    let cli =
-        wasm_ccm::cli::Cli::try_parse_from(std::iter::once("wasm-ccm".to_string()).chain(flags))
-            .expect("the manager takes the chart's flags");
+    let cache = tempfile::tempdir().unwrap();
+    let cli = manager_cli(flags, cache.path());
     let settings = cli.run.config().expect("a configuration").settings;
     let services = settings.service_cidrs.expect("the Service range");
     assert!(services.contains("10.96.0.1".parse().unwrap()));
@@ -1073,7 +1070,6 @@ fn chart_answer_ranges_reach_the_manager() {
 /// parses to holds the chart's own CloudProvider and refuses a grant outside it.
 #[test]
 fn chart_grant_ceiling_reaches_the_manager_and_bounds_the_cloud_provider() {
-    use clap::Parser;
     use wasm_ccm::manager::ProviderMode;
 
     let values = format!(
@@ -1085,9 +1081,8 @@ fn chart_grant_ceiling_reaches_the_manager_and_bounds_the_cloud_provider() {
         args.contains(&"--egress-grant-ceiling=https://api.simcloud.example,https://*.simcloud.example:8443,https://*.amazonaws.com,http://127.0.0.1:5000".to_string()),
         "{args:?}"
     );
-    let cli =
-        wasm_ccm::cli::Cli::try_parse_from(std::iter::once("wasm-ccm".to_string()).chain(args))
-            .expect("the manager takes the chart's flags");
+    let cache = tempfile::tempdir().unwrap();
+    let cli = manager_cli(args, cache.path());
     let ProviderMode::Resource {
         grant_ceiling: Some(ceiling),
         ..
@@ -1342,4 +1337,23 @@ fn chart_providers_make_a_cloud_provider_each_and_the_manager_follows_them_all()
         error.contains("providers") && error.contains("name"),
         "{error}"
     );
+}
+
+/// The manager's command line from the chart's `flags`, its `--cache-dir` (the pod's
+/// volume) moved to `cache`: building the configuration opens the cache, and a test opens
+/// none of this machine's directories.
+fn manager_cli(flags: Vec<String>, cache: &std::path::Path) -> wasm_ccm::cli::Cli {
+    use clap::Parser;
+    assert!(
+        flags.contains(&"--cache-dir=/var/cache/wasm-ccm".to_string()),
+        "{flags:?}"
+    );
+    let flags = flags
+        .into_iter()
+        .map(|flag| match flag.starts_with("--cache-dir=") {
+            true => format!("--cache-dir={}", cache.display()),
+            false => flag,
+        });
+    wasm_ccm::cli::Cli::try_parse_from(std::iter::once("wasm-ccm".to_string()).chain(flags))
+        .expect("the manager takes the chart's flags")
 }
