@@ -7,10 +7,11 @@
 //! The directory holding the key must be this user's and writable by no one else (the
 //! manager makes it so), so no one can rename a file of their choosing into `key`; the key
 //! is opened through a handle on that directory, so the directory cannot be swapped between
-//! the check and the read. Whoever can write the cache's other directories but not read the
-//! key (another user, a process sharing the volume) can make an entry fail its tag, and so be
-//! removed and rebuilt, but never pass one entry off as another: the tag covers what the
-//! entry is (a component's digest and the engine, a manifest's digest) as well as its bytes.
+//! the check and the read; [`Seal::private_directory`] makes and checks the cache's other
+//! directories the same way. Whoever can still write an entry but not read the key (a
+//! process sharing the volume) can make an entry fail its tag, and so be removed and
+//! rebuilt, but never pass one entry off as another: the tag covers what the entry is (a
+//! component's digest and the engine, a manifest's digest) as well as its bytes.
 //!
 //! [`read_regular`] reads what the caches hold back: a regular file, never through a link,
 //! a FIFO or a device, and never past the size asked for.

@@ -10,7 +10,9 @@
 //! them apart. Requests of all of them are counted and timed with client-go's metrics and
 //! labels (`rest_client_requests_total`, `rest_client_request_duration_seconds`), the count
 //! also by client (`client`, ours), so that a dashboard or a benchmark on a real cluster
-//! can tell event writes and the Lease's from state writes.
+//! can tell event writes and the Lease's from state writes; the bytes of their request and
+//! response bodies are counted by client and method (`wasm_ccm_rest_client_*_bytes_total`,
+//! a response body as it is read: [`Counted`]).
 //!
 //! The limiter sits in the client's `poll_ready`, so a request waits for a token of its
 //! client before it is sent, exactly once per request.

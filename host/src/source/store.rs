@@ -14,6 +14,10 @@
 //! DIR/tmp/                     files being written
 //! ```
 //!
+//! Every directory is this user's alone (0700) and a directory that is a link, another
+//! user's or writable by others is refused at open, as the keys' directories are; the cache
+//! itself is this user's or root's (a volume's mount point).
+//!
 //! Every file is written to `tmp/` and renamed into place, so a reader sees a whole file or
 //! none; every read is checked against the digest in its name and a mismatch is removed and
 //! treated as missing. Two processes may share the directory (a leader and a standby on one
