@@ -18,7 +18,7 @@ use crate::faults::Faults;
 use crate::gateway::gateway;
 use crate::model::{
     Instance, InstanceList, InstanceStatus, LoadBalancer, LoadBalancerList, LoadBalancerUpdate,
-    NewInstance, NewLoadBalancer, NewRoute, RouteList, StateSnapshot, TargetsUpdate,
+    NewInstance, NewLoadBalancer, NewRoute, RouteList, StateSnapshot, TargetCounts, TargetsUpdate,
 };
 use crate::requests::RequestList;
 use crate::state::SimState;
@@ -35,6 +35,7 @@ pub(crate) fn router(sim: SimState) -> Router {
         )
         .route("/_admin/faults", get(admin_faults).put(admin_set_faults))
         .route("/_admin/state", get(admin_state))
+        .route("/_admin/target-counts", get(admin_target_counts))
         .route("/v1/instances", get(list_instances).post(create_instance))
         .route(
             "/v1/instances/{id}",
@@ -187,10 +188,16 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 // ---- admin -------------------------------------------------------------------
 
-async fn admin_requests(State(sim): State<SimState>) -> Json<RequestList> {
-    Json(RequestList {
-        requests: sim.requests(),
-    })
+#[derive(Deserialize)]
+struct LogPosition {
+    from: Option<u64>,
+}
+
+async fn admin_requests(
+    State(sim): State<SimState>,
+    Params(position): Params<LogPosition>,
+) -> Json<RequestList> {
+    Json(sim.requests_from(position.from.unwrap_or(0)))
 }
 
 async fn admin_clear_requests(State(sim): State<SimState>) -> StatusCode {
@@ -213,6 +220,10 @@ async fn admin_set_faults(
 
 async fn admin_state(State(sim): State<SimState>) -> Json<StateSnapshot> {
     Json(sim.snapshot())
+}
+
+async fn admin_target_counts(State(sim): State<SimState>) -> Json<TargetCounts> {
+    Json(sim.target_counts())
 }
 
 // ---- instances -----------------------------------------------------------------

@@ -43,10 +43,11 @@
 //! | GET | `/v1/routes[?cluster=C]` | 200 [`RouteList`] | `blackhole` computed on read |
 //! | POST | `/v1/routes` | 201 [`Route`] | body [`NewRoute`]; 409 if the cluster already routes the CIDR |
 //! | DELETE | `/v1/routes/{id}` | 204 | |
-//! | GET | `/_admin/requests` | 200 [`RequestList`] | no token needed |
+//! | GET | `/_admin/requests[?from=N]` | 200 [`RequestList`] | no token needed; from log position N on (its `next` is where to read on from) |
 //! | DELETE | `/_admin/requests` | 204 | |
 //! | GET, PUT | `/_admin/faults` | 200 [`Faults`] | PUT body is [`Faults`]; omitted fields take defaults |
 //! | GET | `/_admin/state` | 200 [`StateSnapshot`] | deleted instances included |
+//! | GET | `/_admin/target-counts` | 200 [`TargetCounts`] | each load balancer's number of targets, not the targets |
 //! | GET | `/healthz` | 200 `ok` | |
 //!
 //! Errors always have the body [`ErrorBody`],
@@ -85,7 +86,7 @@ pub use faults::Faults;
 pub use model::{
     Instance, InstanceList, InstanceStatus, Listener, LoadBalancer, LoadBalancerList,
     LoadBalancerStatus, LoadBalancerUpdate, NewInstance, NewLoadBalancer, NewRoute, Protocol,
-    Route, RouteList, StateSnapshot, TargetsUpdate,
+    Route, RouteList, StateSnapshot, TargetCount, TargetCounts, TargetsUpdate,
 };
 pub use requests::{RequestList, RequestRecord};
 pub use state::SimState;

@@ -176,6 +176,21 @@ pub struct RouteList {
     pub routes: Vec<Route>,
 }
 
+/// Response of `GET /_admin/target-counts`: how many targets each load balancer has, without
+/// the targets (at 15,000 nodes and 3,000 load balancers these are 45 million ids).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TargetCounts {
+    pub load_balancers: Vec<TargetCount>,
+}
+
+/// One load balancer in [`TargetCounts`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TargetCount {
+    pub id: String,
+    pub name: String,
+    pub targets: usize,
+}
+
 /// Response of `GET /_admin/state`: everything, deleted instances included.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct StateSnapshot {

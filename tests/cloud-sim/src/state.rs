@@ -18,9 +18,9 @@ use crate::error::ApiError;
 use crate::faults::{FaultState, Faults};
 use crate::model::{
     Instance, InstanceStatus, LoadBalancer, LoadBalancerStatus, LoadBalancerUpdate, NewInstance,
-    NewLoadBalancer, NewRoute, Route, StateSnapshot,
+    NewLoadBalancer, NewRoute, Route, StateSnapshot, TargetCount, TargetCounts,
 };
-use crate::requests::{RequestLog, RequestRecord};
+use crate::requests::{RequestList, RequestLog, RequestRecord};
 use crate::rng::Rng;
 use crate::validate;
 
@@ -125,6 +125,22 @@ impl SimState {
         self.model().load_balancers()
     }
 
+    /// How many targets each load balancer has, oldest first.
+    pub fn target_counts(&self) -> TargetCounts {
+        let model = self.model();
+        TargetCounts {
+            load_balancers: model
+                .load_balancers
+                .iter()
+                .map(|entry| TargetCount {
+                    id: entry.lb.id.clone(),
+                    name: entry.lb.name.clone(),
+                    targets: entry.lb.targets.len(),
+                })
+                .collect(),
+        }
+    }
+
     /// Every route with `blackhole` computed now, oldest first.
     pub fn routes(&self) -> Vec<Route> {
         self.model().routes(None)
@@ -149,6 +165,13 @@ impl SimState {
     /// The request log, in arrival order.
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.shared.log).records()
+    }
+
+    /// The requests logged at position `from` or later (in the order they completed), sorted
+    /// by `seq`, with the position to read from next and how many of them the log no longer
+    /// holds.
+    pub fn requests_from(&self, from: u64) -> RequestList {
+        lock(&self.shared.log).from(from)
     }
 
     pub fn clear_requests(&self) {

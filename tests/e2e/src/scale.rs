@@ -11,8 +11,10 @@
 //!   uninitialised); the phase runs from the spawn to every node initialised, so its CPU
 //!   includes the manager's start;
 //! - the Services get their load balancers;
-//! - 100 more nodes join, or one in fifty at a larger scale (each load balancer should be
-//!   updated exactly once).
+//! - 100 more nodes join, or one in fifty at a larger scale, until every load balancer
+//!   targets them (each should be updated exactly once; the phase counts the updates in the
+//!   cloud's request log, the service controllers' node-sync rounds, and polls the cloud's
+//!   target counts, not the targets).
 //!
 //! Also: when the first node was initialised, after the process started (cold and warm) and
 //! after the Lease
@@ -49,7 +51,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::https;
 use crate::testbed::{ManagerProcess as Manager, Testbed, ingress_ip, is_uninitialized};
-use cloud_sim::{Faults, LoadBalancer, LoadBalancerList, NewInstance, RequestList, SimState};
+use cloud_sim::{Faults, NewInstance, RequestList, SimState};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
@@ -78,6 +80,11 @@ const BENCH_NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=39999;
 pub const NAMESPACE: &str = "wasm-ccm-bench";
 /// The label on the bench's Nodes.
 pub const LABEL: &str = "wasm-ccm-bench";
+/// Which batch a node was created in: [`FIRST_BATCH`], before the manager starts, or
+/// [`CHURN_BATCH`], the nodes added at the end (waited for without listing every node).
+const BATCH_LABEL: &str = "wasm-ccm-bench-batch";
+const FIRST_BATCH: &str = "first";
+const CHURN_BATCH: &str = "added";
 /// With two providers: the label that gives every other node to the second one (`a`, `b`).
 const HALF_LABEL: &str = "wasm-ccm-bench-half";
 /// With two providers: their `CloudProvider`s, the names they report, and the second one's
@@ -419,66 +426,56 @@ impl Setup {
         assert!(response.status().is_success(), "{}", response.status());
     }
 
-    async fn clear_cloud_requests(&self) {
+    /// The cloud's requests logged at position `from` or later (its `next` is where to
+    /// read on from).
+    async fn cloud_log(&self, from: u64) -> RequestList {
         if let Some(state) = self.local() {
-            state.clear_requests();
-            return;
+            return state.requests_from(from);
         }
         let cloud = self.remote().expect("remote");
         cloud
             .http
-            .delete(format!("{}/_admin/requests", cloud.url))
-            .send()
-            .await
-            .expect("clear the cloud's request log");
-    }
-
-    /// The cloud requests since the last clear, as (method, path).
-    /// The cloud's requests since it was last cleared (its last 10,000): method, path, the
-    /// simulator's own time from arrival to response (its injected latency included) in
-    /// milliseconds, and its sequence number.
-    async fn cloud_requests(&self) -> Vec<(String, String, u64, u64)> {
-        let records = match self.local() {
-            Some(state) => state.requests(),
-            None => {
-                let cloud = self.remote().expect("remote");
-                let list: RequestList = cloud
-                    .http
-                    .get(format!("{}/_admin/requests", cloud.url))
-                    .send()
-                    .await
-                    .and_then(reqwest::Response::error_for_status)
-                    .expect("the cloud's request log")
-                    .json()
-                    .await
-                    .expect("the cloud's request log parses");
-                list.requests
-            }
-        };
-        records
-            .into_iter()
-            .map(|r| (r.method, r.path, r.latency_ms, r.seq))
-            .collect()
-    }
-
-    async fn load_balancers(&self) -> Vec<LoadBalancer> {
-        if let Some(state) = self.local() {
-            return state.load_balancers();
-        }
-        let cloud = self.remote().expect("remote");
-        let list: LoadBalancerList = cloud
-            .http
-            .get(format!("{}/v1/load-balancers", cloud.url))
-            .bearer_auth(&cloud.token)
+            .get(format!("{}/_admin/requests?from={from}", cloud.url))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .expect("the cloud's load balancers")
+            .expect("the cloud's request log")
             .json()
             .await
-            .expect("the load-balancer list parses");
-        list.load_balancers
+            .expect("the cloud's request log parses")
     }
+
+    /// How many targets each load balancer of the cloud has.
+    async fn target_counts(&self) -> Vec<usize> {
+        let counts = match self.local() {
+            Some(state) => state.target_counts(),
+            None => {
+                let cloud = self.remote().expect("remote");
+                cloud
+                    .http
+                    .get(format!("{}/_admin/target-counts", cloud.url))
+                    .send()
+                    .await
+                    .and_then(reqwest::Response::error_for_status)
+                    .expect("the cloud's target counts")
+                    .json()
+                    .await
+                    .expect("the target counts parse")
+            }
+        };
+        counts
+            .load_balancers
+            .into_iter()
+            .map(|lb| lb.targets)
+            .collect()
+    }
+}
+
+/// The service controllers' node-sync rounds so far, every provider's.
+async fn node_sync_rounds(manager: &Manager) -> f64 {
+    Metrics::scrape(manager)
+        .await
+        .sum("service_controller_nodesync_latency_seconds_count", "")
 }
 
 /// The manager's peak resident set size so far.
@@ -700,6 +697,67 @@ impl ManagerRequests {
             watch_nodes: self.watch_nodes - before.watch_nodes,
             watch_services: self.watch_services - before.watch_services,
         }
+    }
+}
+
+/// The cloud's requests in one phase, read from the simulator's log as they come: it keeps
+/// only its last 10,000, fewer than a large run makes in a phase.
+#[derive(Default)]
+struct CloudTally {
+    /// Where to read the log from next.
+    next: u64,
+    requests: usize,
+    /// The simulator's own time for them (arrival to response, its injected latency
+    /// included), seconds.
+    served: f64,
+    /// `PUT …/targets` requests by path: each one a load balancer's targets updated.
+    target_updates: BTreeMap<String, usize>,
+    /// Requests the log let go before they were read.
+    unseen: u64,
+}
+
+impl CloudTally {
+    /// A tally of the requests logged from now on.
+    async fn from_now(setup: &Setup) -> Self {
+        Self {
+            next: setup.cloud_log(u64::MAX).await.next,
+            ..Self::default()
+        }
+    }
+
+    /// Count the requests logged since the last read.
+    async fn read(&mut self, setup: &Setup) {
+        let list = setup.cloud_log(self.next).await;
+        self.next = list.next;
+        self.unseen += list.dropped;
+        for record in list.requests {
+            self.requests += 1;
+            self.served += record.latency_ms as f64 / 1000.0;
+            if record.method == "PUT" && record.path.ends_with("/targets") {
+                *self.target_updates.entry(record.path).or_default() += 1;
+            }
+        }
+    }
+
+    /// Run `work` while reading the log every second, then read it once more.
+    async fn during<T>(&mut self, setup: &Setup, work: impl Future<Output = T>) -> T {
+        let finished = tokio::sync::Notify::new();
+        let work = async {
+            let output = work.await;
+            finished.notify_one();
+            output
+        };
+        let follow = async {
+            loop {
+                tokio::select! {
+                    () = finished.notified() => break,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => self.read(setup).await,
+                }
+            }
+        };
+        let (output, ()) = futures::join!(work, follow);
+        self.read(setup).await;
+        output
     }
 }
 
@@ -956,7 +1014,7 @@ pub async fn run(settings: Settings) -> Report {
 
     // The nodes are there, uninitialised, before the manager starts: its start-up is measured.
     let creating = Instant::now();
-    create_nodes(client, 0..nodes).await;
+    create_nodes(client, 0..nodes, FIRST_BATCH).await;
     let created = creating.elapsed();
     warn_if_lease_held(client).await;
 
@@ -1047,29 +1105,32 @@ pub async fn run(settings: Settings) -> Report {
     };
 
     let trailing = trailing_events(&manager, &nodes_done).await;
-    setup.clear_cloud_requests().await;
+    let mut lb_cloud = CloudTally::from_now(&setup).await;
     let lb_start = Sample::take(&manager, &setup).await;
     let sampler = BusySampler::start();
-    futures::stream::iter(0..services)
-        .for_each_concurrent(64, |i| {
-            let mut service = Testbed::lb_service(&format!("svc-{i:04}"));
-            service.metadata.namespace = Some(NAMESPACE.into());
-            if providers == 2
-                && i % 2 == 1
-                && let Some(spec) = service.spec.as_mut()
-            {
-                spec.load_balancer_class = Some(SECOND_CLASS.into());
-            }
-            let api = services_api(client);
-            async move {
-                api.create(&PostParams::default(), &service)
-                    .await
-                    .expect("create service");
-            }
-        })
-        .await;
-    wait_ingress(client, services).await;
-    let lbs_done = Sample::take(&manager, &setup).await;
+    let make_load_balancers = async {
+        futures::stream::iter(0..services)
+            .for_each_concurrent(64, |i| {
+                let mut service = Testbed::lb_service(&format!("svc-{i:04}"));
+                service.metadata.namespace = Some(NAMESPACE.into());
+                if providers == 2
+                    && i % 2 == 1
+                    && let Some(spec) = service.spec.as_mut()
+                {
+                    spec.load_balancer_class = Some(SECOND_CLASS.into());
+                }
+                let api = services_api(client);
+                async move {
+                    api.create(&PostParams::default(), &service)
+                        .await
+                        .expect("create service");
+                }
+            })
+            .await;
+        wait_ingress(client, services).await;
+        Sample::take(&manager, &setup).await
+    };
+    let lbs_done = lb_cloud.during(&setup, make_load_balancers).await;
     let lb_busy = sampler.stop().await;
     let lb_times = lbs_done.service_times.since(&lb_start.service_times);
     eprintln!(
@@ -1091,62 +1152,43 @@ pub async fn run(settings: Settings) -> Report {
         "function=\"instance-metadata\"",
     );
     let lb_calls = metrics.sum("wasm_ccm_provider_calls_total", "-load-balancer");
-    let lb_requests = setup.cloud_requests().await;
-    let cloud_requests_lbs = lb_requests.len();
-    let lb_cloud_served = lb_requests
-        .iter()
-        .map(|(_, _, ms, _)| *ms as f64 / 1000.0)
-        .sum();
-
-    setup.clear_cloud_requests().await;
+    let mut churn_cloud = CloudTally::from_now(&setup).await;
     let churn_start = Sample::take(&manager, &setup).await;
+    let rounds_before = node_sync_rounds(&manager).await;
     let added = added_nodes(nodes);
-    create_nodes(client, nodes..nodes + added).await;
-    wait_nodes_initialised(client, nodes + added).await;
+    let add_nodes = async {
+        create_nodes(client, nodes..nodes + added, CHURN_BATCH).await;
+        wait_nodes_initialised(client, CHURN_BATCH, added).await;
+    };
+    churn_cloud.during(&setup, add_nodes).await;
     // Each load balancer targets its provider's nodes: all of them, or with two, every other.
     let all = nodes + added;
-    let complete_targets = |lb: &LoadBalancer| match providers {
-        1 => lb.targets.len() == all,
-        _ => lb.targets.len() == all.div_ceil(2) || lb.targets.len() == all / 2,
+    let complete_targets = |targets: usize| match providers {
+        1 => targets == all,
+        _ => targets == all.div_ceil(2) || targets == all / 2,
     };
-    // Target updates by load balancer, read as they come: the simulator keeps only its last
-    // 10,000 requests, fewer than a large run makes in this phase.
-    let mut updates: BTreeMap<String, usize> = BTreeMap::new();
-    let mut seen = 0;
-    let mut count_updates = async |updates: &mut BTreeMap<String, usize>| {
-        for (method, path, _, seq) in setup.cloud_requests().await {
-            if seq > seen {
-                seen = seq;
-                if method == "PUT" && path.ends_with("/targets") {
-                    *updates.entry(path).or_default() += 1;
-                }
-            }
+    // Until every load balancer targets the new nodes (or 5 minutes went by).
+    let settle = Instant::now();
+    let complete = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        churn_cloud.read(&setup).await;
+        let counts = setup.target_counts().await;
+        let complete = counts.iter().filter(|n| complete_targets(**n)).count();
+        if complete == services || settle.elapsed() > Duration::from_secs(300) {
+            break complete;
         }
     };
-    // Until every load balancer was updated (its targets are checked once, at the end:
-    // reading them all is 15,000 targets times 3,000 load balancers at the largest scale).
-    let settle = Instant::now();
-    while updates.len() < services && settle.elapsed() < Duration::from_secs(300) {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        count_updates(&mut updates).await;
-    }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    count_updates(&mut updates).await;
     let churn_done = Sample::take(&manager, &setup).await;
     let churn_phase = Phase::between(
-        format!("+{added} nodes: every load balancer updated"),
+        format!("+{added} nodes: every load balancer targets them"),
         &churn_start,
         &churn_done,
         &manager,
     );
+    let churn_rounds = node_sync_rounds(&manager).await - rounds_before;
+    let updates = &churn_cloud.target_updates;
     let updated_once = updates.values().filter(|n| **n == 1).count();
     let updated_more = updates.values().filter(|n| **n > 1).count();
-    let complete = setup
-        .load_balancers()
-        .await
-        .iter()
-        .filter(|lb| complete_targets(lb))
-        .count();
 
     let other_cpu = match setup {
         Setup::Local(_) => "emulator + simulator + bench",
@@ -1165,7 +1207,7 @@ pub async fn run(settings: Settings) -> Report {
         latency_ms: latency,
         phases: vec![node_phase, lb_phase, churn_phase],
         lb_times,
-        lb_cloud_served,
+        lb_cloud_served: lb_cloud.served,
         lb_busy,
         created,
         start_up,
@@ -1173,10 +1215,12 @@ pub async fn run(settings: Settings) -> Report {
         whole_run: churn_done.served,
         metadata_calls,
         lb_calls,
-        cloud_requests_lbs,
+        cloud_requests_lbs: lb_cloud.requests,
+        cloud_requests_unseen: lb_cloud.unseen + churn_cloud.unseen,
         updated_once,
         updated_more,
         complete,
+        churn_rounds,
     }
 }
 
@@ -1392,7 +1436,7 @@ async fn cold_start(
             }
         })
         .await;
-    create_nodes(client, again.iter().copied()).await;
+    create_nodes(client, again.iter().copied(), FIRST_BATCH).await;
     eprintln!(
         "scale: cold start: first node initialised {:.2} s after the process started ({} nodes put back uninitialised)",
         seconds_between(spawned, first),
@@ -1515,11 +1559,17 @@ pub struct Report {
     metadata_calls: f64,
     lb_calls: f64,
     cloud_requests_lbs: usize,
+    /// Cloud requests the simulator's log let go before the bench read them (its counts
+    /// above miss them).
+    cloud_requests_unseen: u64,
     /// After the 100 more nodes: load balancers updated once, more than once, and those
     /// targeting every node.
     pub updated_once: usize,
     pub updated_more: usize,
     pub complete: usize,
+    /// The service controllers' node-sync rounds after the added nodes (each one updates
+    /// the load balancers whose targets changed since the last).
+    churn_rounds: f64,
 }
 
 /// Why the emulator's counts by client are not there on a cluster.
@@ -1671,6 +1721,13 @@ impl std::fmt::Display for Report {
             self.cloud_requests_lbs,
             self.cloud_requests_lbs as f64 / services as f64
         )?;
+        if self.cloud_requests_unseen > 0 {
+            writeln!(
+                f,
+                "| cloud requests the simulator's log let go before the bench read them (not counted above) | {} |",
+                self.cloud_requests_unseen
+            )?;
+        }
         writeln!(
             f,
             "| after {} more nodes: load balancers updated once / more than once / targeting every node | {} / {} / {} of {services} |",
@@ -1678,6 +1735,12 @@ impl std::fmt::Display for Report {
             self.updated_once,
             self.updated_more,
             self.complete
+        )?;
+        writeln!(
+            f,
+            "| after {} more nodes: the service controllers' node-sync rounds | {} |",
+            added_nodes(nodes),
+            self.churn_rounds
         )?;
         self.fmt_traffic(f)?;
         self.fmt_lb_profile(f)
@@ -1818,7 +1881,11 @@ async fn ensure_namespace(client: &kube::Client) {
     }
 }
 
-async fn create_nodes(client: &kube::Client, indices: impl IntoIterator<Item = usize>) {
+async fn create_nodes(
+    client: &kube::Client,
+    indices: impl IntoIterator<Item = usize>,
+    batch: &str,
+) {
     let api: Api<Node> = Api::all(client.clone());
     futures::stream::iter(indices)
         .for_each_concurrent(64, |i| {
@@ -1826,6 +1893,7 @@ async fn create_nodes(client: &kube::Client, indices: impl IntoIterator<Item = u
             let mut node = Testbed::kubelet_node(&node_name(i));
             let labels = node.metadata.labels.get_or_insert_default();
             labels.insert(LABEL.into(), "true".into());
+            labels.insert(BATCH_LABEL.into(), batch.into());
             // Which of two providers serves it; unread with one.
             labels.insert(HALF_LABEL.into(), ["a", "b"][i % 2].into());
             async move {
@@ -1862,9 +1930,10 @@ async fn wait_for<K>(
     }
 }
 
-async fn wait_nodes_initialised(client: &kube::Client, count: usize) {
+/// Wait until `count` nodes of `batch` are initialised.
+async fn wait_nodes_initialised(client: &kube::Client, batch: &str, count: usize) {
     let api: Api<Node> = Api::all(client.clone());
-    let params = ListParams::default().labels(LABEL);
+    let params = ListParams::default().labels(&format!("{BATCH_LABEL}={batch}"));
     wait_for(api, params, "nodes initialised", count, |n| {
         !is_uninitialized(n)
     })

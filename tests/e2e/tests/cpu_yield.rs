@@ -18,6 +18,10 @@ const WAIT: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(6);
 const SPINNING_NODES: usize = 4;
 const TOKIO_WORKERS: usize = 2;
+/// The slowest `/healthz` answer allowed while the calls spin: a fifth of the chart's probe
+/// timeout (5 s), and a sixth of a call's deadline, which a provider that never yielded would
+/// hold the workers for. Well above what a busy test machine adds to a TLS round trip.
+const HEALTHZ_WITHIN: Duration = Duration::from_secs(1);
 
 /// The manager with the hostile provider, initialising four nodes at once, on two workers.
 fn spawn_manager(bed: &Testbed) -> ManagerProcess {
@@ -105,7 +109,7 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    // While they spin: health answers within 100 ms, and the Lease is renewed.
+    // While they spin: health answers promptly, and the Lease is renewed.
     let (holder, renewed_before) = lease_renewed(&bed).await.expect("a lease");
     let mut slowest = Duration::ZERO;
     let window = Instant::now();
@@ -129,7 +133,7 @@ async fn spinning_providers_leave_health_and_the_lease_alone() {
         "the checks ran while every call still spun"
     );
     assert!(
-        slowest < Duration::from_millis(100),
+        slowest < HEALTHZ_WITHIN,
         "/healthz took {slowest:?} while {SPINNING_NODES} provider calls spun on {TOKIO_WORKERS} workers"
     );
     assert_eq!(holder_after, holder, "the leader kept its lease");

@@ -11,7 +11,10 @@
 //! - `retry-after` is honoured as asked (within 1 s and 5 min, as the sandbox clamps it)
 //!   until it has lasted [`RETRY_AFTER_GRACE`]; then, and on other failures, a Service backs
 //!   off from 5 s to 300 s (never sooner than the provider asked), with
-//!   `--concurrent-service-syncs` workers;
+//!   `--concurrent-service-syncs` workers; a worker leaves what a sync has left to write (the
+//!   status, a failure's condition and event) in flight while it syncs the next Services
+//!   (the Service stays processing and locked until it is written), so the workers wait on
+//!   the cloud and not also on the API server;
 //! - a node-set change updates each load balancer at most once per burst of node changes,
 //!   passing the Service as it is *now* (upstream passes a stale cached copy);
 //! - after a rollout activates another provider version, every Service is synced once
@@ -59,6 +62,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -277,86 +282,127 @@ fn resync_all(controller: &ServiceController) -> usize {
 }
 
 async fn worker(controller: Arc<ServiceController>) {
-    // Dropping `processing` at the end of each turn marks the service done.
-    while let Some(processing) = controller.queue.next().await {
-        let key = processing.key();
-        let lock = controller.lock_for(key);
-        let result = {
-            let _guard = lock.lock().await;
-            sync_service(&controller, key).await
-        };
-        match result {
-            Ok(()) => {
-                controller.memory().retrying.remove(key);
-                controller.queue.forget(key);
-            }
-            Err(failure) => {
-                let delay = failure.error.retry_after();
-                let now = Instant::now();
-                let since = {
-                    let mut memory = controller.memory();
-                    match delay {
-                        Some(_) => {
-                            let wait = memory.retrying.entry(key.clone()).or_insert(Wait {
-                                since: now,
-                                retried: true,
-                                announced: false,
-                                cloud_time: Duration::ZERO,
-                            });
-                            if !wait.retried {
-                                // Announced by a slow ensure: the grace starts now.
-                                wait.since = now;
-                                wait.retried = true;
-                            }
-                            wait.since
-                        }
-                        // Another failure keeps a wait a `retry-after` began going: answering
-                        // `other` now and then never restarts the grace.
-                        None => {
-                            if memory.retrying.get(key).is_some_and(|wait| !wait.retried) {
-                                memory.retrying.remove(key);
-                            }
-                            now
-                        }
-                    }
-                };
-                let reported = reported(delay, since, now);
+    // What this worker has left to write after its syncs (a status, a failure's condition);
+    // each keeps its Service processing, and locked, until it is done. Those in flight at a
+    // stop are dropped: the next leader's first sync of every Service writes them again.
+    let mut writing = FuturesUnordered::new();
+    while let Some(processing) = alongside(controller.queue.next(), &mut writing).await {
+        let key = processing.key().clone();
+        let lock = controller.lock_for(&key);
+        let guard = alongside(lock.lock_owned(), &mut writing).await;
+        let synced = alongside(sync_service(&controller, &key), &mut writing).await;
+        // The provider has answered: what is left is written while this worker syncs the
+        // next Services, so a worker waits on the cloud and not also on the API server.
+        while writing.len() >= WRITES_PER_WORKER {
+            writing.next().await;
+        }
+        let controller = controller.clone();
+        writing.push(async move {
+            let result = match synced {
+                Ok(Some(write)) => write.run(&controller).await,
+                Ok(None) => Ok(()),
+                Err(failure) => Err(failure),
+            };
+            finish(&controller, &key, result).await;
+            drop(guard);
+            drop(processing);
+        });
+    }
+}
+
+/// How many Services' writes a service worker leaves in flight while it syncs the next
+/// Services: enough that one write the API server is slow to answer holds no other Service
+/// up, few enough that a slow API server slows the workers down.
+const WRITES_PER_WORKER: usize = 8;
+
+/// Await `work` while the writes in flight make progress.
+async fn alongside<T>(
+    work: impl Future<Output = T>,
+    writing: &mut FuturesUnordered<impl Future<Output = ()>>,
+) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            output = &mut work => return output,
+            Some(()) = writing.next() => {}
+        }
+    }
+}
+
+/// Account for a sync of `key` that ended with `result`: forget its failures, or retry it
+/// as its failure asks and report the failure on the Service.
+async fn finish(controller: &ServiceController, key: &Key, result: Result<(), Failure>) {
+    match result {
+        Ok(()) => {
+            controller.memory().retrying.remove(key);
+            controller.queue.forget(key);
+        }
+        Err(failure) => {
+            let delay = failure.error.retry_after();
+            let now = Instant::now();
+            let since = {
+                let mut memory = controller.memory();
                 match delay {
-                    // Provisioning: called again when the provider asked (at least 1 s).
-                    Some(delay) if !reported => {
-                        tracing::debug!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
-                        controller.queue.add_after(key.clone(), delay);
+                    Some(_) => {
+                        let wait = memory.retrying.entry(key.clone()).or_insert(Wait {
+                            since: now,
+                            retried: true,
+                            announced: false,
+                            cloud_time: Duration::ZERO,
+                        });
+                        if !wait.retried {
+                            // Announced by a slow ensure: the grace starts now.
+                            wait.since = now;
+                            wait.retried = true;
+                        }
+                        wait.since
                     }
-                    // A wait past the grace backs off as a failure does, and never sooner than
-                    // the provider asked.
-                    Some(delay) => {
-                        tracing::warn!(service = %key, error = %failure.error, "provider still asks to retry past the grace; retrying with backoff");
-                        controller.queue.add_rate_limited_after(key.clone(), delay);
-                    }
+                    // Another failure keeps a wait a `retry-after` began going: answering
+                    // `other` now and then never restarts the grace.
                     None => {
-                        tracing::error!(service = %key, error = %failure.error, "syncing load balancer failed; retrying with backoff");
-                        controller.queue.add_rate_limited(key.clone());
+                        if memory.retrying.get(key).is_some_and(|wait| !wait.retried) {
+                            memory.retrying.remove(key);
+                        }
+                        now
                     }
                 }
-                if let Some(service) = failure.service
-                    && reported
-                {
-                    let reference = service.object_ref(&());
-                    let outcome = "the load balancer status was not written";
-                    if !warn_refused(
-                        &controller.events,
-                        reference.clone(),
-                        &failure.error,
-                        outcome,
-                    ) {
-                        controller.events.warning(
-                            reference,
-                            "SyncLoadBalancerFailed",
-                            format!("Error syncing load balancer: {}", failure.error),
-                        );
-                    }
-                    set_error_condition(&controller, &service, Some(&failure.error)).await;
+            };
+            let reported = reported(delay, since, now);
+            match delay {
+                // Provisioning: called again when the provider asked (at least 1 s).
+                Some(delay) if !reported => {
+                    tracing::debug!(service = %key, error = %failure.error, "provider asked to retry in {delay:?}");
+                    controller.queue.add_after(key.clone(), delay);
                 }
+                // A wait past the grace backs off as a failure does, and never sooner than
+                // the provider asked.
+                Some(delay) => {
+                    tracing::warn!(service = %key, error = %failure.error, "provider still asks to retry past the grace; retrying with backoff");
+                    controller.queue.add_rate_limited_after(key.clone(), delay);
+                }
+                None => {
+                    tracing::error!(service = %key, error = %failure.error, "syncing load balancer failed; retrying with backoff");
+                    controller.queue.add_rate_limited(key.clone());
+                }
+            }
+            if let Some(service) = failure.service
+                && reported
+            {
+                let reference = service.object_ref(&());
+                let outcome = "the load balancer status was not written";
+                if !warn_refused(
+                    &controller.events,
+                    reference.clone(),
+                    &failure.error,
+                    outcome,
+                ) {
+                    controller.events.warning(
+                        reference,
+                        "SyncLoadBalancerFailed",
+                        format!("Error syncing load balancer: {}", failure.error),
+                    );
+                }
+                set_error_condition(controller, &service, Some(&failure.error)).await;
             }
         }
     }
@@ -377,7 +423,11 @@ fn failed(service: &Arc<Service>) -> impl FnOnce(SyncError) -> Failure {
     }
 }
 
-async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), Failure> {
+/// Sync the Service `key` up to the provider's answer; what is left to write, if anything.
+async fn sync_service(
+    controller: &ServiceController,
+    key: &Key,
+) -> Result<Option<StatusWrite>, Failure> {
     let (namespace, name) = key.split_once('/').unwrap_or_default();
     let current = controller.context.services.get_namespaced(namespace, name);
     let cached = controller.memory().services.get(key).cloned();
@@ -393,7 +443,7 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         memory.nodes.remove(key);
         memory.locks.remove(key);
         memory.retrying.remove(key);
-        return Ok(());
+        return Ok(None);
     };
     if let Some(cached) = cached.filter(|c| c.metadata.uid != service.metadata.uid) {
         // Deleted and recreated under the same name: the old one's load balancer goes first.
@@ -405,19 +455,50 @@ async fn sync_service(controller: &ServiceController, key: &Key) -> Result<(), F
         .memory()
         .services
         .insert(key.clone(), service.clone());
-    let ours = sync_load_balancer(controller, &service)
+    match sync_load_balancer(controller, &service)
         .await
-        .map_err(failed(&service))?;
-    if ours {
-        set_error_condition(controller, &service, None).await;
-    } else {
-        // Another provider's, whose condition and load balancer are not this one's to touch.
-        let mut memory = controller.memory();
-        memory.services.remove(key);
-        memory.nodes.remove(key);
-        memory.retrying.remove(key);
+        .map_err(failed(&service))?
+    {
+        Synced::Ours(status) => Ok(Some(StatusWrite { service, status })),
+        Synced::NotOurs => {
+            // Another provider's, whose condition and load balancer are not this one's to
+            // touch.
+            let mut memory = controller.memory();
+            memory.services.remove(key);
+            memory.nodes.remove(key);
+            memory.retrying.remove(key);
+            Ok(None)
+        }
     }
-    Ok(())
+}
+
+/// How [`sync_load_balancer`] left a Service.
+enum Synced {
+    /// Not this provider's to sync: nothing was done.
+    NotOurs,
+    /// In line with its load balancer; the status to write, unless the load balancer is
+    /// implemented elsewhere.
+    Ours(Option<LbStatus>),
+}
+
+/// What a sync leaves to write once the provider answered: the Service's load-balancer
+/// status, and its error condition removed.
+struct StatusWrite {
+    service: Arc<Service>,
+    status: Option<LbStatus>,
+}
+
+impl StatusWrite {
+    async fn run(self, controller: &ServiceController) -> Result<(), Failure> {
+        let StatusWrite { service, status } = self;
+        if let Some(status) = status {
+            patch_status(&controller.context, &service, &status)
+                .await
+                .map_err(failed(&service))?;
+        }
+        set_error_condition(controller, &service, None).await;
+        Ok(())
+    }
 }
 
 /// Delete the load balancer of a Service that is gone from the API (no finalizer).
@@ -468,12 +549,11 @@ async fn delete_from_cloud(
     }
 }
 
-/// Bring the Service's load balancer in line with it; false if the Service is not this
-/// provider's to sync (nothing was done).
+/// Bring the Service's load balancer in line with it (its status is left to write).
 async fn sync_load_balancer(
     controller: &ServiceController,
     service: &Arc<Service>,
-) -> Result<bool, SyncError> {
+) -> Result<Synced, SyncError> {
     let context = &controller.context;
     let key = key_of(service);
     let reference = service.object_ref(&());
@@ -490,7 +570,7 @@ async fn sync_load_balancer(
     // of a Service that wants no load balancer and carries no finalizer.
     let clears_as_upstream = lbs.alone() && !has_finalizer(&lbs, service);
     if !(wanted || cleanup || clears_as_upstream) {
-        return Ok(false);
+        return Ok(Synced::NotOurs);
     }
 
     let new_status = if !wanted || cleanup {
@@ -573,7 +653,7 @@ async fn sync_load_balancer(
                 );
                 status
             }
-            Err(error) if error.is_implemented_elsewhere() => return Ok(true),
+            Err(error) if error.is_implemented_elsewhere() => return Ok(Synced::Ours(None)),
             Err(error) => {
                 if let Some(delay) = error.retry_after() {
                     let cloud_time = before
@@ -593,8 +673,7 @@ async fn sync_load_balancer(
             }
         }
     };
-    patch_status(context, service, &new_status).await?;
-    Ok(true)
+    Ok(Synced::Ours(Some(new_status)))
 }
 
 /// Whether the load balancer of `view` exists, as `get-load-balancer` says. Only its

@@ -6,7 +6,7 @@ use cloud_sim::LoadBalancerStatus;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Harness, LB_PROVISION};
+use crate::harness::{Harness, LB_PROVISION, reply};
 
 fn lb_body(name: &str, targets: &[&str]) -> Value {
     json!({
@@ -158,6 +158,11 @@ async fn updates_keep_status_and_ip() {
         .await;
     assert_eq!(retargeted.json["targets"], json!([b.id]));
     assert_eq!(retargeted.json["source_ranges"], json!(["192.0.2.0/24"]));
+    let counts = reply(h.http.get(format!("{}/_admin/target-counts", h.sim.url()))).await;
+    assert_eq!(
+        counts.json,
+        json!({"load_balancers": [{"id": id, "name": "web", "targets": 1}]})
+    );
 
     let missing = h
         .put(

@@ -6,7 +6,8 @@
 //! `EnsuredLoadBalancer` and the status; `EnsuringLoadBalancer` only for a load balancer made
 //! slowly (one slow call, or calls and waits that add up to 5 s); the error condition; cloud
 //! 500s and 429s with `Retry-After`; classed Services; type changes; one update per load
-//! balancer for a burst of new nodes; the drift check.
+//! balancer for a burst of new nodes; the drift check; a status write the API server holds
+//! not holding the worker.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use cloud_sim::Faults;
 use e2e::testbed::{Testbed, eventually, ingress_ip, is_uninitialized};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube_emulator::DelayRule;
 use wasm_ccm::controllers::ControllerSelection;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -281,6 +283,45 @@ async fn provisioning_retry_after_writes_nothing_but_the_load_balancer() {
         "{:?}",
         writes.counts
     );
+    manager.stop().await.unwrap();
+}
+
+/// With one service worker, a Service whose status write the API server holds does not keep
+/// the next Service from getting its load balancer; the held write lands after.
+#[tokio::test]
+async fn a_status_write_the_api_server_holds_does_not_hold_the_worker() {
+    const HELD: Duration = Duration::from_secs(60);
+    let (bed, manager) = cluster_with_nodes(1, |config| {
+        config.settings.concurrent_service_syncs = 1;
+    })
+    .await;
+    bed.emulator.faults().delay(
+        DelayRule::new(HELD)
+            .method("PATCH")
+            .path_contains("/services/first/status"),
+    );
+    create(&bed, &Testbed::lb_service("first")).await;
+    bed.requests_seen(
+        "the status write of first, held",
+        WAIT,
+        &[("service-controller", "patch", "services/status")],
+    )
+    .await;
+
+    create(&bed, &Testbed::lb_service("second")).await;
+    wait_for_ip(&bed, "second").await;
+    let first = bed.service("first").await.expect("first");
+    assert_eq!(
+        ingress_ip(&first),
+        None,
+        "second got its ingress only once the held write of first's had landed"
+    );
+    eventually("first's held write lands", HELD + WAIT, || async {
+        bed.service("first")
+            .await
+            .filter(|s| ingress_ip(s).is_some())
+    })
+    .await;
     manager.stop().await.unwrap();
 }
 
