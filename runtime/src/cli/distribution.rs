@@ -163,15 +163,24 @@ fn user_cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 }
 
 /// A provider reference as the `provider` subcommands take it: `file://PATH`, `oci://…`,
-/// or a plain path to a file.
+/// or a plain path to a file. A relative path is made absolute (the working directory's),
+/// so what the commands print of it (`file:///home/me/p.wasm`) is a well-formed URL that
+/// names the file from anywhere.
 pub fn parse_reference(text: &str) -> anyhow::Result<ProviderRef> {
-    if text.contains("://") {
-        return text.parse().map_err(|error| anyhow::anyhow!("{error}"));
-    }
-    if text.is_empty() {
+    let reference = if text.contains("://") {
+        text.parse().map_err(|error| anyhow::anyhow!("{error}"))?
+    } else if text.is_empty() {
         anyhow::bail!("the provider is empty: give a FILE, file://PATH or oci://REGISTRY/REPO:TAG");
-    }
-    Ok(ProviderRef::File(PathBuf::from(text)))
+    } else {
+        ProviderRef::File(PathBuf::from(text))
+    };
+    Ok(match reference {
+        ProviderRef::File(path) => ProviderRef::File(
+            std::path::absolute(&path)
+                .with_context(|| format!("the provider file {}", path.display()))?,
+        ),
+        other => other,
+    })
 }
 
 fn registry_host(text: &str) -> Result<String, String> {
@@ -203,9 +212,21 @@ mod tests {
 
     #[test]
     fn subcommands_take_plain_paths_as_files() {
+        let here = std::env::current_dir().unwrap();
         assert_eq!(
             parse_reference("simcloud.wasm").unwrap(),
-            ProviderRef::File("simcloud.wasm".into())
+            ProviderRef::File(here.join("simcloud.wasm"))
+        );
+        assert_eq!(
+            parse_reference("file://target/simcloud.wasm")
+                .unwrap()
+                .to_string(),
+            format!("file://{}", here.join("target/simcloud.wasm").display()),
+            "printed as a URL with an absolute path"
+        );
+        assert_eq!(
+            parse_reference("/opt/p.wasm").unwrap(),
+            ProviderRef::File("/opt/p.wasm".into())
         );
         assert!(matches!(
             parse_reference("oci://127.0.0.1:5000/p/simcloud:v1").unwrap(),

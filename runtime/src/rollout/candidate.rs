@@ -31,6 +31,22 @@ pub(super) struct Refusal {
     pub(super) transient: bool,
 }
 
+impl Refusal {
+    /// What makes a refusal that will not pass by itself pass: most are the spec's to fix;
+    /// some, the manager's flags (which a restart reads again).
+    fn remedy(&self) -> &'static str {
+        match self.reason {
+            "Untagged" => {
+                "roll out a version that reports a cluster ID, or restart the manager with --allow-untagged-cloud"
+            }
+            "CapabilityDropped" => {
+                "roll out a version that supports it, or restart the manager without the controllers that need it (--controllers=*,-NAME)"
+            }
+            _ => "fix the spec",
+        }
+    }
+}
+
 impl Rollout {
     /// Report the candidate's step: `status.candidate` and the `Progressing` condition.
     pub(super) async fn phase(
@@ -240,7 +256,7 @@ impl Rollout {
                 "; trying again in {}s",
                 at.saturating_duration_since(Instant::now()).as_secs()
             ),
-            None => "; fix the spec to try again".to_string(),
+            None => format!("; {} to try again", refusal.remedy()),
         };
         let message = format!("{}; {serving}{retry}", refusal.message);
         tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");

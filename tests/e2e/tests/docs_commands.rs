@@ -232,15 +232,16 @@ fn the_egress_page_flag_fragments_are_taken_by_the_manager() {
         &block,
         &[("dir:/etc/aws", &format!("dir:{}", keys.display()))],
     );
+    // The relative path as the command names it: the working directory's.
+    let missing = format!(
+        "error: file://{}: No such file or directory (os error 2)",
+        shell.path("missing.wasm").display()
+    );
     for fragment in docs::commands(&block) {
         let output = shell.run(&format!(
             r#"wasm-ccm provider call missing.wasm instance-metadata --args '{{"node": {{"name": "n1"}}}}' {fragment}"#
         ));
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            stderr.trim(),
-            "error: file://missing.wasm: No such file or directory (os error 2)",
-            "{fragment}"
-        );
+        assert_eq!(stderr.trim(), missing, "{fragment}");
     }
 }

@@ -535,6 +535,11 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     .await;
     let message = message_of(&status, condition::VERIFIED);
     assert!(message.contains("\"rollout\""), "{message}");
+    let progressing = message_of(&status, condition::PROGRESSING);
+    assert!(
+        progressing.ends_with("fix the spec to try again"),
+        "{progressing}"
+    );
 
     // A capability a running controller needs.
     let status = refused(
@@ -551,6 +556,11 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     assert!(
         message.contains("load-balancer (needed by service-lb-controller)"),
         "{message}"
+    );
+    let progressing = message_of(&status, condition::PROGRESSING);
+    assert!(
+        progressing.contains("or restart the manager without the controllers that need it (--controllers=*,-NAME) to try again"),
+        "the fix may be the manager's flag, not the spec: {progressing}"
     );
 
     // A spec the manager cannot use.
