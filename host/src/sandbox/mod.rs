@@ -174,6 +174,19 @@ pub enum LoadError {
         /// wasmtime's whole message.
         detail: String,
     },
+    /// A memory of the component starts larger than `--memory-limit` lets one be: with the
+    /// pooling allocator that is caught when the component is compiled.
+    #[error(
+        "{origin} needs a memory larger than the memory limit of {limit} bytes (--memory-limit, or spec.limits.memory of a CloudProvider): raise the limit: {detail}"
+    )]
+    MemoryLimit {
+        /// The path or reference the component was loaded from.
+        origin: String,
+        /// The memory limit, in bytes.
+        limit: u64,
+        /// wasmtime's reason.
+        detail: String,
+    },
     /// A contract export is missing or has the wrong type.
     #[error("{origin} does not implement the wasm-ccm:provider@{version} contract: {detail}", version = c::CONTRACT_VERSION)]
     NotAProvider {
@@ -395,9 +408,26 @@ impl Sandbox {
                 ),
             })??;
         // wasmtime's reason may quote the component's own names.
-        let (component, source) = compiled.map_err(|e| LoadError::Invalid {
-            origin: origin.to_string(),
-            detail: text::ellipsized(text::escaped(&format!("{e:#}")).into_owned(), 2048),
+        let (component, source) = compiled.map_err(|e| {
+            let origin = origin.to_string();
+            let detail = text::ellipsized(text::escaped(&format!("{e:#}")).into_owned(), 2048);
+            // The pooling allocator's memory slots are `--memory-limit` large, and it refuses
+            // a component whose memory starts larger than a slot.
+            let memory_too_large = self.inner.config.pooling
+                && e.chain().any(|cause| {
+                    cause
+                        .to_string()
+                        .starts_with("memory has a minimum byte size")
+                });
+            if memory_too_large {
+                LoadError::MemoryLimit {
+                    origin,
+                    limit: self.inner.config.memory_limit,
+                    detail,
+                }
+            } else {
+                LoadError::Invalid { origin, detail }
+            }
         })?;
         self.count_compile(source);
         Ok((component, digest, source))

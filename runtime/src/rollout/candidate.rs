@@ -356,6 +356,7 @@ fn load_refusal(error: LoadError) -> Refusal {
         LoadError::Invalid { .. } => "InvalidComponent",
         LoadError::UnsatisfiedImport { .. } => "UnsatisfiedImport",
         LoadError::NotAProvider { .. } => "MissingExport",
+        LoadError::MemoryLimit { .. } => "SandboxFailed",
         _ => "CompileFailed",
     };
     Refusal {

@@ -1238,6 +1238,10 @@ fn a_bad_memory_limit_is_refused() {
     call_simcloud(node1_args(), &["--memory-limit", "12XB"])
         .assert_usage_error(&["12XB", "unknown unit"]);
     call_simcloud(node1_args(), &["--memory-limit", "0"]).assert_usage_error(&["more than zero"]);
+    // simcloud's memory starts larger than 64 KiB: the message names the flag to raise.
+    call_simcloud(node1_args(), &["--memory-limit", "64Ki"]).assert_usage_error(&[
+        "needs a memory larger than the memory limit of 65536 bytes (--memory-limit",
+    ]);
 }
 
 #[test]
