@@ -51,7 +51,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::https;
 use crate::testbed::{ManagerProcess as Manager, Testbed, ingress_ip, is_uninitialized};
-use cloud_sim::{Faults, NewInstance, RequestList, SimState};
+use cloud_sim::{Faults, NewInstance, RequestList, SimState, TargetCounts};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
@@ -429,45 +429,38 @@ impl Setup {
     /// The cloud's requests logged at position `from` or later (its `next` is where to
     /// read on from).
     async fn cloud_log(&self, from: u64) -> RequestList {
-        if let Some(state) = self.local() {
-            return state.requests_from(from);
+        match self.local() {
+            Some(state) => state.requests_from(from),
+            None => self.remote_admin(&format!("requests?from={from}")).await,
         }
-        let cloud = self.remote().expect("remote");
-        cloud
-            .http
-            .get(format!("{}/_admin/requests?from={from}", cloud.url))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .expect("the cloud's request log")
-            .json()
-            .await
-            .expect("the cloud's request log parses")
     }
 
     /// How many targets each load balancer of the cloud has.
     async fn target_counts(&self) -> Vec<usize> {
-        let counts = match self.local() {
+        let counts: TargetCounts = match self.local() {
             Some(state) => state.target_counts(),
-            None => {
-                let cloud = self.remote().expect("remote");
-                cloud
-                    .http
-                    .get(format!("{}/_admin/target-counts", cloud.url))
-                    .send()
-                    .await
-                    .and_then(reqwest::Response::error_for_status)
-                    .expect("the cloud's target counts")
-                    .json()
-                    .await
-                    .expect("the target counts parse")
-            }
+            None => self.remote_admin("target-counts").await,
         };
         counts
             .load_balancers
             .into_iter()
             .map(|lb| lb.targets)
             .collect()
+    }
+
+    /// What the remote simulator's `GET /_admin/PATH` answers.
+    async fn remote_admin<T: k8s_openapi::serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let cloud = self.remote().expect("remote");
+        cloud
+            .http
+            .get(format!("{}/_admin/{path}", cloud.url))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .unwrap_or_else(|error| panic!("the cloud's /_admin/{path}: {error}"))
+            .json()
+            .await
+            .unwrap_or_else(|error| panic!("the cloud's /_admin/{path} parses: {error}"))
     }
 }
 
