@@ -19,8 +19,12 @@ setup:
 	bash tests/install-test-tools.sh
 	bash tests/install-chart-tools.sh
 
+# The demo runs from the build `make test` makes (the same command nextest builds with, the
+# same lints, the same features), so neither target builds the workspace again after the
+# other; the first build on 2 cores takes about 15 minutes.
 demo: setup
-	$(CARGO) run --locked -p e2e --bin demo -- $(ARGS)
+	$(TEST_BUILD)
+	target/debug/demo $(ARGS)
 
 # Clippy with warnings as errors, on the host side (host, manager, tests, benches, the aws
 # guest's native unit tests) and on every guest built for wasm32.
@@ -44,6 +48,9 @@ LINTED = RUSTC_WORKSPACE_WRAPPER="$$(rustc --print sysroot)/bin/clippy-driver" C
 # the same environment, so nothing is rebuilt for them). Formatting is checked first: seconds,
 # and a misformatted tree fails before anything is built.
 NEXTEST = target/test-tools/python/bin/cargo-nextest nextest
+
+# What `make test` builds (nextest builds with `cargo test --no-run` and these options).
+TEST_BUILD = $(LINTED) $(CARGO) test --locked --workspace --no-run
 
 # The workspace's native crates (the guests are built for wasm32 by tests/guest-builds):
 # the doc tests and the docs book build them with the features `make test`'s build resolved,
@@ -71,13 +78,15 @@ docs:
 	$(CARGO) build --locked $(NATIVE) --bin docs-book
 	target/debug/docs-book docs target/book
 
+# Benchmarks are release builds (one for both targets), linted as every other build so the
+# guests they run are the ones `make test` built (target/guests), not built again.
 bench: setup
-	$(CARGO) bench --locked -p e2e --bench sandbox
-	$(CARGO) bench --locked -p e2e --bench languages
+	$(LINTED) $(CARGO) bench --locked -p e2e --bench sandbox
+	$(LINTED) $(CARGO) bench --locked -p e2e --bench languages
 
 # The controller-manager at scale (SCALE_NODES, SCALE_SERVICES, SCALE_LATENCY_MS).
 bench-scale: setup
-	$(CARGO) bench --locked -p e2e --bench scale
+	$(LINTED) $(CARGO) bench --locked -p e2e --bench scale
 
 fmt:
 	$(CARGO) fmt --all

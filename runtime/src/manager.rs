@@ -125,9 +125,24 @@ pub enum ManagerError {
         /// Why it cannot be read.
         error: std::io::Error,
     },
-    /// The component cannot run as a provider, or its `init` failed.
+    /// The component cannot run as a provider.
     #[error(transparent)]
     Load(#[from] wasm_ccm_host::provider::ProviderLoadError),
+    /// The provider's `init` failed: its cloud config, or a component other than the
+    /// `--cloud-provider` named (which only its own `init` can tell).
+    #[error(
+        "--provider {path}: init failed, run as --cloud-provider {name} with --cloud-config {cloud_config}: {error}; check the cloud config, and that --cloud-provider names this component's provider"
+    )]
+    Init {
+        /// `--cloud-provider`.
+        name: String,
+        /// `--provider`, as given.
+        path: String,
+        /// `--cloud-config`, or `(none)`.
+        cloud_config: String,
+        /// How `init` failed.
+        error: wasm_ccm_host::provider::ProviderError,
+    },
     /// The provider's `init` reports a name other than `--cloud-provider`.
     #[error(
         "--cloud-provider {wanted}: the provider at {path} reports its name as {actual:?}; pass --cloud-provider={actual} if this is the provider you meant"
@@ -488,7 +503,19 @@ async fn load_provider(
         .map_err(ProviderLoadError::Load)?
         .expecting(&settings.name)
         .init(gate, cloud_config, metrics)
-        .await?;
+        .await
+        .map_err(|error| match error {
+            ProviderLoadError::Init { error, .. } => ManagerError::Init {
+                name: settings.name.clone(),
+                path: reference.clone(),
+                cloud_config: settings
+                    .cloud_config
+                    .as_ref()
+                    .map_or_else(|| "(none)".into(), |path| path.display().to_string()),
+                error,
+            },
+            other => other.into(),
+        })?;
     let capabilities = provider.capabilities();
     if capabilities.name != settings.name {
         return Err(ManagerError::WrongProvider {

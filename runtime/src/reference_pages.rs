@@ -18,9 +18,11 @@ fn flags_page() -> String {
         "# Flags reference\n\n\
          Every command and flag of `wasm-ccm`, as `wasm-ccm --help` and `wasm-ccm provider \
          COMMAND --help` print them, generated from the same definition (a test fails when \
-         this page and the code differ). Durations take `ms`, `s`, `m` and `h` (`90s`, `5m`); \
-         sizes take `Ki`, `Mi` and `Gi` (`8Mi`). [Running the manager](running.md) says how \
-         the run mode's flags work together.\n",
+         this page and the code differ). Durations take `ms`, `s`, `m` and `h`, combined as in \
+         `1m30s` (a number needs a unit; `0` alone is taken where a flag says what it means); \
+         sizes are bytes or `Ki`, `Mi`, `Gi` (`8Mi`), and nothing else (`64MB` and `64M` are \
+         refused). `CloudProvider` fields take the same forms. [Running the manager](running.md) \
+         says how the run mode's flags work together.\n",
     );
     command_section(&Cli::command(), "wasm-ccm", &mut out);
     out

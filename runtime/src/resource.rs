@@ -39,10 +39,10 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-/// A Kubernetes duration as the flags take it: `500ms`, `30s`, `1m30s`, or bare seconds.
-const DURATION: &str = r"^([0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
-/// A size as the flags take it: `65536`, `64Ki`, `64Mi`, `1Gi` (`KiB`…), decimal `K`, `M`, `G`.
-const SIZE: &str = r"^[0-9]+(Ki|Mi|Gi|K|k|M|G)?B?$";
+/// A duration as the flags take it (`500ms`, `30s`, `1m30s`, `0`).
+const DURATION: &str = crate::cli::DURATION_PATTERN;
+/// A size as the flags take it (`65536`, `64Ki`, `64Mi`, `1Gi`).
+const SIZE: &str = crate::cli::SIZE_PATTERN;
 /// The start of an `--allow` host pattern; the manager parses the rest.
 const HOST_PATTERN: &str = r"^https?://[^/?#]+$";
 /// A provider reference; the manager parses the rest (a tag or digest is required).
@@ -100,6 +100,12 @@ pub const MAX_DIVERGENCES: usize = wasm_ccm_host::provider::MAX_DIVERGENCES;
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Progressing")].status"#,
         description = "Whether a new version is being rolled out."
+    ),
+    printcolumn(
+        name = "Spec",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="SpecApplied")].reason"#,
+        description = "Whether the latest spec is what runs (Applied), is being rolled out (RollingOut, Shadowing), or why not (the refusal's reason: InvalidSpec, CapabilityDropped, ShadowDiverged, RolledBack, ...)."
     ),
     printcolumn(
         name = "Age",
@@ -378,6 +384,20 @@ pub struct EgressSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub audit_log_burst: Option<i32>,
+
+    /// Which requests the audit log writes at INFO (the others are DEBUG events). As
+    /// --egress-audit-log; default Failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<AuditLog>,
+}
+
+/// Which egress requests the audit log writes at INFO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AuditLog {
+    /// Refused, rate-limited or unanswered requests, and answers of 400 or above.
+    Failures,
+    /// Every request.
+    All,
 }
 
 /// A credential the host adds to requests bound for matching hosts, read from a Secret key;
@@ -698,7 +718,8 @@ pub struct CloudProviderStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate: Option<Candidate>,
 
-    /// Fetched, Verified, Ready, Progressing, RolledBack and Degraded, one of each at most.
+    /// Fetched, Verified, Ready, Progressing, SpecApplied, RolledBack, Degraded, TagCurrent
+    /// and NodesUncontested, one of each at most.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -826,8 +847,7 @@ pub struct Divergence {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Fetched, Verified, Ready, Progressing, RolledBack, Degraded or TagCurrent (the
-    /// `condition` constants).
+    /// One of the `condition` constants (Ready, Progressing, SpecApplied, ...).
     #[serde(rename = "type")]
     #[schemars(length(max = 316))]
     pub type_: String,
@@ -873,6 +893,12 @@ pub mod condition {
     pub const READY: &str = "Ready";
     /// A new version is being rolled out (the candidate in status).
     pub const PROGRESSING: &str = "Progressing";
+    /// Whether the latest generation's spec is what runs: True (`Applied`) once its version
+    /// is active; Unknown while it rolls out (`RollingOut`, `Shadowing`, or a refusal that is
+    /// tried again, e.g. `FetchFailed`); False with the reason when it was refused
+    /// (`InvalidSpec`, `CapabilityDropped`, ...), diverged as a shadow or was rolled back,
+    /// while the active version keeps serving.
+    pub const SPEC_APPLIED: &str = "SpecApplied";
     /// The last activated version was rolled back, with the failure rates that decided it.
     pub const ROLLED_BACK: &str = "RolledBack";
     /// Something the active version needs is missing or failing (a Secret, a ConfigMap),
@@ -886,11 +912,12 @@ pub mod condition {
     /// claims too and that provider: none touches them).
     pub const NODES_UNCONTESTED: &str = "NodesUncontested";
     /// Every type, in the order status lists them.
-    pub const ALL: [&str; 8] = [
+    pub const ALL: [&str; 9] = [
         FETCHED,
         VERIFIED,
         READY,
         PROGRESSING,
+        SPEC_APPLIED,
         ROLLED_BACK,
         DEGRADED,
         TAG_CURRENT,

@@ -99,6 +99,11 @@ fn active_status() -> CloudProviderStatus {
         conditions: vec![
             condition(condition::READY, ConditionStatus::True, "Active"),
             condition(condition::PROGRESSING, ConditionStatus::False, "Done"),
+            condition(
+                condition::SPEC_APPLIED,
+                ConditionStatus::False,
+                "InvalidSpec",
+            ),
         ],
         ..CloudProviderStatus::default()
     }
@@ -294,19 +299,28 @@ async fn resource_printer_columns_show_in_kubectl_get() {
             .unwrap()
             .split_whitespace()
             .collect::<Vec<_>>(),
-        ["NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "AGE"],
+        [
+            "NAME",
+            "PROVIDER",
+            "ACTIVE",
+            "READY",
+            "PROGRESSING",
+            "SPEC",
+            "AGE"
+        ],
         "{table}"
     );
     assert_eq!(
-        row(&table, "simcloud")[..5],
+        row(&table, "simcloud")[..6],
         [
             "simcloud",
             "simcloud",
             "simcloud@sha256:4f1c2a3b4c5d",
             "True",
-            "False"
+            "False",
+            "InvalidSpec"
         ],
-        "{table}"
+        "a refused spec shows beside the version that keeps serving: {table}"
     );
     assert_eq!(
         row(&table, "pending")[..2],

@@ -6,11 +6,16 @@
 //! the destination a provider named, so their series are as many as the allow-list's
 //! entries whatever names a provider tries.
 //!
-//! Records and metrics are never dropped. Log events are: a provider looping on refused or
-//! rate-limited requests gets an answer in microseconds, and would otherwise write log
-//! events as fast as it runs. Each provider version draws its events from a token bucket
-//! ([`AuditLogLimits`]); past it, events are counted, and one warning per
-//! [`AuditLogLimits::summary_interval`] says how many were suppressed.
+//! Records and metrics are never dropped. Log events are, twice over. By default
+//! ([`AuditLogScope::Failures`]) only a request that failed (refused, rate-limited, no
+//! answer, or an answer of 400 or above) is logged at INFO; one that succeeded is a DEBUG
+//! event, so a quiet cluster's log is not mostly audit lines (`--egress-audit-log=all` logs
+//! every request at INFO). And a provider looping on refused or rate-limited requests gets
+//! an answer in microseconds, and would otherwise write log events as fast as it runs: each
+//! provider version draws its events from a token bucket ([`AuditLogLimits`]); past it,
+//! events are counted, and one warning per [`AuditLogLimits::summary_interval`] says how
+//! many were suppressed. An event the log's filter drops (a DEBUG event under an INFO
+//! filter) draws nothing from the bucket.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -36,6 +41,19 @@ pub struct AuditLogLimits {
     /// At most one "suppressed" warning per provider version in this time (default 10s);
     /// it comes with the version's first audit record after the interval.
     pub summary_interval: Duration,
+    /// Which requests are logged at INFO (`--egress-audit-log`, `spec.egress.auditLog`).
+    pub scope: AuditLogScope,
+}
+
+/// Which requests the audit trail logs at INFO; the others are DEBUG events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuditLogScope {
+    /// Requests that failed: refused, rate-limited, unanswered, or answered with a status
+    /// of 400 or above.
+    #[default]
+    Failures,
+    /// Every request.
+    All,
 }
 
 impl Default for AuditLogLimits {
@@ -46,6 +64,7 @@ impl Default for AuditLogLimits {
                 burst: 1000,
             },
             summary_interval: Duration::from_secs(10),
+            scope: AuditLogScope::default(),
         }
     }
 }
@@ -113,6 +132,11 @@ impl AuditRecord {
             (None, Some(status)) => format!("{}xx", status / 100),
             (None, None) => "error".into(),
         }
+    }
+
+    /// Whether the request was answered below 400 (and not refused or failed by the gate).
+    pub fn succeeded(&self) -> bool {
+        self.denied.is_none() && self.status.is_some_and(|status| status < 400)
     }
 }
 
@@ -192,10 +216,17 @@ impl Audit {
         }
     }
 
-    /// Count and keep `record`, and log it if its version's log budget allows.
+    /// Count and keep `record`, and log it if the log's filter takes its level and its
+    /// version's log budget allows.
     pub fn record(&self, record: AuditRecord) {
-        if self.log.admit(&record) {
-            self.log_event(&record);
+        let at_info = self.log.limits.scope == AuditLogScope::All || !record.succeeded();
+        let filtered_in = if at_info {
+            tracing::enabled!(target: "wasm_ccm::egress::audit", tracing::Level::INFO)
+        } else {
+            tracing::enabled!(target: "wasm_ccm::egress::audit", tracing::Level::DEBUG)
+        };
+        if filtered_in && self.log.admit(&record) {
+            log_event(&record, at_info);
         }
         self.count(&record);
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
@@ -203,26 +234,6 @@ impl Audit {
             recent.pop_front();
         }
         recent.push_back(record);
-    }
-
-    fn log_event(&self, record: &AuditRecord) {
-        tracing::info!(
-            target: "wasm_ccm::egress::audit",
-            provider = %record.provider,
-            version = %record.version,
-            method = %record.method,
-            host = %record.host,
-            grant = record.grant.as_deref(),
-            path = %record.path,
-            service = record.aws.as_ref().map(|aws| aws.service.as_str()),
-            action = record.aws.as_ref().and_then(|aws| aws.action.as_deref()),
-            status = record.status,
-            denied = record.denied.as_deref(),
-            response_bytes = record.response_bytes,
-            latency_ms = record.latency.as_secs_f64() * 1000.0,
-            connection_reused = record.connection_reused,
-            "egress"
-        );
     }
 
     fn count(&self, record: &AuditRecord) {
@@ -270,9 +281,58 @@ impl Audit {
     }
 }
 
+/// Write `record` as an event under target `wasm_ccm::egress::audit`, at INFO or DEBUG.
+fn log_event(record: &AuditRecord, at_info: bool) {
+    macro_rules! event {
+        ($level:expr) => {
+            tracing::event!(
+                target: "wasm_ccm::egress::audit",
+                $level,
+                provider = %record.provider,
+                version = %record.version,
+                method = %record.method,
+                host = %record.host,
+                grant = record.grant.as_deref(),
+                path = %record.path,
+                service = record.aws.as_ref().map(|aws| aws.service.as_str()),
+                action = record.aws.as_ref().and_then(|aws| aws.action.as_deref()),
+                status = record.status,
+                denied = record.denied.as_deref(),
+                response_bytes = record.response_bytes,
+                latency_ms = record.latency.as_secs_f64() * 1000.0,
+                connection_reused = record.connection_reused,
+                "egress"
+            )
+        };
+    }
+    if at_info {
+        event!(tracing::Level::INFO);
+    } else {
+        event!(tracing::Level::DEBUG);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run `test` with a log that takes INFO events and above, as the manager's default.
+    fn with_info_log(test: impl FnOnce()) {
+        let log = tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(log, test);
+    }
+
+    fn answered(version: &str, status: u16) -> AuditRecord {
+        AuditRecord {
+            status: Some(status),
+            denied: None,
+            grant: Some("https://api.example.com".into()),
+            ..refused(version)
+        }
+    }
 
     fn refused(version: &str) -> AuditRecord {
         AuditRecord {
@@ -292,6 +352,45 @@ mod tests {
     }
 
     #[test]
+    fn successes_logged_at_debug_under_an_info_log_leave_the_budget_to_failures() {
+        let burst_of_one = |scope| AuditLogLimits {
+            rate: RateBudget {
+                per_second: 0.001,
+                burst: 1,
+            },
+            summary_interval: Duration::from_secs(3600),
+            scope,
+        };
+        with_info_log(|| {
+            let audit = Audit::new(Arc::default(), burst_of_one(AuditLogScope::Failures));
+            for status in [200, 204, 301, 399] {
+                audit.record(answered("sha256:000000000001", status));
+            }
+            audit.record(answered("sha256:000000000001", 404));
+            assert!(
+                audit.log.suppressed.lock().unwrap().is_empty(),
+                "the 404 took the one event the budget had"
+            );
+            audit.record(refused("sha256:000000000001"));
+            assert_eq!(
+                audit.log.suppressed.lock().unwrap()["looping@sha256:000000000001"].count,
+                1,
+                "the refusal after it found the budget spent"
+            );
+
+            let audit = Audit::new(Arc::default(), burst_of_one(AuditLogScope::All));
+            for _ in 0..5 {
+                audit.record(answered("sha256:000000000001", 200));
+            }
+            assert_eq!(
+                audit.log.suppressed.lock().unwrap()["looping@sha256:000000000001"].count,
+                4,
+                "with every request logged, successes draw on the budget"
+            );
+        });
+    }
+
+    #[test]
     fn past_its_log_budget_a_version_is_kept_and_counted_but_not_logged() {
         let metrics = Arc::new(Metrics::default());
         let limits = AuditLogLimits {
@@ -300,11 +399,14 @@ mod tests {
                 burst: 10,
             },
             summary_interval: Duration::from_secs(3600),
+            scope: AuditLogScope::Failures,
         };
         let audit = Audit::new(metrics.clone(), limits);
-        for _ in 0..50 {
-            audit.record(refused("sha256:000000000001"));
-        }
+        with_info_log(|| {
+            for _ in 0..50 {
+                audit.record(refused("sha256:000000000001"));
+            }
+        });
         let suppressed = |key: &str| audit.log.suppressed.lock().unwrap()[key].count;
         assert_eq!(
             suppressed("looping@sha256:000000000001"),

@@ -49,7 +49,7 @@ use wasmtime_wasi_http::{
 };
 
 pub use address::{Carrier, Internal, carried_v4, metadata_name, platform_service};
-pub use audit::{Audit, AuditLogLimits, AuditRecord, AwsCall};
+pub use audit::{Audit, AuditLogLimits, AuditLogScope, AuditRecord, AwsCall};
 pub use credentials::{
     CredentialError, CredentialRule, RuleProblem, SecretError, SecretSource, SharedSecret,
     Unavailable,

@@ -312,6 +312,18 @@ impl Distribution {
         Ok(digest)
     }
 
+    /// Whether `oci`'s registry answers, over the protocol it is reached by, and takes the
+    /// credentials for a push; `provider push` asks before it compiles.
+    pub async fn check_push(&self, oci: &OciRef) -> Result<(), FetchError> {
+        self.registry()
+            .check_push(oci)
+            .await
+            .map_err(|error| FetchError::Registry {
+                reference: oci.to_string(),
+                error,
+            })
+    }
+
     /// Publish `wasm` as `oci` in the CNCF wasm layout; returns the manifest digest.
     pub async fn push(
         &self,

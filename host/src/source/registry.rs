@@ -368,6 +368,50 @@ impl RegistryClient {
         .await
     }
 
+    /// Whether `oci`'s registry answers, over the protocol it is reached by (TLS unless
+    /// `--insecure-registry`), and takes this client's credentials for a push (a token
+    /// exchanged, a token service's challenge answered): `provider push` asks before it
+    /// compiles, so a registry it cannot reach fails in a second, not after a compile.
+    pub async fn check_push(&self, oci: &OciRef) -> Result<(), RegistryError> {
+        let reference = reference(oci);
+        let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
+        match auth {
+            // oci-client takes a bearer token as it is, asking nothing: ask `/v2/` (any
+            // answer, 401 too, is a registry reached).
+            RegistryAuth::Bearer(_) => {
+                let registry = reference.resolve_registry();
+                let url = format!("{}://{registry}/v2/", self.scheme(registry));
+                let http = self
+                    .manifest_http
+                    .get_or_init(|| manifest_client(&self.insecure));
+                self.retrying(oci, || async {
+                    http.get(&url)
+                        .send()
+                        .await
+                        .map(drop)
+                        .map_err(OciDistributionError::RequestError)
+                })
+                .await
+            }
+            auth => {
+                self.retrying(oci, || {
+                    client.auth(&reference, &auth, RegistryOperation::Push)
+                })
+                .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `http` for an `--insecure-registry`, else `https`.
+    fn scheme(&self, registry: &str) -> &'static str {
+        if self.insecure.iter().any(|insecure| insecure == registry) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
     /// Push `blobs` (bytes and digest), then the `manifest` of `media_type` (an image
     /// manifest, or an index) that names them, as `oci` (its tag, or the manifest's digest).
     pub async fn push_manifest(
@@ -449,12 +493,11 @@ impl RegistryClient {
             .ok()
             .flatten();
         let registry = reference.resolve_registry();
-        let scheme = if self.insecure.iter().any(|insecure| insecure == registry) {
-            "http"
-        } else {
-            "https"
-        };
-        let url = format!("{scheme}://{registry}/v2/{}/{path}", reference.repository());
+        let url = format!(
+            "{}://{registry}/v2/{}/{path}",
+            self.scheme(registry),
+            reference.repository()
+        );
         let http = self
             .manifest_http
             .get_or_init(|| manifest_client(&self.insecure));

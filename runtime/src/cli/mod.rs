@@ -28,11 +28,13 @@ pub use artifact_cmd::ArtifactCommand;
 pub use distribution::DistributionFlags;
 pub use provider_cmd::ProviderCommand;
 pub use run::RunFlags;
-pub use units::{parse_duration, parse_duration_or_zero, parse_size};
+pub use units::{
+    DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_duration_or_zero, parse_size,
+};
 use wasm_ccm_host::egress::{
-    AuditLogLimits, CredentialError, CredentialRule, DEFAULT_MAX_DESTINATIONS, EgressConfig,
-    GrantSource, HostPattern, Limits, MetadataGrant, MethodPolicy, PoolLimits, RateBudget,
-    sts_endpoint_allowed,
+    AuditLogLimits, AuditLogScope, CredentialError, CredentialRule, DEFAULT_MAX_DESTINATIONS,
+    EgressConfig, GrantSource, HostPattern, Limits, MetadataGrant, MethodPolicy, PoolLimits,
+    RateBudget, sts_endpoint_allowed,
 };
 use wasm_ccm_host::metrics::Metrics;
 use wasm_ccm_host::sandbox::{CacheLimits, HttpLimits, LogLimits, Sandbox, SandboxConfig};
@@ -121,14 +123,14 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 pub struct EgressFlags {
     /// Grant the provider a cloud API host: scheme, host (or *.domain) and port, e.g.
     /// https://api.example.com, https://*.example.com:8443, http://127.0.0.1:8080. Repeatable.
-    #[arg(long = "allow", value_name = "HOSTPATTERN")]
+    #[arg(long = "allow", value_name = "HOSTPATTERN", help_heading = "Egress")]
     pub allow: Vec<HostPattern>,
 
     /// Inject a credential into requests to a host: HOSTPATTERN=bearer:env:VAR,
     /// HOSTPATTERN=bearer:file:PATH or HOSTPATTERN=header:NAME:env:VAR (or :file:PATH); or sign
     /// them for AWS: HOSTPATTERN=aws-sigv4:KEYS[,region=REGION][,services=SERVICE+SERVICE]
     /// [,actions=ACTION+ACTION][,sts=URL], KEYS env, dir:PATH or web-identity. Repeatable.
-    #[arg(long = "credential", value_name = "RULE")]
+    #[arg(long = "credential", value_name = "RULE", help_heading = "Egress")]
     pub credentials: Vec<CredentialFlag>,
 
     /// An STS endpoint besides AWS's own (https://sts.amazonaws.com,
@@ -136,61 +138,72 @@ pub struct EgressFlags {
     /// send the manager's service account token to: sts= of --credential, or a
     /// CloudProvider's webIdentity.stsEndpoint. https://HOST[:PORT], or http:// with a
     /// loopback address (a test's STS). Repeatable; none by default.
-    #[arg(long = "sts-endpoint-allow", value_name = "URL", value_parser = sts_endpoint_allowed)]
+    #[arg(long = "sts-endpoint-allow", value_name = "URL", value_parser = sts_endpoint_allowed, help_heading = "Egress")]
     pub sts_endpoint_allow: Vec<HostPattern>,
 
     /// Requests per second each destination host may receive from the provider.
-    #[arg(long, value_name = "RATE", default_value_t = 50.0, value_parser = positive_rate)]
+    #[arg(long, value_name = "RATE", default_value_t = 50.0, value_parser = positive_rate, help_heading = "Egress")]
     pub egress_rate: f64,
 
     /// Burst of requests above the rate each destination host may receive.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    #[arg(long, value_name = "N", default_value_t = 100, help_heading = "Egress")]
     pub egress_burst: u32,
 
     /// Destinations that may hold a rate budget at once, per provider version (a wildcard
     /// grant lets a provider name any number): a budget that has refilled is forgotten to
     /// make room; while all are refilling, a new destination gets a 429 until one is full.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DESTINATIONS, value_parser = positive_count)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DESTINATIONS, value_parser = positive_count, help_heading = "Egress")]
     pub egress_max_destinations: usize,
 
     /// Time allowed to resolve, connect and finish TLS with a cloud API host.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Egress")]
     pub egress_connect_timeout: std::time::Duration,
 
     /// Time allowed from sending a request to the first byte of its response.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Egress")]
     pub egress_first_byte_timeout: std::time::Duration,
 
     /// Largest response body a provider may receive (e.g. 8Mi).
-    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size, help_heading = "Egress")]
     pub egress_max_response: u64,
 
     /// Idle keep-alive connections a provider version keeps per destination (0: no reuse).
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, help_heading = "Egress")]
     pub egress_max_idle_per_host: usize,
 
     /// Open connections, idle or busy, a provider version may have across all destinations.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = positive_count)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = positive_count, help_heading = "Egress")]
     pub egress_max_connections: usize,
 
     /// How long an idle keep-alive connection is kept before it is closed.
-    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration, help_heading = "Egress")]
     pub egress_idle_timeout: std::time::Duration,
 
     /// Egress audit log events per second a provider version may write; past the rate and
     /// burst, events are counted and summarised (every request stays in the metrics).
-    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_rate)]
+    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_rate, help_heading = "Egress")]
     pub egress_audit_log_rate: f64,
 
     /// Burst of egress audit log events above the rate.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        help_heading = "Egress"
+    )]
     pub egress_audit_log_burst: u32,
+
+    /// Which egress requests the audit log writes at INFO: `failures` (refused,
+    /// rate-limited, unanswered, or answered with 400 or above; a success is a DEBUG event)
+    /// or `all`. Every request is counted in the metrics either way.
+    #[arg(long, value_name = "WHICH", default_value = "failures", value_parser = audit_log_scope(), help_heading = "Egress")]
+    pub egress_audit_log: AuditLogScope,
 
     /// Let an --allow entry (or a CloudProvider's spec.egress.allowedHosts entry) name a
     /// cloud metadata or platform service, e.g. http://169.254.169.254 or
     /// http://168.63.129.16: a provider granted one can read the node's cloud credentials.
     /// Off by default: such a grant is refused at start (or the spec refused).
-    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Egress")]
     pub egress_allow_metadata_grants: bool,
 }
 
@@ -223,6 +236,7 @@ impl EgressFlags {
                     per_second: self.egress_audit_log_rate,
                     burst: self.egress_audit_log_burst,
                 },
+                scope: self.egress_audit_log,
                 ..AuditLogLimits::default()
             },
             extra_roots: Vec::new(),
@@ -310,6 +324,15 @@ fn positive_count(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `failures` or `all`, listed as such in `--help` and in an error.
+fn audit_log_scope() -> impl clap::builder::TypedValueParser<Value = AuditLogScope> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["failures", "all"]).map(|which| match &*which {
+        "all" => AuditLogScope::All,
+        _ => AuditLogScope::Failures,
+    })
+}
+
 fn positive_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
@@ -323,63 +346,73 @@ fn positive_rate(text: &str) -> Result<f64, String> {
 #[derive(Debug, Clone, Args)]
 pub struct SandboxFlags {
     /// Most linear memory one provider call may use (e.g. 64Mi).
-    #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "64Mi", value_parser = parse_size, help_heading = "Sandbox")]
     pub memory_limit: u64,
 
     /// Most host memory one provider call's wasi:http resources may hold at once (e.g.
     /// 16Mi): header names and values, request lines, the buffer of each request body not
     /// yet sent (up to 2 MiB), response headers and 256 bytes per resource. Past it the call
     /// fails with `http-budget`.
-    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size, help_heading = "Sandbox")]
     pub http_memory_limit: u64,
 
     /// Most resources one provider call may hold at once: wasi:http fields, requests,
     /// responses, bodies and futures, their streams and pollables. Past it the call fails
     /// with `http-budget`.
-    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(16..))]
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(16..), help_heading = "Sandbox")]
     pub max_http_resources: u32,
 
     /// Longest one provider call may take (e.g. 30s, 500ms).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Sandbox")]
     pub timeout: std::time::Duration,
 
     /// Most provider calls in flight at once; a call passing a node list counts once more
     /// per 384 KiB of node data it passes, so calls carrying thousands of nodes cannot
     /// exhaust memory together.
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000), help_heading = "Sandbox")]
     pub max_concurrent_calls: u32,
 
     /// Preallocate sandbox slots with wasmtime's pooling allocator (faster calls).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, help_heading = "Sandbox")]
     pub pooling_allocator: bool,
 
     /// Most bytes one provider call's answer may make the host hold (routes, labels,
     /// messages); a larger answer fails the call (e.g. 8Mi).
-    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "8Mi", value_parser = parse_size, help_heading = "Sandbox")]
     pub max_result_size: u64,
 
     /// Most bytes one provider version may keep in its cache: keys, values and 256 bytes
     /// per entry (e.g. 16Mi). When full, expired entries go first, then the soonest to
     /// expire; keys over 1 KiB, values over 1 MiB and entries larger than the whole cache
     /// are not stored.
-    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size, help_heading = "Sandbox")]
     pub provider_cache_size: u64,
 
     /// Most lines one provider call may log (host log, stdout and stderr together); the
     /// rest are dropped and counted in one warning at the end of the call.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        help_heading = "Sandbox"
+    )]
     pub provider_log_lines_per_call: u32,
 
     /// Most bytes of log lines one provider call may log (e.g. 256Ki).
-    #[arg(long, value_name = "SIZE", default_value = "256Ki", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "256Ki", value_parser = parse_size, help_heading = "Sandbox")]
     pub provider_log_bytes_per_call: u64,
 
     /// Log lines per second each provider version may write, across its calls.
-    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_line_rate)]
+    #[arg(long, value_name = "RATE", default_value_t = 100.0, value_parser = positive_line_rate, help_heading = "Sandbox")]
     pub provider_log_rate: f64,
 
     /// Burst of log lines above the rate each provider version may write.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        help_heading = "Sandbox"
+    )]
     pub provider_log_burst: u32,
 }
 
@@ -676,14 +709,62 @@ mod tests {
         assert!(zero.is_err(), "a pool of no connections is refused");
     }
 
+    /// Every flag of `--help` stands under its concern's heading; none above them.
+    #[test]
+    fn help_groups_every_flag_under_a_heading() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        // The flags of each section: its lines up to the next heading (an unindented line).
+        let section = |heading: &str| -> Vec<String> {
+            help.split_once(&format!("\n{heading}:\n"))
+                .unwrap_or_else(|| panic!("no {heading} section: {help}"))
+                .1
+                .lines()
+                .take_while(|line| line.is_empty() || line.starts_with(' '))
+                .map(str::trim_start)
+                .map(|line| match line.split_once(", ") {
+                    Some((short, long)) if short.len() == 2 && short.starts_with('-') => long,
+                    _ => line,
+                })
+                .filter_map(|line| line.strip_prefix("--"))
+                .filter_map(|flag| flag.split([' ', '=', '[', '<']).next())
+                .map(str::to_string)
+                .collect()
+        };
+        let ungrouped = section("Options");
+        assert!(
+            ungrouped
+                .iter()
+                .all(|flag| ["help", "version"].contains(&flag.as_str())),
+            "{ungrouped:?} under no heading: {help}"
+        );
+        assert!(section("Egress").contains(&"allow".to_string()), "{help}");
+        assert!(
+            section("Sandbox").contains(&"memory-limit".to_string()),
+            "{help}"
+        );
+    }
+
     #[test]
     fn audit_log_budget_is_a_flag_with_the_gate_default() {
         let defaults = run(&[]).egress.config().audit_log;
         assert_eq!(defaults, AuditLogLimits::default());
-        let set = run(&["--egress-audit-log-rate=5", "--egress-audit-log-burst=20"])
-            .egress
-            .config()
-            .audit_log;
+        let set = run(&[
+            "--egress-audit-log-rate=5",
+            "--egress-audit-log-burst=20",
+            "--egress-audit-log=all",
+        ])
+        .egress
+        .config()
+        .audit_log;
+        assert_eq!(set.scope, AuditLogScope::All);
+        let unknown = Cli::try_parse_from(["wasm-ccm", "--egress-audit-log=some"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unknown.contains("[possible values: failures, all]"),
+            "{unknown}"
+        );
         assert_eq!(
             set.rate,
             RateBudget {

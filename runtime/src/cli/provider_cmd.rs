@@ -282,6 +282,10 @@ impl ProviderCommand {
                     .with_context(|| format!("cannot read provider {}", file.display()))?;
                 let settings = distribution.settings()?;
                 let compiled_dir = wasm_ccm_host::source::compiled_dir(&settings);
+                // The registry first: one that cannot be reached fails now, not after a
+                // compile (tens of seconds for a TypeScript or Python component).
+                let distribution = Distribution::new(settings);
+                distribution.check_push(&oci).await?;
                 let inspection = sandbox
                     .sandbox(Arc::new(Metrics::default()), compiled_dir)?
                     .inspect(wasm.clone().into(), &file.display().to_string())
@@ -298,7 +302,6 @@ impl ProviderCommand {
                     source,
                     created,
                 };
-                let distribution = Distribution::new(settings);
                 let digest = distribution.push(wasm, &oci, &request).await?;
                 out(format_args!("{digest}\n"))?;
                 eprintln!(

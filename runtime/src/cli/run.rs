@@ -91,7 +91,8 @@ pub struct RunFlags {
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = clap::ArgAction::Set, help_heading = "Provider")]
     pub allow_untagged_cloud: bool,
 
-    /// Path to a kubeconfig; without it the in-cluster service account is used.
+    /// Path to a kubeconfig; without it $KUBECONFIG, else ~/.kube/config, else the
+    /// in-cluster service account. Its current context's namespace is the manager's own.
     #[arg(long, value_name = "PATH", help_heading = "Cluster")]
     pub kubeconfig: Option<PathBuf>,
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::units::parse_duration_or_zero;
-use crate::serving::{AuthConfig, DEFAULT_ALWAYS_ALLOW_PATHS};
+use crate::serving::AuthConfig;
 
 /// Who may read the secure port.
 #[derive(Debug, Args)]
@@ -22,7 +22,9 @@ pub struct ServingAuthFlags {
         long,
         value_name = "PATH[,PATH]",
         value_delimiter = ',',
-        default_values_t = DEFAULT_ALWAYS_ALLOW_PATHS.map(str::to_owned),
+        // One string, split on the delimiter as given values are, so --help shows it as it
+        // is typed (clap joins several defaults with spaces).
+        default_value = "/healthz,/readyz,/livez",
         help_heading = "Serving"
     )]
     pub authorization_always_allow_paths: Vec<String>,
@@ -55,5 +57,27 @@ impl ServingAuthFlags {
             authorized_ttl: self.authorization_webhook_cache_authorized_ttl,
             unauthorized_ttl: self.authorization_webhook_cache_unauthorized_ttl,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use crate::cli::Cli;
+    use crate::serving::DEFAULT_ALWAYS_ALLOW_PATHS;
+
+    #[test]
+    fn the_always_allowed_paths_default_is_the_servings_and_shown_as_typed() {
+        let cli = Cli::try_parse_from(["wasm-ccm"]).unwrap();
+        assert_eq!(
+            cli.run.serving_auth.authorization_always_allow_paths,
+            DEFAULT_ALWAYS_ALLOW_PATHS
+        );
+        let help = Cli::command().render_help().to_string();
+        assert!(
+            help.contains("[default: /healthz,/readyz,/livez]"),
+            "{help}"
+        );
     }
 }

@@ -106,6 +106,23 @@ impl Rollout {
             .record
             .as_ref()
             .is_some_and(|record| record.rolled_back_at(generation));
+        if recorded {
+            self.spec_applied(
+                ConditionStatus::False,
+                "RolledBack",
+                format!(
+                    "this generation was rolled back to {label}; change the spec to roll out again"
+                ),
+                generation,
+            );
+        } else {
+            self.spec_applied(
+                ConditionStatus::True,
+                "Applied",
+                format!("{label} runs this generation's spec"),
+                generation,
+            );
+        }
         if status::condition(&self.status, condition::ROLLED_BACK).is_some_and(|rolled_back| {
             rolled_back.observed_generation != generation
                 || (rolled_back.status == ConditionStatus::True && !recorded)

@@ -259,6 +259,12 @@ impl Rollout {
             None => format!("; {} to try again", refusal.remedy()),
         };
         let message = format!("{}; {serving}{retry}", refusal.message);
+        let applied = if retry_at.is_some() {
+            ConditionStatus::Unknown
+        } else {
+            ConditionStatus::False
+        };
+        self.spec_applied(applied, refusal.reason, message.clone(), generation);
         tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");
         if let Some(type_) = refusal.condition {
             set_condition(

@@ -388,6 +388,51 @@ impl Rollout {
         *self.not_ready.lock().unwrap_or_else(|p| p.into_inner()) = reason;
     }
 
+    /// `generation`'s spec names the active version: `SpecApplied`, and a refusal that
+    /// `Progressing` still reports (of a spec since reverted) is over.
+    fn spec_runs(&mut self, generation: Option<i64>) {
+        let Some(label) = self.phase.active().map(|active| active.provider.label()) else {
+            return;
+        };
+        self.spec_applied(
+            ConditionStatus::True,
+            "Applied",
+            format!("{label} runs this generation's spec"),
+            generation,
+        );
+        if status::condition(&self.status, condition::PROGRESSING).is_some_and(|progressing| {
+            progressing.status == ConditionStatus::False && progressing.reason != "Activated"
+        }) {
+            set_condition(
+                &mut self.status,
+                condition::PROGRESSING,
+                ConditionStatus::False,
+                "Kept",
+                format!("the spec names the active version, {label}: nothing to roll out"),
+                generation,
+            );
+        }
+    }
+
+    /// The `SpecApplied` condition: whether `generation`'s spec is what runs, and if not,
+    /// why (the printer column `Spec` shows `reason`).
+    fn spec_applied(
+        &mut self,
+        value: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+        generation: Option<i64>,
+    ) {
+        set_condition(
+            &mut self.status,
+            condition::SPEC_APPLIED,
+            value,
+            reason,
+            message,
+            generation,
+        );
+    }
+
     fn leading(&self) -> bool {
         *self.leading.borrow()
     }
@@ -501,10 +546,21 @@ impl Rollout {
                         self.reconfigure(&desired);
                     }
                     self.status.observed_generation = generation;
+                    self.spec_runs(generation);
                     return;
                 }
                 Step::StayRolledBack => {
                     self.status.observed_generation = generation;
+                    if status::condition(&self.status, condition::SPEC_APPLIED)
+                        .is_none_or(|applied| applied.reason != "RolledBack")
+                    {
+                        self.spec_applied(
+                            ConditionStatus::False,
+                            "RolledBack",
+                            "this generation's version was rolled back (see RolledBack); change the spec to roll out again",
+                            generation,
+                        );
+                    }
                     return;
                 }
                 Step::Wait => return,
@@ -518,6 +574,12 @@ impl Rollout {
 
     fn refuse_spec(&mut self, generation: Option<i64>, error: SpecError) {
         let message = format!("the spec cannot be used: {error}");
+        self.spec_applied(
+            ConditionStatus::False,
+            "InvalidSpec",
+            message.clone(),
+            generation,
+        );
         if self.spec_error.as_ref() != Some(&(generation, error.clone())) {
             tracing::error!(resource = %self.settings.resource, "{message}");
             self.warn("InvalidSpec", &error.field, message.clone());
@@ -661,6 +723,12 @@ impl Rollout {
         let reference = desired.version.reference.to_string();
         tracing::info!(resource = %self.settings.resource, %reference, "rolling out a provider version");
         self.status.observed_generation = generation;
+        self.spec_applied(
+            ConditionStatus::Unknown,
+            "RollingOut",
+            format!("rolling out {reference}"),
+            generation,
+        );
         self.phase(&reference, None, CandidatePhase::Fetching, generation)
             .await;
         if self.phase.active().is_none() {

@@ -160,6 +160,14 @@ impl Rollout {
         );
         set_condition(
             &mut self.status,
+            condition::SPEC_APPLIED,
+            ConditionStatus::False,
+            "RolledBack",
+            message.clone(),
+            generation,
+        );
+        set_condition(
+            &mut self.status,
             condition::READY,
             ConditionStatus::True,
             "Active",

@@ -49,6 +49,12 @@ impl Rollout {
             active.provider.label(),
         );
         tracing::info!(resource = %self.settings.resource, "{note}");
+        self.spec_applied(
+            ConditionStatus::Unknown,
+            "Shadowing",
+            note.clone(),
+            generation,
+        );
         self.normal("Shadowing", &label, note);
         self.status.shadow = Some(ShadowStatus::default());
         self.phase(
@@ -144,6 +150,12 @@ impl Rollout {
                     active.provider.label()
                 );
                 let first_time = !shadowing.diverged;
+                self.spec_applied(
+                    ConditionStatus::False,
+                    "ShadowDiverged",
+                    message.clone(),
+                    generation,
+                );
                 set_condition(
                     &mut self.status,
                     condition::PROGRESSING,

@@ -21,12 +21,12 @@ use http::HeaderName;
 use super::references::{Kind, References};
 use crate::cli::{parse_duration, parse_duration_or_zero, parse_size};
 use crate::resource::{
-    AwsSigningSpec, CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType,
+    AuditLog, AwsSigningSpec, CloudConfigSource, CloudProviderSpec, CredentialSpec, CredentialType,
     EgressSpec, HttpMethod, LimitsSpec, RolloutStrategy,
 };
 use wasm_ccm_host::egress::{
-    AwsKeys, CredentialRule, EgressConfig, GrantSource, HostPattern, RateBudget, SecretSource,
-    SigV4, WebIdentityConfig, check_sts_endpoint, is_action_pattern,
+    AuditLogScope, AwsKeys, CredentialRule, EgressConfig, GrantSource, HostPattern, RateBudget,
+    SecretSource, SigV4, WebIdentityConfig, check_sts_endpoint, is_action_pattern,
 };
 use wasm_ccm_host::sandbox::SandboxConfig;
 use wasm_ccm_host::source::{ProviderRef, PublicKey, SignaturePolicy, TrustedKeys};
@@ -430,6 +430,12 @@ fn egress(spec: Option<&EgressSpec>, defaults: &EgressConfig) -> Result<EgressCo
     }
     if let Some(burst) = spec.audit_log_burst {
         config.audit_log.rate.burst = count(burst, "spec.egress.auditLogBurst")?;
+    }
+    if let Some(which) = spec.audit_log {
+        config.audit_log.scope = match which {
+            AuditLog::Failures => AuditLogScope::Failures,
+            AuditLog::All => AuditLogScope::All,
+        };
     }
     Ok(config)
 }

@@ -322,6 +322,17 @@ pub fn cloud_sim_binary() -> PathBuf {
     binary
 }
 
+/// The API emulator's binary, as a reader runs it (`target/<profile>/kube-emulator`).
+pub fn kube_emulator_binary() -> PathBuf {
+    let binary = profile_dir().join(format!("kube-emulator{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "no kube-emulator binary at {}: run the tests of the whole workspace (make test)",
+        binary.display()
+    );
+    binary
+}
+
 /// The venv of the Python tools the tests run (tests/python-tools.txt), under the workspace
 /// root; keep in step with `PYTHON_TOOLS` in tests/install-test-tools.sh.
 const PYTHON_TOOLS: &str = "target/test-tools/python";

@@ -22,7 +22,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing_subscriber::util::SubscriberInitExt;
 use wasm_ccm_host::contract::Node;
-use wasm_ccm_host::egress::{AuditLogLimits, EgressConfig, GrantSource, HostPattern, MethodPolicy};
+use wasm_ccm_host::egress::{
+    AuditLogLimits, AuditLogScope, EgressConfig, GrantSource, HostPattern, MethodPolicy,
+};
 use wasm_ccm_host::provider::{ErrorKind, Provider, ProviderError, ProviderLoadError, Shadow};
 use wasm_ccm_host::rate::RateBudget;
 use wasm_ccm_host::sandbox::{CacheLimits, CallFailure, LoadError, LogLimits, SandboxConfig};
@@ -807,6 +809,7 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
                 burst: 10,
             },
             summary_interval: Duration::from_millis(200),
+            scope: AuditLogScope::Failures,
         },
         ..EgressConfig::default()
     };
@@ -850,6 +853,49 @@ async fn a_refusal_loop_logs_within_the_audit_log_budget_and_every_request_is_au
         "every request is audited"
     );
     assert_eq!(target.connections.load(Ordering::SeqCst), 0);
+}
+
+/// A quiet cluster's log is not mostly audit lines: by default a request that succeeded is
+/// a DEBUG event and one that failed an INFO event; `--egress-audit-log=all` logs both.
+#[tokio::test]
+async fn the_audit_log_writes_failures_at_info_and_successes_only_when_asked() {
+    let answering = target(ok_response("ok")).await;
+    let failing = target(
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            .to_vec(),
+    )
+    .await;
+    let granted = |scope| EgressConfig {
+        allow: [&answering.url, &failing.url]
+            .map(|url| url.parse::<HostPattern>().unwrap())
+            .into(),
+        audit_log: AuditLogLimits {
+            scope,
+            ..AuditLogLimits::default()
+        },
+        ..EgressConfig::default()
+    };
+    let (logs, _guard) = Logs::capture();
+    for (scope, expected_successes) in [(AuditLogScope::Failures, 0), (AuditLogScope::All, 3)] {
+        let provider = hostile(e2e::sandbox_config(), granted(scope)).await;
+        for url in [&answering.url, &failing.url] {
+            provider
+                .instance_metadata(&command(&format!("fetch-many:3:{url}")))
+                .await
+                .unwrap_err();
+        }
+        let (events, _) = logs.take();
+        let audited = |status: u64| {
+            events
+                .iter()
+                .filter(|e| e["target"] == "wasm_ccm::egress::audit" && e["level"] == "INFO")
+                .filter(|e| e["fields"]["status"] == status)
+                .count()
+        };
+        assert_eq!(audited(200), expected_successes, "{scope:?}: 200s at INFO");
+        assert_eq!(audited(503), 3, "{scope:?}: every 503 at INFO");
+        assert_eq!(provider.egress().audit().recent().len(), 6, "all audited");
+    }
 }
 
 #[tokio::test]

@@ -15,8 +15,8 @@ const UNTYPED: [(&str, &str, &str); 7] = [
     (
         "README.md",
         "make demo",
-        "`make demo` is `make setup` (installs tools) and `cargo run` of the demo, which \
-         tests/e2e/tests/manager/demo.rs runs; `make test` is what CI itself runs",
+        "`make demo` is `make setup` (installs tools), the test build and the demo binary, \
+         which tests/e2e/tests/manager/demo.rs runs; `make test` is what CI itself runs",
     ),
     (
         "docs/src/introduction.md",

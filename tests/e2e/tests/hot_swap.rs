@@ -17,6 +17,7 @@
 //! a standby warm before failover, writing nothing while it stands by, and following the
 //! leader's rollback.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use cloud_sim::Faults;
@@ -440,6 +441,16 @@ async fn refused(bed: &Testbed, spec: serde_json::Value, reason: &str) -> CloudP
         "{reason}: {status:?}"
     );
     assert!(status.candidate.is_none(), "{reason}: {status:?}");
+    // False, or Unknown for a refusal tried again (a failed init).
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::SPEC_APPLIED
+                && c.reason == reason
+                && c.status != ConditionStatus::True),
+        "{reason}: the spec is not what runs: {status:?}"
+    );
     eventually(&format!("a {reason} event"), WAIT, || async {
         bed.event_reasons(NAME)
             .await
@@ -562,6 +573,13 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
         progressing.contains("or restart the manager without the controllers that need it (--controllers=*,-NAME) to try again"),
         "the fix may be the manager's flag, not the spec: {progressing}"
     );
+    // `kubectl get` shows the refusal beside the version that keeps serving.
+    let row = cloud_provider_row(&bed).await;
+    assert_eq!(
+        ["ACTIVE", "READY", "PROGRESSING", "SPEC"].map(|column| row[column].as_str()),
+        ["simcloud@sha256:", "True", "False", "CapabilityDropped"],
+        "{row:?}"
+    );
 
     // A spec the manager cannot use.
     let mut bad = cloud_provider(&bed, guest_builds::SIMCLOUD_V2, &simcloud_config(&bed));
@@ -573,7 +591,62 @@ async fn hot_swap_refused_rollouts_leave_v1_serving_with_the_reason() {
     // v1 served throughout: a new node is initialised by it.
     bed.add_node("late", "zone-a").await;
     initialised(&bed, "late", "v1 still initialises nodes").await;
+
+    // The spec back to v1: it is what runs, and the refusal is over.
+    apply(&bed, &v1).await;
+    let status = reached(
+        &bed,
+        "v1's spec applied",
+        condition::SPEC_APPLIED,
+        ConditionStatus::True,
+        "Applied",
+    )
+    .await;
+    assert!(
+        condition_is(
+            &status,
+            condition::PROGRESSING,
+            ConditionStatus::False,
+            "Kept"
+        ),
+        "{status:?}"
+    );
+    assert_eq!(cloud_provider_row(&bed).await["SPEC"], "Applied");
     manager.stop().await.unwrap();
+}
+
+/// The `kubectl get cloudproviders` row of the testbed's CloudProvider, by column header
+/// (the active version cut after its digest's prefix, which differs by build).
+async fn cloud_provider_row(bed: &Testbed) -> HashMap<String, String> {
+    let cache = tempfile::tempdir().unwrap();
+    let kubeconfig = bed.kubeconfig();
+    let table = kube_emulator::kubectl(
+        cache.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "get",
+            "cloudproviders",
+        ],
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}"));
+    let mut lines = table.lines().map(|line| line.split_whitespace());
+    let header = lines.next().expect("a header");
+    let row = lines
+        .map(Iterator::collect::<Vec<_>>)
+        .find(|cells| cells.first() == Some(&NAME))
+        .unwrap_or_else(|| panic!("no row for {NAME} in:\n{table}"));
+    header
+        .zip(row)
+        .map(|(column, cell)| {
+            let cell = match column {
+                "ACTIVE" => cell.split_inclusive(':').next().unwrap_or(cell),
+                _ => cell,
+            };
+            (column.to_string(), cell.to_string())
+        })
+        .collect()
 }
 
 #[tokio::test]

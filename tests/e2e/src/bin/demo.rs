@@ -635,8 +635,8 @@ fn hostnames(service: &Service) -> impl Iterator<Item = String> + '_ {
 /// columns), each followed by its conditions.
 fn print_cloud_providers(objects: &[&Option<CloudProvider>]) {
     println!(
-        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} REASON",
-        "NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "AGE", "REFERENCE"
+        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<10} {:<5} {:<50} REASON",
+        "NAME", "PROVIDER", "ACTIVE", "READY", "PROGRESSING", "SPEC", "AGE", "REFERENCE"
     );
     for object in objects {
         match object {
@@ -665,7 +665,7 @@ fn print_cloud_provider(object: &CloudProvider) {
     let status_of =
         |type_: &str| condition(type_).map_or("-".into(), |c| format!("{:?}", c.status));
     println!(
-        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<5} {:<50} {}",
+        "  {:<10} {:<10} {:<30} {:<6} {:<12} {:<10} {:<5} {:<50} {}",
         object.metadata.name.as_deref().unwrap_or("-"),
         object.spec.name,
         status
@@ -675,6 +675,7 @@ fn print_cloud_provider(object: &CloudProvider) {
             .unwrap_or("-"),
         status_of(condition::READY),
         status_of(condition::PROGRESSING),
+        condition(condition::SPEC_APPLIED).map_or("-", |c| c.reason.as_str()),
         age,
         object.spec.provider,
         condition(condition::READY).map_or("-", |c| c.reason.as_str()),

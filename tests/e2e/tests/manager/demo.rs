@@ -226,12 +226,12 @@ async fn the_demo_swaps_to_v2_with_no_failed_call_and_its_kubectl_commands_show_
             ["get", "cloudproviders", "-o", "wide"] => {
                 let cells = row(&printed, "simcloud");
                 assert_eq!(
-                    (cells[2], cells[3], cells[4]),
-                    (v2, "True", "False"),
-                    "v2 active, ready, not progressing: {printed}"
+                    (cells[2], cells[3], cells[4], cells[5]),
+                    (v2, "True", "False", "Applied"),
+                    "v2 active, ready, not progressing, its spec applied: {printed}"
                 );
                 assert!(
-                    cells[6].ends_with("/simcloud-v2.wasm") && cells[7] == "Active",
+                    cells[7].ends_with("/simcloud-v2.wasm") && cells[8] == "Active",
                     "{printed}"
                 );
                 let edge = row(&printed, "edgecloud");

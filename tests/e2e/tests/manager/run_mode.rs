@@ -297,6 +297,31 @@ async fn a_provider_reporting_another_name_is_refused() {
     assert!(message.contains("\"simcloud\""), "{message}");
 }
 
+/// An `init` that fails names both flags that may be wrong: the cloud config, and the
+/// provider name (simcloud run as `aws` with a config it cannot use).
+#[tokio::test]
+async fn a_failed_init_is_reported_naming_the_provider_and_its_cloud_config() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("aws.json");
+    std::fs::write(&config, r#"{"api_url": "ftp://nowhere"}"#).unwrap();
+    let cloud_config = format!("--cloud-config={}", config.display());
+    let output = run_to_end(&with(
+        flags(&bed, 0),
+        &["--cloud-provider=aws", &cloud_config],
+    ));
+    let message = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{message}");
+    for named in [
+        "init failed, run as --cloud-provider aws",
+        &format!("--cloud-config {}", config.display()),
+        "api_url",
+        "simcloud.wasm",
+    ] {
+        assert!(message.contains(named), "names {named:?}: {message}");
+    }
+}
+
 #[tokio::test]
 async fn routes_without_a_cluster_cidr_are_refused_naming_the_fix() {
     let bed = Testbed::start().await;
@@ -437,6 +462,39 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
             "{name} missing from /metrics:\n{metrics}"
         );
     }
+}
+
+/// The running page's "Outside a pod" block, typed: the emulator started (on a free port,
+/// apart, so the test stops it), its kubeconfig's namespace printed, the CRD created
+/// through `KUBECONFIG`.
+#[tokio::test]
+async fn the_outside_a_pod_block_starts_the_emulator_and_reads_its_namespace() {
+    let block = docs::block_starting(
+        "docs/src/operators/running.md",
+        "sh",
+        "kube-emulator --listen",
+    );
+    let shell = Shell::new();
+    shell.link("kube-emulator", &e2e::kube_emulator_binary());
+    let (emulator, rest) = block.split_once('\n').expect("more than the emulator");
+    let emulator = emulator
+        .strip_suffix(" &")
+        .unwrap_or_else(|| panic!("the emulator runs in the background: {emulator}"))
+        .replace("127.0.0.1:6443", "127.0.0.1:0");
+    let _emulator = tokio::process::Command::from(shell.sh(&format!("exec {emulator}")))
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run kube-emulator");
+    // The emulator is another process: blocking this test's thread while it serves is fine.
+    let printed = shell.typed(rest);
+    assert!(printed.starts_with("default"), "{printed}");
+    assert!(
+        printed.contains(
+            "customresourcedefinition.apiextensions.k8s.io/cloudproviders.wasm-ccm.io created"
+        ),
+        "{printed}"
+    );
 }
 
 /// The running page's command, typed with the testbed in place of its paths and host

@@ -407,6 +407,19 @@ async fn bad_artifacts_are_refused_naming_what_is_wrong() {
         &output,
         &["not pushed: the component does not satisfy the host contract"],
     );
+    // The registry is asked first: without --insecure-registry the push fails on TLS
+    // before the component is looked at (or compiled).
+    let output = wasm_ccm(&args(&[
+        "provider",
+        "push",
+        &empty.display().to_string(),
+        &oci("p/empty:v1"),
+    ]));
+    assert_refused(&output, &["--insecure-registry"]);
+    assert!(
+        !String::from_utf8_lossy(&output.stderr).contains("host contract"),
+        "{output:?}"
+    );
     registry
         .oras()
         .push_wasm(&empty, &registry.reference("p/empty:v1"))
