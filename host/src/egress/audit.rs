@@ -165,13 +165,15 @@ struct Suppressed {
 }
 
 impl AuditLog {
-    /// Whether `record` may be logged; first warns about the events its version had
-    /// suppressed, once the summary interval has passed.
-    fn admit(&self, record: &AuditRecord) -> bool {
+    /// Whether `record`, which the log's filter takes if `wanted`, may be logged; first
+    /// warns about the events its version had suppressed, once the summary interval has
+    /// passed (for every record, so that a provider cannot keep a summary of refusals back
+    /// by answering only successes, which the filter leaves out).
+    fn admit(&self, record: &AuditRecord, wanted: bool) -> bool {
         let key = format!("{}@{}", record.provider, record.version);
-        let admitted = self.buckets.take(&key).is_ok();
+        let admitted = wanted && self.buckets.take(&key).is_ok();
         let mut suppressed = self.suppressed.lock().unwrap_or_else(|p| p.into_inner());
-        if !admitted {
+        if wanted && !admitted {
             let now = Instant::now();
             suppressed
                 .entry(key.clone())
@@ -225,7 +227,7 @@ impl Audit {
         } else {
             tracing::enabled!(target: "wasm_ccm::egress::audit", tracing::Level::DEBUG)
         };
-        if filtered_in && self.log.admit(&record) {
+        if self.log.admit(&record, filtered_in) {
             log_event(&record, at_info);
         }
         self.count(&record);
@@ -391,6 +393,36 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_of_suppressed_refusals_comes_with_the_next_record_a_success_too() {
+        let limits = AuditLogLimits {
+            rate: RateBudget {
+                per_second: 0.001,
+                burst: 1,
+            },
+            summary_interval: Duration::ZERO,
+            scope: AuditLogScope::Failures,
+        };
+        with_info_log(|| {
+            let audit = Audit::new(Arc::default(), limits);
+            audit.record(refused("sha256:000000000001"));
+            // Suppressed, and summarised at once (a zero interval) by itself: count again.
+            audit.record(refused("sha256:000000000001"));
+            audit.log.suppressed.lock().unwrap().insert(
+                "looping@sha256:000000000001".into(),
+                Suppressed {
+                    count: 7,
+                    since: Instant::now(),
+                },
+            );
+            audit.record(answered("sha256:000000000001", 200));
+            assert!(
+                audit.log.suppressed.lock().unwrap().is_empty(),
+                "a success, which the log leaves out, still brings the summary"
+            );
+        });
+    }
+
+    #[test]
     fn past_its_log_budget_a_version_is_kept_and_counted_but_not_logged() {
         let metrics = Arc::new(Metrics::default());
         let limits = AuditLogLimits {
@@ -414,7 +446,7 @@ mod tests {
             "10 logged (the burst), 40 suppressed"
         );
         assert!(
-            audit.log.admit(&refused("sha256:000000000002")),
+            audit.log.admit(&refused("sha256:000000000002"), true),
             "each version has its own budget"
         );
         assert_eq!(audit.recent().len(), 50, "every record is kept");

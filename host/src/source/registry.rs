@@ -20,6 +20,9 @@
 //!   (`urls`) or whose digest is none is refused before any request;
 //! - a provider pull asks for image manifests only; image indexes (the manager's own
 //!   multi-platform image) only the `artifact` commands ask for.
+//! - a push is preceded by a check that costs one or two requests
+//!   ([`RegistryClient::check_push`]: the registry answers, the credentials are taken), which
+//!   `provider push` makes before it compiles the component.
 
 use std::borrow::Cow;
 use std::future::Future;

@@ -18,14 +18,13 @@ pub const SIZE_PATTERN: &str = r"^[0-9]+(Ki|Mi|Gi)?$";
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = parse_duration_or_zero(text)?;
     if duration.is_zero() {
-        return Err(format!("{:?} must be more than zero", text.trim()));
+        return Err(format!("{text:?} must be more than zero"));
     }
     Ok(duration)
 }
 
 /// As [`parse_duration`], but `0` is allowed (for flags where it means "off").
 pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
     let not_a_duration =
         || format!("{text:?} is not a duration (expected e.g. 500ms, 30s, 5m, 1h30m)");
     if text.is_empty() {
@@ -38,6 +37,10 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
             .find(|c: char| !c.is_ascii_digit() && c != '.')
             .unwrap_or(rest.len());
         let (number, after) = rest.split_at(split);
+        // Digits, with a fraction after a dot: `1.5`, not `.5` or `1.`.
+        if number.starts_with('.') || number.ends_with('.') {
+            return Err(not_a_duration());
+        }
         let number: f64 = number.parse().map_err(|_| not_a_duration())?;
         let unit_len = after
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -76,7 +79,6 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
 /// `B`-suffixed units (`64M`, `64MB`, `64MiB`) are refused: they would leave unsaid whether
 /// 64 MB is 64,000,000 bytes or 64 Mi.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -158,7 +160,7 @@ mod tests {
         let duration = regex::Regex::new(DURATION_PATTERN).unwrap();
         for text in [
             "0", "500ms", "30s", "1.5m", "1h30m", "1m30s", "10ns", "3us", "3µs", "5", "1.5",
-            "10s5", "s", "", "5 s", "-1s", "1d", "0s",
+            "10s5", "s", "", "5 s", "-1s", "1d", "0s", ".5s", "1.s", " 5s", "5s ", "1..5s",
         ] {
             assert_eq!(
                 duration.is_match(text),
@@ -169,6 +171,7 @@ mod tests {
         let size = regex::Regex::new(SIZE_PATTERN).unwrap();
         for text in [
             "65536", "64Ki", "64Mi", "1Gi", "64MiB", "64MB", "64M", "1G", "8k", "Mi", "", "1.5Mi",
+            " 64Mi", "64Mi ",
         ] {
             assert_eq!(size.is_match(text), parse_size(text).is_ok(), "{text:?}");
         }

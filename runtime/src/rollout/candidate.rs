@@ -264,7 +264,9 @@ impl Rollout {
         } else {
             ConditionStatus::False
         };
-        self.spec_applied(applied, refusal.reason, message.clone(), generation);
+        if !self.rolled_back_at(generation) {
+            self.spec_applied(applied, refusal.reason, message.clone(), generation);
+        }
         tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");
         if let Some(type_) = refusal.condition {
             set_condition(

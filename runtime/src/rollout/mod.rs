@@ -391,6 +391,11 @@ impl Rollout {
     /// `generation`'s spec names the active version: `SpecApplied`, and a refusal that
     /// `Progressing` still reports (of a spec since reverted) is over.
     fn spec_runs(&mut self, generation: Option<i64>) {
+        if self.rolled_back_at(generation) {
+            // The version it was rolled back to runs (same component, other limits):
+            // `SpecApplied` keeps saying so.
+            return;
+        }
         let Some(label) = self.phase.active().map(|active| active.provider.label()) else {
             return;
         };
@@ -412,6 +417,13 @@ impl Rollout {
                 generation,
             );
         }
+    }
+
+    /// Whether the record says `generation` was rolled back.
+    fn rolled_back_at(&self, generation: Option<i64>) -> bool {
+        self.record
+            .as_ref()
+            .is_some_and(|record| record.rolled_back_at(generation))
     }
 
     /// The `SpecApplied` condition: whether `generation`'s spec is what runs, and if not,
@@ -723,12 +735,15 @@ impl Rollout {
         let reference = desired.version.reference.to_string();
         tracing::info!(resource = %self.settings.resource, %reference, "rolling out a provider version");
         self.status.observed_generation = generation;
-        self.spec_applied(
-            ConditionStatus::Unknown,
-            "RollingOut",
-            format!("rolling out {reference}"),
-            generation,
-        );
+        // A generation rolled back stays so while its previous version loads again.
+        if !self.rolled_back_at(generation) {
+            self.spec_applied(
+                ConditionStatus::Unknown,
+                "RollingOut",
+                format!("rolling out {reference}"),
+                generation,
+            );
+        }
         self.phase(&reference, None, CandidatePhase::Fetching, generation)
             .await;
         if self.phase.active().is_none() {
