@@ -449,6 +449,11 @@ pub(super) fn next_step<P: Component, S: Component>(
                 return Step::FollowRollback;
             }
         }
+        // The version a generation was rolled back to runs as it ran, not with the spec's
+        // limits (the same component, when new engine limits rolled the generation out).
+        if rolled_back.is_some_and(|record| active.provider.digest() == record.previous_digest) {
+            return Step::StayRolledBack;
+        }
         if active.version.same_as(&desired.version) && runs_pinned(active.provider.digest()) {
             if active.version.engine_limits() != desired.version.engine_limits() {
                 return Step::MoveEngine {
@@ -978,6 +983,17 @@ mod tests {
         assert_eq!(
             next_step(&phase, &newer, &v2(), Instant::now()),
             roll_out_spec(false),
+        );
+
+        // Rolled back to the same component (new engine limits rolled it out): its
+        // limits are not moved to the spec's again.
+        let more_memory = spec(
+            "oci://r.example/simcloud:v1",
+            json!({"limits": {"memory": "128Mi"}}),
+        );
+        assert_eq!(
+            next_step(&phase, &observed, &more_memory, Instant::now()),
+            Step::StayRolledBack,
         );
     }
 
