@@ -298,36 +298,36 @@ pub async fn hostile_report(provider: &Provider, command: &str) -> serde_json::V
 /// Cargo builds a package's binaries into `target/<profile>/` before it runs the package's
 /// integration tests and benchmarks, which run from `target/<profile>/deps/`.
 pub fn wasm_ccm_binary() -> PathBuf {
-    let binary = profile_dir().join(format!(
-        "wasm-ccm-under-test{}",
-        std::env::consts::EXE_SUFFIX
-    ));
-    assert!(
-        binary.is_file(),
-        "no wasm-ccm binary at {}: run the tests with cargo test (or cargo bench)",
-        binary.display()
-    );
-    binary
+    built_binary(
+        "wasm-ccm-under-test",
+        "run the tests with cargo test (or cargo bench)",
+    )
 }
 
 /// The `cloud-sim` binary, for tests that type a documented `cloud-sim` command: the
 /// workspace test build (`make test`) builds it, for the simulator's own integration tests.
 pub fn cloud_sim_binary() -> PathBuf {
-    let binary = profile_dir().join(format!("cloud-sim{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "no cloud-sim binary at {}: run the tests of the whole workspace (make test)",
-        binary.display()
-    );
-    binary
+    built_binary(
+        "cloud-sim",
+        "run the tests of the whole workspace (make test)",
+    )
 }
 
-/// The API emulator's binary, as a reader runs it (`target/<profile>/kube-emulator`).
+/// The API emulator's binary, as a reader runs it (`target/<profile>/kube-emulator`): the
+/// workspace test build builds it.
 pub fn kube_emulator_binary() -> PathBuf {
-    let binary = profile_dir().join(format!("kube-emulator{}", std::env::consts::EXE_SUFFIX));
+    built_binary(
+        "kube-emulator",
+        "run the tests of the whole workspace (make test)",
+    )
+}
+
+/// `target/<profile>/NAME`, which must have been built; `remedy` says how when it was not.
+fn built_binary(name: &str, remedy: &str) -> PathBuf {
+    let binary = profile_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         binary.is_file(),
-        "no kube-emulator binary at {}: run the tests of the whole workspace (make test)",
+        "no {name} binary at {}: {remedy}",
         binary.display()
     );
     binary
