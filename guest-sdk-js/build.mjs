@@ -1,7 +1,8 @@
-// Build a TypeScript provider into a wasm component, as tests/guest-builds/build.rs does for
-// every test run:
+// Build a TypeScript provider into a wasm component: a project's `npm run build` (made by
+// `wasm-ccm provider new --language typescript`, with this script in `wasm-ccm-sdk/`), and
+// wasm-ccm's tests/guest-builds/build.rs for every test run:
 //
-//   node guest-sdk-js/build.mjs <node_modules> <wit file> <guest dir> <work dir> <out.wasm>
+//   node build.mjs <node_modules> <wit file> <guest dir> <work dir> <out.wasm>
 //
 // 1. the contract's types, generated from the WIT by jco's type generator (jco 1.35.0's
 //    `guest-types` command cannot read any WIT path, "os error 44", so its generator is called
@@ -12,11 +13,13 @@
 // 4. componentize-js makes it a component of the `cloud-provider-node-sets` world (the
 //    contract's, with load-balancer nodes lent as node sets, as the Rust SDK builds).
 //
-// Every failure exits non-zero with the step that failed.
+// Every failure exits non-zero with the step that failed; success prints the component's
+// path, size and digest.
 
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const WORLD = 'cloud-provider-node-sets';
@@ -113,3 +116,7 @@ await step('componentize-js', async () => {
   writeFileSync(`${out}.partial`, component);
   renameSync(`${out}.partial`, out);
 });
+
+const component = readFileSync(out);
+const digest = createHash('sha256').update(component).digest('hex');
+console.log(`built ${relative(process.cwd(), out)} (${component.length} bytes, sha256:${digest})`);

@@ -16,9 +16,15 @@ cd "$(dirname "$0")/.."
 # cargo-nextest), pinned in tests/python-tools.txt, in one venv; keep in step with
 # `PYTHON_TOOLS` in tests/e2e/src/lib.rs, tests/guest-builds/build.rs and the Makefile.
 PYTHON_TOOLS=target/test-tools/python
+# componentize-py's wheel, from which the test typing python.md installs it into a new venv
+# offline (`pip install -r requirements.txt` of a `provider new --language python` project);
+# keep in step with `PYTHON_WHEELS` in tests/e2e/src/lib.rs.
+PYTHON_WHEELS=target/test-tools/python-wheels
 # componentize-js, jco, TypeScript and esbuild, which build TypeScript providers
 # (guests/simcloud-ts), pinned by guest-sdk-js/package-lock.json; keep in step with `JS_TOOLS`
-# in tests/guest-builds/build.rs.
+# in tests/guest-builds/build.rs. npm's cache of their packages is kept in `npm-cache` there,
+# from which the test typing typescript.md runs `npm ci` offline in a new project (keep in
+# step with `NPM_CACHE` in tests/e2e/src/lib.rs).
 JS_TOOLS=target/test-tools/js
 
 # apt_install: tests/apt-install.sh.
@@ -53,15 +59,29 @@ python_tools() {
     cp tests/python-tools.txt "$PYTHON_TOOLS/"
 }
 
+# The wheel's name carries its version: a changed pin downloads the new wheel.
+python_wheels() {
+    local pin
+    pin=$(grep '^componentize-py==' tests/python-tools.txt)
+    if compgen -G "$PYTHON_WHEELS/componentize_py-${pin#componentize-py==}-*.whl" >/dev/null; then
+        return
+    fi
+    rm -rf "$PYTHON_WHEELS"
+    "$PYTHON_TOOLS/bin/python" -m pip download -q --no-deps --only-binary=:all: \
+        --disable-pip-version-check -d "$PYTHON_WHEELS" "$pin"
+}
+
 # No install scripts run (esbuild's only checks its binary).
 js_tools() {
-    if cmp -s guest-sdk-js/package-lock.json "$JS_TOOLS/installed.package-lock.json"; then
+    if cmp -s guest-sdk-js/package-lock.json "$JS_TOOLS/installed.package-lock.json" &&
+        [ -d "$JS_TOOLS/npm-cache" ]; then
         return
     fi
     rm -rf "$JS_TOOLS"
     mkdir -p "$JS_TOOLS"
     cp guest-sdk-js/package.json guest-sdk-js/package-lock.json "$JS_TOOLS/"
-    (cd "$JS_TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    (cd "$JS_TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error \
+        --cache "$PWD/npm-cache")
     cp guest-sdk-js/package-lock.json "$JS_TOOLS/installed.package-lock.json"
 }
 
@@ -69,4 +89,5 @@ js_tools() {
 js_tools &
 js_tools_job=$!
 python_tools
+python_wheels
 wait "$js_tools_job"

@@ -12,6 +12,7 @@ A provider module defines one class per exported interface, named as componentiz
 expects (`Provider`, `Instances`, `LoadBalancer`, `Routes`), each subclassing the base
 class of the same name here, and re-exports `LoadBalancerNodeSets` from
 `wasm_ccm_sdk.provider` as it is (the load-balancer calls with their nodes lent as a node
-set, passed on to its `LoadBalancer` as `Nodes`). Build it against the world in `guest-sdk-py/wit` (see
-`guests/simcloud-py` and tests/guest-builds/build.rs for the command).
+set, passed on to its `LoadBalancer` as `Nodes`). Build it against the world
+`cloud-provider-py` (`wit/` in a project made by `wasm-ccm provider new --language python`,
+whose `build.sh` has the command; `guest-sdk-py/wit` in wasm-ccm's repository).
 """

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::conformance::{self, Fixture, Verdict};
 use super::distribution::{RegistryFlags, parse_reference};
+use super::scaffold::Language;
 use super::{DistributionFlags, EgressFlags, SandboxFlags, out};
 use wasm_ccm_host::answers::{AnswerChecks, Refusals};
 use wasm_ccm_host::contract::{Function, InstanceMetadata, LbStatus, Node, Route, Service};
@@ -30,13 +31,18 @@ use wasm_ccm_host::source::{
 /// (or @sha256:DIGEST); OCI references are pulled as run mode pulls them.
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
-    /// Make a Rust provider crate that builds to a component as it is: the SDK and the
-    /// contract of this wasm-ccm beside it, a provider answering instance questions from the
-    /// cloud simulator (replace its requests with your cloud's), and a README.
+    /// Make a provider project that builds to a component as it is: the SDK of its language
+    /// and the contract of this wasm-ccm beside it, its build tools pinned, a provider
+    /// answering instance questions from the cloud simulator (replace its requests with your
+    /// cloud's), and a README.
     New {
-        /// The provider's name: its crate's, the one `init` reports and its provider IDs'
-        /// scheme (NAME://ID).
+        /// The provider's name: its crate's or package's, the one `init` reports and its
+        /// provider IDs' scheme (NAME://ID).
         name: String,
+        /// The language, `rust`, `typescript` or `python`: a Rust crate (cargo), an npm
+        /// package (componentize-js) or a Python project (componentize-py).
+        #[arg(long, value_enum, default_value_t)]
+        language: Language,
         /// Where to write it (a new or empty directory); ./NAME by default.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -171,12 +177,17 @@ impl ProviderCommand {
     /// missing credential, registry failure).
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            ProviderCommand::New { name, dir } => {
-                let dir = super::scaffold::new_provider(&name, dir.as_deref())?;
+            ProviderCommand::New {
+                name,
+                language,
+                dir,
+            } => {
+                let dir = super::scaffold::new_provider(&name, language, dir.as_deref())?;
                 out(format_args!(
-                    "Created the provider crate {name} in {}. Build its component with:\n  cd {} && cargo build --target wasm32-wasip2 --release\n",
+                    "Created the {} provider {name} in {}. Build its component with:\n{}\n",
+                    language.title(),
                     dir.display(),
-                    dir.display()
+                    language.build_hint(&name, &dir),
                 ))?;
                 Ok(ExitCode::SUCCESS)
             }

@@ -186,7 +186,7 @@ impl Shell {
     }
 
     /// `program` with this shell's `PATH`, `HOME` and environment, in its directory, reading
-    /// nothing from stdin.
+    /// nothing from stdin; the runner's XDG directories and active venv are not passed on.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let path = format!(
             "{}:{}",
@@ -201,6 +201,7 @@ impl Shell {
             .env_remove("XDG_CACHE_HOME")
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
+            .env_remove("VIRTUAL_ENV")
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null());
         command

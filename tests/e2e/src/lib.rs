@@ -354,6 +354,34 @@ pub fn python_tool(program: &str) -> PathBuf {
     path
 }
 
+/// npm's cache of the TypeScript build tools (`guest-sdk-js/package-lock.json`), from which
+/// a test runs a reader's `npm ci` offline; keep in step with `JS_TOOLS` in
+/// tests/install-test-tools.sh.
+const NPM_CACHE: &str = "target/test-tools/js/npm-cache";
+/// componentize-py's wheel, from which a test runs a reader's `pip install -r
+/// requirements.txt` offline; keep in step with `PYTHON_WHEELS` in tests/install-test-tools.sh.
+const PYTHON_WHEELS: &str = "target/test-tools/python-wheels";
+
+/// The environment that makes a reader's `npm ci` (`npm_config_cache`, `npm_config_offline`)
+/// and `pip install` (`PIP_NO_INDEX`, `PIP_FIND_LINKS`) take the packages `make setup`
+/// fetched, with no network; a failure naming what is missing and what installs it.
+pub fn offline_package_env() -> Vec<(&'static str, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for dir in [NPM_CACHE, PYTHON_WHEELS] {
+        assert!(
+            root.join(dir).is_dir(),
+            "{dir} is missing: `make test` (or `make setup`, tests/install-test-tools.sh) \
+             fetches the packages the authors' pages install"
+        );
+    }
+    vec![
+        ("npm_config_cache", root.join(NPM_CACHE)),
+        ("npm_config_offline", PathBuf::from("true")),
+        ("PIP_NO_INDEX", PathBuf::from("1")),
+        ("PIP_FIND_LINKS", root.join(PYTHON_WHEELS)),
+    ]
+}
+
 /// `sha256:<hex>` of `bytes`: a digest as OCI and the CloudProvider's status write it.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     use sha2::Digest;
