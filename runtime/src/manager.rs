@@ -229,11 +229,13 @@ pub async fn run(config: ManagerConfig, shutdown: CancellationToken) -> Result<(
             nodes: Informer::start(
                 kube::Api::all(client.clone()),
                 controllers::node_addresses,
+                controllers::node_cached,
                 shutdown.clone(),
             ),
             services: Informer::start(
                 kube::Api::all(client),
                 controllers::service_addresses,
+                |_| {},
                 shutdown.clone(),
             ),
         }

@@ -295,8 +295,8 @@ fn package_lock(name: &str) -> String {
     )
 }
 
-/// `NAME` must be a provider name that is also a crate and npm package name: a lowercase letter, then
-/// lowercase letters, digits and `-`, at most 63 in all.
+/// `NAME` must be a provider name that is also a crate and npm package name: a lowercase
+/// letter, then lowercase letters, digits and `-`, at most 63 in all.
 fn check_name(name: &str) -> anyhow::Result<()> {
     let mut chars = name.chars();
     let starts_well = chars.next().is_some_and(|c| c.is_ascii_lowercase());

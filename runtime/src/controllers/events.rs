@@ -13,8 +13,10 @@
 //!   ([`crate::cluster::EVENT_RECORDER`]), with its own `--kube-api-qps`/`--kube-api-burst`
 //!   token bucket: no controller's writes, no `CloudProvider` status write and no
 //!   service-account token request spends that budget or waits for an event's request.
-//! - Repeats of one event become a series (`kube-runtime`'s recorder), and, as client-go's
-//!   spam filter does, each object gets at most 25 events at once and one more every
+//! - Repeats of one event become a series, as client-go's and `kube-runtime`'s recorders make
+//!   them ([`SeriesLog`]), remembering at most 4,096 events (kube-runtime's recorder remembered
+//!   every event of the last six minutes, each by value: 15,000 nodes joining left 49 MB of
+//!   table behind); and, as client-go's spam filter does, each object gets at most 25 events at once and one more every
 //!   5 minutes after that, so a sync retried in a loop cannot flood the API server. The
 //!   filter is applied before the queue, so a filtered event takes no place in it.
 //! - A write that may pass is tried again, as client-go's `recordToSink`: up to
@@ -31,11 +33,16 @@
 //! workers and drops the events still queued (as client-go's `Shutdown`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -139,14 +146,11 @@ impl EventBroadcaster {
             .or_insert_with(|| {
                 let (sink, queue) =
                     EventSink::queue(component, shared.queue_length, shared.metrics.of(component));
-                let reporter = Reporter {
-                    controller: component.to_string(),
-                    instance: Some(shared.instance.clone()),
-                };
-                let recorder = Recorder::new(shared.client.clone(), reporter);
                 tokio::spawn(publish(
                     Writer {
-                        recorder,
+                        client: shared.client.clone(),
+                        instance: shared.instance.clone(),
+                        series: Mutex::new(SeriesLog::default()),
                         component,
                         retry_interval: shared.retry_interval,
                     },
@@ -205,7 +209,10 @@ async fn publish(
 
 /// Writes one component's events.
 struct Writer {
-    recorder: Recorder,
+    client: kube::Client,
+    /// The reporting instance (this process); the component is the reporting controller.
+    instance: String,
+    series: Mutex<SeriesLog>,
     component: &'static str,
     retry_interval: Duration,
 }
@@ -215,11 +222,7 @@ impl Writer {
     /// [`TRIES_PER_EVENT`] times.
     async fn write(&self, pending: &Pending) {
         for tries in 1..=TRIES_PER_EVENT {
-            let Err(error) = self
-                .recorder
-                .publish(&pending.event, &pending.regarding)
-                .await
-            else {
+            let Err(error) = self.write_once(pending).await else {
                 return;
             };
             let object = pending.regarding.name.as_deref().unwrap_or_default();
@@ -241,6 +244,76 @@ impl Writer {
             };
             tracing::debug!(component = self.component, reason, object, %error, tries, "could not record event; trying again in {wait:?}");
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Create `pending`'s event, or, when it repeats one written less than [`SeriesLog::TTL`]
+    /// ago, count it in that one's series (a merge patch of `series`), as kube-runtime's
+    /// recorder does; a series whose Event is gone (deleted, expired) starts anew, as
+    /// client-go's does. Cluster-scoped objects' events go to `default`.
+    async fn write_once(&self, pending: &Pending) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        let key = SeriesKey::of(&pending.event, &pending.regarding);
+        let namespace = pending.regarding.namespace.as_deref().unwrap_or("default");
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let earlier = self.series().repeated(&key, now);
+        if let Some(Written { name, count, .. }) = earlier {
+            let series = EventSeries {
+                count: count + 1,
+                last_observed_time: MicroTime(now),
+            };
+            let patch = serde_json::json!({ "series": series });
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    self.series().counted(&key, count + 1, now);
+                    return Ok(());
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let event = self.new_event(pending, now);
+        let name = event.metadata.name.clone().unwrap_or_default();
+        events.create(&PostParams::default(), &event).await?;
+        self.series().created(key, name, now);
+        Ok(())
+    }
+
+    fn series(&self) -> std::sync::MutexGuard<'_, SeriesLog> {
+        self.series.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `pending` as an `events.k8s.io/v1` Event, as kube-runtime's recorder makes it.
+    fn new_event(&self, pending: &Pending, now: Timestamp) -> K8sEvent {
+        let Pending { regarding, event } = pending;
+        K8sEvent {
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            note: event.note.clone(),
+            metadata: ObjectMeta {
+                namespace: regarding.namespace.clone(),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding.name.as_deref().unwrap_or(self.component),
+                    now.as_nanosecond()
+                )),
+                ..ObjectMeta::default()
+            },
+            reporting_controller: Some(self.component.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            ..K8sEvent::default()
         }
     }
 }
@@ -407,17 +480,72 @@ impl DropLog {
     }
 }
 
+/// A map of at most `capacity` entries that forgets the one used least recently first, as
+/// client-go's LRU caches do. A use costs a hash lookup and a move in the recency order,
+/// whatever the number held.
+#[derive(Debug)]
+struct Recent<K, V> {
+    entries: HashMap<K, (V, u64)>,
+    /// The keys by when each was last used (a counter), oldest first.
+    recency: BTreeMap<u64, K>,
+    used: u64,
+    capacity: usize,
+}
+
+impl<K: Hash + Eq + Clone, V> Recent<K, V> {
+    fn new(capacity: usize) -> Recent<K, V> {
+        Recent {
+            entries: HashMap::new(),
+            recency: BTreeMap::new(),
+            used: 0,
+            capacity,
+        }
+    }
+
+    /// The entry of `key`, now the most recently used, if there is one.
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.used += 1;
+        let (value, used) = self.entries.get_mut(key)?;
+        self.recency.remove(used);
+        *used = self.used;
+        self.recency.insert(self.used, key.clone());
+        Some(value)
+    }
+
+    /// Hold `value` under `key`, as the most recently used entry; when full, the least
+    /// recently used entry is forgotten first.
+    fn insert(&mut self, key: K, value: V) -> &mut V {
+        self.remove(&key);
+        if self.entries.len() >= self.capacity
+            && let Some((_, oldest)) = self.recency.pop_first()
+        {
+            self.entries.remove(&oldest);
+        }
+        self.used += 1;
+        self.recency.insert(self.used, key.clone());
+        &mut self.entries.entry(key).or_insert((value, self.used)).0
+    }
+
+    fn remove(&mut self, key: &K) {
+        if let Some((_, used)) = self.entries.remove(key) {
+            self.recency.remove(&used);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        debug_assert_eq!(self.entries.len(), self.recency.len());
+        self.entries.len()
+    }
+}
+
 /// client-go's `EventSourceObjectSpamFilter`: a token bucket per object, holding
 /// [`EventBudget::BURST`] events and refilled with one every [`EventBudget::REFILL`]; at most
 /// [`EventBudget::OBJECTS`] objects are tracked, the one seen least recently forgotten first
-/// (client-go's LRU cache; a forgotten object starts again with a full bucket). Each event
-/// costs a hash lookup and a move in the recency order, whatever the number tracked.
-#[derive(Debug, Default)]
+/// (client-go's LRU cache; a forgotten object starts again with a full bucket).
+#[derive(Debug)]
 struct EventBudget {
-    buckets: HashMap<ObjectKey, Tracked>,
-    /// The tracked objects by when each was last seen (a counter), oldest first.
-    recency: BTreeMap<u64, ObjectKey>,
-    seen: u64,
+    buckets: Recent<ObjectKey, Bucket>,
 }
 
 /// An object as client-go's spam filter tells objects apart.
@@ -430,12 +558,30 @@ struct ObjectKey {
     api_version: Option<String>,
 }
 
+impl ObjectKey {
+    fn of(object: &ObjectReference) -> ObjectKey {
+        ObjectKey {
+            kind: object.kind.clone(),
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+            uid: object.uid.clone(),
+            api_version: object.api_version.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
-struct Tracked {
+struct Bucket {
     tokens: f64,
     at: Instant,
-    /// Its key in [`EventBudget::recency`].
-    seen: u64,
+}
+
+impl Default for EventBudget {
+    fn default() -> EventBudget {
+        EventBudget {
+            buckets: Recent::new(Self::OBJECTS),
+        }
+    }
 }
 
 impl EventBudget {
@@ -445,35 +591,16 @@ impl EventBudget {
 
     /// Whether an event about `object` may be written at `now`, spending a token if so.
     fn take(&mut self, object: &ObjectReference, now: Instant) -> bool {
-        let key = ObjectKey {
-            kind: object.kind.clone(),
-            namespace: object.namespace.clone(),
-            name: object.name.clone(),
-            uid: object.uid.clone(),
-            api_version: object.api_version.clone(),
-        };
-        self.seen += 1;
-        let seen = self.seen;
+        let key = ObjectKey::of(object);
         let bucket = match self.buckets.get_mut(&key) {
-            Some(bucket) => {
-                self.recency.remove(&bucket.seen);
-                bucket.seen = seen;
-                self.recency.insert(seen, key);
-                bucket
-            }
-            None => {
-                if self.buckets.len() >= Self::OBJECTS
-                    && let Some((_, oldest)) = self.recency.pop_first()
-                {
-                    self.buckets.remove(&oldest);
-                }
-                self.recency.insert(seen, key.clone());
-                self.buckets.entry(key).or_insert(Tracked {
+            Some(bucket) => bucket,
+            None => self.buckets.insert(
+                key,
+                Bucket {
                     tokens: Self::BURST,
                     at: now,
-                    seen,
-                })
-            }
+                },
+            ),
         };
         let refilled = now.duration_since(bucket.at).as_secs_f64() / Self::REFILL.as_secs_f64();
         bucket.tokens = (bucket.tokens + refilled).min(Self::BURST);
@@ -483,6 +610,90 @@ impl EventBudget {
         }
         bucket.tokens -= 1.0;
         true
+    }
+}
+
+/// The events one component wrote recently, so that a repeat counts in the first one's
+/// series instead of making another Event: what kube-runtime's recorder and client-go's
+/// broadcaster key an event by (type, action, reason, object; not the note), each
+/// remembered for [`SeriesLog::TTL`] after it was last seen and at most
+/// [`SeriesLog::EVENTS`] of them, the least recently seen forgotten first (client-go's
+/// correlator keeps as many). Only what a repeat needs is kept: the Event's name and count.
+#[derive(Debug)]
+struct SeriesLog {
+    written: Recent<SeriesKey, Written>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    warning: bool,
+    action: String,
+    reason: String,
+    regarding: ObjectKey,
+}
+
+impl SeriesKey {
+    fn of(event: &Event, regarding: &ObjectReference) -> SeriesKey {
+        SeriesKey {
+            warning: event.type_ == EventType::Warning,
+            action: event.action.clone(),
+            reason: event.reason.clone(),
+            regarding: ObjectKey::of(regarding),
+        }
+    }
+}
+
+/// An Event written: its name, how many times it was seen (1 until it repeats), and when
+/// last.
+#[derive(Debug, Clone)]
+struct Written {
+    name: String,
+    count: i32,
+    at: Timestamp,
+}
+
+impl Default for SeriesLog {
+    fn default() -> SeriesLog {
+        SeriesLog {
+            written: Recent::new(Self::EVENTS),
+        }
+    }
+}
+
+impl SeriesLog {
+    /// How long a repeat joins the series: kube-runtime's and client-go's six minutes.
+    const TTL: SignedDuration = SignedDuration::from_mins(6);
+    /// client-go's `maxLruCacheEntries`.
+    const EVENTS: usize = 4096;
+
+    /// The Event `key` repeats, if one was seen less than [`SeriesLog::TTL`] before `now`.
+    fn repeated(&mut self, key: &SeriesKey, now: Timestamp) -> Option<Written> {
+        let written = self.written.get_mut(key)?.clone();
+        if written.at + Self::TTL > now {
+            return Some(written);
+        }
+        self.written.remove(key);
+        None
+    }
+
+    /// `key`'s Event was created as `name` at `now`.
+    fn created(&mut self, key: SeriesKey, name: String, now: Timestamp) {
+        self.written.insert(
+            key,
+            Written {
+                name,
+                count: 1,
+                at: now,
+            },
+        );
+    }
+
+    /// `key`'s Event was seen `count` times, the last at `now`.
+    fn counted(&mut self, key: &SeriesKey, count: i32, now: Timestamp) {
+        if let Some(written) = self.written.get_mut(key) {
+            written.count = count;
+            written.at = now;
+        }
     }
 }
 
@@ -740,6 +951,60 @@ mod tests {
         stop.cancel();
     }
 
+    /// Repeats of one event patch it into a series; a series whose Event was deleted starts
+    /// again with a new Event.
+    #[tokio::test]
+    async fn repeats_become_a_series_and_a_deleted_one_starts_anew() {
+        let stop = CancellationToken::new();
+        let (_emulator, client, events) =
+            against_an_emulator(0, watch::channel(true).1, &stop).await;
+        let sink = events.sink("cloud-node-controller");
+        let api: kube::Api<K8sEvent> = kube::Api::namespaced(client.clone(), "default");
+        let counts = || async {
+            let mut counts: Vec<i32> = api
+                .list(&Default::default())
+                .await
+                .expect("list events")
+                .items
+                .into_iter()
+                .map(|event| event.series.map_or(1, |series| series.count))
+                .collect();
+            counts.sort_unstable();
+            counts
+        };
+        let until = |wanted: Vec<i32>| async move {
+            for _ in 0..200 {
+                if counts().await == wanted {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("events' counts {:?}, not {wanted:?}", counts().await);
+        };
+        for note in ["first", "second", "third"] {
+            sink.warning(node("node-a"), "SyncFailed", note.into());
+        }
+        until(vec![3]).await;
+        let written = api.list(&Default::default()).await.unwrap().items;
+        assert_eq!(
+            written[0].note.as_deref(),
+            Some("first"),
+            "the first note kept"
+        );
+
+        api.delete(
+            written[0].metadata.name.as_deref().unwrap(),
+            &Default::default(),
+        )
+        .await
+        .expect("delete the event");
+        sink.warning(node("node-a"), "SyncFailed", "fourth".into());
+        until(vec![1]).await;
+        sink.warning(node("node-a"), "SyncFailed", "fifth".into());
+        until(vec![2]).await;
+        stop.cancel();
+    }
+
     #[tokio::test]
     async fn no_answer_may_pass_and_a_refusal_may_not() {
         // Nothing listens on the discard port: the connection is refused.
@@ -799,6 +1064,58 @@ mod tests {
         stop.cancel();
     }
 
+    fn synced(name: &str) -> SeriesKey {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Synced".into(),
+            note: Some("a note that does not tell events apart".into()),
+            action: "Synced".into(),
+            secondary: None,
+        };
+        SeriesKey::of(&event, &node(name))
+    }
+
+    #[test]
+    fn a_repeat_within_six_minutes_joins_the_series_and_a_later_one_starts_anew() {
+        let mut log = SeriesLog::default();
+        let start = Timestamp::now();
+        let key = synced("node-1");
+        assert!(log.repeated(&key, start).is_none());
+        log.created(key.clone(), "node-1.abc".into(), start);
+        let at = |minutes: i64| start + SignedDuration::from_mins(minutes);
+        let repeat = log
+            .repeated(&key, at(5))
+            .expect("a repeat within six minutes");
+        assert_eq!((repeat.name.as_str(), repeat.count), ("node-1.abc", 1));
+        log.counted(&key, 2, at(5));
+        let repeat = log
+            .repeated(&key, at(10))
+            .expect("six minutes from the last repeat");
+        assert_eq!(repeat.count, 2);
+        assert!(
+            log.repeated(&key, at(17)).is_none(),
+            "over six minutes after the last: a new Event"
+        );
+        assert!(log.repeated(&synced("node-2"), at(5)).is_none());
+    }
+
+    #[test]
+    fn the_series_log_remembers_a_bounded_number_of_events_forgetting_the_least_recent() {
+        let mut log = SeriesLog::default();
+        let now = Timestamp::now();
+        log.created(synced("kept"), "kept.1".into(), now);
+        log.created(synced("forgotten"), "forgotten.1".into(), now);
+        for i in 0..SeriesLog::EVENTS * 2 {
+            log.created(synced(&format!("node-{i}")), format!("node-{i}.1"), now);
+            if i % 1000 == 0 {
+                assert!(log.repeated(&synced("kept"), now).is_some());
+            }
+        }
+        assert_eq!(log.written.len(), SeriesLog::EVENTS);
+        assert!(log.repeated(&synced("kept"), now).is_some());
+        assert!(log.repeated(&synced("forgotten"), now).is_none());
+    }
+
     #[test]
     fn the_budget_tracks_a_bounded_number_of_objects_forgetting_the_least_recent() {
         let mut budget = EventBudget::default();
@@ -816,7 +1133,6 @@ mod tests {
             }
         }
         assert_eq!(budget.buckets.len(), EventBudget::OBJECTS);
-        assert_eq!(budget.recency.len(), EventBudget::OBJECTS);
         assert!(!budget.take(&spamming, start));
         assert!(
             budget.take(&quiet, start),

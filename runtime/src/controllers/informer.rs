@@ -9,7 +9,9 @@
 //! changed or not; handlers compare old and new.
 //!
 //! Each object is held once: the changes a subscriber receives share the cache's copy, and
-//! objects are cached without `metadata.managedFields`, which nothing here reads.
+//! objects are cached without `metadata.managedFields` and whatever else of them the
+//! informer's owner says nothing reads (a Node's status but its addresses and conditions:
+//! [`crate::controllers::node_cached`]).
 //!
 //! The cache is also indexed by the addresses its objects hold (a node's IPs and DNS names, a
 //! Service's cluster, external and ingress IPs), as client-go's `Indexer`: "what holds this address?" is one
@@ -62,6 +64,9 @@ pub enum Notice<K> {
 /// The addresses an object holds, by which the cache indexes it.
 pub type AddressesOf<K> = fn(&K) -> Vec<Address>;
 
+/// Drops from an object what nothing reads, before it is cached.
+pub type Unread<K> = fn(&mut K);
+
 /// The cache and change feed of one resource kind.
 pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
@@ -92,17 +97,19 @@ impl<K> Informer<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Start watching `api` until `stop` is cancelled, indexing each object by the
-    /// addresses `addresses_of` finds in it.
+    /// Start watching `api` until `stop` is cancelled, caching each object without
+    /// `managedFields` and what `unread` drops, and indexing it by the addresses
+    /// `addresses_of` finds in it.
     pub fn start(
         api: kube::Api<K>,
         addresses_of: AddressesOf<K>,
+        unread: Unread<K>,
         stop: CancellationToken,
     ) -> Informer<K> {
         let (informer, feed) = Informer::unfed(addresses_of);
         tokio::spawn(async move {
             tokio::select! {
-                () = feed.run(api) => {}
+                () = feed.run(api, unread) => {}
                 () = stop.cancelled() => {}
             }
         });
@@ -271,7 +278,7 @@ impl<K> Feed<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    async fn run(mut self, api: kube::Api<K>) {
+    async fn run(mut self, api: kube::Api<K>, unread: Unread<K>) {
         // Lists ask for `resourceVersion=0`, as client-go's reflector does: the API server
         // answers from its watch cache in one response, where a list of the latest version
         // is read from etcd in pages of 500 (ten requests for 5,000 nodes). Without a page
@@ -286,7 +293,10 @@ where
         // every Node (each writer's field set), so the cache does without them.
         let mut events = watcher(api, config)
             .default_backoff()
-            .modify(|object| object.meta_mut().managed_fields = None)
+            .modify(move |object| {
+                object.meta_mut().managed_fields = None;
+                unread(object);
+            })
             .boxed();
         while let Some(event) = events.next().await {
             match event {
