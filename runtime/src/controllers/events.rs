@@ -13,12 +13,14 @@
 //!   ([`crate::cluster::EVENT_RECORDER`]), with its own `--kube-api-qps`/`--kube-api-burst`
 //!   token bucket: no controller's writes, no `CloudProvider` status write and no
 //!   service-account token request spends that budget or waits for an event's request.
-//! - Repeats of one event become a series, as client-go's and `kube-runtime`'s recorders make
-//!   them ([`SeriesLog`]), remembering at most 4,096 events (kube-runtime's recorder remembered
-//!   every event of the last six minutes, each by value: 15,000 nodes joining left 49 MB of
-//!   table behind); and, as client-go's spam filter does, each object gets at most 25 events at once and one more every
-//!   5 minutes after that, so a sync retried in a loop cannot flood the API server. The
-//!   filter is applied before the queue, so a filtered event takes no place in it.
+//! - Repeats of one event become a series, as client-go's and `kube-runtime`'s recorders
+//!   make them ([`SeriesLog`]), remembering at most 4,096 events (kube-runtime's recorder
+//!   remembered every event of the last six minutes, each by value: 15,000 nodes joining
+//!   left 49 MB of table behind); a new Event is named once, so a create sent again after
+//!   its answer was lost does not write a second one. As client-go's spam filter does, each
+//!   object gets at most 25 events at once and one more every 5 minutes after that, so a
+//!   sync retried in a loop cannot flood the API server. The filter is applied before the
+//!   queue, so a filtered event takes no place in it.
 //! - A write that may pass is tried again, as client-go's `recordToSink`: up to
 //!   [`TRIES_PER_EVENT`] tries, the first retry after a random part of the retry interval
 //!   (10 s, [`RETRY_INTERVAL`]) so that replicas do not retry in step, the others a whole
@@ -219,10 +221,13 @@ struct Writer {
 
 impl Writer {
     /// Write `pending`, trying again while the failure may pass, at most
-    /// [`TRIES_PER_EVENT`] times.
+    /// [`TRIES_PER_EVENT`] times. A new Event is named once, before the first try, as
+    /// client-go does: a create whose answer was lost and that is sent again finds its Event
+    /// there (409) instead of writing a second one.
     async fn write(&self, pending: &Pending) {
+        let new = self.new_event(pending, Timestamp::now());
         for tries in 1..=TRIES_PER_EVENT {
-            let Err(error) = self.write_once(pending).await else {
+            let Err(error) = self.write_once(pending, &new).await else {
                 return;
             };
             let object = pending.regarding.name.as_deref().unwrap_or_default();
@@ -247,19 +252,20 @@ impl Writer {
         }
     }
 
-    /// Create `pending`'s event, or, when it repeats one written less than [`SeriesLog::TTL`]
-    /// ago, count it in that one's series (a merge patch of `series`), as kube-runtime's
-    /// recorder does; a series whose Event is gone (deleted, expired) starts anew, as
-    /// client-go's does. Cluster-scoped objects' events go to `default`.
-    async fn write_once(&self, pending: &Pending) -> Result<(), kube::Error> {
+    /// Create `pending`'s event as `new`, or, when it repeats one written less than
+    /// [`SeriesLog::TTL`] ago, count it in that one's series (a merge patch of `series`), as
+    /// kube-runtime's recorder does; a series whose Event is gone (deleted, expired) starts
+    /// anew, as client-go's does. Cluster-scoped objects' events go to `default`.
+    async fn write_once(&self, pending: &Pending, new: &K8sEvent) -> Result<(), kube::Error> {
         let now = Timestamp::now();
         let key = SeriesKey::of(&pending.event, &pending.regarding);
         let namespace = pending.regarding.namespace.as_deref().unwrap_or("default");
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let earlier = self.series().repeated(&key, now);
         if let Some(Written { name, count, .. }) = earlier {
+            let count = count.saturating_add(1);
             let series = EventSeries {
-                count: count + 1,
+                count,
                 last_observed_time: MicroTime(now),
             };
             let patch = serde_json::json!({ "series": series });
@@ -268,16 +274,20 @@ impl Writer {
                 .await
             {
                 Ok(_) => {
-                    self.series().counted(&key, count + 1, now);
+                    self.series().counted(&key, count, now);
                     return Ok(());
                 }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(error) => return Err(error),
             }
         }
-        let event = self.new_event(pending, now);
-        let name = event.metadata.name.clone().unwrap_or_default();
-        events.create(&PostParams::default(), &event).await?;
+        match events.create(&PostParams::default(), new).await {
+            Ok(_) => {}
+            // Created by an earlier try whose answer was lost.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error),
+        }
+        let name = new.metadata.name.clone().unwrap_or_default();
         self.series().created(key, name, now);
         Ok(())
     }
@@ -1073,6 +1083,25 @@ mod tests {
             secondary: None,
         };
         SeriesKey::of(&event, &node(name))
+    }
+
+    #[test]
+    fn a_recent_map_forgets_the_least_recently_used_and_holds_a_key_once() {
+        let mut recent = Recent::new(3);
+        recent.insert("a", 1);
+        recent.insert("b", 2);
+        recent.insert("a", 3);
+        assert_eq!((recent.len(), recent.get_mut(&"a").copied()), (2, Some(3)));
+        recent.insert("c", 4);
+        recent.get_mut(&"b");
+        recent.insert("d", 5);
+        assert_eq!(recent.get_mut(&"a"), None, "a was used least recently");
+        assert_eq!(recent.len(), 3);
+        recent.insert("e", 6);
+        assert_eq!(recent.get_mut(&"c"), None, "then c");
+        assert!(recent.get_mut(&"b").is_some() && recent.get_mut(&"d").is_some());
+        recent.remove(&"b");
+        assert_eq!(recent.len(), 2);
     }
 
     #[test]
