@@ -6,9 +6,10 @@
 # tests/python-tools.txt in one venv (ORAS's SDK, an independent OCI client; PyCA
 # `cryptography`, an independent cosign signer and verifier; moto's server, an independent AWS
 # implementation; kubernetes-validate; componentize-py, which builds the Python provider;
-# cargo-nextest, the runner of `make test`) and the node packages that build TypeScript
-# providers (`npm ci` from guest-sdk-js). Each step is skipped when what it installs is
-# already there.
+# cargo-nextest, the runner of `make test`), the node packages that build TypeScript
+# providers (`npm ci` from guest-sdk-js, keeping npm's cache of them) and componentize-py's
+# wheel (the last two so the tests typing the authors' pages install offline). Each step is
+# skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
