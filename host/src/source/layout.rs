@@ -41,6 +41,8 @@ pub const MAX_COMPONENT_BYTES: u64 = 128 << 20;
 /// The largest manifest read, from a registry or the cache: the size the OCI distribution
 /// spec says registries should accept (a provider's manifest is about 1 KiB).
 pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+/// The layer media types a refused manifest's error names.
+const MEDIA_TYPES_QUOTED: usize = 4;
 
 /// Annotation keys `provider push` sets (the OCI image-spec's pre-defined ones).
 pub mod annotation {
@@ -133,9 +135,25 @@ pub fn check_manifest(
     let layer = match manifest.layers.as_slice() {
         [layer] if wasm_layer(layer) => layer.clone(),
         _ => {
+            // The registry's words, in an error: a few, each one short escaped line.
+            let quoted = |media_type: &str| {
+                crate::text::ellipsized(crate::text::escaped(media_type).into_owned(), 128)
+            };
+            let mut layers: Vec<String> = summary
+                .layer_media_types
+                .iter()
+                .take(MEDIA_TYPES_QUOTED)
+                .map(|media_type| quoted(media_type))
+                .collect();
+            if summary.layer_media_types.len() > MEDIA_TYPES_QUOTED {
+                layers.push(format!(
+                    "and {} more",
+                    summary.layer_media_types.len() - MEDIA_TYPES_QUOTED
+                ));
+            }
             return Err(LayoutError::NotWasm {
-                config: summary.config_media_type,
-                layers: summary.layer_media_types,
+                config: quoted(&summary.config_media_type),
+                layers,
             });
         }
     };
@@ -293,6 +311,16 @@ mod tests {
             check_manifest(&two, "d"),
             Err(LayoutError::NotWasm { layers, .. }) if layers.len() == 2
         ));
+        // The registry's words, in an error: a few media types, each one short escaped line.
+        let long = format!("\u{1b}[2J{}", "x".repeat(1000));
+        let many: Vec<(&str, i64)> = vec![(long.as_str(), 1); 1000];
+        let error = check_manifest(&manifest(&long, &many), "d")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.len() < 1024 && !error.contains('\u{1b}') && error.contains("and 996 more"),
+            "{error}"
+        );
         assert!(matches!(
             check_manifest(b"{\"schemaVersion\": 2}", "d"),
             Err(LayoutError::NotAManifest(_))

@@ -6,16 +6,21 @@
 //!   backoff, [`ATTEMPTS`] times at most; 401, 403 and 404 fail at once;
 //! - every error says which registry and what to do (a TLS failure suggests
 //!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential;
-//! - an identity token is exchanged for an access token ([`token`]) before each
-//!   operation, and that operation gets an oci-client of its own: oci-client keeps one
-//!   credential per registry, and an access token is good for one repository only;
-//! - nothing a registry answers is held past a bound: a manifest is read in chunks and
-//!   refused past the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a component's, less for a
-//!   signature's; oci-client reads manifests whole, so they are fetched here, with its
-//!   authentication), a layer past its stated size (at most [`MAX_COMPONENT_BYTES`]), a
-//!   token answer past 64 KiB, a referrers list as a manifest; and each attempt has a
-//!   deadline ([`MANIFEST_DEADLINE`], [`BLOB_DEADLINE`]) besides the connect and read
-//!   timeouts;
+//! - the credentials (none, a user name and password, an identity token) are exchanged
+//!   for an access token ([`token`]) before each operation where the registry asks for one,
+//!   and a push gets an oci-client of its own for it: oci-client keeps one credential per
+//!   registry, and an access token is good for one repository only;
+//! - nothing a registry answers is held past a bound: everything pulled (manifests,
+//!   referrers lists, layers) is fetched here, not by oci-client, which reads manifests,
+//!   token answers and error answers whole: a manifest is read in chunks and refused past
+//!   the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a component's, less for
+//!   a signature's), a layer past its stated size (at most [`MAX_COMPONENT_BYTES`]), a token
+//!   answer past [`token::MAX_ANSWER_BYTES`], an error answer past 4 KiB, a referrers list
+//!   as a manifest; and each attempt has a deadline ([`MANIFEST_DEADLINE`],
+//!   [`BLOB_DEADLINE`]) besides the connect and read timeouts. Only a push, which oci-client
+//!   makes, to a registry asking for basic auth lets oci-client ask `/v2/` again itself;
+//! - what a registry or its token service says is quoted in errors (and so in logs, the
+//!   terminal and a `CloudProvider`'s status) one line at a time, cut and escaped;
 //! - a layer descriptor is the registry's word: one naming other places to fetch it from
 //!   (`urls`) or whose digest is none is refused before any request;
 //! - a provider pull asks for image manifests only; image indexes (the manager's own
@@ -30,7 +35,7 @@ use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
@@ -38,7 +43,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 use super::credentials::{Credential, RegistryCredentials};
 use super::layout::{INDEX_TYPES, MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, digest_like};
 use super::reference::OciRef;
-use token::TokenError;
+use token::{Access, Grant, TokenError, quoted};
 
 mod token;
 
@@ -49,8 +54,10 @@ const USER_AGENT: &str = concat!("wasm-ccm/", env!("CARGO_PKG_VERSION"));
 pub const ATTEMPTS: u32 = 4;
 /// The first retry's delay; each further one doubles it (250 ms, 500 ms, 1 s).
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The errors of a registry's error answer an error quotes.
+const ENVELOPE_ERRORS_QUOTED: usize = 3;
 
-/// The longest one attempt at a manifest may take, its authentication included.
+/// The longest one attempt at a manifest, or at an access token, may take.
 pub const MANIFEST_DEADLINE: Duration = Duration::from_secs(60);
 /// The longest one attempt at a layer may take (128 MiB at a few MB/s).
 pub const BLOB_DEADLINE: Duration = Duration::from_secs(600);
@@ -122,10 +129,11 @@ impl From<TokenError> for RegistryError {
 /// A registry client with the operator's transport and credential settings.
 pub struct RegistryClient {
     insecure: Vec<String>,
+    /// For pushes.
     client: Client,
-    /// For identity-token exchanges; made on first use.
+    /// For token exchanges; made on first use.
     token_http: OnceLock<reqwest::Client>,
-    /// For manifests; made on first use.
+    /// For everything pulled, and a push check with a registry token; made on first use.
     manifest_http: OnceLock<reqwest::Client>,
     credentials: RegistryCredentials,
 }
@@ -143,47 +151,73 @@ impl RegistryClient {
         }
     }
 
-    /// The oci-client and credential for one operation on `oci`'s repository: the shared
-    /// client for anonymous, basic and registry-token access; for an identity token, a new
-    /// access token and a client that knows only it.
+    /// How one operation on `oci`'s repository authenticates: the registry token
+    /// `--registry-config` has, or what the registry asks for given the credentials (an
+    /// access token from its token service, basic auth, nothing).
     async fn connect(
         &self,
         oci: &OciRef,
         operation: RegistryOperation,
-    ) -> Result<(Cow<'_, Client>, RegistryAuth), RegistryError> {
-        let shared = |auth| Ok((Cow::Borrowed(&self.client), auth));
-        let identity_token = match self.credentials.credential(&oci.registry) {
-            None => return shared(RegistryAuth::Anonymous),
-            Some(Credential::Basic { username, password }) => {
-                return shared(RegistryAuth::Basic(username.clone(), password.clone()));
-            }
-            Some(Credential::Bearer(token)) => return shared(RegistryAuth::Bearer(token.clone())),
-            Some(Credential::IdentityToken(token)) => token,
+    ) -> Result<RegistryAuth, RegistryError> {
+        let credential = self.credentials.credential(&oci.registry);
+        let grant = match credential {
+            Some(Credential::Bearer(token)) => return Ok(RegistryAuth::Bearer(token.clone())),
+            Some(Credential::IdentityToken(token)) => Grant::IdentityToken(token),
+            Some(Credential::Basic { username, password }) => Grant::Basic { username, password },
+            None => Grant::Anonymous,
         };
+        let reference = reference(oci);
         let exchange = token::Exchange {
-            registry: &oci.registry,
+            // As requests name it: `docker.io` is asked as `index.docker.io`.
+            registry: reference.resolve_registry(),
             repository: &oci.repository,
             push: matches!(operation, RegistryOperation::Push),
             insecure: &self.insecure,
-            identity_token,
+            grant,
         };
         let http = self
             .token_http
             .get_or_init(|| token::http_client(USER_AGENT));
         let access = retry(oci, || async {
-            exchange
-                .access_token(http)
-                .await
-                .map_err(RegistryError::from)
+            match tokio::time::timeout(MANIFEST_DEADLINE, exchange.access(http)).await {
+                Ok(access) => access.map_err(RegistryError::from),
+                Err(_) => Err(RegistryError::Unreachable {
+                    attempts: 1,
+                    error: format!("no access token within {MANIFEST_DEADLINE:?}"),
+                }),
+            }
         })
         .await?;
-        Ok(match access {
-            Some(access) => (
-                Cow::Owned(Client::new(client_config(&self.insecure))),
-                RegistryAuth::Bearer(access),
-            ),
-            None => (Cow::Borrowed(&self.client), RegistryAuth::Anonymous),
+        Ok(match (access, grant) {
+            (Access::Bearer(token), _) => RegistryAuth::Bearer(token),
+            (Access::Basic, Grant::Basic { username, password }) => {
+                RegistryAuth::Basic(username.to_string(), password.to_string())
+            }
+            (Access::Basic | Access::Open, _) => RegistryAuth::Anonymous,
         })
+    }
+
+    /// The oci-client a push authenticated by `auth` goes through, the credential stored in
+    /// it: for an access token, a client that knows only it; else the shared one (which
+    /// never holds a credential for a registry that asks for none).
+    async fn pusher(
+        &self,
+        oci: &OciRef,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<Cow<'_, Client>, RegistryError> {
+        let client = match auth {
+            RegistryAuth::Bearer(_) => Cow::Owned(Client::new(client_config(&self.insecure))),
+            RegistryAuth::Basic(..) | RegistryAuth::Anonymous => Cow::Borrowed(&self.client),
+        };
+        if !matches!(auth, RegistryAuth::Anonymous) {
+            // A bearer token is stored as it is; basic auth after oci-client asks `/v2/`.
+            self.retrying(oci, || {
+                client.auth(reference, auth, RegistryOperation::Push)
+            })
+            .await?;
+        }
+        Ok(client)
     }
 
     /// The manifest `oci` names (its digest when pinned, else its tag), as bytes with their
@@ -269,9 +303,9 @@ impl RegistryClient {
         what: &str,
     ) -> Result<Vec<u8>, RegistryError> {
         let reference = reference(oci);
-        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
+        let auth = self.connect(oci, RegistryOperation::Pull).await?;
         retry(oci, || async {
-            let fetched = self.bounded_get(&client, &reference, &auth, path, accepted, max_bytes);
+            let fetched = self.bounded_get(&reference, &auth, path, accepted, max_bytes);
             match tokio::time::timeout(MANIFEST_DEADLINE, fetched).await {
                 Ok(fetched) => fetched.map_err(|error| match error {
                     Fetch::Oci(error) => classify(error, oci, &self.credentials),
@@ -292,7 +326,8 @@ impl RegistryClient {
     /// The blob `layer` describes, checked against its digest and size. The descriptor is
     /// the registry's word: its digest must be one (it goes into the request's path) and it
     /// may name no other place to fetch from (`urls`, which oci-client would follow to any
-    /// host, outside `--insecure-registry`'s rule).
+    /// host, outside `--insecure-registry`'s rule). Read as a manifest is, up to its stated
+    /// size, each attempt within [`BLOB_DEADLINE`].
     pub async fn blob(
         &self,
         oci: &OciRef,
@@ -307,39 +342,27 @@ impl RegistryClient {
             )));
         }
         let reference = reference(oci);
-        let (client, auth) = self.connect(oci, RegistryOperation::Pull).await?;
-        client
-            .store_auth_if_needed(reference.resolve_registry(), &auth)
-            .await;
-        let limit = usize::try_from(layer.size.clamp(0, MAX_COMPONENT_BYTES as i64)).unwrap_or(0);
+        let auth = self.connect(oci, RegistryOperation::Pull).await?;
+        let limit = layer.size.clamp(0, MAX_COMPONENT_BYTES as i64) as u64;
+        let path = format!("blobs/{}", layer.digest);
         let bytes = retry(oci, || async {
-            // Grown as bytes arrive: the size stated is the registry's word.
-            let mut out = Bounded {
-                bytes: Vec::with_capacity(limit.min(1 << 20)),
-                limit,
-            };
-            let pulled = client.pull_blob(&reference, layer, &mut out);
+            let pulled = self.bounded_get(&reference, &auth, &path, &["*/*"], limit);
             match tokio::time::timeout(BLOB_DEADLINE, pulled).await {
-                Ok(pulled) => pulled
-                    .map(|()| out.bytes)
-                    .map_err(|error| classify(error, oci, &self.credentials)),
+                Ok(pulled) => pulled.map_err(|error| match error {
+                    Fetch::Oci(error) => classify(error, oci, &self.credentials),
+                    Fetch::TooLarge => RegistryError::Protocol(format!(
+                        "layer {} is larger than the {limit} bytes its manifest states (at most \
+                         {MAX_COMPONENT_BYTES}); refused",
+                        layer.digest
+                    )),
+                }),
                 Err(_) => Err(RegistryError::Unreachable {
                     attempts: 1,
                     error: format!("no whole layer within {BLOB_DEADLINE:?}"),
                 }),
             }
         })
-        .await
-        .map_err(|error| match error {
-            RegistryError::DigestMismatch {
-                expected, actual, ..
-            } => RegistryError::DigestMismatch {
-                what: format!("layer {}", layer.digest),
-                expected,
-                actual,
-            },
-            other => other,
-        })?;
+        .await?;
         let actual = digest_like(&layer.digest, &bytes);
         if actual != layer.digest {
             return Err(RegistryError::DigestMismatch {
@@ -376,34 +399,28 @@ impl RegistryClient {
     /// exchanged, a token service's challenge answered): `provider push` asks before it
     /// compiles, so a registry it cannot reach fails in a second, not after a compile.
     pub async fn check_push(&self, oci: &OciRef) -> Result<(), RegistryError> {
-        let reference = reference(oci);
-        let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
-        match auth {
-            // oci-client takes a bearer token as it is, asking nothing: ask `/v2/` (any
-            // answer, 401 too, is a registry reached).
-            RegistryAuth::Bearer(_) => {
-                let registry = reference.resolve_registry();
-                let url = format!("{}://{registry}/v2/", self.scheme(registry));
-                let http = self
-                    .manifest_http
-                    .get_or_init(|| manifest_client(&self.insecure));
-                self.retrying(oci, || async {
-                    http.get(&url)
-                        .send()
-                        .await
-                        .map(drop)
-                        .map_err(OciDistributionError::RequestError)
-                })
-                .await
-            }
-            auth => {
-                self.retrying(oci, || {
-                    client.auth(&reference, &auth, RegistryOperation::Push)
-                })
-                .await?;
-                Ok(())
-            }
+        if !matches!(
+            self.credentials.credential(&oci.registry),
+            Some(Credential::Bearer(_))
+        ) {
+            // Asks `/v2/`, and the token service if the registry names one.
+            return self.connect(oci, RegistryOperation::Push).await.map(drop);
         }
+        // A registry token goes as it is, asking nothing: ask `/v2/` (any answer, 401 too,
+        // is a registry reached).
+        let registry = &oci.registry;
+        let url = format!("{}://{registry}/v2/", self.scheme(registry));
+        let http = self
+            .manifest_http
+            .get_or_init(|| manifest_client(&self.insecure));
+        self.retrying(oci, || async {
+            http.get(&url)
+                .send()
+                .await
+                .map(drop)
+                .map_err(OciDistributionError::RequestError)
+        })
+        .await
     }
 
     /// `http` for an `--insecure-registry`, else `https`.
@@ -425,11 +442,8 @@ impl RegistryClient {
         media_type: &str,
     ) -> Result<(), RegistryError> {
         let reference = reference(oci);
-        let (client, auth) = self.connect(oci, RegistryOperation::Push).await?;
-        self.retrying(oci, || {
-            client.auth(&reference, &auth, RegistryOperation::Push)
-        })
-        .await?;
+        let auth = self.connect(oci, RegistryOperation::Push).await?;
+        let client = self.pusher(oci, &reference, &auth).await?;
         for (bytes, digest) in blobs {
             self.retrying(oci, || client.push_blob(&reference, bytes.clone(), digest))
                 .await?;
@@ -460,7 +474,7 @@ impl RegistryClient {
     }
 }
 
-/// Why a bounded manifest fetch failed.
+/// Why a bounded fetch failed.
 enum Fetch {
     /// As oci-client's requests fail.
     Oci(OciDistributionError),
@@ -476,25 +490,17 @@ impl From<reqwest::Error> for Fetch {
 
 impl RegistryClient {
     /// What `GET /v2/REPOSITORY/PATH` answers for `reference`'s repository (`manifests/TAG`,
-    /// `referrers/DIGEST`), asking for the media types `accepted`, authenticated as oci-client would (a bearer token from the
-    /// registry's token service, basic credentials, or none), read in chunks and refused
-    /// past `max_bytes`.
+    /// `referrers/DIGEST`, `blobs/DIGEST`), asking for the media types `accepted`,
+    /// authenticated by `auth` (see [`RegistryClient::connect`]), read in chunks and refused
+    /// past `max_bytes`; an error answer is read up to 4 KiB.
     async fn bounded_get(
         &self,
-        client: &Client,
         reference: &Reference,
         auth: &RegistryAuth,
         path: &str,
         accepted: &[&str],
         max_bytes: u64,
     ) -> Result<Vec<u8>, Fetch> {
-        // As oci-client's own pulls: a token service that refuses leaves the request to go
-        // without a token, and the registry's 401 says what is wrong.
-        let token = client
-            .auth(reference, auth, RegistryOperation::Pull)
-            .await
-            .ok()
-            .flatten();
         let registry = reference.resolve_registry();
         let url = format!(
             "{}://{registry}/v2/{}/{path}",
@@ -507,12 +513,10 @@ impl RegistryClient {
         let mut request = http
             .get(&url)
             .header(http::header::ACCEPT, accepted.join(", "));
-        request = match (token.as_ref(), auth) {
-            (Some(token), _) | (None, RegistryAuth::Bearer(token)) => request.bearer_auth(token),
-            (None, RegistryAuth::Basic(username, password)) => {
-                request.basic_auth(username, Some(password))
-            }
-            (None, _) => request,
+        request = match auth {
+            RegistryAuth::Bearer(token) => request.bearer_auth(token),
+            RegistryAuth::Basic(username, password) => request.basic_auth(username, Some(password)),
+            RegistryAuth::Anonymous => request,
         };
         let mut response = request.send().await?;
         let status = response.status();
@@ -559,10 +563,11 @@ impl RegistryClient {
     }
 }
 
-/// The client manifests are fetched with: as the token client, following up to five
-/// redirects (registry.k8s.io sends every `/v2/` request to a regional registry), to HTTPS
-/// only but for `--insecure-registry` hosts. reqwest drops the `Authorization` header on a
-/// redirect to another host.
+/// The client everything pulled is fetched with (manifests, referrers lists, layers): as
+/// the token client, following up to five redirects (registry.k8s.io sends every `/v2/`
+/// request to a regional registry, registries send layers to a CDN), to HTTPS only but for
+/// `--insecure-registry` hosts. reqwest drops the `Authorization` header on a redirect to
+/// another host.
 fn manifest_client(insecure: &[String]) -> reqwest::Client {
     let insecure = insecure.to_vec();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
@@ -668,22 +673,33 @@ fn classify(
     let unreachable = |error: String| RegistryError::Unreachable { attempts: 1, error };
     match error {
         OciDistributionError::UnauthorizedError { .. } => unauthorized(),
-        OciDistributionError::AuthenticationFailure(reason) => RegistryError::Unauthorized(
-            format!("the registry's token service refused the credentials: {reason}"),
-        ),
+        OciDistributionError::AuthenticationFailure(reason) => {
+            RegistryError::Unauthorized(format!(
+                "the registry's token service refused the credentials: {}",
+                quoted(&reason)
+            ))
+        }
         OciDistributionError::RegistryError { envelope, .. } => {
             let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-            let text: Vec<String> = envelope
+            // The registry's words, a few errors of one line each.
+            let mut text: Vec<String> = envelope
                 .errors
                 .iter()
+                .take(ENVELOPE_ERRORS_QUOTED)
                 .map(|e| {
                     let code = serde_json::to_value(&e.code)
                         .ok()
                         .and_then(|code| code.as_str().map(str::to_string))
                         .unwrap_or_else(|| format!("{:?}", e.code));
-                    format!("{code}: {}", e.message)
+                    format!("{code}: {}", quoted(&e.message))
                 })
                 .collect();
+            if envelope.errors.len() > ENVELOPE_ERRORS_QUOTED {
+                text.push(format!(
+                    "and {} more",
+                    envelope.errors.len() - ENVELOPE_ERRORS_QUOTED
+                ));
+            }
             let text = text.join("; ");
             if codes.iter().any(|c| {
                 matches!(
@@ -706,14 +722,14 @@ fn classify(
             }
         }
         OciDistributionError::ImageManifestNotFoundError(message) => {
-            RegistryError::NotFound(message)
+            RegistryError::NotFound(quoted(&message))
         }
         OciDistributionError::ServerError { code, message, .. } => match code {
             401 => unauthorized(),
-            403 => RegistryError::Denied(format!("403: {}", one_line(&message))),
-            404 => RegistryError::NotFound(format!("404: {}", one_line(&message))),
-            429 | 500.. => unreachable(format!("{code}: {}", one_line(&message))),
-            _ => RegistryError::Protocol(format!("{code}: {}", one_line(&message))),
+            403 => RegistryError::Denied(format!("403: {}", quoted(&message))),
+            404 => RegistryError::NotFound(format!("404: {}", quoted(&message))),
+            429 | 500.. => unreachable(format!("{code}: {}", quoted(&message))),
+            _ => RegistryError::Protocol(format!("{code}: {}", quoted(&message))),
         },
         OciDistributionError::RequestError(error) => match error.status() {
             Some(status) if status.as_u16() == 401 => unauthorized(),
@@ -730,18 +746,9 @@ fn classify(
                 None => unreachable(chain(&error)),
             },
         },
-        OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
-            RegistryError::DigestMismatch {
-                what: "content".into(),
-                expected,
-                actual,
-            }
-        }
-        OciDistributionError::DigestError(error) => {
-            RegistryError::Protocol(format!("digest check failed: {error}"))
-        }
-        OciDistributionError::IoError(error) => RegistryError::Protocol(error.to_string()),
-        other => RegistryError::Protocol(other.to_string()),
+        OciDistributionError::IoError(error) => RegistryError::Protocol(quoted(&error.to_string())),
+        // oci-client's own messages may quote the registry.
+        other => RegistryError::Protocol(quoted(&other.to_string())),
     }
 }
 
@@ -764,7 +771,9 @@ pub(super) fn tls_error(error: &reqwest::Error) -> Option<String> {
     None
 }
 
-/// `error` and its causes on one line (reqwest's own message omits the cause).
+/// `error` and its causes on one line (reqwest's own message omits the cause), escaped and
+/// cut to [`CHAIN_BYTES`]: a reqwest error names its URL, which a registry may choose (a
+/// realm, a redirect's target).
 pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -776,13 +785,11 @@ pub(super) fn chain(error: &dyn std::error::Error) -> String {
         }
         source = cause.source();
     }
-    text
+    crate::text::ellipsized(crate::text::escaped(&text).into_owned(), CHAIN_BYTES)
 }
 
-fn one_line(text: &str) -> String {
-    let line = text.trim().lines().next().unwrap_or_default();
-    line.chars().take(200).collect()
-}
+/// The most of a transport error [`chain`] keeps.
+const CHAIN_BYTES: usize = 512;
 
 /// reqwest's rustls has no built-in crypto provider in this workspace: install ring, the
 /// one every TLS client here uses, once per process.
@@ -791,43 +798,6 @@ fn install_crypto_provider() {
     INSTALL.call_once(|| {
         let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     });
-}
-
-/// A sink that refuses more than the layer's stated size.
-struct Bounded {
-    bytes: Vec<u8>,
-    limit: usize,
-}
-
-impl tokio::io::AsyncWrite for Bounded {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        if self.bytes.len() + buf.len() > self.limit {
-            let limit = self.limit;
-            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                "the registry sent more than the {limit} bytes the manifest states"
-            ))));
-        }
-        self.bytes.extend_from_slice(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
 }
 
 #[cfg(test)]
@@ -901,6 +871,13 @@ mod tests {
         statuses: &'static [u16],
     ) -> (RegistryClient, OciRef, Arc<AtomicUsize>) {
         let (addr, count) = scripted_registry(statuses).await;
+        let (client, oci) = client_of(addr);
+        (client, oci, count)
+    }
+
+    /// A client without credentials of the registry at `addr` (plain HTTP), and the
+    /// reference `p/simcloud:v1` there.
+    fn client_of(addr: String) -> (RegistryClient, OciRef) {
         let client = RegistryClient::new(std::slice::from_ref(&addr), Default::default());
         let oci = OciRef {
             registry: addr,
@@ -908,7 +885,7 @@ mod tests {
             tag: Some("v1".into()),
             digest: None,
         };
-        (client, oci, count)
+        (client, oci)
     }
 
     async fn manifest_from(statuses: &'static [u16]) -> (Result<String, RegistryError>, usize) {
@@ -969,6 +946,227 @@ mod tests {
         assert!(
             matches!(&refused, Err(RegistryError::Protocol(text)) if text.starts_with("a layer's digest")),
             "{refused:?}"
+        );
+    }
+
+    /// A body that never ends, counting the bytes it hands out.
+    struct Endless(Arc<AtomicUsize>);
+
+    static CHUNK: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+
+    impl hyper::body::Body for Endless {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+            self.0.fetch_add(CHUNK.len(), Ordering::SeqCst);
+            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(
+                &CHUNK,
+            )))))
+        }
+    }
+
+    type Reply = http::Response<http_body_util::Either<Full<Bytes>, Endless>>;
+
+    /// A registry on loopback where `route(ADDR, PATH, SENT)` answers every request
+    /// (`SENT` counts what endless bodies handed out); a client of it (plain HTTP, no
+    /// credentials), the reference `p/simcloud:v1`, and the count.
+    async fn hostile_registry(
+        route: fn(&str, &str, &Arc<AtomicUsize>) -> Reply,
+    ) -> (RegistryClient, OciRef, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let (served_addr, served_sent) = (addr.clone(), sent.clone());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (addr, sent) = (served_addr.clone(), served_sent.clone());
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let reply = route(&addr, request.uri().path(), &sent);
+                    async move { Ok::<_, Infallible>(reply) }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service),
+                );
+            }
+        });
+        let (client, oci) = client_of(addr);
+        (client, oci, sent)
+    }
+
+    fn reply(status: u16, body: &'static [u8]) -> Reply {
+        http::Response::builder()
+            .status(status)
+            .body(http_body_util::Either::Left(Full::new(Bytes::from_static(
+                body,
+            ))))
+            .unwrap()
+    }
+
+    fn endless(sent: &Arc<AtomicUsize>) -> Reply {
+        http::Response::builder()
+            .status(200)
+            .body(http_body_util::Either::Right(Endless(sent.clone())))
+            .unwrap()
+    }
+
+    /// The token service is any URL a registry names, and its answer is read here, not by
+    /// oci-client (which reads it whole): one that never ends costs 64 KiB, not the
+    /// manager's memory, and is not asked again.
+    #[tokio::test]
+    async fn a_token_service_answering_without_end_is_refused_past_64_kib() {
+        let (client, oci, sent) = hostile_registry(|addr, path, sent| match path {
+            "/v2/" => {
+                let mut refused = reply(401, b"");
+                refused.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    http::HeaderValue::from_str(&format!(
+                        r#"Bearer realm="http://{addr}/token",service="hostile""#
+                    ))
+                    .unwrap(),
+                );
+                refused
+            }
+            "/token" => endless(sent),
+            _ => reply(404, b""),
+        })
+        .await;
+        let refused = client.manifest(&oci, 1 << 20).await;
+        assert_refused_unread(refused, "answered more than 65536 bytes", &sent);
+    }
+
+    /// `refused` is a protocol error saying `needle`, and the endless answer behind it was
+    /// dropped: what loopback's socket buffers took is a few MiB however fast the machine,
+    /// where reading the whole answer would take gigabytes.
+    fn assert_refused_unread<T: std::fmt::Debug>(
+        refused: Result<T, RegistryError>,
+        needle: &str,
+        sent: &AtomicUsize,
+    ) {
+        assert!(
+            matches!(&refused, Err(RegistryError::Protocol(text)) if text.contains(needle)),
+            "{refused:?}"
+        );
+        let sent = sent.load(Ordering::SeqCst);
+        assert!(sent < 64 << 20, "{sent} bytes sent");
+    }
+
+    /// A layer is read up to the size its manifest states, however much the registry sends.
+    #[tokio::test]
+    async fn a_layer_past_its_stated_size_is_refused_unread() {
+        let (client, oci, sent) = hostile_registry(|_, path, sent| match path {
+            "/v2/" => reply(200, b"{}"),
+            path if path.starts_with("/v2/p/simcloud/blobs/") => endless(sent),
+            _ => reply(404, b""),
+        })
+        .await;
+        let layer = OciDescriptor {
+            media_type: "application/wasm".into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            size: 10,
+            urls: None,
+            annotations: None,
+            artifact_type: None,
+        };
+        let refused = client.blob(&oci, &layer).await;
+        assert_refused_unread(
+            refused,
+            "is larger than the 10 bytes its manifest states",
+            &sent,
+        );
+    }
+
+    /// What a registry says in an error answer reaches the operator's terminal, the log and
+    /// a CloudProvider's status: a few of its errors, one short escaped line each.
+    #[tokio::test]
+    async fn what_a_registry_says_in_an_error_is_quoted_one_short_line_each() {
+        let (client, oci, _) = hostile_registry(|_, path, _| match path {
+            "/v2/" => reply(200, b"{}"),
+            _ => {
+                static ENVELOPE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    let message = format!(
+                        r"\u001b]0;owned\u0007\u001b[2J{}\nlevel=error msg=forged",
+                        "x".repeat(600)
+                    );
+                    let error = format!(r#"{{"code":"DENIED","message":"{message}"}}"#);
+                    format!(r#"{{"errors":[{}]}}"#, vec![error; 5].join(","))
+                });
+                reply(403, ENVELOPE.as_bytes())
+            }
+        })
+        .await;
+        let refused = client.manifest(&oci, 1 << 20).await;
+        let Err(RegistryError::Denied(text)) = &refused else {
+            panic!("{refused:?}");
+        };
+        assert!(
+            text.starts_with("DENIED: \\u{1b}]0;owned\\u{7}\\u{1b}[2Jxxx")
+                && text.ends_with("; and 2 more"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\n']) && !text.contains("forged"),
+            "{text}"
+        );
+        assert!(text.len() < 1024, "{} bytes", text.len());
+    }
+
+    /// A user name and password go to the registry as basic auth wherever it asks for no
+    /// bearer token, `/v2/` open to anyone included (a repository may still want them);
+    /// without credentials, nothing goes.
+    #[tokio::test]
+    async fn basic_credentials_go_to_a_registry_asking_for_no_bearer_token() {
+        // `/v2/` open; a manifest refused (401), its `Authorization` header recorded.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let recorded = recorded.clone();
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let status = if request.uri().path() == "/v2/" {
+                        200
+                    } else {
+                        recorded.lock().unwrap().push(
+                            request
+                                .headers()
+                                .get(http::header::AUTHORIZATION)
+                                .and_then(|value| value.to_str().ok())
+                                .map(str::to_string),
+                        );
+                        401
+                    };
+                    async move { Ok::<_, Infallible>(reply(status, b"")) }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service),
+                );
+            }
+        });
+        let (anonymous, oci) = client_of(addr.clone());
+        let refused = anonymous.manifest(&oci, 1 << 20).await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Unauthorized(text)) if text.contains("--registry-config has none")),
+            "{refused:?}"
+        );
+        // alice:pa55word
+        let config = format!(r#"{{"auths":{{"{addr}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#);
+        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
+        let logged_in = RegistryClient::new(std::slice::from_ref(&addr), credentials);
+        let refused = logged_in.manifest(&oci, 1 << 20).await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Unauthorized(text)) if text.contains("rejected the credentials")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [None, Some("Basic YWxpY2U6cGE1NXdvcmQ=".to_string())]
         );
     }
 

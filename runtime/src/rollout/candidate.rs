@@ -267,7 +267,12 @@ impl Rollout {
         if !self.rolled_back_at(generation) {
             self.spec_applied(applied, refusal.reason, message.clone(), generation);
         }
-        tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {message}");
+        // As the status quotes it: a refusal may quote a registry or a provider.
+        let logged = wasm_ccm_host::text::ellipsized(
+            wasm_ccm_host::text::escaped(&message).into_owned(),
+            status::MAX_CONDITION_MESSAGE,
+        );
+        tracing::error!(resource = %self.settings.resource, reason = refusal.reason, "rollout refused: {logged}");
         if let Some(type_) = refusal.condition {
             set_condition(
                 &mut self.status,

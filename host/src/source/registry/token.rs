@@ -1,17 +1,27 @@
-//! Identity tokens exchanged for registry access tokens, as docker and containerd do it.
+//! Access tokens from a registry's token service, as docker and containerd get them, for
+//! every kind of credential: none (an anonymous token), a user name and password, or an
+//! identity token.
 //!
-//! An identity token is the OAuth2 refresh token `docker login` stores (`identitytoken`) for
-//! registries such as ACR and Harbor. It is not sent to the registry itself: the registry's
-//! `/v2/` answers 401 with `WWW-Authenticate: Bearer realm="…",service="…"`, and the realm (its
-//! token service) is asked, with a form-encoded POST of `grant_type=refresh_token`, for an
-//! access token scoped to one repository and operation (`repository:REPO:pull`, or
-//! `pull,push`). That access token is what oci-client then sends as `Authorization: Bearer`.
+//! The registry's `/v2/` answers 401 with `WWW-Authenticate: Bearer realm="…",service="…"`,
+//! and the realm (its token service, any URL the registry names) is asked for an access token
+//! scoped to one repository and operation (`repository:REPO:pull`, or `pull,push`): with a
+//! `GET` carrying the user name and password as basic auth, or none; or, for an identity
+//! token (the OAuth2 refresh token `docker login` stores as `identitytoken` for registries
+//! such as ACR and Harbor, never sent to the registry itself), a form-encoded `POST` of
+//! `grant_type=refresh_token`. The access token is what the requests then carry as
+//! `Authorization: Bearer`. A registry that asks for anything else (basic auth, or nothing
+//! at `/v2/`) gets the user name and password itself, if there are any.
+//!
+//! The exchange is done here rather than by oci-client, which reads a token service's answer
+//! whole however long it is: here the answer is read up to [`MAX_ANSWER_BYTES`], and what
+//! the token service or the registry says is quoted in errors cut to a line and escaped.
 //!
 //! A new access token is asked for each registry operation (a manifest, a blob, a push): the
-//! manager fetches its provider at start, so nothing is kept to refresh. The identity token is
-//! sent over HTTPS only, unless the registry itself is reached over plain HTTP
-//! (`--insecure-registry`) or the realm's `host:port` is named there too; it is never
-//! followed through a redirect, and no error, log line or `Debug` output shows it.
+//! manager fetches its provider at start, so nothing is kept to refresh. Credentials and
+//! tokens go to the token service over HTTPS only, unless the registry itself is reached
+//! over plain HTTP (`--insecure-registry`) or the realm's `host:port` is named there too; a
+//! token request is never followed through a redirect, and no error, log line or `Debug`
+//! output shows a password or an identity token.
 
 use std::time::Duration;
 
@@ -21,22 +31,29 @@ use serde::Deserialize;
 /// The `client_id` the exchange names (OAuth2 asks a client to identify itself).
 const CLIENT_ID: &str = "wasm-ccm";
 /// The most a token service's answer may weigh.
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// The most of a registry's or token service's own words an error quotes.
+const QUOTED_CHARS: usize = 200;
 
-/// Why no access token could be had for an identity token. No variant holds a secret.
+/// Why no access token could be had. No variant holds a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
-    /// The token service refused the identity token (400, 401 or 403).
+    /// The token service refused the credentials, or a request without any (400, 401 or 403).
     #[error(
-        "the registry's token service refused the identity token for {registry}: {status}{detail}; log in again (docker login {registry}) and update --registry-config"
+        "the registry's token service refused {what} for {registry}: {status}{detail}; {remedy}"
     )]
     Refused {
+        /// What was offered: `the identity token`, `the user name and password
+        /// --registry-config has` or `a request without credentials`.
+        what: &'static str,
         /// `host[:port]` of the registry.
         registry: String,
         /// The token service's status.
         status: StatusCode,
         /// `: ` and the first line of its answer, or nothing.
         detail: String,
+        /// What the operator can do about it.
+        remedy: String,
     },
     /// The registry or its token service answered 429 or 5xx, or could not be reached: worth
     /// another attempt.
@@ -53,12 +70,12 @@ pub enum TokenError {
     /// The registry does not offer a bearer-token exchange, so an identity token cannot be
     /// used with it.
     #[error(
-        "{registry} asks for {challenge:?}, not a bearer token: an identity token cannot be used with it; give a user name and password in --registry-config"
+        "{registry} asks for \"{challenge}\", not a bearer token: an identity token cannot be used with it; give a user name and password in --registry-config"
     )]
     NoBearerChallenge {
         /// `host[:port]` of the registry.
         registry: String,
-        /// Its `WWW-Authenticate` header.
+        /// Its `WWW-Authenticate` header, quoted.
         challenge: String,
     },
     /// Anything else the registry or its token service got wrong.
@@ -73,7 +90,47 @@ impl TokenError {
     }
 }
 
-/// One exchange: an identity token for access to one repository of one registry.
+/// What is offered to a registry's token service.
+#[derive(Clone, Copy)]
+pub enum Grant<'a> {
+    /// No credentials: an anonymous token, where the registry asks for one.
+    Anonymous,
+    /// A user name and password: as basic auth to the token service, or to a registry that
+    /// asks for basic auth itself.
+    Basic {
+        /// The user name.
+        username: &'a str,
+        /// The password.
+        password: &'a str,
+    },
+    /// docker's `identitytoken`, a refresh token.
+    IdentityToken(&'a str),
+}
+
+impl Grant<'_> {
+    /// The secret to blot out of anything quoted.
+    fn secret(&self) -> Option<(&str, &'static str)> {
+        match *self {
+            Grant::Anonymous => None,
+            Grant::Basic { password, .. } => Some((password, "<password>")),
+            Grant::IdentityToken(token) => Some((token, "<identity token>")),
+        }
+    }
+}
+
+/// How one operation's requests are authenticated.
+pub enum Access {
+    /// With nothing: the registry asks for nothing, or for basic auth and there are no
+    /// credentials (its 401 then says so).
+    Open,
+    /// With the user name and password, as basic auth: the registry asks for no bearer
+    /// token (a registry letting anyone read `/v2/` may still want them for a repository).
+    Basic,
+    /// With this access token from the registry's token service.
+    Bearer(String),
+}
+
+/// One exchange: credentials for access to one repository of one registry.
 pub struct Exchange<'a> {
     /// `host[:port]` of the registry.
     pub registry: &'a str,
@@ -83,8 +140,8 @@ pub struct Exchange<'a> {
     pub push: bool,
     /// The registries reached over plain HTTP (`--insecure-registry`).
     pub insecure: &'a [String],
-    /// The refresh token.
-    pub identity_token: &'a str,
+    /// What is offered.
+    pub grant: Grant<'a>,
 }
 
 /// A `WWW-Authenticate: Bearer` challenge.
@@ -94,6 +151,20 @@ struct Challenge {
     service: Option<String>,
 }
 
+/// What the registry's `/v2/` asks for.
+enum Asked {
+    /// Nothing: it answered 2xx.
+    Nothing,
+    /// A bearer token.
+    Bearer(Challenge),
+    /// Something else: its status and `WWW-Authenticate` header, if any.
+    Other {
+        url: String,
+        status: StatusCode,
+        header: Option<String>,
+    },
+}
+
 #[derive(Deserialize)]
 struct Answer {
     access_token: Option<String>,
@@ -101,11 +172,34 @@ struct Answer {
 }
 
 impl Exchange<'_> {
-    /// An access token for the repository, or none when the registry asks for no
-    /// authentication at all. `http` must not follow redirects.
-    pub async fn access_token(&self, http: &reqwest::Client) -> Result<Option<String>, TokenError> {
-        let Some(challenge) = self.challenge(http).await? else {
-            return Ok(None);
+    /// How the operation's requests are authenticated: an access token for the repository
+    /// when the registry asks for one. `http` must not follow redirects.
+    pub async fn access(&self, http: &reqwest::Client) -> Result<Access, TokenError> {
+        let challenge = match self.challenge(http).await? {
+            Asked::Bearer(challenge) => challenge,
+            // A password goes to a registry asking for anything but a bearer token (as the
+            // registry client always did), and no credentials go without any.
+            Asked::Nothing | Asked::Other { .. } if matches!(self.grant, Grant::Basic { .. }) => {
+                return Ok(Access::Basic);
+            }
+            Asked::Nothing => return Ok(Access::Open),
+            Asked::Other { .. } if matches!(self.grant, Grant::Anonymous) => {
+                return Ok(Access::Open);
+            }
+            Asked::Other {
+                header: Some(header),
+                ..
+            } => {
+                return Err(TokenError::NoBearerChallenge {
+                    registry: self.registry.to_string(),
+                    challenge: quoted(&header),
+                });
+            }
+            Asked::Other { url, status, .. } => {
+                return Err(TokenError::Protocol(format!(
+                    "{url} answered {status} without a bearer challenge"
+                )));
+            }
         };
         let realm = self.realm_url(&challenge.realm)?;
         let scope = format!(
@@ -113,28 +207,35 @@ impl Exchange<'_> {
             self.repository,
             if self.push { "pull,push" } else { "pull" }
         );
-        let mut form = vec![
-            ("grant_type", "refresh_token"),
-            ("refresh_token", self.identity_token),
-            ("client_id", CLIENT_ID),
-            ("scope", &scope),
-        ];
-        if let Some(service) = &challenge.service {
-            form.push(("service", service));
-        }
-        let response = http
-            .post(realm.clone())
-            .form(&form)
-            .send()
-            .await
-            .map_err(|error| {
-                TokenError::Unavailable(format!(
-                    "the token service of {} ({}) cannot be reached: {}",
-                    self.registry,
-                    realm_origin(&realm),
-                    super::chain(&error)
-                ))
-            })?;
+        let request = match self.grant {
+            Grant::IdentityToken(token) => {
+                let mut form = vec![
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", token),
+                    ("client_id", CLIENT_ID),
+                    ("scope", &scope),
+                ];
+                if let Some(service) = &challenge.service {
+                    form.push(("service", service));
+                }
+                http.post(realm.clone()).form(&form)
+            }
+            Grant::Basic { username, password } => http
+                .get(realm.clone())
+                .query(&token_query(&scope, &challenge))
+                .basic_auth(username, Some(password)),
+            Grant::Anonymous => http
+                .get(realm.clone())
+                .query(&token_query(&scope, &challenge)),
+        };
+        let response = request.send().await.map_err(|error| {
+            TokenError::Unavailable(format!(
+                "the token service of {} ({}) cannot be reached: {}",
+                self.registry,
+                realm_origin(&realm),
+                super::chain(&error)
+            ))
+        })?;
         let status = response.status();
         let body = self.answer(response).await?;
         if status == StatusCode::OK {
@@ -148,7 +249,7 @@ impl Exchange<'_> {
                 .access_token
                 .or(answer.token)
                 .filter(|token| !token.is_empty())
-                .map(Some)
+                .map(Access::Bearer)
                 .ok_or_else(|| {
                     TokenError::Protocol(format!(
                         "the token service of {} answered 200 without an access_token or token",
@@ -157,12 +258,35 @@ impl Exchange<'_> {
                 });
         }
         let detail = self.detail(&body);
+        let registry = self.registry;
         Err(match status.as_u16() {
-            400 | 401 | 403 => TokenError::Refused {
-                registry: self.registry.to_string(),
-                status,
-                detail,
-            },
+            400 | 401 | 403 => {
+                let (what, remedy) = match self.grant {
+                    Grant::IdentityToken(_) => (
+                        "the identity token",
+                        format!(
+                            "log in again (docker login {registry}) and update --registry-config"
+                        ),
+                    ),
+                    Grant::Basic { .. } => (
+                        "the user name and password --registry-config has",
+                        format!(
+                            "check them (docker login {registry}) and update --registry-config"
+                        ),
+                    ),
+                    Grant::Anonymous => (
+                        "a request without credentials",
+                        format!("give credentials for {registry} in --registry-config"),
+                    ),
+                };
+                TokenError::Refused {
+                    what,
+                    registry: registry.to_string(),
+                    status,
+                    detail,
+                    remedy,
+                }
+            }
             429 | 500.. => TokenError::Unavailable(format!(
                 "the token service of {} answered {status}{detail}",
                 self.registry
@@ -174,9 +298,8 @@ impl Exchange<'_> {
         })
     }
 
-    /// The registry's bearer challenge from an anonymous `GET /v2/`; none when it lets
-    /// anyone in.
-    async fn challenge(&self, http: &reqwest::Client) -> Result<Option<Challenge>, TokenError> {
+    /// What the registry asks for, from an anonymous `GET /v2/` (its body unread).
+    async fn challenge(&self, http: &reqwest::Client) -> Result<Asked, TokenError> {
         let scheme = if self.insecure.iter().any(|r| r == self.registry) {
             "http"
         } else {
@@ -196,7 +319,7 @@ impl Exchange<'_> {
                 })?;
         let status = response.status();
         if status.is_success() {
-            return Ok(None);
+            return Ok(Asked::Nothing);
         }
         let header = response
             .headers()
@@ -204,37 +327,44 @@ impl Exchange<'_> {
             .and_then(|value| value.to_str().ok())
             .map(str::to_string);
         match (status.as_u16(), header) {
-            (401, Some(header)) => match bearer_challenge(&header) {
-                Some(challenge) => Ok(Some(challenge)),
-                None => Err(TokenError::NoBearerChallenge {
-                    registry: self.registry.to_string(),
-                    challenge: header,
-                }),
-            },
+            (401, Some(header)) => Ok(match bearer_challenge(&header) {
+                Some(challenge) => Asked::Bearer(challenge),
+                None => Asked::Other {
+                    url,
+                    status,
+                    header: Some(header),
+                },
+            }),
             (429 | 500.., _) => Err(TokenError::Unavailable(format!("{url} answered {status}"))),
-            _ => Err(TokenError::Protocol(format!(
-                "{url} answered {status} without a bearer challenge"
-            ))),
+            (_, header) => Ok(Asked::Other {
+                url,
+                status,
+                header,
+            }),
         }
     }
 
-    /// The realm as a URL the identity token may be sent to.
+    /// The realm as a URL credentials may be sent to and a token taken from.
     fn realm_url(&self, realm: &str) -> Result<reqwest::Url, TokenError> {
         let url = reqwest::Url::parse(realm).map_err(|error| {
             TokenError::Protocol(format!(
-                "{} names a token service that is no URL ({realm:?}: {error})",
-                self.registry
+                "{} names a token service that is no URL ({}: {error})",
+                self.registry,
+                quoted(realm)
             ))
         })?;
         let origin = realm_origin(&url);
         let insecure = |host: &str| self.insecure.iter().any(|r| r == host);
         match url.scheme() {
             "https" => Ok(url),
+            // An anonymous request carries no secret (as docker, which asks any realm).
+            "http" if matches!(self.grant, Grant::Anonymous) => Ok(url),
             "http" if insecure(self.registry) || insecure(&origin) => Ok(url),
             _ => Err(TokenError::Protocol(format!(
-                "{} names the token service {realm}; an identity token is sent over HTTPS only, \
+                "{} names the token service {}; credentials and tokens go over HTTPS only, \
                  or over plain HTTP to a host named in --insecure-registry",
-                self.registry
+                self.registry,
+                quoted(realm)
             ))),
         }
     }
@@ -260,13 +390,15 @@ impl Exchange<'_> {
         Ok(body)
     }
 
-    /// `: ` and the first line of an error answer, with the identity token blotted out
-    /// should a token service echo it.
+    /// `: ` and the first line of an error answer, quoted, with the password or identity
+    /// token blotted out should a token service echo it.
     fn detail(&self, body: &[u8]) -> String {
         let text = String::from_utf8_lossy(body);
-        let line = text.trim().lines().next().unwrap_or_default();
-        let line: String = line.chars().take(200).collect();
-        let line = line.replace(self.identity_token, "<identity token>");
+        let text = match self.grant.secret() {
+            Some((secret, blot)) if !secret.is_empty() => text.replace(secret, blot),
+            _ => text.into_owned(),
+        };
+        let line = quoted(&text);
         if line.is_empty() {
             line
         } else {
@@ -275,8 +407,28 @@ impl Exchange<'_> {
     }
 }
 
+/// The query of a token `GET`: the scope, and the service the registry named.
+fn token_query<'a>(scope: &'a str, challenge: &'a Challenge) -> Vec<(&'static str, &'a str)> {
+    let mut query = vec![("scope", scope)];
+    if let Some(service) = &challenge.service {
+        query.push(("service", service.as_str()));
+    }
+    query
+}
+
+/// A registry's or token service's own words as an error quotes them: the first line, at
+/// most [`QUOTED_CHARS`] characters, its control characters escaped.
+pub(super) fn quoted(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    let end = line
+        .char_indices()
+        .nth(QUOTED_CHARS)
+        .map_or(line.len(), |(i, _)| i);
+    crate::text::escaped(&line[..end]).into_owned()
+}
+
 /// A reqwest client for token exchanges: the registry client's timeouts and user agent, and
-/// no redirects (a redirected POST would carry the identity token elsewhere).
+/// no redirects (a redirected request would carry the credentials elsewhere).
 pub(super) fn http_client(user_agent: &str) -> reqwest::Client {
     reqwest::Client::builder()
         .user_agent(user_agent)
@@ -386,17 +538,21 @@ mod tests {
     }
 
     fn exchange<'a>(insecure: &'a [String]) -> Exchange<'a> {
+        with_grant(insecure, Grant::IdentityToken("refresh-secret"))
+    }
+
+    fn with_grant<'a>(insecure: &'a [String], grant: Grant<'a>) -> Exchange<'a> {
         Exchange {
             registry: "127.0.0.1:5000",
             repository: "p/simcloud",
             push: false,
             insecure,
-            identity_token: "refresh-secret",
+            grant,
         }
     }
 
     #[test]
-    fn the_identity_token_goes_over_https_or_to_a_plain_http_host_the_operator_named() {
+    fn credentials_go_over_https_or_to_a_plain_http_host_the_operator_named() {
         let none: Vec<String> = Vec::new();
         assert!(
             exchange(&none)
@@ -421,23 +577,60 @@ mod tests {
                 .is_ok()
         );
         assert!(exchange(&none).realm_url("ftp://auth.example/").is_err());
+
+        // A password as an identity token; an anonymous request carries no secret.
+        let basic = with_grant(
+            &none,
+            Grant::Basic {
+                username: "alice",
+                password: "pa55word",
+            },
+        );
+        assert!(basic.realm_url("http://auth.example/token").is_err());
+        assert!(basic.realm_url("https://auth.example/token").is_ok());
+        let anonymous = with_grant(&none, Grant::Anonymous);
+        assert!(anonymous.realm_url("http://auth.example/token").is_ok());
     }
 
     #[test]
-    fn error_details_never_show_the_identity_token() {
+    fn error_details_never_show_the_identity_token_or_password() {
         let none: Vec<String> = Vec::new();
         let detail = exchange(&none).detail(b"invalid refresh token refresh-secret\nmore");
         assert_eq!(detail, ": invalid refresh token <identity token>");
         assert_eq!(exchange(&none).detail(b"  "), "");
+        let basic = with_grant(
+            &none,
+            Grant::Basic {
+                username: "alice",
+                password: "pa55word",
+            },
+        );
+        assert_eq!(
+            basic.detail(b"alice:pa55word is wrong"),
+            ": alice:<password> is wrong"
+        );
         let refused = TokenError::Refused {
+            what: "the identity token",
             registry: "127.0.0.1:5000".into(),
             status: StatusCode::UNAUTHORIZED,
             detail: String::new(),
+            remedy: "log in again".into(),
         };
         assert!(refused.to_string().starts_with(
             "the registry's token service refused the identity token for 127.0.0.1:5000: 401 Unauthorized;"
         ));
         assert!(!refused.is_transient());
         assert!(TokenError::Unavailable("503".into()).is_transient());
+    }
+
+    /// What a registry or token service says reaches an error, and from there the log, the
+    /// terminal and the CloudProvider's status, as one short line that cannot restyle a
+    /// terminal.
+    #[test]
+    fn quoted_words_are_one_short_escaped_line() {
+        assert_eq!(quoted("  denied\nsecond line"), "denied");
+        assert_eq!(quoted("\x1b[2Jcleared\r"), "\\u{1b}[2Jcleared");
+        let long = "é".repeat(10_000);
+        assert_eq!(quoted(&long).chars().count(), QUOTED_CHARS);
     }
 }
