@@ -20,7 +20,7 @@ use serde::Deserialize;
 /// How the manager authenticates to one registry.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
-    /// HTTP basic auth, or a password offered at a bearer-token exchange (as oci-client
+    /// HTTP basic auth, or a password offered at a bearer-token exchange (as docker
     /// does it).
     Basic {
         /// User name.

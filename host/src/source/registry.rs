@@ -1,5 +1,6 @@
-//! Talking to OCI registries through oci-client: manifests and blobs in, artifacts out, with
-//! the transport policy an operator expects of a controller:
+//! Talking to OCI registries over the distribution API (oci-client's types, our requests):
+//! manifests and blobs in, artifacts out, with the transport policy an operator expects of a
+//! controller:
 //!
 //! - HTTPS always, plain HTTP only for registries named in `--insecure-registry`;
 //! - transient failures (no connection, timeouts, 5xx, 429) are retried with exponential
@@ -7,18 +8,22 @@
 //! - every error says which registry and what to do (a TLS failure suggests
 //!   `--insecure-registry`, a 401 names `--registry-config`), and never shows a credential;
 //! - the credentials (none, a user name and password, an identity token) are exchanged
-//!   for an access token ([`token`]) before each operation where the registry asks for one,
-//!   and a push gets an oci-client of its own for it: oci-client keeps one credential per
-//!   registry, and an access token is good for one repository only;
-//! - nothing a registry answers is held past a bound: everything pulled (manifests,
-//!   referrers lists, layers) is fetched here, not by oci-client, which reads manifests,
-//!   token answers and error answers whole: a manifest is read in chunks and refused past
-//!   the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a component's, less for
-//!   a signature's), a layer past its stated size (at most [`MAX_COMPONENT_BYTES`]), a token
-//!   answer past [`token::MAX_ANSWER_BYTES`], an error answer past 4 KiB, a referrers list
-//!   as a manifest; and each attempt has a deadline ([`MANIFEST_DEADLINE`],
-//!   [`BLOB_DEADLINE`]) besides the connect and read timeouts. Only a push, which oci-client
-//!   makes, to a registry asking for basic auth lets oci-client ask `/v2/` again itself;
+//!   for an access token ([`token`]) before each operation where the registry asks for one
+//!   (an access token is good for one repository only);
+//! - every request is made here, with reqwest: oci-client's own requests read manifests,
+//!   token answers and error answers whole, so only its types are used. Nothing a registry
+//!   answers is held past a bound: a manifest is read in
+//!   chunks and refused past the size asked for ([`super::layout::MAX_MANIFEST_BYTES`] for a
+//!   component's, less for a signature's), a layer past its stated size (at most
+//!   [`MAX_COMPONENT_BYTES`]), a token answer past [`token::MAX_ANSWER_BYTES`], an error
+//!   answer past [`MAX_ERROR_BYTES`], a referrers list as a manifest; and each attempt has a
+//!   deadline ([`MANIFEST_DEADLINE`], [`BLOB_DEADLINE`]) besides the connect and read
+//!   timeouts;
+//! - a push uploads each blob whole (one `PUT`, as oras and containerd do) where the
+//!   registry says (`Location`: over HTTPS unless `--insecure-registry` names its host, with
+//!   the credentials only when it is the registry's own origin, as docker sends them), then
+//!   puts the manifest, each step answered by exactly the status the distribution spec
+//!   names;
 //! - what a registry or its token service says is quoted in errors (and so in logs, the
 //!   terminal and a `CloudProvider`'s status) one line at a time, cut and escaped;
 //! - a layer descriptor is the registry's word: one naming other places to fetch it from
@@ -29,16 +34,15 @@
 //!   ([`RegistryClient::check_push`]: the registry answers, the credentials are taken), which
 //!   `provider push` makes before it compiles the component.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::{Reference, RegistryOperation};
+use reqwest::StatusCode;
 
 use super::credentials::{Credential, RegistryCredentials};
 use super::layout::{INDEX_TYPES, MANIFEST_TYPES, MAX_COMPONENT_BYTES, Packed, digest_like};
@@ -56,6 +60,8 @@ pub const ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The errors of a registry's error answer an error quotes.
 const ENVELOPE_ERRORS_QUOTED: usize = 3;
+/// The most of an error answer read.
+pub const MAX_ERROR_BYTES: usize = 4096;
 
 /// The longest one attempt at a manifest, or at an access token, may take.
 pub const MANIFEST_DEADLINE: Duration = Duration::from_secs(60);
@@ -129,12 +135,10 @@ impl From<TokenError> for RegistryError {
 /// A registry client with the operator's transport and credential settings.
 pub struct RegistryClient {
     insecure: Vec<String>,
-    /// For pushes.
-    client: Client,
     /// For token exchanges; made on first use.
     token_http: OnceLock<reqwest::Client>,
-    /// For everything pulled, and a push check with a registry token; made on first use.
-    manifest_http: OnceLock<reqwest::Client>,
+    /// For everything else; made on first use.
+    http: OnceLock<reqwest::Client>,
     credentials: RegistryCredentials,
 }
 
@@ -144,9 +148,8 @@ impl RegistryClient {
         install_crypto_provider();
         RegistryClient {
             insecure: insecure.to_vec(),
-            client: Client::new(client_config(insecure)),
             token_http: OnceLock::new(),
-            manifest_http: OnceLock::new(),
+            http: OnceLock::new(),
             credentials,
         }
     }
@@ -195,29 +198,6 @@ impl RegistryClient {
             }
             (Access::Basic | Access::Open, _) => RegistryAuth::Anonymous,
         })
-    }
-
-    /// The oci-client a push authenticated by `auth` goes through, the credential stored in
-    /// it: for an access token, a client that knows only it; else the shared one (which
-    /// never holds a credential for a registry that asks for none).
-    async fn pusher(
-        &self,
-        oci: &OciRef,
-        reference: &Reference,
-        auth: &RegistryAuth,
-    ) -> Result<Cow<'_, Client>, RegistryError> {
-        let client = match auth {
-            RegistryAuth::Bearer(_) => Cow::Owned(Client::new(client_config(&self.insecure))),
-            RegistryAuth::Basic(..) | RegistryAuth::Anonymous => Cow::Borrowed(&self.client),
-        };
-        if !matches!(auth, RegistryAuth::Anonymous) {
-            // A bearer token is stored as it is; basic auth after oci-client asks `/v2/`.
-            self.retrying(oci, || {
-                client.auth(reference, auth, RegistryOperation::Push)
-            })
-            .await?;
-        }
-        Ok(client)
     }
 
     /// The manifest `oci` names (its digest when pinned, else its tag), as bytes with their
@@ -325,7 +305,7 @@ impl RegistryClient {
 
     /// The blob `layer` describes, checked against its digest and size. The descriptor is
     /// the registry's word: its digest must be one (it goes into the request's path) and it
-    /// may name no other place to fetch from (`urls`, which oci-client would follow to any
+    /// may name no other place to fetch from (`urls`, which registry clients follow to any
     /// host, outside `--insecure-registry`'s rule). Read as a manifest is, up to its stated
     /// size, each attempt within [`BLOB_DEADLINE`].
     pub async fn blob(
@@ -410,17 +390,33 @@ impl RegistryClient {
         // is a registry reached).
         let registry = &oci.registry;
         let url = format!("{}://{registry}/v2/", self.scheme(registry));
-        let http = self
-            .manifest_http
-            .get_or_init(|| manifest_client(&self.insecure));
-        self.retrying(oci, || async {
-            http.get(&url)
-                .send()
-                .await
-                .map(drop)
-                .map_err(OciDistributionError::RequestError)
+        retry(oci, || {
+            let asked = async {
+                self.http()
+                    .get(&url)
+                    .send()
+                    .await
+                    .map(drop)
+                    .map_err(OciDistributionError::RequestError)
+            };
+            self.within(oci, MANIFEST_DEADLINE, "the registry's answer", asked)
         })
         .await
+    }
+
+    /// The client for everything but token exchanges.
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| http_client(&self.insecure))
+    }
+
+    /// `SCHEME://REGISTRY/v2/REPOSITORY/`, where `reference`'s requests go.
+    fn repository_url(&self, reference: &Reference) -> String {
+        let registry = reference.resolve_registry();
+        format!(
+            "{}://{registry}/v2/{}/",
+            self.scheme(registry),
+            reference.repository()
+        )
     }
 
     /// `http` for an `--insecure-registry`, else `https`.
@@ -443,40 +439,175 @@ impl RegistryClient {
     ) -> Result<(), RegistryError> {
         let reference = reference(oci);
         let auth = self.connect(oci, RegistryOperation::Push).await?;
-        let client = self.pusher(oci, &reference, &auth).await?;
         for (bytes, digest) in blobs {
-            self.retrying(oci, || client.push_blob(&reference, bytes.clone(), digest))
-                .await?;
+            retry(oci, || {
+                let upload = self.upload(&reference, &auth, bytes, digest);
+                self.within(oci, BLOB_DEADLINE, "a blob upload", upload)
+            })
+            .await?;
         }
-        let content_type = http_header(media_type);
-        self.retrying(oci, || {
-            client.push_manifest_raw(&reference, manifest.to_vec(), content_type.clone())
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Run the oci-client `request` as [`retry`] does, its failures classified.
-    async fn retrying<T, F, Fut>(&self, oci: &OciRef, mut request: F) -> Result<T, RegistryError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, OciDistributionError>>,
-    {
+        let url = format!(
+            "{}manifests/{}",
+            self.repository_url(&reference),
+            reference.digest().or(reference.tag()).unwrap_or("latest")
+        );
         retry(oci, || {
-            let attempt = request();
-            async move {
-                attempt
-                    .await
-                    .map_err(|error| classify(error, oci, &self.credentials))
-            }
+            let request = self
+                .http()
+                .put(&url)
+                .header(http::header::CONTENT_TYPE, media_type)
+                .body(manifest.to_vec());
+            let put = async {
+                succeeded(
+                    authorized(request, &auth).send().await,
+                    &url,
+                    StatusCode::CREATED,
+                )
+                .await
+                .map(drop)
+            };
+            self.within(oci, MANIFEST_DEADLINE, "the manifest upload", put)
         })
         .await
     }
+
+    /// `attempt` (`what` it does, for the error) within `deadline`, its failure classified.
+    async fn within<T>(
+        &self,
+        oci: &OciRef,
+        deadline: Duration,
+        what: &str,
+        attempt: impl Future<Output = Result<T, OciDistributionError>>,
+    ) -> Result<T, RegistryError> {
+        match tokio::time::timeout(deadline, attempt).await {
+            Ok(done) => done.map_err(|error| classify(error, oci, &self.credentials)),
+            Err(_) => Err(RegistryError::Unreachable {
+                attempts: 1,
+                error: format!("{what} not done within {deadline:?}"),
+            }),
+        }
+    }
+
+    /// Upload `bytes`, the blob `digest`, to `reference`'s repository: an upload started
+    /// (`POST …/blobs/uploads/`), then the whole blob put where the registry says
+    /// (`Location`, with `?digest=`), the credentials only to the registry's own origin.
+    async fn upload(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        bytes: &[u8],
+        digest: &str,
+    ) -> Result<(), OciDistributionError> {
+        let url = format!("{}blobs/uploads/", self.repository_url(reference));
+        let request = self
+            .http()
+            .post(&url)
+            .header(http::header::CONTENT_LENGTH, "0");
+        let started = succeeded(
+            authorized(request, auth).send().await,
+            &url,
+            StatusCode::ACCEPTED,
+        )
+        .await?;
+        let location = started
+            .headers()
+            .get(http::header::LOCATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|location| started.url().join(location).ok());
+        let Some(mut target) = location else {
+            return Err(OciDistributionError::SpecViolationError(format!(
+                "{url} answered without an upload location"
+            )));
+        };
+        let origin = |url: &reqwest::Url| match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => String::new(),
+        };
+        if target.scheme() != "https" && !self.insecure.contains(&origin(&target)) {
+            return Err(OciDistributionError::SpecViolationError(format!(
+                "{url} names an upload location that leaves HTTPS ({}); refused",
+                quoted(target.as_str())
+            )));
+        }
+        target.query_pairs_mut().append_pair("digest", digest);
+        // The registry's own origin as it was asked for, not where a redirect took the
+        // request: credentials go nowhere else.
+        let own = reqwest::Url::parse(&url).is_ok_and(|asked| asked.origin() == target.origin());
+        let request = self
+            .http()
+            .put(target.clone())
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.to_vec());
+        let request = if own {
+            authorized(request, auth)
+        } else {
+            request
+        };
+        // A transport error would quote the location, whose query may carry a signature.
+        let sent = request.send().await.map_err(reqwest::Error::without_url);
+        succeeded(sent, target.as_str(), StatusCode::CREATED)
+            .await
+            .map(drop)
+    }
+}
+
+/// `request` with `auth`'s credentials.
+fn authorized(request: reqwest::RequestBuilder, auth: &RegistryAuth) -> reqwest::RequestBuilder {
+    match auth {
+        RegistryAuth::Bearer(token) => request.bearer_auth(token),
+        RegistryAuth::Basic(username, password) => request.basic_auth(username, Some(password)),
+        RegistryAuth::Anonymous => request,
+    }
+}
+
+/// `response` if it has the `expected` status; else why not: another success or a redirect
+/// not followed (a push redirected into a `GET` answers 200 having stored nothing), or an
+/// error from its status and at most [`MAX_ERROR_BYTES`] of its body (an error envelope in a
+/// 4xx, as the distribution spec has it), `url` naming the request.
+async fn succeeded(
+    response: Result<reqwest::Response, reqwest::Error>,
+    url: &str,
+    expected: StatusCode,
+) -> Result<reqwest::Response, OciDistributionError> {
+    let mut response = response?;
+    let status = response.status();
+    if status == expected {
+        return Ok(response);
+    }
+    if status.is_success() || status.is_redirection() {
+        // A push redirected into a GET answers 200 without storing anything.
+        return Err(OciDistributionError::SpecViolationError(format!(
+            "{url} answered {status} instead of {expected}"
+        )));
+    }
+    let mut message = Vec::new();
+    while let Some(chunk) = response.chunk().await?
+        && message.len() < MAX_ERROR_BYTES
+    {
+        message.extend_from_slice(&chunk);
+    }
+    let message = String::from_utf8_lossy(&message[..message.len().min(MAX_ERROR_BYTES)]);
+    let envelope = status
+        .is_client_error()
+        .then(|| serde_json::from_str(&message).ok())
+        .flatten();
+    Err(match envelope {
+        Some(envelope) => OciDistributionError::RegistryError {
+            envelope,
+            url: url.to_string(),
+        },
+        None => OciDistributionError::ServerError {
+            code: status.as_u16(),
+            url: url.to_string(),
+            message: message.into_owned(),
+        },
+    })
 }
 
 /// Why a bounded fetch failed.
 enum Fetch {
-    /// As oci-client's requests fail.
+    /// As a request fails, in oci-client's terms.
     Oci(OciDistributionError),
     /// More bytes than asked for.
     TooLarge,
@@ -492,7 +623,7 @@ impl RegistryClient {
     /// What `GET /v2/REPOSITORY/PATH` answers for `reference`'s repository (`manifests/TAG`,
     /// `referrers/DIGEST`, `blobs/DIGEST`), asking for the media types `accepted`,
     /// authenticated by `auth` (see [`RegistryClient::connect`]), read in chunks and refused
-    /// past `max_bytes`; an error answer is read up to 4 KiB.
+    /// past `max_bytes`; an error answer is read as [`succeeded`] reads it.
     async fn bounded_get(
         &self,
         reference: &Reference,
@@ -501,51 +632,14 @@ impl RegistryClient {
         accepted: &[&str],
         max_bytes: u64,
     ) -> Result<Vec<u8>, Fetch> {
-        let registry = reference.resolve_registry();
-        let url = format!(
-            "{}://{registry}/v2/{}/{path}",
-            self.scheme(registry),
-            reference.repository()
-        );
-        let http = self
-            .manifest_http
-            .get_or_init(|| manifest_client(&self.insecure));
-        let mut request = http
+        let url = format!("{}{path}", self.repository_url(reference));
+        let request = self
+            .http()
             .get(&url)
             .header(http::header::ACCEPT, accepted.join(", "));
-        request = match auth {
-            RegistryAuth::Bearer(token) => request.bearer_auth(token),
-            RegistryAuth::Basic(username, password) => request.basic_auth(username, Some(password)),
-            RegistryAuth::Anonymous => request,
-        };
-        let mut response = request.send().await?;
-        let status = response.status();
-        if status != reqwest::StatusCode::OK {
-            let mut message = Vec::new();
-            while let Some(chunk) = response.chunk().await?
-                && message.len() < 4096
-            {
-                message.extend_from_slice(&chunk);
-            }
-            let message = String::from_utf8_lossy(&message[..message.len().min(4096)]);
-            // As oci-client reads answers: an error envelope only in a 4xx.
-            let envelope = status
-                .is_client_error()
-                .then(|| serde_json::from_str(&message).ok())
-                .flatten();
-            let error = match envelope {
-                Some(envelope) => OciDistributionError::RegistryError {
-                    envelope,
-                    url: url.clone(),
-                },
-                None => OciDistributionError::ServerError {
-                    code: status.as_u16(),
-                    url: url.clone(),
-                    message: message.into_owned(),
-                },
-            };
-            return Err(Fetch::Oci(error));
-        }
+        let mut response = succeeded(authorized(request, auth).send().await, &url, StatusCode::OK)
+            .await
+            .map_err(Fetch::Oci)?;
         if response
             .content_length()
             .is_some_and(|length| length > max_bytes)
@@ -563,12 +657,12 @@ impl RegistryClient {
     }
 }
 
-/// The client everything pulled is fetched with (manifests, referrers lists, layers): as
-/// the token client, following up to five redirects (registry.k8s.io sends every `/v2/`
+/// The client of every request but token exchanges (manifests, referrers lists, layers,
+/// pushes): as the token client, following up to five redirects (registry.k8s.io sends every `/v2/`
 /// request to a regional registry, registries send layers to a CDN), to HTTPS only but for
 /// `--insecure-registry` hosts. reqwest drops the `Authorization` header on a redirect to
 /// another host.
-fn manifest_client(insecure: &[String]) -> reqwest::Client {
+fn http_client(insecure: &[String]) -> reqwest::Client {
     let insecure = insecure.to_vec();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         let url = attempt.url().clone();
@@ -621,21 +715,6 @@ where
     }
 }
 
-/// oci-client's settings: plain HTTP only to `insecure` registries (`host:port`).
-fn client_config(insecure: &[String]) -> ClientConfig {
-    ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
-        connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(Duration::from_secs(60)),
-        user_agent: USER_AGENT,
-        ..ClientConfig::default()
-    }
-}
-
-fn http_header(value: &str) -> http::HeaderValue {
-    http::HeaderValue::from_str(value).unwrap_or(http::HeaderValue::from_static(""))
-}
-
 /// oci-client's reference for `oci`: the digest when pinned (it wins), else the tag.
 fn reference(oci: &OciRef) -> Reference {
     match (&oci.digest, &oci.tag) {
@@ -650,7 +729,7 @@ fn reference(oci: &OciRef) -> Reference {
     }
 }
 
-/// What an oci-client failure means for the operator.
+/// What a failure (in oci-client's terms) means for the operator.
 fn classify(
     error: OciDistributionError,
     oci: &OciRef,
@@ -747,7 +826,7 @@ fn classify(
             },
         },
         OciDistributionError::IoError(error) => RegistryError::Protocol(quoted(&error.to_string())),
-        // oci-client's own messages may quote the registry.
+        // Their messages may quote the registry.
         other => RegistryError::Protocol(quoted(&other.to_string())),
     }
 }
@@ -812,7 +891,7 @@ mod tests {
     use hyper_util::rt::TokioIo;
 
     use super::*;
-    use crate::source::layout::OCI_MANIFEST;
+    use crate::source::layout::{OCI_MANIFEST, sha256_digest};
 
     const MANIFEST: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.wasm.config.v0+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
 
@@ -971,11 +1050,11 @@ mod tests {
 
     type Reply = http::Response<http_body_util::Either<Full<Bytes>, Endless>>;
 
-    /// A registry on loopback where `route(ADDR, PATH, SENT)` answers every request
+    /// A registry on loopback where `route(ADDR, REQUEST, SENT)` answers every request
     /// (`SENT` counts what endless bodies handed out); a client of it (plain HTTP, no
     /// credentials), the reference `p/simcloud:v1`, and the count.
     async fn hostile_registry(
-        route: fn(&str, &str, &Arc<AtomicUsize>) -> Reply,
+        route: fn(&str, &http::Request<hyper::body::Incoming>, &Arc<AtomicUsize>) -> Reply,
     ) -> (RegistryClient, OciRef, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -985,7 +1064,7 @@ mod tests {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (addr, sent) = (served_addr.clone(), served_sent.clone());
                 let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let reply = route(&addr, request.uri().path(), &sent);
+                    let reply = route(&addr, &request, &sent);
                     async move { Ok::<_, Infallible>(reply) }
                 });
                 tokio::spawn(
@@ -1019,22 +1098,23 @@ mod tests {
     /// manager's memory, and is not asked again.
     #[tokio::test]
     async fn a_token_service_answering_without_end_is_refused_past_64_kib() {
-        let (client, oci, sent) = hostile_registry(|addr, path, sent| match path {
-            "/v2/" => {
-                let mut refused = reply(401, b"");
-                refused.headers_mut().insert(
-                    http::header::WWW_AUTHENTICATE,
-                    http::HeaderValue::from_str(&format!(
-                        r#"Bearer realm="http://{addr}/token",service="hostile""#
-                    ))
-                    .unwrap(),
-                );
-                refused
-            }
-            "/token" => endless(sent),
-            _ => reply(404, b""),
-        })
-        .await;
+        let (client, oci, sent) =
+            hostile_registry(|addr, request, sent| match request.uri().path() {
+                "/v2/" => {
+                    let mut refused = reply(401, b"");
+                    refused.headers_mut().insert(
+                        http::header::WWW_AUTHENTICATE,
+                        http::HeaderValue::from_str(&format!(
+                            r#"Bearer realm="http://{addr}/token",service="hostile""#
+                        ))
+                        .unwrap(),
+                    );
+                    refused
+                }
+                "/token" => endless(sent),
+                _ => reply(404, b""),
+            })
+            .await;
         let refused = client.manifest(&oci, 1 << 20).await;
         assert_refused_unread(refused, "answered more than 65536 bytes", &sent);
     }
@@ -1058,7 +1138,7 @@ mod tests {
     /// A layer is read up to the size its manifest states, however much the registry sends.
     #[tokio::test]
     async fn a_layer_past_its_stated_size_is_refused_unread() {
-        let (client, oci, sent) = hostile_registry(|_, path, sent| match path {
+        let (client, oci, sent) = hostile_registry(|_, request, sent| match request.uri().path() {
             "/v2/" => reply(200, b"{}"),
             path if path.starts_with("/v2/p/simcloud/blobs/") => endless(sent),
             _ => reply(404, b""),
@@ -1084,7 +1164,7 @@ mod tests {
     /// a CloudProvider's status: a few of its errors, one short escaped line each.
     #[tokio::test]
     async fn what_a_registry_says_in_an_error_is_quoted_one_short_line_each() {
-        let (client, oci, _) = hostile_registry(|_, path, _| match path {
+        let (client, oci, _) = hostile_registry(|_, request, _| match request.uri().path() {
             "/v2/" => reply(200, b"{}"),
             _ => {
                 static ENVELOPE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -1168,6 +1248,88 @@ mod tests {
             *seen.lock().unwrap(),
             [None, Some("Basic YWxpY2U6cGE1NXdvcmQ=".to_string())]
         );
+    }
+
+    /// A blob is pushed where the registry says, with the credentials only to the
+    /// registry's own origin: an upload location elsewhere (a storage service's, or anyone's
+    /// the registry names) gets the blob, not the password.
+    #[tokio::test]
+    async fn a_pushed_blob_carries_the_credentials_only_to_the_registrys_own_origin() {
+        /// Each PUT's path and `Authorization` header, wherever it landed.
+        static PUTS: std::sync::Mutex<Vec<(String, Option<String>)>> =
+            std::sync::Mutex::new(Vec::new());
+        static ELSEWHERE: OnceLock<String> = OnceLock::new();
+        fn record(request: &http::Request<hyper::body::Incoming>) -> Reply {
+            let authorization = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string);
+            PUTS.lock()
+                .unwrap()
+                .push((request.uri().path().to_string(), authorization));
+            reply(201, b"")
+        }
+        let (_, elsewhere, _) = hostile_registry(|_, request, _| record(request)).await;
+        ELSEWHERE.set(elsewhere.registry).unwrap();
+        // The first upload stays in the registry (a relative location), the second goes
+        // elsewhere.
+        let (_, oci, _) = hostile_registry(|_, request, posts| {
+            match (request.method().as_str(), request.uri().path()) {
+                ("GET", "/v2/") => reply(200, b"{}"),
+                ("POST", "/v2/p/simcloud/blobs/uploads/") => {
+                    let location = match posts.fetch_add(1, Ordering::SeqCst) {
+                        0 => "/v2/p/simcloud/blobs/uploads/1?_state=s".to_string(),
+                        _ => format!("http://{}/storage/2", ELSEWHERE.get().unwrap()),
+                    };
+                    let mut started = reply(202, b"");
+                    started.headers_mut().insert(
+                        http::header::LOCATION,
+                        http::HeaderValue::from_str(&location).unwrap(),
+                    );
+                    started
+                }
+                ("PUT", _) => record(request),
+                _ => reply(404, b""),
+            }
+        })
+        .await;
+        // alice:pa55word
+        let config = format!(
+            r#"{{"auths":{{"{}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#,
+            oci.registry
+        );
+        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
+        let insecure = [oci.registry.clone(), ELSEWHERE.get().unwrap().clone()];
+        let client = RegistryClient::new(&insecure, credentials.clone());
+        let (one, two) = (
+            (b"one".to_vec(), sha256_digest(b"one")),
+            (b"two".to_vec(), sha256_digest(b"two")),
+        );
+        client
+            .push_manifest(&oci, &[&one, &two], MANIFEST, OCI_MANIFEST)
+            .await
+            .unwrap();
+        let basic = Some("Basic YWxpY2U6cGE1NXdvcmQ=".to_string());
+        assert_eq!(
+            *PUTS.lock().unwrap(),
+            [
+                ("/v2/p/simcloud/blobs/uploads/1".to_string(), basic.clone()),
+                ("/storage/2".to_string(), None),
+                ("/v2/p/simcloud/manifests/v1".to_string(), basic),
+            ]
+        );
+
+        // Over plain HTTP to a host --insecure-registry does not name: refused, unsent.
+        let client = RegistryClient::new(std::slice::from_ref(&oci.registry), credentials);
+        let refused = client
+            .push_manifest(&oci, &[&one], MANIFEST, OCI_MANIFEST)
+            .await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Protocol(text)) if text.contains("names an upload location that leaves HTTPS")),
+            "{refused:?}"
+        );
+        assert_eq!(PUTS.lock().unwrap().len(), 3);
     }
 
     #[tokio::test]
