@@ -519,12 +519,7 @@ impl RegistryClient {
                 "{url} answered without an upload location"
             )));
         };
-        let origin = |url: &reqwest::Url| match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => String::new(),
-        };
-        if target.scheme() != "https" && !self.insecure.contains(&origin(&target)) {
+        if target.scheme() != "https" && !self.insecure.contains(&host_port(&target)) {
             return Err(OciDistributionError::SpecViolationError(format!(
                 "{url} names an upload location that leaves HTTPS ({}); refused",
                 quoted(target.as_str())
@@ -549,6 +544,15 @@ impl RegistryClient {
         succeeded(sent, target.as_str(), StatusCode::CREATED)
             .await
             .map(drop)
+    }
+}
+
+/// `host[:port]` of `url`, as `--insecure-registry` names hosts.
+pub(super) fn host_port(url: &reqwest::Url) -> String {
+    match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_string(),
+        (None, _) => String::new(),
     }
 }
 
@@ -666,14 +670,27 @@ fn http_client(insecure: &[String]) -> reqwest::Client {
     let insecure = insecure.to_vec();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         let url = attempt.url().clone();
-        let origin = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => String::new(),
-        };
-        if attempt.previous().len() >= 5 {
+        // reqwest drops the credentials on a hop to another origin than the last one, but
+        // each hop starts from the first request's headers: a second hop within another
+        // origin than the registry's would carry them there.
+        let previous = attempt.previous();
+        let elsewhere = previous
+            .first()
+            .zip(previous.last())
+            .is_some_and(|(first, last)| first.origin() != last.origin());
+        if previous.len() >= 5 {
             attempt.error("more than 5 redirects")
-        } else if url.scheme() == "https" || insecure.contains(&origin) {
+        } else if elsewhere
+            && previous
+                .last()
+                .is_some_and(|last| last.origin() == url.origin())
+        {
+            attempt.error(format!(
+                "a second redirect within {}, away from the registry; refused, as it would \
+                 carry the registry's credentials there",
+                host_port(&url)
+            ))
+        } else if url.scheme() == "https" || insecure.contains(&host_port(&url)) {
             attempt.follow()
         } else {
             attempt.error(format!("a redirect to {url} leaves HTTPS"))
@@ -1330,6 +1347,83 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(PUTS.lock().unwrap().len(), 3);
+    }
+
+    /// A redirect away from the registry drops the credentials (reqwest), and a second one
+    /// within that other host, which reqwest would send them with, is refused.
+    #[tokio::test]
+    async fn credentials_never_follow_a_redirect_away_from_the_registry() {
+        /// Each request to the other host: its path and `Authorization` header.
+        static SEEN: std::sync::Mutex<Vec<(String, Option<String>)>> =
+            std::sync::Mutex::new(Vec::new());
+        static ELSEWHERE: OnceLock<String> = OnceLock::new();
+        fn redirect(to: String) -> Reply {
+            let mut moved = reply(307, b"");
+            moved.headers_mut().insert(
+                http::header::LOCATION,
+                http::HeaderValue::from_str(&to).unwrap(),
+            );
+            moved
+        }
+        let (_, elsewhere, _) = hostile_registry(|addr, request, _| {
+            let path = request.uri().path().to_string();
+            let authorization = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string);
+            SEEN.lock().unwrap().push((path.clone(), authorization));
+            match path.as_str() {
+                "/hop" => redirect(format!("http://{addr}/landed")),
+                _ => {
+                    let mut found = reply(200, MANIFEST);
+                    found.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static(OCI_MANIFEST),
+                    );
+                    found
+                }
+            }
+        })
+        .await;
+        ELSEWHERE.set(elsewhere.registry).unwrap();
+        // v1 is elsewhere in one hop, v2 in two.
+        let (_, oci, _) = hostile_registry(|_, request, _| match request.uri().path() {
+            "/v2/" => reply(200, b"{}"),
+            "/v2/p/simcloud/manifests/v1" => {
+                redirect(format!("http://{}/landed", ELSEWHERE.get().unwrap()))
+            }
+            _ => redirect(format!("http://{}/hop", ELSEWHERE.get().unwrap())),
+        })
+        .await;
+        // alice:pa55word
+        let config = format!(
+            r#"{{"auths":{{"{}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#,
+            oci.registry
+        );
+        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
+        let insecure = [oci.registry.clone(), ELSEWHERE.get().unwrap().clone()];
+        let client = RegistryClient::new(&insecure, credentials);
+
+        let (_, digest) = client.manifest(&oci, 1 << 20).await.unwrap();
+        assert_eq!(digest, sha256_digest(MANIFEST));
+        let v2 = OciRef {
+            tag: Some("v2".into()),
+            ..oci.clone()
+        };
+        let refused = client.manifest(&v2, 1 << 20).await;
+        assert!(
+            matches!(&refused, Err(RegistryError::Unreachable { error, .. } | RegistryError::Protocol(error)) if error.contains("a second redirect within")),
+            "{refused:?}"
+        );
+        let seen = SEEN.lock().unwrap();
+        assert!(
+            seen.iter()
+                .all(|(_, authorization)| authorization.is_none())
+                && seen.iter().any(|(path, _)| path == "/landed")
+                && seen.iter().any(|(path, _)| path == "/hop"),
+            "{seen:?}"
+        );
     }
 
     #[tokio::test]

@@ -232,7 +232,7 @@ impl Exchange<'_> {
             TokenError::Unavailable(format!(
                 "the token service of {} ({}) cannot be reached: {}",
                 self.registry,
-                realm_origin(&realm),
+                super::host_port(&realm),
                 super::chain(&error)
             ))
         })?;
@@ -353,7 +353,7 @@ impl Exchange<'_> {
                 quoted(realm)
             ))
         })?;
-        let origin = realm_origin(&url);
+        let origin = super::host_port(&url);
         let insecure = |host: &str| self.insecure.iter().any(|r| r == host);
         match url.scheme() {
             "https" => Ok(url),
@@ -437,15 +437,6 @@ pub(super) fn http_client(user_agent: &str) -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap_or_default()
-}
-
-/// `host[:port]` of a URL, as `--insecure-registry` names hosts.
-fn realm_origin(url: &reqwest::Url) -> String {
-    match (url.host_str(), url.port()) {
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (Some(host), None) => host.to_string(),
-        (None, _) => String::new(),
-    }
 }
 
 /// The `Bearer` challenge among those of a `WWW-Authenticate` header (RFC 7235: a scheme,
