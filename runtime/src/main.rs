@@ -24,7 +24,12 @@ async fn main() -> ExitCode {
         // by SIGPIPE is reported (128 + 13), without a message.
         Err(error) if wasm_ccm::cli::is_broken_pipe(&error) => ExitCode::from(141),
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // An error may quote a provider, a registry or a file: one line, no terminal
+            // control.
+            eprintln!(
+                "error: {}",
+                wasm_ccm_host::text::escaped(&format!("{error:#}"))
+            );
             ExitCode::from(2)
         }
     }

@@ -1212,6 +1212,13 @@ mod tests {
         assert!(text.len() < 1024, "{} bytes", text.len());
     }
 
+    /// `alice:pa55word` for `registry`, as `--registry-config` gives them (sent as
+    /// `Basic YWxpY2U6cGE1NXdvcmQ=`).
+    fn alice_at(registry: &str) -> RegistryCredentials {
+        let config = format!(r#"{{"auths":{{"{registry}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#);
+        RegistryCredentials::parse(config.as_bytes()).unwrap()
+    }
+
     /// A user name and password go to the registry as basic auth wherever it asks for no
     /// bearer token, `/v2/` open to anyone included (a repository may still want them);
     /// without credentials, nothing goes.
@@ -1252,10 +1259,7 @@ mod tests {
             matches!(&refused, Err(RegistryError::Unauthorized(text)) if text.contains("--registry-config has none")),
             "{refused:?}"
         );
-        // alice:pa55word
-        let config = format!(r#"{{"auths":{{"{addr}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#);
-        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
-        let logged_in = RegistryClient::new(std::slice::from_ref(&addr), credentials);
+        let logged_in = RegistryClient::new(std::slice::from_ref(&addr), alice_at(&addr));
         let refused = logged_in.manifest(&oci, 1 << 20).await;
         assert!(
             matches!(&refused, Err(RegistryError::Unauthorized(text)) if text.contains("rejected the credentials")),
@@ -1311,12 +1315,7 @@ mod tests {
             }
         })
         .await;
-        // alice:pa55word
-        let config = format!(
-            r#"{{"auths":{{"{}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#,
-            oci.registry
-        );
-        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
+        let credentials = alice_at(&oci.registry);
         let insecure = [oci.registry.clone(), ELSEWHERE.get().unwrap().clone()];
         let client = RegistryClient::new(&insecure, credentials.clone());
         let (one, two) = (
@@ -1396,14 +1395,8 @@ mod tests {
             _ => redirect(format!("http://{}/hop", ELSEWHERE.get().unwrap())),
         })
         .await;
-        // alice:pa55word
-        let config = format!(
-            r#"{{"auths":{{"{}":{{"auth":"YWxpY2U6cGE1NXdvcmQ="}}}}}}"#,
-            oci.registry
-        );
-        let credentials = RegistryCredentials::parse(config.as_bytes()).unwrap();
         let insecure = [oci.registry.clone(), ELSEWHERE.get().unwrap().clone()];
-        let client = RegistryClient::new(&insecure, credentials);
+        let client = RegistryClient::new(&insecure, alice_at(&oci.registry));
 
         let (_, digest) = client.manifest(&oci, 1 << 20).await.unwrap();
         assert_eq!(digest, sha256_digest(MANIFEST));

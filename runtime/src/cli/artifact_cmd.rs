@@ -180,7 +180,10 @@ impl ArtifactCommand {
                             .verify_signatures(&signed, digest, policy)
                             .await
                         {
-                            eprintln!("{digest} {artifact_type}: left out: {error}");
+                            eprintln!(
+                                "{digest} {artifact_type}: left out: {}",
+                                wasm_ccm_host::text::escaped(&error.to_string())
+                            );
                             continue;
                         }
                     }

@@ -383,6 +383,26 @@ fn inspect_of_a_missing_file_fails_naming_it() {
     run.assert_usage_error(&["/nonexistent/provider.wasm"]);
 }
 
+/// An error is one line with no terminal control, whatever the name it quotes holds (a
+/// file's, a registry's words, a provider's).
+#[test]
+fn an_error_quoting_control_characters_is_one_escaped_line() {
+    let run = wasm_ccm(
+        [
+            "provider",
+            "inspect",
+            "/nonexistent/\u{1b}[2Jbad\nname.wasm",
+        ],
+        &[],
+    );
+    run.assert_usage_error(&["/nonexistent/\\u{1b}[2Jbad\\nname.wasm"]);
+    assert!(
+        !run.stderr.contains('\u{1b}') && run.stderr.trim_end().lines().count() == 1,
+        "{:?}",
+        run.stderr
+    );
+}
+
 // ---- provider call: success -----------------------------------------------------------------
 
 /// `provider call simcloud instance-metadata` for node-1 with the simulator granted and its
