@@ -181,14 +181,9 @@ impl RegistryClient {
         let http = self
             .token_http
             .get_or_init(|| token::http_client(USER_AGENT));
-        let access = retry(oci, || async {
-            match tokio::time::timeout(MANIFEST_DEADLINE, exchange.access(http)).await {
-                Ok(access) => access.map_err(RegistryError::from),
-                Err(_) => Err(RegistryError::Unreachable {
-                    attempts: 1,
-                    error: format!("no access token within {MANIFEST_DEADLINE:?}"),
-                }),
-            }
+        let access = retry(oci, || {
+            let asked = async { exchange.access(http).await.map_err(RegistryError::from) };
+            within(MANIFEST_DEADLINE, "no access token", asked)
         })
         .await?;
         Ok(match (access, grant) {
@@ -284,21 +279,19 @@ impl RegistryClient {
     ) -> Result<Vec<u8>, RegistryError> {
         let reference = reference(oci);
         let auth = self.connect(oci, RegistryOperation::Pull).await?;
-        retry(oci, || async {
-            let fetched = self.bounded_get(&reference, &auth, path, accepted, max_bytes);
-            match tokio::time::timeout(MANIFEST_DEADLINE, fetched).await {
-                Ok(fetched) => fetched.map_err(|error| match error {
+        let late = format!("no whole {what}");
+        retry(oci, || {
+            let fetched = async {
+                let fetched = self.bounded_get(&reference, &auth, path, accepted, max_bytes);
+                fetched.await.map_err(|error| match error {
                     Fetch::Oci(error) => classify(error, oci, &self.credentials),
                     Fetch::TooLarge => RegistryError::Protocol(format!(
                         "the {what} of {} is larger than {max_bytes} bytes; refused",
                         oci.repository
                     )),
-                }),
-                Err(_) => Err(RegistryError::Unreachable {
-                    attempts: 1,
-                    error: format!("no whole {what} within {MANIFEST_DEADLINE:?}"),
-                }),
-            }
+                })
+            };
+            within(MANIFEST_DEADLINE, &late, fetched)
         })
         .await
     }
@@ -325,22 +318,19 @@ impl RegistryClient {
         let auth = self.connect(oci, RegistryOperation::Pull).await?;
         let limit = layer.size.clamp(0, MAX_COMPONENT_BYTES as i64) as u64;
         let path = format!("blobs/{}", layer.digest);
-        let bytes = retry(oci, || async {
-            let pulled = self.bounded_get(&reference, &auth, &path, &["*/*"], limit);
-            match tokio::time::timeout(BLOB_DEADLINE, pulled).await {
-                Ok(pulled) => pulled.map_err(|error| match error {
+        let bytes = retry(oci, || {
+            let pulled = async {
+                let pulled = self.bounded_get(&reference, &auth, &path, &["*/*"], limit);
+                pulled.await.map_err(|error| match error {
                     Fetch::Oci(error) => classify(error, oci, &self.credentials),
                     Fetch::TooLarge => RegistryError::Protocol(format!(
                         "layer {} is larger than the {limit} bytes its manifest states (at most \
                          {MAX_COMPONENT_BYTES}); refused",
                         layer.digest
                     )),
-                }),
-                Err(_) => Err(RegistryError::Unreachable {
-                    attempts: 1,
-                    error: format!("no whole layer within {BLOB_DEADLINE:?}"),
-                }),
-            }
+                })
+            };
+            within(BLOB_DEADLINE, "no whole layer", pulled)
         })
         .await?;
         let actual = digest_like(&layer.digest, &bytes);
@@ -399,7 +389,7 @@ impl RegistryClient {
                     .map(drop)
                     .map_err(OciDistributionError::RequestError)
             };
-            self.within(oci, MANIFEST_DEADLINE, "the registry's answer", asked)
+            self.classified_within(oci, MANIFEST_DEADLINE, "no answer from the registry", asked)
         })
         .await
     }
@@ -442,7 +432,7 @@ impl RegistryClient {
         for (bytes, digest) in blobs {
             retry(oci, || {
                 let upload = self.upload(&reference, &auth, bytes, digest);
-                self.within(oci, BLOB_DEADLINE, "a blob upload", upload)
+                self.classified_within(oci, BLOB_DEADLINE, "no blob upload done", upload)
             })
             .await?;
         }
@@ -466,26 +456,26 @@ impl RegistryClient {
                 .await
                 .map(drop)
             };
-            self.within(oci, MANIFEST_DEADLINE, "the manifest upload", put)
+            self.classified_within(oci, MANIFEST_DEADLINE, "no manifest upload done", put)
         })
         .await
     }
 
-    /// `attempt` (`what` it does, for the error) within `deadline`, its failure classified.
-    async fn within<T>(
+    /// `attempt`, an oci-client-style request, within `deadline` (`late` says what was not
+    /// done in time), its failure classified.
+    async fn classified_within<T>(
         &self,
         oci: &OciRef,
         deadline: Duration,
-        what: &str,
+        late: &str,
         attempt: impl Future<Output = Result<T, OciDistributionError>>,
     ) -> Result<T, RegistryError> {
-        match tokio::time::timeout(deadline, attempt).await {
-            Ok(done) => done.map_err(|error| classify(error, oci, &self.credentials)),
-            Err(_) => Err(RegistryError::Unreachable {
-                attempts: 1,
-                error: format!("{what} not done within {deadline:?}"),
-            }),
-        }
+        let classified = async {
+            attempt
+                .await
+                .map_err(|error| classify(error, oci, &self.credentials))
+        };
+        within(deadline, late, classified).await
     }
 
     /// Upload `bytes`, the blob `digest`, to `reference`'s repository: an upload started
@@ -545,6 +535,23 @@ impl RegistryClient {
             .await
             .map(drop)
     }
+}
+
+/// `attempt` within `deadline`; past it, an [`RegistryError::Unreachable`] saying `late` (what
+/// was not done) and the deadline, which [`retry`] tries again.
+async fn within<T>(
+    deadline: Duration,
+    late: &str,
+    attempt: impl Future<Output = Result<T, RegistryError>>,
+) -> Result<T, RegistryError> {
+    tokio::time::timeout(deadline, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RegistryError::Unreachable {
+                attempts: 1,
+                error: format!("{late} within {deadline:?}"),
+            })
+        })
 }
 
 /// `host[:port]` of `url`, as `--insecure-registry` names hosts.
