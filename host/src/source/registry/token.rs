@@ -232,7 +232,8 @@ impl Exchange<'_> {
             TokenError::Unavailable(format!(
                 "the token service of {} ({}) cannot be reached: {}",
                 self.registry,
-                super::host_port(&realm),
+                // The registry names the realm: its host is as long as it likes.
+                quoted(&super::host_port(&realm)),
                 super::chain(&error)
             ))
         })?;
